@@ -1,0 +1,136 @@
+"""The workload contract.
+
+A workload is one standard training job: a model, a synthetic (or generated) data set, a loss, and
+the size parameters a user may change. The engine knows nothing else about models; everything
+workload-specific lives behind this class.
+
+Adding a workload is one module and one registry line:
+
+1. subclass :class:`Workload` in a module under ``dlbench/catalog/`` and fill in the class attributes
+   and :meth:`build_model`, :meth:`sample` and :meth:`loss`;
+2. add ``"name": "dlbench.catalog.module:ClassName"`` to ``WORKLOADS`` in ``catalog/registry.py``.
+
+Contract:
+
+* ``params`` declares every size parameter with its default; ``__init__`` receives the resolved
+  values as ``self.params`` (already type-checked by the registry), so ``build_model`` and ``sample``
+  read ``self.params["image_size"]`` and trust it.
+* :meth:`sample` returns one batch as a tuple of CPU tensors whose first dimension is the batch
+  size. It must be deterministic for a given ``torch.Generator`` state and must not touch the global
+  RNG. The engine moves the tensors to the device.
+* :meth:`loss` runs the forward pass on a batch already on the device and returns a scalar loss.
+  The engine wraps it in autocast, runs backward, and steps the optimizer(s).
+* Workloads that need more than one optimizer (a GAN) override :meth:`parameter_groups` and
+  :meth:`train_step`.
+* :meth:`inference` is the forward pass measured in inference mode.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+Batch = tuple[torch.Tensor, ...]
+
+
+@dataclass(frozen=True)
+class Param:
+    """One size parameter of a workload: its default, type and meaning."""
+
+    default: Any
+    help: str
+    choices: tuple[Any, ...] | None = None
+    minimum: float | None = None
+
+    @property
+    def type_name(self) -> str:
+        return type(self.default).__name__
+
+
+class StepContext:
+    """What a training step needs from the engine: optimizers, autocast and gradient scaling.
+
+    ``backward_and_step`` hides fp16 grad scaling so workloads write one code path.
+    """
+
+    def __init__(
+        self,
+        optimizers: list[torch.optim.Optimizer],
+        autocast: Callable[[], Any],
+        scaler: torch.amp.GradScaler | None = None,
+    ):
+        self.optimizers = optimizers
+        self.autocast = autocast
+        self.scaler = scaler
+
+    def backward_and_step(self, loss: torch.Tensor, optimizer: torch.optim.Optimizer) -> None:
+        optimizer.zero_grad(set_to_none=True)
+        if self.scaler is None:
+            loss.backward()
+            optimizer.step()
+        else:
+            self.scaler.scale(loss).backward()
+            self.scaler.step(optimizer)
+
+    def end_step(self) -> None:
+        """Called once after all optimizers of a step have stepped (updates the grad scaler)."""
+        if self.scaler is not None:
+            self.scaler.update()
+
+
+class Workload:
+    """Base class of every catalogue entry. See the module docstring for the contract."""
+
+    name: ClassVar[str]
+    description: ClassVar[str]
+    domain: ClassVar[str]  # vision | sequence | science | generative
+    default_batch_size: ClassVar[int]
+    params: ClassVar[dict[str, Param]] = {}
+
+    def __init__(self, **params: Any):
+        self.params = params
+
+    # -- what every workload provides -------------------------------------------------------------
+    def build_model(self) -> nn.Module:
+        raise NotImplementedError
+
+    def sample(self, batch_size: int, generator: torch.Generator) -> Batch:
+        raise NotImplementedError
+
+    def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
+        raise NotImplementedError
+
+    # -- defaults that most workloads keep ---------------------------------------------------------
+    def inference(self, model: nn.Module, batch: Batch) -> Any:
+        """Forward pass only; the default feeds every tensor but the last (the target)."""
+        return model(*batch[:-1])
+
+    def parameter_groups(self, model: nn.Module) -> list[Iterator[nn.Parameter]]:
+        """One entry per optimizer; the default is a single optimizer over all parameters."""
+        return [model.parameters()]
+
+    def train_step(self, model: nn.Module, batch: Batch, ctx: StepContext) -> torch.Tensor:
+        """One optimisation step; returns the detached loss (never ``.item()``: that syncs)."""
+        with ctx.autocast():
+            loss = self.loss(model, batch)
+        ctx.backward_and_step(loss, ctx.optimizers[0])
+        ctx.end_step()
+        return loss.detach()
+
+    def describe(self) -> dict[str, Any]:
+        """Plain-data description for ``dlbench list --json``."""
+        return {
+            "name": self.name,
+            "description": self.description,
+            "domain": self.domain,
+            "default_batch_size": self.default_batch_size,
+            "params": {
+                key: {"default": p.default, "type": p.type_name, "help": p.help}
+                | ({"choices": list(p.choices)} if p.choices else {})
+                for key, p in self.params.items()
+            },
+        }
