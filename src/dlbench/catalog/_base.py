@@ -121,16 +121,18 @@ class Workload:
         ctx.end_step()
         return loss.detach()
 
-    def describe(self) -> dict[str, Any]:
+    @classmethod
+    def describe(cls) -> dict[str, Any]:
         """Plain-data description for ``dlbench list --json``."""
         return {
-            "name": self.name,
-            "description": self.description,
-            "domain": self.domain,
-            "default_batch_size": self.default_batch_size,
+            "name": cls.name,
+            "description": cls.description,
+            "domain": cls.domain,
+            "default_batch_size": cls.default_batch_size,
             "params": {
                 key: {"default": p.default, "type": p.type_name, "help": p.help}
                 | ({"choices": list(p.choices)} if p.choices else {})
-                for key, p in self.params.items()
+                | ({"minimum": p.minimum} if p.minimum is not None else {})
+                for key, p in cls.params.items()
             },
         }

@@ -22,6 +22,9 @@ WORKLOADS: dict[str, str] = {
 }
 
 
+_ARTICLE = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
+
+
 def names() -> list[str]:
     return list(WORKLOADS)
 
@@ -48,7 +51,7 @@ def _coerce(workload: str, key: str, param: Param, value: Any) -> Any:
             coerced = kind(value)
     except (TypeError, ValueError):
         raise UsageError(
-            f"parameter {key}={value!r} of workload {workload!r} must be a {kind.__name__} "
+            f"parameter {key}={value!r} of workload {workload!r} must be {_ARTICLE.get(kind, 'a ' + kind.__name__)} "
             f"(default {param.default!r})."
         ) from None
     if param.choices is not None and coerced not in param.choices:

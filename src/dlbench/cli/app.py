@@ -1,2 +1,79 @@
-def main():
-    pass
+"""The ``dlbench`` command. Command modules parse and render; the logic lives in the API.
+
+Nothing here imports torch: ``dlbench --help`` must stay fast.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import typer
+
+from dlbench import __version__
+from dlbench.cli import catalog, results, run
+
+app = typer.Typer(
+    name="dlbench",
+    help="Deep-learning benchmarks for GPU clusters: honest throughput, a results store, comparisons.\n\n"
+    "Start with 'dlbench suite' (a quick suite on this machine) or 'dlbench run resnet50'. "
+    "Exit codes: 0 success, 1 a benchmark failed (it is recorded), 2 bad usage or input. "
+    "Add --debug to any command for a traceback.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"dlbench {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and exit."),
+) -> None:
+    """dlbench root command."""
+
+
+app.command("list")(catalog.list_workloads)
+app.command("run")(run.run)
+app.command("suite")(run.suite)
+app.command("results")(results.results)
+app.command("show")(results.show)
+app.command("compare")(results.compare)
+app.command("env")(catalog.env)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: maps dlbench's errors to exit codes (2 usage, 1 benchmark failed)."""
+    from dlbench.errors import BenchmarkFailed, UsageError
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in args or os.environ.get("DLBENCH_DEBUG") == "1"
+    args = [a for a in args if a != "--debug"]
+    try:
+        # Standalone mode: typer prints --help and its own usage errors (exit 2) and exits.
+        app(args=args, prog_name="dlbench")
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except UsageError as exc:
+        if debug:
+            raise
+        print(f"dlbench: error: {exc}", file=sys.stderr)
+        code = 2
+    except BenchmarkFailed as exc:
+        if debug:
+            raise
+        print(f"dlbench: {exc}", file=sys.stderr)
+        code = 1
+    except KeyboardInterrupt:
+        print("dlbench: interrupted; a run in progress was recorded as aborted", file=sys.stderr)
+        code = 130
+    if argv is None:
+        sys.exit(code)
+    return code

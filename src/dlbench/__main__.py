@@ -1,0 +1,3 @@
+from dlbench.cli.app import main
+
+main()

@@ -1,0 +1,111 @@
+"""``dlbench results``, ``dlbench show`` and ``dlbench compare``: read the results store."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from dlbench.cli._common import DB_OPTION, JSON_OPTION, emit_json, info, open_store
+from dlbench.errors import UsageError
+
+
+def results(
+    workload: list[str] = typer.Option(None, "--workload", "-w", help="Only these workloads (repeatable)."),
+    device: str = typer.Option(None, "--device", help="cpu, cuda, or part of a device name (e.g. A100)."),
+    host: str = typer.Option(None, "--host", help="Only runs from this hostname."),
+    status: str = typer.Option(None, "--status", help="ok | failed | oom | aborted."),
+    torch_version: str = typer.Option(None, "--torch", help="torch version prefix, e.g. 2.4."),
+    tag: list[str] = typer.Option(None, "--tag", "-t", help="KEY=VALUE the runs must carry (repeatable)."),
+    since: str = typer.Option(None, "--since", help="Runs created at or after this date (YYYY-MM-DD, UTC)."),
+    until: str = typer.Option(None, "--until", help="Runs created before this date."),
+    limit: int = typer.Option(50, "--limit", "-n", help="At most this many runs, newest first; 0 for all."),
+    db: str = DB_OPTION,
+    as_json: bool = JSON_OPTION,
+    as_csv: bool = typer.Option(False, "--csv", help="Print CSV (one row per run, raw numbers) for pandas or a spreadsheet."),
+) -> None:
+    """List stored runs, newest first, with filters."""
+    from dlbench.spec import parse_key_values
+    from dlbench.store import RunFilter
+    from dlbench.store._base import parse_date
+
+    if as_json and as_csv:
+        raise UsageError("choose one of --json and --csv.")
+    if limit < 0:
+        raise UsageError(f"--limit {limit} must be 0 (all) or a positive number.")
+    flt = RunFilter(
+        workloads=tuple(workload or ()), device=device, host=host, status=status, torch_version=torch_version,
+        tags=parse_key_values(tag or [], "--tag"),
+        since=parse_date(since, "--since") if since else None,
+        until=parse_date(until, "--until") if until else None,
+        limit=limit or None,
+    )
+    store = open_store(db)
+    try:
+        rows = store.query(flt)
+    finally:
+        store.close()
+    if as_json:
+        emit_json([r.as_dict() for r in rows])
+    elif as_csv:
+        _write_csv([r.as_dict() for r in rows])
+    else:
+        from dlbench.report.tables import render, summary_table
+
+        render(summary_table(rows), title=f"{len(rows)} run(s)")
+        if limit and len(rows) == limit:
+            info(f"showing the newest {limit}; --limit 0 lists all.")
+
+
+def _write_csv(rows: list[dict]) -> None:
+    import csv
+
+    columns = list(rows[0]) if rows else ["id"]
+    writer = csv.DictWriter(sys.stdout, fieldnames=columns, lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow(row | {"tags": ";".join(f"{k}={v}" for k, v in sorted(row["tags"].items()))})
+
+
+def show(
+    run_id: str = typer.Argument(..., help="Run id or a unique prefix of it."),
+    db: str = DB_OPTION,
+) -> None:
+    """Print one stored run record as JSON."""
+    store = open_store(db)
+    try:
+        emit_json(store.get(run_id))
+    finally:
+        store.close()
+
+
+def compare(
+    group_a: str = typer.Argument(..., help="Group A (the baseline): run ids, or KEY=VALUE filters, comma-separated."),
+    group_b: str = typer.Argument(..., help="Group B: same syntax. Keys: workload, device, host, status, torch, since, until; other keys are tags."),
+    db: str = DB_OPTION,
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Set two groups of runs side by side: B/A throughput per configuration and a verdict from the runs' own spread.
+
+    Examples: dlbench compare torch=2.3 torch=2.4 ; dlbench compare container=bare container=docker ;
+    dlbench compare 3f2a1c 9b0e77
+    """
+    from dlbench.report.compare import compare as compare_groups
+    from dlbench.store._base import parse_selector
+
+    flt_a, flt_b = parse_selector(group_a), parse_selector(group_b)
+    store = open_store(db)
+    try:
+        runs_a, runs_b = store.records(flt_a), store.records(flt_b)
+    finally:
+        store.close()
+    for label, runs, text in (("A", runs_a, group_a), ("B", runs_b, group_b)):
+        if not runs:
+            raise UsageError(f"group {label} ({text!r}) matches no stored run; check it with 'dlbench results'.")
+    rows = compare_groups(runs_a, runs_b)
+    if as_json:
+        emit_json({"a": group_a, "b": group_b, "rows": [r.as_dict() for r in rows]})
+        return
+    from dlbench.report.tables import compare_table, render
+
+    render(compare_table(rows), title=f"A = {group_a}   B = {group_b}")

@@ -1,0 +1,119 @@
+"""``dlbench run`` and ``dlbench suite``: run benchmarks, store each record, print a table."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import typer
+
+from dlbench.cli._common import DB_OPTION, JSON_OPTION, StepProgress, emit_json, info, open_store
+from dlbench.errors import BenchmarkFailed, UsageError
+
+
+def _overrides(**options: Any) -> dict[str, Any]:
+    """Only the options the user gave, so a config file's values are not clobbered by defaults."""
+    from dlbench.spec import parse_key_values
+
+    out = {k: v for k, v in options.items() if v is not None and k not in ("param", "tag")}
+    if options.get("param"):
+        out["params"] = parse_key_values(options["param"], "--param")
+    if options.get("tag"):
+        out["tags"] = parse_key_values(options["tag"], "--tag")
+    return out
+
+
+def run(
+    workload: str = typer.Argument(None, help="Catalogue name (see 'dlbench list'); or use --config.", show_default=False),
+    config: str = typer.Option(None, "--config", "-c", help="YAML file: one run, a suite, or a NERSC pytorch-benchmarks config."),
+    param: list[str] = typer.Option(None, "--param", "-p", help="Workload size parameter NAME=VALUE (repeatable), e.g. image_size=64."),
+    batch_size: int = typer.Option(None, "--batch-size", "-b", help="Samples per step (default: the workload's)."),
+    steps: int = typer.Option(None, "--steps", help="Measured steps [default: 20]."),
+    warmup: int = typer.Option(None, "--warmup", help="Unmeasured warmup steps [default: 5]."),
+    device: str = typer.Option(None, "--device", help="auto | cpu | cuda [default: auto]."),
+    precision: str = typer.Option(None, "--precision", help="fp32 | bf16 | fp16 (autocast; fp16 adds grad scaling) [default: fp32]."),
+    mode: str = typer.Option(None, "--mode", help="train | inference [default: train]."),
+    channels_last: bool = typer.Option(None, "--channels-last/--no-channels-last", help="NHWC memory format.", show_default=False),
+    compile: bool = typer.Option(None, "--compile/--no-compile", help="torch.compile the model.", show_default=False),
+    optimizer: str = typer.Option(None, "--optimizer", help="sgd | adam [default: sgd]."),
+    learning_rate: float = typer.Option(None, "--lr", help="Learning rate (default: 0.01 SGD, 0.001 Adam)."),
+    threads: int = typer.Option(None, "--threads", help="torch intra-op threads (default: torch's)."),
+    seed: int = typer.Option(None, "--seed", help="Seed for weights and synthetic data [default: 0]."),
+    data: str = typer.Option(None, "--data", help="synthetic (on-device, pure compute) | loader (DataLoader + H2D copies) [default: synthetic]."),
+    workers: int = typer.Option(None, "--workers", help="DataLoader workers with --data loader [default: 2]."),
+    tag: list[str] = typer.Option(None, "--tag", "-t", help="Label KEY=VALUE stored with the run (repeatable)."),
+    db: str = DB_OPTION,
+    no_store: bool = typer.Option(False, "--no-store", help="Do not save the record in the results store."),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Run one benchmark (or every run of a --config file), store the records and print a table."""
+    from dlbench.config import load_config
+    from dlbench.spec import make_spec
+
+    overrides = _overrides(
+        batch_size=batch_size, steps=steps, warmup=warmup, device=device, precision=precision, mode=mode,
+        channels_last=channels_last, compile=compile, optimizer=optimizer, learning_rate=learning_rate,
+        threads=threads, seed=seed, data=data, workers=workers, param=param, tag=tag,
+    )
+    if config and workload:
+        raise UsageError("give a WORKLOAD or --config FILE, not both; put the workload in the file.")
+    if config:
+        specs = load_config(config, overrides)
+    elif workload:
+        specs = [make_spec({"workload": workload, **overrides})]
+    else:
+        raise UsageError("a WORKLOAD or --config FILE is required. Example: dlbench run resnet50 --param image_size=64")
+    execute(specs, db, no_store, as_json, single=len(specs) == 1 and not config)
+
+
+def suite(
+    name: str = typer.Argument(None, help="Built-in suite: quick (small sizes, ~2 min on a 2-core CPU) or standard (catalogue defaults, for GPUs). Default: quick on CPU, standard on CUDA.", show_default=False),
+    device: str = typer.Option(None, "--device", help="auto | cpu | cuda [default: auto]."),
+    precision: str = typer.Option(None, "--precision", help="fp32 | bf16 | fp16."),
+    tag: list[str] = typer.Option(None, "--tag", "-t", help="Label KEY=VALUE stored with every run (repeatable)."),
+    db: str = DB_OPTION,
+    no_store: bool = typer.Option(False, "--no-store", help="Do not save the records."),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Run a built-in suite over the catalogue on this machine and print a results table."""
+    from dlbench.config import builtin_suite
+
+    if name is None:
+        import torch
+
+        on_gpu = device == "cuda" or (device in (None, "auto") and torch.cuda.is_available())
+        name = "standard" if on_gpu else "quick"
+        info(f"suite '{name}' (pick another with 'dlbench suite quick|standard')")
+    overrides = _overrides(device=device, precision=precision, tag=tag)
+    overrides.setdefault("tags", {})["suite"] = name
+    execute(builtin_suite(name, overrides), db, no_store, as_json, single=False)
+
+
+def execute(specs, db: str | None, no_store: bool, as_json: bool, single: bool) -> None:
+    """Run specs in order, saving each record as it ends; exit 1 when any benchmark failed."""
+    from dlbench.env import capture_env
+    from dlbench.report.tables import render, run_table
+    from dlbench.runner import resolve, run_benchmark
+
+    for spec in specs:  # validate every run before the first starts: no half-run suite on a typo
+        resolve(spec)
+    store = None if no_store else open_store(db)
+    env = capture_env()
+    records = []
+    try:
+        for i, spec in enumerate(specs, 1):
+            label = spec.workload if len(specs) == 1 else f"[{i}/{len(specs)}] {spec.workload}"
+            with StepProgress(label) as progress:
+                records.append(run_benchmark(spec, store=store, on_step=progress.callback, env=env))
+    finally:
+        if store is not None:
+            store.close()
+    if as_json:
+        emit_json(records[0] if single else records)
+    else:
+        render(run_table(records), title="dlbench results")
+        if store is not None:
+            info(f"saved {len(records)} run(s): {', '.join(r['id'] for r in records)}")
+    failed = [r for r in records if r["status"] != "ok"]
+    if failed:
+        raise BenchmarkFailed(f"{len(failed)} of {len(records)} run(s) did not finish: " + "; ".join(
+            f"{r['spec']['workload']} {r['status']} ({r['error']})" for r in failed))

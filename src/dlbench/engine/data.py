@@ -1,0 +1,101 @@
+"""The two data paths.
+
+* ``resident_batches``: one batch generated once and kept on the device — pure compute, the
+  throughput a model can reach when input is free.
+* ``loader_batches``: a real ``torch.utils.data.DataLoader`` over a materialised data set, with
+  worker processes, collation, pinned memory and a host-to-device copy every step — the cost of an
+  input pipeline, as in NERSC's "with real data" curves.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from dlbench.catalog._base import Batch, Workload
+
+#: Upper bound on the host memory the loader's data set may take.
+MAX_DATASET_BYTES = 1 << 30
+
+
+def to_device(batch: Batch, device: torch.device, channels_last: bool) -> Batch:
+    return tuple(_place(t, device, channels_last) for t in batch)
+
+
+def _place(t: torch.Tensor, device: torch.device, channels_last: bool) -> torch.Tensor:
+    t = t.to(device, non_blocking=True)
+    if channels_last and t.is_floating_point():
+        if t.dim() == 4:
+            return t.contiguous(memory_format=torch.channels_last)
+        if t.dim() == 5:
+            return t.contiguous(memory_format=torch.channels_last_3d)
+    return t
+
+
+def resident_batches(
+    workload: Workload, batch_size: int, generator: torch.Generator, device: torch.device, channels_last: bool
+) -> Iterator[Batch]:
+    batch = to_device(workload.sample(batch_size, generator), device, channels_last)
+    return itertools.repeat(batch)
+
+
+class MaterialisedDataset(Dataset):
+    """Samples generated once from the workload (deterministic for a seed), served one at a time."""
+
+    def __init__(self, workload: Workload, num_samples: int, generator: torch.Generator, chunk: int):
+        parts = []
+        remaining = num_samples
+        while remaining > 0:
+            n = min(chunk, remaining)
+            parts.append(workload.sample(n, generator))
+            remaining -= n
+        self.tensors = tuple(torch.cat(column) for column in zip(*parts))
+
+    def __len__(self) -> int:
+        return self.tensors[0].shape[0]
+
+    def __getitem__(self, index: int) -> Batch:
+        return tuple(t[index] for t in self.tensors)
+
+
+def dataset_size(workload: Workload, batch_size: int, steps: int, generator_seed: int) -> int:
+    """Enough samples for every step without repeating, capped by ``MAX_DATASET_BYTES``."""
+    probe = workload.sample(1, torch.Generator().manual_seed(generator_seed))
+    bytes_per_sample = sum(t.numel() * t.element_size() for t in probe)
+    cap = max(batch_size, MAX_DATASET_BYTES // max(bytes_per_sample, 1))
+    return max(batch_size, min(batch_size * steps, cap))
+
+
+def loader_batches(
+    workload: Workload,
+    batch_size: int,
+    generator: torch.Generator,
+    device: torch.device,
+    channels_last: bool,
+    *,
+    workers: int,
+    steps: int,
+    seed: int,
+) -> Iterator[Batch]:
+    n = dataset_size(workload, batch_size, steps + 1, seed)
+    dataset = MaterialisedDataset(workload, n, generator, chunk=batch_size)
+    loader = DataLoader(
+        dataset,
+        batch_size=batch_size,
+        shuffle=True,
+        drop_last=True,
+        num_workers=workers,
+        pin_memory=device.type == "cuda",
+        persistent_workers=workers > 0,
+        generator=torch.Generator().manual_seed(seed),
+    )
+
+    def forever() -> Iterator[Batch]:
+        while True:
+            for batch in loader:
+                yield to_device(tuple(batch), device, channels_last)
+
+    return forever()

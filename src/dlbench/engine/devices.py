@@ -1,0 +1,53 @@
+"""Device resolution and the published peak throughput of known accelerators (for MFU)."""
+
+from __future__ import annotations
+
+import torch
+
+from dlbench.errors import UsageError
+
+# Dense (no sparsity) peak FLOP/s from NVIDIA's datasheets, by GPU name fragment, most specific first.
+# "tf32" is what fp32 convolutions and matmuls run at when PyTorch allows TF32 (cuDNN convolutions
+# do by default); "fp32" is the non-tensor-core figure.
+_PEAKS_TFLOPS: list[tuple[str, dict[str, float]]] = [
+    ("H200", {"fp32": 66.9, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4}),
+    ("H100 PCIe", {"fp32": 51.2, "tf32": 378.0, "bf16": 756.0, "fp16": 756.0}),
+    ("H100", {"fp32": 66.9, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4}),
+    ("A100", {"fp32": 19.5, "tf32": 156.0, "bf16": 312.0, "fp16": 312.0}),
+    ("L40S", {"fp32": 91.6, "tf32": 183.0, "bf16": 362.0, "fp16": 362.0}),
+    ("A10", {"fp32": 31.2, "tf32": 62.5, "bf16": 125.0, "fp16": 125.0}),
+    ("V100", {"fp32": 15.7, "fp16": 125.0}),
+    ("T4", {"fp32": 8.1, "fp16": 65.0}),
+]
+
+
+def resolve_device(requested: str) -> torch.device:
+    """'auto' → CUDA when present, else CPU; 'cuda' without a usable GPU is a usage error."""
+    if requested == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if requested == "cuda" and not torch.cuda.is_available():
+        built = torch.version.cuda or "no CUDA"
+        raise UsageError(
+            f"--device cuda was asked but no CUDA device is available (torch {torch.__version__} "
+            f"built with {built}); use --device cpu or --device auto."
+        )
+    return torch.device(requested)
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    from dlbench.env import cpu_model
+
+    return cpu_model()
+
+
+def peak_flops_per_s(name: str, precision: str) -> float | None:
+    """Published dense peak for ``name`` at ``precision``; None when unknown (CPUs, unlisted GPUs)."""
+    for fragment, peaks in _PEAKS_TFLOPS:
+        if fragment in name:
+            if precision == "fp32" and "tf32" in peaks and torch.backends.cudnn.allow_tf32:
+                return peaks["tf32"] * 1e12
+            value = peaks.get(precision)
+            return value * 1e12 if value else None
+    return None

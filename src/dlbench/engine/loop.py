@@ -1,0 +1,188 @@
+"""The timed loop: warmup, then measured steps with the device synchronised around the window.
+
+One step, end to end (train mode):
+
+    batch   = next_batch()                      # resident tensors, or DataLoader + H2D copy
+    loss    = workload.train_step(model, batch)  # autocast forward, (scaled) backward, optimizer
+    clock.lap()                                  # CUDA event or perf_counter, no host sync
+
+Throughput is ``batch_size * steps / window_s`` where ``window_s`` is the wall time between two full
+device synchronisations; per-step times come from the same clock and give the spread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from dlbench.catalog._base import Batch, StepContext, Workload
+from dlbench.engine.data import loader_batches, resident_batches
+from dlbench.engine.devices import peak_flops_per_s
+from dlbench.engine.timing import StepClock, step_stats
+from dlbench.spec import RunSpec
+
+#: Called after every step with (phase, step index, steps in phase); phase is "warmup" or "measure".
+OnStep = Callable[[str, int, int], None]
+
+_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+@dataclass
+class Prepared:
+    """Everything the loop needs, built once before timing starts."""
+
+    workload: Workload
+    model: torch.nn.Module
+    device: torch.device
+    step: Callable[[Batch], Any]
+    batches: Iterator[Batch]
+    batch_size: int
+
+
+def measure(
+    spec: RunSpec, workload: Workload, device: torch.device, batch_size: int, on_step: OnStep | None = None
+) -> dict[str, Any]:
+    """Run warmup and measured steps; return the ``result`` block of the run record."""
+    on_step = on_step or (lambda phase, i, n: None)
+    torch.manual_seed(spec.seed)
+    prepared = prepare(spec, workload, device, batch_size)
+    flops_per_sample = count_flops_per_sample(prepared, spec.mode)
+    if spec.compile:
+        prepared.model = torch.compile(prepared.model)
+        prepared.step = _make_step(spec, workload, prepared.model, device)
+
+    loss = None
+    for i in range(spec.warmup):
+        loss = prepared.step(next(prepared.batches))
+        on_step("warmup", i, spec.warmup)
+
+    clock = StepClock(device.type, _synchronizer(device))
+    clock.start()
+    for i in range(spec.steps):
+        loss = prepared.step(next(prepared.batches))
+        clock.lap()
+        on_step("measure", i, spec.steps)
+    clock.stop()
+    return summarise(spec, device, batch_size, clock, flops_per_sample, loss)
+
+
+def summarise(
+    spec: RunSpec,
+    device: torch.device,
+    batch_size: int,
+    clock: StepClock,
+    flops_per_sample: float | None,
+    loss: torch.Tensor | None,
+) -> dict[str, Any]:
+    """The result block from the clock's readings; pure arithmetic apart from reading ``loss``."""
+    step_times = clock.step_times_s()
+    samples_per_s = batch_size * spec.steps / clock.window_s
+    achieved = samples_per_s * flops_per_sample if flops_per_sample else None
+    from dlbench.engine.devices import device_name
+
+    peak = peak_flops_per_s(device_name(device), spec.precision) if device.type == "cuda" else None
+    final_loss = float(loss.float().mean()) if isinstance(loss, torch.Tensor) else None
+    return {
+        "samples_per_s": samples_per_s,
+        "step_time_s": step_stats(step_times).as_dict(),
+        "window_s": clock.window_s,
+        "steps": spec.steps,
+        "batch_size": batch_size,
+        "global_batch_size": batch_size,
+        "flops_per_sample": flops_per_sample,
+        "achieved_flops_per_s": achieved,
+        "peak_flops_per_s": peak,
+        "mfu": achieved / peak if achieved and peak else None,
+        "final_loss": final_loss,
+        "step_times_s": step_times,
+    }
+
+
+def prepare(spec: RunSpec, workload: Workload, device: torch.device, batch_size: int) -> Prepared:
+    """Build model, optimizers and the batch stream on ``device``."""
+    model = workload.build_model().to(device)
+    if spec.channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    model.train(spec.mode == "train")
+    generator = torch.Generator().manual_seed(spec.seed)
+    if spec.data == "synthetic":
+        batches = resident_batches(workload, batch_size, generator, device, spec.channels_last)
+    else:
+        batches = loader_batches(
+            workload, batch_size, generator, device, spec.channels_last,
+            workers=spec.workers, steps=spec.warmup + spec.steps, seed=spec.seed,
+        )
+    step = _make_step(spec, workload, model, device)
+    return Prepared(workload, model, device, step, batches, batch_size)
+
+
+def _make_step(spec: RunSpec, workload: Workload, model: torch.nn.Module, device: torch.device):
+    autocast = _autocast_factory(spec.precision, device)
+    if spec.mode == "inference":
+
+        def infer(batch: Batch):
+            with torch.inference_mode(), autocast():
+                return workload.inference(model, batch)
+
+        return infer
+
+    optimizers = [_optimizer(spec, group) for group in workload.parameter_groups(model)]
+    scaler = torch.amp.GradScaler(device.type) if spec.precision == "fp16" else None
+    ctx = StepContext(optimizers, autocast, scaler)
+    return lambda batch: workload.train_step(model, batch, ctx)
+
+
+def _optimizer(spec: RunSpec, params) -> torch.optim.Optimizer:
+    lr = spec.resolved_learning_rate
+    if spec.optimizer == "adam":
+        return torch.optim.Adam(params, lr=lr)
+    return torch.optim.SGD(params, lr=lr, momentum=0.9)
+
+
+def _autocast_factory(precision: str, device: torch.device) -> Callable[[], Any]:
+    if precision == "fp32":
+        return contextlib.nullcontext
+    dtype = _DTYPES[precision]
+    return lambda: torch.autocast(device_type=device.type, dtype=dtype)
+
+
+def _synchronizer(device: torch.device) -> Callable[[], None]:
+    if device.type == "cuda":
+        return lambda: torch.cuda.synchronize(device)
+    return lambda: None
+
+
+def count_flops_per_sample(prepared: Prepared, mode: str, max_samples: int = 2) -> float | None:
+    """Model FLOPs per sample, counted by torch.utils.flop_counter on a small slice of one batch.
+
+    Training counts forward and backward (about 3x the forward), not the optimizer update; the
+    count is linear in batch size, so a 2-sample slice gives the per-sample figure cheaply.
+    """
+    batch = next(prepared.batches)
+    n = min(max_samples, batch[0].shape[0])
+    small = tuple(t[:n] for t in batch)
+    model, workload = prepared.model, prepared.workload
+    counter = FlopCounterMode(display=False)
+    try:
+        with counter:
+            if mode == "train":
+                workload.loss(model, small).backward()
+            else:
+                with torch.no_grad():
+                    workload.inference(model, small)
+    except RuntimeError:
+        # Some operators have no FLOP formula under every backend; FLOPs are then unknown, the
+        # benchmark still runs.
+        return None
+    finally:
+        model.zero_grad(set_to_none=True)
+    total = counter.get_total_flops()
+    return total / n if total else None
+
+
+__all__ = ["measure", "prepare", "summarise", "count_flops_per_sample", "OnStep"]

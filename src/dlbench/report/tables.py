@@ -1,0 +1,105 @@
+"""Table data for runs and comparisons, then rendering (rich on a terminal, CSV).
+
+Data first: the ``*_table`` functions return ``(columns, rows)`` of plain strings; ``render`` and
+``to_csv`` only lay them out.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Sequence
+from typing import Any
+
+Table = tuple[list[str], list[list[str]]]
+
+
+def si(value: float | None, unit: str = "", digits: int = 3) -> str:
+    """``1.23e12`` → ``"1.23 T"`` + unit; None → ``"-"``."""
+    if value is None:
+        return "-"
+    for factor, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= factor:
+            return f"{value / factor:.{digits}g} {prefix}{unit}"
+    return f"{value:.{digits}g} {unit}".rstrip()
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1e3:.2f}"
+
+
+def _rate(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.1f}"
+
+
+def run_table(records: Sequence[dict[str, Any]]) -> Table:
+    """One row per run just made: throughput, step-time spread, FLOP/s."""
+    columns = ["workload", "device", "prec", "batch", "samples/s", "step ms (median±MAD)", "FLOP/s", "MFU", "status"]
+    rows = []
+    for r in records:
+        spec, result = r["spec"], r.get("result") or {}
+        step = result.get("step_time_s") or {}
+        spread = f"{_ms(step.get('median'))} ± {_ms(step.get('mad'))}" if step else "-"
+        mfu = result.get("mfu")
+        rows.append([
+            spec["workload"], spec.get("device_name") or spec.get("device", "?"), spec.get("precision", ""),
+            str(spec.get("batch_size", "")), _rate(result.get("samples_per_s")), spread,
+            si(result.get("achieved_flops_per_s"), "FLOP/s"), "-" if mfu is None else f"{mfu:.1%}",
+            r["status"] if r["status"] == "ok" else f"{r['status']}: {(r.get('error') or '')[:60]}",
+        ])
+    return columns, rows
+
+
+def summary_table(summaries: Sequence[Any]) -> Table:
+    """One row per stored run (``RunSummary``)."""
+    columns = ["id", "created (UTC)", "workload", "device", "prec", "batch", "samples/s", "median step ms", "torch", "host", "status", "tags"]
+    rows = [
+        [
+            s.id, s.created_at[:19].replace("T", " "), s.workload, s.device_name, s.precision,
+            str(s.batch_size or ""), _rate(s.samples_per_s), _ms(s.step_time_median_s), s.torch_version,
+            s.host, s.status, ",".join(f"{k}={v}" for k, v in sorted(s.tags.items())),
+        ]
+        for s in summaries
+    ]
+    return columns, rows
+
+
+def compare_table(rows: Sequence[Any]) -> Table:
+    """One row per configuration (``CompareRow``)."""
+    columns = ["configuration", "A samples/s", "B samples/s", "B/A", "verdict"]
+
+    def side(est) -> str:
+        return "-" if est is None else f"{est.samples_per_s:,.1f} ± {est.sem:,.1f} (n={est.runs})"
+
+    return columns, [
+        [row.key, side(row.a), side(row.b), "-" if row.ratio is None else f"{row.ratio:.3f}", row.verdict]
+        for row in rows
+    ]
+
+
+def render(table: Table, title: str | None = None, file=None) -> None:
+    """Print a table with rich (plain text when the output is not a terminal)."""
+    from rich.console import Console
+    from rich.table import Table as RichTable
+
+    columns, rows = table
+    keep = [i for i, name in enumerate(columns) if not rows or any(row[i] != "-" for row in rows)]
+    columns, rows = [columns[i] for i in keep], [[row[i] for i in keep] for row in rows]
+    out = RichTable(title=title, header_style="bold")
+    for name in columns:
+        numeric = any(word in name for word in ("samples/s", "ms", "FLOP", "MFU", "batch", "B/A"))
+        out.add_column(name, justify="right" if numeric else "left", overflow="fold")
+    for row in rows:
+        out.add_row(*row)
+    console = Console(file=file, soft_wrap=False)
+    if not console.is_terminal:
+        console.width = 200  # piped to a file or a log: do not fold columns at 80 characters
+    console.print(out)
+
+
+def to_csv(table: Table) -> str:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer)
+    writer.writerow(table[0])
+    writer.writerows(table[1])
+    return buffer.getvalue()

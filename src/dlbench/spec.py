@@ -1,0 +1,109 @@
+"""Typed, validated run configuration.
+
+A :class:`RunSpec` is validated once, at the edge (CLI flags or a YAML file); the engine trusts it.
+Every field that changes the measured number is here, so the record can say exactly what ran.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from dlbench.errors import UsageError
+
+
+class RunSpec(BaseModel):
+    """One benchmark run. Fields not given take the workload's or dlbench's defaults."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    workload: str = Field(description="Catalogue name, e.g. 'resnet50' (see 'dlbench list').")
+    params: dict[str, Any] = Field(
+        default_factory=dict, description="Size parameters of the workload, e.g. image_size=64."
+    )
+    batch_size: int | None = Field(
+        default=None, gt=0, description="Samples per step on each process; None: the workload's default."
+    )
+    steps: int = Field(default=20, gt=0, description="Measured steps (after warmup).")
+    warmup: int = Field(default=5, ge=0, description="Steps run before timing starts (not measured).")
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        default="auto", description="'auto' takes CUDA when present, else the CPU."
+    )
+    precision: Literal["fp32", "bf16", "fp16"] = Field(
+        default="fp32", description="fp32, or autocast to bf16/fp16 (fp16 adds dynamic grad scaling)."
+    )
+    mode: Literal["train", "inference"] = Field(
+        default="train", description="train: forward+backward+optimizer; inference: forward only."
+    )
+    channels_last: bool = Field(default=False, description="NHWC (NDHWC) memory format for model and inputs.")
+    compile: bool = Field(default=False, description="Wrap the model in torch.compile (default mode).")
+    optimizer: Literal["sgd", "adam"] = Field(default="sgd", description="SGD with momentum 0.9, or Adam.")
+    learning_rate: float | None = Field(
+        default=None, gt=0, description="None: 0.01 for SGD, 0.001 for Adam."
+    )
+    threads: int | None = Field(
+        default=None, gt=0, description="torch intra-op threads; None: torch's default."
+    )
+    seed: int = Field(default=0, ge=0, description="Seeds model initialisation and synthetic data.")
+    data: Literal["synthetic", "loader"] = Field(
+        default="synthetic",
+        description="synthetic: one batch resident on the device (pure compute); loader: a DataLoader "
+        "with workers, pinned memory and host-to-device copies every step (input-pipeline cost).",
+    )
+    workers: int = Field(default=2, ge=0, description="DataLoader worker processes (data=loader).")
+    tags: dict[str, str] = Field(default_factory=dict, description="Free key=value labels, stored.")
+
+    @field_validator("params")
+    @classmethod
+    def _params_are_scalars(cls, value: dict[str, Any]) -> dict[str, Any]:
+        for key, v in value.items():
+            if not isinstance(v, (int, float, str, bool)):
+                raise ValueError(f"parameter {key!r} must be a number, string or boolean")
+        return value
+
+    @field_validator("tags", mode="before")
+    @classmethod
+    def _tags_as_strings(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            return {str(k): str(v) for k, v in value.items()}
+        return value
+
+    @property
+    def resolved_learning_rate(self) -> float:
+        if self.learning_rate is not None:
+            return self.learning_rate
+        return 0.01 if self.optimizer == "sgd" else 0.001
+
+
+def parse_key_values(pairs: list[str], what: str) -> dict[str, str]:
+    """``["a=1", "b=x"]`` → ``{"a": "1", "b": "x"}``; a pair without '=' is a usage error."""
+    out: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"{what} {pair!r} must look like NAME=VALUE, e.g. {what} image_size=64.")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def make_spec(fields: dict[str, Any], where: str = "") -> RunSpec:
+    """Build a :class:`RunSpec`, turning pydantic's report into one sentence naming the fix."""
+    try:
+        return RunSpec(**fields)
+    except ValidationError as exc:
+        raise UsageError(describe_validation_error(exc, where)) from None
+
+
+def describe_validation_error(exc: ValidationError, where: str = "") -> str:
+    """The first validation problem as one sentence, e.g. "steps=0: must be greater than 0"."""
+    err = exc.errors()[0]
+    loc = ".".join(str(part) for part in err["loc"])
+    prefix = f"{where}: " if where else ""
+    if err["type"] == "extra_forbidden":
+        known = ", ".join(RunSpec.model_fields)
+        return f"{prefix}unknown key {loc!r}; known keys are: {known}."
+    if err["type"] == "missing":
+        return f"{prefix}{loc!r} is required."
+    message = err["msg"][0].lower() + err["msg"][1:]
+    return f"{prefix}{loc}={err.get('input')!r}: {message}."

@@ -1,0 +1,126 @@
+"""The results-store contract.
+
+A store keeps every run record, failed ones too, and answers filtered queries. Contract for an
+implementation:
+
+* :meth:`Store.save` writes one record atomically: after it returns the run is visible with all its
+  tags; if it raises, nothing of that run is visible and earlier runs are untouched.
+* :meth:`Store.query` returns :class:`RunSummary` rows, newest first, without parsing full records
+  (listing must stay fast for tens of thousands of runs).
+* :meth:`Store.get` accepts a full id or a unique prefix; an unknown or ambiguous id is a
+  :class:`~dlbench.errors.UsageError` that says so.
+* :meth:`Store.records` returns full records (upgraded to the current schema) for the same filters.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class RunFilter:
+    """Which runs to select; every given criterion must hold (tags: all pairs must match)."""
+
+    ids: tuple[str, ...] = ()
+    workloads: tuple[str, ...] = ()
+    device: str | None = None  # "cpu" / "cuda", or a fragment of the device name
+    host: str | None = None
+    status: str | None = None
+    torch_version: str | None = None  # prefix match: "2.4" selects 2.4.0, 2.4.1+cu121 ...
+    tags: dict[str, str] = field(default_factory=dict)
+    since: dt.datetime | None = None
+    until: dt.datetime | None = None
+    limit: int | None = None
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """The columns every listing shows, read without parsing the full record."""
+
+    id: str
+    created_at: str
+    status: str
+    workload: str
+    device: str
+    device_name: str
+    host: str
+    precision: str
+    mode: str
+    batch_size: int | None
+    nproc: int
+    torch_version: str
+    samples_per_s: float | None
+    step_time_median_s: float | None
+    tags: dict[str, str]
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+class Store:
+    """Abstract results store. See the module docstring for the contract."""
+
+    def save(self, record: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def get(self, run_id: str) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def query(self, flt: RunFilter = RunFilter()) -> list[RunSummary]:
+        raise NotImplementedError
+
+    def records(self, flt: RunFilter = RunFilter()) -> list[dict[str, Any]]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release connections; the default does nothing."""
+
+
+_FIELD_KEYS = ("workload", "device", "host", "status", "torch", "since", "until")
+
+
+def parse_date(text: str, what: str) -> dt.datetime:
+    """``2026-11-30`` or a full ISO 8601 time; naive times are taken as UTC."""
+    from dlbench.errors import UsageError
+
+    try:
+        moment = dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise UsageError(f"{what} {text!r} is not a date; use YYYY-MM-DD or YYYY-MM-DDTHH:MM.") from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=dt.timezone.utc)
+
+
+def parse_selector(text: str) -> RunFilter:
+    """A run group from text, for ``dlbench compare``.
+
+    Comma-separated terms: a bare term is a run id (or unique prefix); ``KEY=VALUE`` filters on
+    workload, device, host, status, torch (version prefix), since, until — any other key is a tag.
+    Example: ``torch=2.4,container=docker`` or ``3f2a1c,9b0e77``.
+    """
+    from dlbench.errors import UsageError
+
+    ids: list[str] = []
+    workloads: list[str] = []
+    fields: dict[str, object] = {}
+    tags: dict[str, str] = {}
+    for term in filter(None, (t.strip() for t in text.split(","))):
+        key, sep, value = term.partition("=")
+        if not sep:
+            ids.append(term)
+        elif not value:
+            raise UsageError(f"selector term {term!r} has no value; write KEY=VALUE, e.g. torch=2.4.")
+        elif key == "workload":
+            workloads.append(value)
+        elif key in ("since", "until"):
+            fields[key] = parse_date(value, key)
+        elif key == "torch":
+            fields["torch_version"] = value
+        elif key in _FIELD_KEYS:
+            fields[key] = value
+        else:
+            tags[key] = value
+    if not (ids or workloads or fields or tags):
+        raise UsageError(f"selector {text!r} selects nothing; give run ids or KEY=VALUE terms.")
+    return RunFilter(ids=tuple(ids), workloads=tuple(workloads), tags=tags, **fields)  # type: ignore[arg-type]

@@ -1,0 +1,54 @@
+import pytest
+
+from dlbench.report.compare import GroupEstimate, compare, config_key, estimate, verdict
+
+
+def record(samples_per_s, workload="resnet50", sem=0.01, mean=1.0, status="ok", batch_size=16, **spec):
+    return {
+        "status": status,
+        "spec": {"workload": workload, "mode": "train", "precision": "fp32", "batch_size": batch_size,
+                 "params": {"image_size": 64}, "nproc": 1, **spec},
+        "result": None if status != "ok" else {
+            "samples_per_s": samples_per_s, "step_time_s": {"mean": mean, "sem": sem}},
+    }
+
+
+def test_estimate_uses_between_run_spread_with_several_runs():
+    est = estimate([record(100.0), record(110.0), record(90.0)])
+    assert est.runs == 3
+    assert est.samples_per_s == pytest.approx(100.0)
+    assert est.sem == pytest.approx(10.0 / 3 ** 0.5)
+
+
+def test_estimate_propagates_step_time_spread_for_one_run():
+    est = estimate([record(200.0, sem=0.02, mean=1.0)])
+    assert est.sem == pytest.approx(4.0)  # 2% relative error of 200 samples/s
+
+
+@pytest.mark.parametrize(
+    "a, b, expected",
+    [
+        (GroupEstimate(3, 100.0, 1.0), GroupEstimate(3, 110.0, 1.0), "faster"),
+        (GroupEstimate(3, 100.0, 1.0), GroupEstimate(3, 90.0, 1.0), "slower"),
+        # the same 10% difference is noise when the runs themselves spread by 10%
+        (GroupEstimate(3, 100.0, 10.0), GroupEstimate(3, 110.0, 10.0), "within noise"),
+        (GroupEstimate(1, 100.0, 0.0), GroupEstimate(1, 100.0, 0.0), "within noise"),
+    ],
+)
+def test_verdict_depends_on_spread_not_a_fixed_percentage(a, b, expected):
+    assert verdict(a, b) == expected
+
+
+def test_compare_groups_by_configuration_and_ignores_failed_runs():
+    a = [record(100.0), record(102.0), record(50.0, workload="lstm"), record(0, status="failed")]
+    b = [record(150.0), record(151.0), record(10.0, workload="vgg11")]
+    rows = {row.key.split()[0]: row for row in compare(a, b)}
+    assert rows["resnet50"].ratio == pytest.approx(150.5 / 101.0)
+    assert rows["resnet50"].verdict == "faster"
+    assert rows["lstm"].verdict == "only in A"
+    assert rows["vgg11"].verdict == "only in B"
+    assert rows["resnet50"].a.runs == 2
+
+
+def test_config_key_separates_batch_sizes():
+    assert config_key(record(1.0, batch_size=16)) != config_key(record(1.0, batch_size=32))
