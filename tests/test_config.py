@@ -128,7 +128,7 @@ def test_builtin_suites_cover_the_catalogue():
         specs = builtin_suite(name)
         assert {s.workload for s in specs} == set(registry.names())
         for s in specs:
-            registry.resolve_params(s.workload, s.params)  # every param is valid
+            registry.create(s.workload, s.params)  # every param is valid and consistent
     with pytest.raises(UsageError, match="unknown suite 'quik'; did you mean 'quick'"):
         builtin_suite("quik")
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from dlbench.errors import UsageError
 
@@ -69,6 +69,13 @@ class RunSpec(BaseModel):
             return {str(k): str(v) for k, v in value.items()}
         return value
 
+    @model_validator(mode="after")
+    def _compile_needs_warmup(self) -> RunSpec:
+        if self.compile and self.warmup < 1:
+            # the first call compiles (seconds to minutes): it must not land in the timed window
+            raise ValueError("compile needs warmup of at least 1, since the first step compiles the model")
+        return self
+
     @property
     def resolved_learning_rate(self) -> float:
         if self.learning_rate is not None:
@@ -105,5 +112,7 @@ def describe_validation_error(exc: ValidationError, where: str = "") -> str:
         return f"{prefix}unknown key {loc!r}; known keys are: {known}."
     if err["type"] == "missing":
         return f"{prefix}{loc!r} is required."
+    if not loc:  # a check across fields
+        return f"{prefix}{err['msg'].removeprefix('Value error, ')}."
     message = err["msg"][0].lower() + err["msg"][1:]
     return f"{prefix}{loc}={err.get('input')!r}: {message}."

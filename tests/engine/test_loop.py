@@ -119,3 +119,23 @@ def test_out_of_memory_is_recorded_as_oom(tmp_path, monkeypatch):
     # 2**40 samples of 10 floats: far beyond this machine's memory, refused at allocation
     record = run_benchmark(spec(batch_size=2**40), env={"hostname": "h"})
     assert record["status"] == "oom", record["error"]
+
+
+def test_compile_runs_and_needs_warmup():
+    from dlbench.errors import UsageError
+    from dlbench.spec import make_spec
+
+    result = measure(spec(compile=True), TinyLinear(fail=False), torch.device("cpu"), 4)
+    assert result["samples_per_s"] > 0
+    with pytest.raises(UsageError, match="compile needs warmup of at least 1"):
+        make_spec({"workload": "tiny", "compile": True, "warmup": 0})
+
+
+def test_channels_last_inputs():
+    from dlbench.engine.data import to_device
+
+    images, volumes, labels = torch.randn(2, 3, 8, 8), torch.randn(2, 1, 4, 4, 4), torch.zeros(2, dtype=torch.long)
+    a, b, c = to_device((images, volumes, labels), torch.device("cpu"), channels_last=True)
+    assert a.is_contiguous(memory_format=torch.channels_last)
+    assert b.is_contiguous(memory_format=torch.channels_last_3d)
+    assert torch.equal(a, images) and torch.equal(c, labels)

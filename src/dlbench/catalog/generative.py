@@ -32,7 +32,7 @@ def _generator(noise_dim: int, channels: int, features: int, n_up: int) -> nn.Se
 
 
 def _discriminator(channels: int, features: int, n_down: int) -> nn.Sequential:
-    """images (B, C, S, S) -> real/fake logits (B,). No BatchNorm on the input layer (DCGAN paper)."""
+    """images (B, C, S, S) -> logits (B,); no BatchNorm on the input layer (DCGAN paper)."""
     layers: list[nn.Module] = [
         nn.Conv2d(channels, features, 4, 2, 1, bias=False),  # (B, F, S/2, S/2)
         nn.LeakyReLU(0.2, inplace=True),
@@ -85,8 +85,8 @@ def _g_loss(d: nn.Module, fake: torch.Tensor) -> torch.Tensor:
 
 
 class DCGAN(Workload):
-    """DCGAN (Radford et al. 2016) as in the PyTorch examples repository: a transposed-conv generator
-    and a strided-conv discriminator trained alternately, one optimizer each."""
+    """DCGAN (Radford et al. 2016) as in the PyTorch examples repository: a transposed-conv
+    generator and a strided-conv discriminator trained alternately, one optimizer each."""
 
     name = "dcgan"
     description = "DCGAN generator + discriminator trained alternately on synthetic images."
@@ -125,7 +125,8 @@ class DCGAN(Workload):
         """Both losses in one forward (G once, D three times), as one training step computes."""
         real, noise = batch
         fake = model.generator(noise)  # (B, C, S, S)
-        return _d_loss(model.discriminator, real, fake.detach()) + _g_loss(model.discriminator, fake)
+        d = model.discriminator
+        return _d_loss(d, real, fake.detach()) + _g_loss(d, fake)
 
     def inference(self, model: nn.Module, batch: Batch) -> Any:
         return model.generator(batch[1])  # noise -> images (B, C, S, S)

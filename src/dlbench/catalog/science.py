@@ -82,7 +82,7 @@ class CNN3D(Workload):
     4-channel dark-matter density volumes with a 3D CNN, trained with MSE."""
 
     name = "cnn3d"
-    description = "CosmoFlow-style 3D CNN regressing 4 cosmology parameters from volumes (MLPerf HPC)."
+    description = "CosmoFlow-style 3D CNN regressing cosmology parameters (MLPerf HPC)."
     domain = "science"
     # The reference trains 4 samples of 128^3 per GPU; a 64^3 sample is 8x smaller, so 32 samples
     # move the same number of voxels per step.
@@ -92,7 +92,7 @@ class CNN3D(Workload):
         # volume_size=128 with --batch-size 4 is the MLPerf HPC configuration.
         "volume_size": Param(64, "edge length V of the cubic input volumes", minimum=2),
         "n_conv_layers": Param(5, "conv+pool blocks; each halves V (reference: 5)", minimum=1),
-        "kernel_size": Param(2, "edge of the 3D conv kernels (reference: 2, 'same' padding)", minimum=1),
+        "kernel_size": Param(2, "3D conv kernel edge (reference: 2, 'same' padding)", minimum=1),
         "in_channels": Param(4, "channels per voxel (reference: 4 redshifts)", minimum=1),
         "n_targets": Param(4, "regressed parameters (reference: 4)", minimum=1),
     }
@@ -116,7 +116,8 @@ class CNN3D(Workload):
     def sample(self, batch_size: int, generator: torch.Generator) -> Batch:
         p = self.params
         v = p["volume_size"]
-        volumes = torch.randn(batch_size, p["in_channels"], v, v, v, generator=generator)  # (B, C, V, V, V)
+        # (B, C, V, V, V)
+        volumes = torch.randn(batch_size, p["in_channels"], v, v, v, generator=generator)
         # Targets uniform in [-1, 1], like the reference's normalised cosmological parameters.
         targets = torch.rand(batch_size, p["n_targets"], generator=generator) * 2 - 1  # (B, T)
         return volumes, targets

@@ -59,7 +59,7 @@ class LSTMClassifier(Workload):
     """
 
     name = "lstm"
-    description = "LSTM sequence classifier on synthetic float sequences (NERSC pytorch-benchmarks)."
+    description = "LSTM classifier on synthetic float sequences (NERSC pytorch-benchmarks)."
     domain = "sequence"
     default_batch_size = 64  # NERSC's lstm config
     params = {
@@ -106,7 +106,8 @@ class _TransformerNet(nn.Module):
     def __init__(self, vocab: int, d_model: int, heads: int, layers: int, ffn: int, max_len: int):
         super().__init__()
         self.embed = nn.Embedding(vocab, d_model)
-        nn.init.normal_(self.embed.weight, std=d_model**-0.5)  # fairseq's init for scaled embeddings
+        # fairseq's init for embeddings that are scaled by sqrt(d_model) in forward
+        nn.init.normal_(self.embed.weight, std=d_model**-0.5)
         self.scale = math.sqrt(d_model)
         self.register_buffer("positions", _sinusoids(max_len, d_model), persistent=False)
         self.dropout = nn.Dropout(0.1)  # Transformer base: P_drop = 0.1 everywhere
@@ -167,7 +168,8 @@ class TransformerTranslation(Workload):
         )
 
     def sample(self, batch_size: int, generator: torch.Generator) -> Batch:
-        return _translation_batch(batch_size, self.params["seq_len"], self.params["vocab_size"], generator)
+        p = self.params
+        return _translation_batch(batch_size, p["seq_len"], p["vocab_size"], generator)
 
     def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
         src, tgt_in, tgt_out = batch
@@ -206,7 +208,7 @@ class _GNMTNet(nn.Module):
 
     def __init__(self, vocab: int, hidden: int, layers: int, dropout: float = 0.2):
         super().__init__()
-        self.embed = nn.Embedding(vocab, hidden)  # shared by encoder and decoder, as in the reference
+        self.embed = nn.Embedding(vocab, hidden)  # shared by encoder and decoder (reference)
         self.dropout = nn.Dropout(dropout)
         self.encoder = nn.ModuleList(
             [nn.LSTM(hidden, hidden, batch_first=True, bidirectional=True),
@@ -256,7 +258,7 @@ class GNMT(Workload):
         # The reference's 32k BPE vocabulary plus specials, padded to a multiple of 8.
         "vocab_size": Param(32320, "shared source/target vocabulary", minimum=2),
         "hidden_size": Param(1024, "LSTM and embedding width", minimum=1),
-        "num_layers": Param(4, "encoder layers (and as many decoder layers); at least 2", minimum=2),
+        "num_layers": Param(4, "encoder layers (as many in the decoder); at least 2", minimum=2),
     }
 
     def build_model(self) -> nn.Module:
@@ -264,7 +266,8 @@ class GNMT(Workload):
         return _GNMTNet(p["vocab_size"], p["hidden_size"], p["num_layers"])
 
     def sample(self, batch_size: int, generator: torch.Generator) -> Batch:
-        return _translation_batch(batch_size, self.params["seq_len"], self.params["vocab_size"], generator)
+        p = self.params
+        return _translation_batch(batch_size, p["seq_len"], p["vocab_size"], generator)
 
     def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
         src, tgt_in, tgt_out = batch

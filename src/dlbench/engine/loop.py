@@ -13,6 +13,7 @@ device synchronisations; per-step times come from the same clock and give the sp
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -167,22 +168,39 @@ def count_flops_per_sample(prepared: Prepared, mode: str, max_samples: int = 2) 
     n = min(max_samples, batch[0].shape[0])
     small = tuple(t[:n] for t in batch)
     model, workload = prepared.model, prepared.workload
-    counter = FlopCounterMode(display=False)
+
+    def step() -> None:
+        if mode == "train":
+            workload.loss(model, small).backward()
+        else:
+            with torch.no_grad():
+                workload.inference(model, small)
+
     try:
-        with counter:
-            if mode == "train":
-                workload.loss(model, small).backward()
-            else:
-                with torch.no_grad():
-                    workload.inference(model, small)
+        total = count_flops(step)
     except RuntimeError:
-        # Some operators have no FLOP formula under every backend; FLOPs are then unknown, the
-        # benchmark still runs.
+        # An operator without a FLOP formula under this backend: FLOPs unknown, the run goes on.
         return None
     finally:
         model.zero_grad(set_to_none=True)
-    total = counter.get_total_flops()
     return total / n if total else None
 
 
-__all__ = ["measure", "prepare", "summarise", "count_flops_per_sample", "OnStep"]
+def count_flops(fn: Callable[[], Any]) -> int:
+    """FLOPs of ``fn()`` as torch.utils.flop_counter counts them, fused RNN kernels included.
+
+    The counter has formulas for matmuls and convolutions but none for cuDNN's and oneDNN's fused
+    RNN kernels (``aten._cudnn_rnn``, ``aten.mkldnn_rnn_layer``), which would count LSTM layers as
+    zero. With both libraries off, PyTorch runs RNNs as explicit matmuls, which the counter sees;
+    convolutions are counted at ``aten.convolution`` whichever library runs them.
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # mkldnn.flags warns about TF32 on builds without Intel GPUs
+        with torch.backends.cudnn.flags(enabled=False), torch.backends.mkldnn.flags(enabled=False):
+            counter = FlopCounterMode(display=False)
+            with counter:
+                fn()
+    return counter.get_total_flops()
+
+
+__all__ = ["measure", "prepare", "summarise", "count_flops", "count_flops_per_sample", "OnStep"]
