@@ -53,6 +53,33 @@ class RunSpec(BaseModel):
     )
     workers: int = Field(default=2, ge=0, description="DataLoader worker processes (data=loader).")
     tags: dict[str, str] = Field(default_factory=dict, description="Free key=value labels, stored.")
+    telemetry: bool = Field(
+        default=True, description="Sample GPU/host telemetry during the run; summary in the record, series stored."
+    )
+    telemetry_interval_s: float = Field(default=1.0, gt=0, description="Seconds between telemetry samples.")
+    metrics_port: int | None = Field(
+        default=None, ge=1, le=65535, description="Serve the run's training metrics for Prometheus on this port."
+    )
+    metrics_host: str = Field(
+        default="127.0.0.1", description="Interface for metrics_port; 0.0.0.0 to be scraped from other hosts."
+    )
+    nproc: int = Field(default=1, gt=0, description="Processes per node (torchrun --nproc-per-node); >1 runs DDP.")
+    nnodes: int = Field(default=1, gt=0, description="Nodes taking part (torchrun --nnodes).")
+    node_rank: int = Field(default=0, ge=0, description="This node's rank among nnodes (torchrun --node-rank).")
+    rdzv_endpoint: str | None = Field(
+        default=None, description="HOST:PORT of node 0 for multi-node runs (torchrun --rdzv-endpoint)."
+    )
+    backend: Literal["gloo", "nccl", "mpi"] | None = Field(
+        default=None, description="torch.distributed backend; None: nccl on CUDA, gloo on the CPU."
+    )
+    scaling: Literal["weak", "strong"] = Field(
+        default="weak",
+        description="weak: batch_size is per process; strong: batch_size is global, split across processes.",
+    )
+    timeout_s: float = Field(
+        default=300.0, gt=0,
+        description="Longest a rank may wait for the others (collectives, rendezvous) before the run fails.",
+    )
 
     @field_validator("params")
     @classmethod
@@ -75,6 +102,28 @@ class RunSpec(BaseModel):
             # the first call compiles (seconds to minutes): it must not land in the timed window
             raise ValueError("compile needs warmup of at least 1, since the first step compiles the model")
         return self
+
+    @model_validator(mode="after")
+    def _metrics_port_needs_telemetry(self) -> RunSpec:
+        if self.metrics_port is not None and not self.telemetry:
+            raise ValueError("metrics_port needs telemetry; drop --no-telemetry or --metrics-port")
+        return self
+
+    @model_validator(mode="after")
+    def _multi_node_needs_endpoint(self) -> RunSpec:
+        if self.nnodes > 1 and not self.rdzv_endpoint:
+            raise ValueError("nnodes > 1 needs rdzv_endpoint HOST:PORT of node 0, e.g. --rdzv-endpoint node001:29500")
+        if self.node_rank >= self.nnodes:
+            raise ValueError(f"node_rank {self.node_rank} must be below nnodes {self.nnodes}")
+        return self
+
+    @property
+    def world_size(self) -> int:
+        return self.nproc * self.nnodes
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
 
     @property
     def resolved_learning_rate(self) -> float:

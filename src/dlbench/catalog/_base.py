@@ -23,6 +23,8 @@ Contract:
 * Workloads that need more than one optimizer (a GAN) override :meth:`parameter_groups` and
   :meth:`train_step`.
 * :meth:`inference` is the forward pass measured in inference mode.
+* :meth:`distribute` wraps the model for data-parallel runs; override it when ``loss`` or
+  ``train_step`` call submodules directly (a GAN), so that each called module is wrapped.
 """
 
 from __future__ import annotations
@@ -112,6 +114,11 @@ class Workload:
     def parameter_groups(self, model: nn.Module) -> list[Iterator[nn.Parameter]]:
         """One entry per optimizer; the default is a single optimizer over all parameters."""
         return [model.parameters()]
+
+    def distribute(self, model: nn.Module, wrap: Callable[[nn.Module], nn.Module]) -> nn.Module:
+        """Wrap for data parallelism (``wrap`` builds a DistributedDataParallel); the default wraps
+        the whole model. Workloads that call submodules directly wrap those instead."""
+        return wrap(model)
 
     def train_step(self, model: nn.Module, batch: Batch, ctx: StepContext) -> torch.Tensor:
         """One optimisation step; returns the detached loss (never ``.item()``: that syncs)."""

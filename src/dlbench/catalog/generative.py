@@ -134,6 +134,12 @@ class DCGAN(Workload):
     def parameter_groups(self, model: nn.Module) -> list[Iterator[nn.Parameter]]:
         return [model.generator.parameters(), model.discriminator.parameters()]
 
+    def distribute(self, model: nn.Module, wrap) -> nn.Module:
+        # loss() and train_step() call the two networks directly, so each is wrapped on its own.
+        model.generator = wrap(model.generator)
+        model.discriminator = wrap(model.discriminator)
+        return model
+
     def train_step(self, model: nn.Module, batch: Batch, ctx: StepContext) -> torch.Tensor:
         real, noise = batch
         g, d = model.generator, model.discriminator

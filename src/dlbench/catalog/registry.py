@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import os
 from typing import Any
 
 from dlbench.catalog._base import Param, Workload
@@ -25,16 +26,35 @@ WORKLOADS: dict[str, str] = {
 _ARTICLE = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
 
 
+def _all() -> dict[str, str]:
+    """The built-in workloads plus the user's own from ``DLBENCH_WORKLOADS``.
+
+    ``DLBENCH_WORKLOADS="mymodel=mypkg.bench:MyModel,other=…"`` adds workloads without changing
+    dlbench (the modules must be importable); launched ranks inherit the variable.
+    """
+    extra = {}
+    for entry in filter(None, os.environ.get("DLBENCH_WORKLOADS", "").split(",")):
+        name, sep, target = entry.partition("=")
+        if not sep or ":" not in target:
+            raise UsageError(f"DLBENCH_WORKLOADS entry {entry!r} must look like name=module:Class.")
+        extra[name.strip()] = target.strip()
+    return WORKLOADS | extra
+
+
 def names() -> list[str]:
-    return list(WORKLOADS)
+    return list(_all())
 
 
 def get_class(name: str) -> type[Workload]:
     """The workload class registered under ``name``; an unknown name suggests close ones."""
-    if name not in WORKLOADS:
-        raise unknown_name("workload", name, WORKLOADS, "Run 'dlbench list' to see the catalogue.")
-    module_name, class_name = WORKLOADS[name].split(":")
-    return getattr(importlib.import_module(module_name), class_name)
+    known = _all()
+    if name not in known:
+        raise unknown_name("workload", name, known, "Run 'dlbench list' to see the catalogue.")
+    module_name, class_name = known[name].split(":")
+    try:
+        return getattr(importlib.import_module(module_name), class_name)
+    except (ImportError, AttributeError) as exc:
+        raise UsageError(f"workload {name!r} points at {known[name]!r}, which cannot be imported ({exc}).") from None
 
 
 def _coerce(workload: str, key: str, param: Param, value: Any) -> Any:

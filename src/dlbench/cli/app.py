@@ -11,7 +11,7 @@ import sys
 import typer
 
 from dlbench import __version__
-from dlbench.cli import catalog, results, run
+from dlbench.cli import catalog, results, run, scale
 
 app = typer.Typer(
     name="dlbench",
@@ -46,6 +46,8 @@ app.command("results")(results.results)
 app.command("show")(results.show)
 app.command("compare")(results.compare)
 app.command("env")(catalog.env)
+app.command("scale")(scale.scale)
+app.command("comm")(scale.comm)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -41,18 +41,36 @@ def run(
     data: str = typer.Option(None, "--data", help="synthetic (on-device, pure compute) | loader (DataLoader + H2D copies) [default: synthetic]."),
     workers: int = typer.Option(None, "--workers", help="DataLoader workers with --data loader [default: 2]."),
     tag: list[str] = typer.Option(None, "--tag", "-t", help="Label KEY=VALUE stored with the run (repeatable)."),
+    nproc: int = typer.Option(None, "--nproc", help="Processes on this node (DDP through torchrun; one per GPU) [default: 1]."),
+    backend: str = typer.Option(None, "--backend", help="gloo | nccl | mpi [default: nccl on CUDA, gloo on CPU]."),
+    nnodes: int = typer.Option(None, "--nnodes", help="Nodes in a multi-node run (as torchrun) [default: 1]."),
+    node_rank: int = typer.Option(None, "--node-rank", help="This node's rank, 0..nnodes-1 (as torchrun)."),
+    rdzv_endpoint: str = typer.Option(None, "--rdzv-endpoint", help="HOST:PORT of node 0 for multi-node runs (as torchrun)."),
+    scaling: str = typer.Option(None, "--scaling", help="weak: --batch-size per process | strong: --batch-size is global [default: weak]."),
+    timeout: float = typer.Option(None, "--timeout", help="Seconds a rank may wait for the others before the run fails [default: 300]."),
+    telemetry: bool = typer.Option(None, "--telemetry/--no-telemetry", help="Sample GPU/host telemetry during the run [default: on].", show_default=False),
+    telemetry_interval: float = typer.Option(None, "--telemetry-interval", help="Seconds between telemetry samples [default: 1]."),
+    metrics_port: int = typer.Option(None, "--metrics-port", help="Serve this run's training metrics for Prometheus on PORT."),
+    metrics_host: str = typer.Option(None, "--metrics-host", help="Interface for --metrics-port; 0.0.0.0 for cluster scraping [default: 127.0.0.1]."),
     db: str = DB_OPTION,
     no_store: bool = typer.Option(False, "--no-store", help="Do not save the record in the results store."),
     as_json: bool = JSON_OPTION,
 ) -> None:
-    """Run one benchmark (or every run of a --config file), store the records and print a table."""
+    """Run one benchmark (or every run of a --config file), store the records and print a table.
+
+    With --nproc N (and --nnodes) the run is data-parallel (DistributedDataParallel) through torchrun;
+    started by torchrun, srun or a PyTorchJob, dlbench joins that job instead of launching.
+    """
     from dlbench.config import load_config
     from dlbench.spec import make_spec
 
     overrides = _overrides(
         batch_size=batch_size, steps=steps, warmup=warmup, device=device, precision=precision, mode=mode,
         channels_last=channels_last, compile=compile, optimizer=optimizer, learning_rate=learning_rate,
-        threads=threads, seed=seed, data=data, workers=workers, param=param, tag=tag,
+        threads=threads, seed=seed, data=data, workers=workers, param=param, tag=tag, nproc=nproc,
+        backend=backend, nnodes=nnodes, node_rank=node_rank, rdzv_endpoint=rdzv_endpoint, scaling=scaling,
+        timeout_s=timeout, telemetry=telemetry, telemetry_interval_s=telemetry_interval,
+        metrics_port=metrics_port, metrics_host=metrics_host,
     )
     if config and workload:
         raise UsageError("give a WORKLOAD or --config FILE, not both; put the workload in the file.")

@@ -22,6 +22,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from dlbench.catalog._base import Batch, StepContext, Workload
+from dlbench.distributed.context import DistContext
 from dlbench.engine.data import loader_batches, resident_batches
 from dlbench.engine.devices import peak_flops_per_s
 from dlbench.engine.timing import StepClock, step_stats
@@ -46,12 +47,21 @@ class Prepared:
 
 
 def measure(
-    spec: RunSpec, workload: Workload, device: torch.device, batch_size: int, on_step: OnStep | None = None
+    spec: RunSpec,
+    workload: Workload,
+    device: torch.device,
+    batch_size: int,
+    on_step: OnStep | None = None,
+    dist: DistContext | None = None,
 ) -> dict[str, Any]:
-    """Run warmup and measured steps; return the ``result`` block of the run record."""
+    """Run warmup and measured steps; return the ``result`` block of the run record.
+
+    With ``dist`` (an initialised process group) the model runs under DistributedDataParallel and
+    every rank returns the same global result (see ``distributed.aggregate``).
+    """
     on_step = on_step or (lambda phase, i, n: None)
-    torch.manual_seed(spec.seed)
-    prepared = prepare(spec, workload, device, batch_size)
+    torch.manual_seed(spec.seed)  # the same initial weights on every rank (DDP also broadcasts them)
+    prepared = prepare(spec, workload, device, batch_size, dist)
     flops_per_sample = count_flops_per_sample(prepared, spec.mode)
     if spec.compile:
         prepared.model = torch.compile(prepared.model)
@@ -62,14 +72,37 @@ def measure(
         loss = prepared.step(next(prepared.batches))
         on_step("warmup", i, spec.warmup)
 
-    clock = StepClock(device.type, _synchronizer(device))
+    clock = StepClock(device.type, _synchronizer(device), barrier=dist.barrier if dist else None)
     clock.start()
     for i in range(spec.steps):
         loss = prepared.step(next(prepared.batches))
         clock.lap()
         on_step("measure", i, spec.steps)
     clock.stop()
-    return summarise(spec, device, batch_size, clock, flops_per_sample, loss)
+    result = summarise(spec, device, batch_size, clock, flops_per_sample, loss)
+    if dist is None:
+        return result
+    return _merge_ranks(result, prepared.model, dist, device, spec)
+
+
+def _merge_ranks(local: dict[str, Any], model: torch.nn.Module, dist: DistContext, device, spec) -> dict[str, Any]:
+    """Every rank's figures gathered and merged; the same global result on every rank."""
+    import socket
+
+    from dlbench.distributed.aggregate import global_result
+
+    with torch.no_grad():  # equal on every rank when gradients were averaged correctly
+        checksum = float(sum(p.detach().double().sum() for p in model.parameters()))
+    mine = {k: local[k] for k in ("window_s", "step_times_s", "final_loss")}
+    mine |= {"rank": dist.rank, "host": socket.gethostname(), "param_checksum": checksum}
+    merged = global_result(dist.all_gather_object(mine), local["batch_size"], local["steps"])
+    flops = local["flops_per_sample"]
+    peak = local["peak_flops_per_s"] * dist.world_size if local["peak_flops_per_s"] else None
+    achieved = merged["samples_per_s"] * flops if flops else None
+    return merged | {
+        "flops_per_sample": flops, "achieved_flops_per_s": achieved, "peak_flops_per_s": peak,
+        "mfu": achieved / peak if achieved and peak else None,
+    }
 
 
 def summarise(
@@ -104,19 +137,28 @@ def summarise(
     }
 
 
-def prepare(spec: RunSpec, workload: Workload, device: torch.device, batch_size: int) -> Prepared:
+def prepare(
+    spec: RunSpec, workload: Workload, device: torch.device, batch_size: int, dist: DistContext | None = None
+) -> Prepared:
     """Build model, optimizers and the batch stream on ``device``."""
     model = workload.build_model().to(device)
     if spec.channels_last:
         model = model.to(memory_format=torch.channels_last)
     model.train(spec.mode == "train")
-    generator = torch.Generator().manual_seed(spec.seed)
+    if dist is not None and spec.mode == "train":
+        from torch.nn.parallel import DistributedDataParallel
+
+        ids = [device.index] if device.type == "cuda" else None
+        model = workload.distribute(model, lambda m: DistributedDataParallel(m, device_ids=ids))
+    rank = dist.rank if dist else 0
+    # each rank draws its own data, as each would read its own shard of a data set
+    generator = torch.Generator().manual_seed(spec.seed + 1000 * rank)
     if spec.data == "synthetic":
         batches = resident_batches(workload, batch_size, generator, device, spec.channels_last)
     else:
         batches = loader_batches(
             workload, batch_size, generator, device, spec.channels_last,
-            workers=spec.workers, steps=spec.warmup + spec.steps, seed=spec.seed,
+            workers=spec.workers, steps=spec.warmup + spec.steps, seed=spec.seed + 1000 * rank,
         )
     step = _make_step(spec, workload, model, device)
     return Prepared(workload, model, device, step, batches, batch_size)

@@ -58,17 +58,21 @@ class StepClock:
     window (a per-step ``synchronize`` would stall the launch queue and understate throughput); the
     events are read once at the end. On the CPU, work is synchronous and ``perf_counter`` is exact.
     The wall time of the whole window (``window_s``) is always taken with ``perf_counter`` after a
-    full device synchronisation at both ends: throughput is computed from it.
+    full device synchronisation at both ends: throughput is computed from it. In a distributed run a
+    barrier opens the window on every rank at once.
     """
 
-    def __init__(self, device_type: str, synchronize=None):
+    def __init__(self, device_type: str, synchronize=None, barrier=None):
         self.device_type = device_type
         self._sync = synchronize or (lambda: None)
+        self._barrier = barrier
         self._marks: list = []
         self._t0 = self._t1 = 0.0
 
     def start(self) -> None:
         self._sync()
+        if self._barrier is not None:  # distributed: every rank opens its window together
+            self._barrier()
         self._t0 = time.perf_counter()
         self._marks = [self._mark()]
 

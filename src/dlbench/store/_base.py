@@ -10,6 +10,9 @@ implementation:
 * :meth:`Store.get` accepts a full id or a unique prefix; an unknown or ambiguous id is a
   :class:`~dlbench.errors.UsageError` that says so.
 * :meth:`Store.records` returns full records (upgraded to the current schema) for the same filters.
+* :meth:`Store.save` takes the run's telemetry ``series`` too (a list of JSON-able samples, each
+  with ``t_s``) and writes it in the same transaction as the run; :meth:`Store.series` returns it
+  in order (``[]`` for a run without one); an unknown id is a ``UsageError`` as for ``get``.
 """
 
 from __future__ import annotations
@@ -62,7 +65,10 @@ class RunSummary:
 class Store:
     """Abstract results store. See the module docstring for the contract."""
 
-    def save(self, record: dict[str, Any]) -> None:
+    def save(self, record: dict[str, Any], series: list[dict[str, Any]] | None = None) -> None:
+        raise NotImplementedError
+
+    def series(self, run_id: str) -> list[dict[str, Any]]:
         raise NotImplementedError
 
     def get(self, run_id: str) -> dict[str, Any]:

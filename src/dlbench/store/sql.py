@@ -58,6 +58,16 @@ tags_table = sa.Table(
     sa.Index("ix_run_tags_key_value", "key", "value"),
 )
 
+# One row per telemetry sample. A new table only (create_all adds it to an existing store), so the
+# layout version stays 1: older dlbench versions simply do not read it.
+telemetry_table = sa.Table(
+    "run_telemetry", metadata,
+    sa.Column("run_id", sa.String(32), sa.ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True),
+    sa.Column("seq", sa.Integer, primary_key=True),
+    sa.Column("t_s", sa.Float, nullable=False),
+    sa.Column("sample", sa.Text, nullable=False),
+)
+
 _SUMMARY_COLUMNS = [c for c in runs_table.c if c.name not in ("record", "schema_version")]
 
 
@@ -114,13 +124,27 @@ class SQLStore(Store):
                     f"this dlbench understands ({STORE_SCHEMA_VERSION}); upgrade dlbench."
                 )
 
-    def save(self, record: dict[str, Any]) -> None:
+    def save(self, record: dict[str, Any], series: list[dict[str, Any]] | None = None) -> None:
         row = summary_row(record)
         tags = json.loads(row["tags_json"])
-        with self.engine.begin() as conn:  # one transaction: the run and its tags, or nothing
+        with self.engine.begin() as conn:  # one transaction: the run, its tags and telemetry, or nothing
             conn.execute(runs_table.insert().values(**row))
             if tags:
                 conn.execute(tags_table.insert(), [{"run_id": record["id"], "key": k, "value": v} for k, v in tags.items()])
+            if series:
+                conn.execute(telemetry_table.insert(), [
+                    {"run_id": record["id"], "seq": i, "t_s": float(sample["t_s"]),
+                     "sample": json.dumps(sample, separators=(",", ":"))}
+                    for i, sample in enumerate(series)
+                ])
+
+    def series(self, run_id: str) -> list[dict[str, Any]]:
+        full_id = self.get(run_id)["id"]
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                sa.select(telemetry_table.c.sample).where(telemetry_table.c.run_id == full_id).order_by(telemetry_table.c.seq)
+            )
+            return [json.loads(row.sample) for row in rows]
 
     def get(self, run_id: str) -> dict[str, Any]:
         with self.engine.connect() as conn:

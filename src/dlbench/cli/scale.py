@@ -1,0 +1,160 @@
+"""``dlbench scale`` (scaling studies) and ``dlbench comm`` (collective bandwidth)."""
+
+from __future__ import annotations
+
+import re
+
+import typer
+
+from dlbench.cli._common import DB_OPTION, JSON_OPTION, emit_json, info, open_store
+from dlbench.errors import BenchmarkFailed, UsageError
+
+
+def scale(
+    workload: str = typer.Argument(..., help="Catalogue name (see 'dlbench list')."),
+    nproc: str = typer.Option("1,2", "--nproc", help="Process counts, comma-separated, e.g. 1,2,4,8."),
+    scaling: str = typer.Option("weak", "--scaling", help="weak: --batch-size per process | strong: --batch-size global, split."),
+    param: list[str] = typer.Option(None, "--param", "-p", help="Workload parameter NAME=VALUE (repeatable)."),
+    batch_size: int = typer.Option(None, "--batch-size", "-b", help="Per process (weak) or global (strong)."),
+    steps: int = typer.Option(20, "--steps", help="Measured steps per run."),
+    warmup: int = typer.Option(5, "--warmup", help="Warmup steps per run."),
+    device: str = typer.Option("auto", "--device", help="auto | cpu | cuda."),
+    precision: str = typer.Option("fp32", "--precision", help="fp32 | bf16 | fp16."),
+    backend: str = typer.Option(None, "--backend", help="gloo | nccl | mpi [default: nccl on CUDA, gloo on CPU]."),
+    threads: int = typer.Option(None, "--threads", help="Threads per process (default: cores / processes)."),
+    data: str = typer.Option("synthetic", "--data", help="synthetic | loader."),
+    timeout: float = typer.Option(300.0, "--timeout", help="Seconds a rank may wait for the others."),
+    tag: list[str] = typer.Option(None, "--tag", "-t", help="Label KEY=VALUE for every run (repeatable)."),
+    plot: str = typer.Option(None, "--plot", help="PNG path [default: dlbench-scale-WORKLOAD-SERIES.png]."),
+    no_plot: bool = typer.Option(False, "--no-plot", help="Do not write a PNG."),
+    db: str = DB_OPTION,
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Run WORKLOAD at several process counts; print throughput, speed-up and efficiency T_N/(N·T_1); plot it."""
+    from dlbench.distributed.scale import parse_counts, run_scale, scale_rows
+    from dlbench.spec import make_spec, parse_key_values
+
+    counts = parse_counts(nproc)
+    base = make_spec({
+        "workload": workload, "params": parse_key_values(param or [], "--param"), "batch_size": batch_size,
+        "steps": steps, "warmup": warmup, "device": device, "precision": precision, "backend": backend,
+        "threads": threads, "data": data, "timeout_s": timeout, "scaling": scaling,
+        "tags": parse_key_values(tag or [], "--tag"),
+    })
+    store = open_store(db)
+    try:
+        series, records = run_scale(base, counts, store, on_run=lambda s: info(f"running {workload} with {s.nproc} process(es) …"))
+    finally:
+        store.close()
+    rows = scale_rows(records)
+    png = None
+    if not no_plot and any(r["status"] == "ok" for r in records):
+        from dlbench.report.charts import render_scaling, scaling_series
+
+        png = str(render_scaling({f"{workload} ({scaling})": scaling_series(records)},
+                                 plot or f"dlbench-scale-{workload}-{series}.png",
+                                 f"{workload}: {scaling} scaling on {records[0]['spec']['device_name']}"))
+    if as_json:
+        emit_json({"series": series, "workload": workload, "scaling": scaling, "rows": rows, "plot": png})
+    else:
+        _render_scale(rows, series)
+        if png:
+            info(f"plot: {png}")
+    failed = [r for r in records if r["status"] != "ok"]
+    if failed:
+        raise BenchmarkFailed(f"{len(failed)} of {len(records)} run(s) failed: " + "; ".join(r["error"] or r["status"] for r in failed))
+
+
+def _render_scale(rows, series: str) -> None:
+    from dlbench.report.tables import render
+
+    def num(value, fmt):
+        return "-" if value is None else format(value, fmt)
+
+    table = (["processes", "samples/s", "speed-up", "efficiency", "slowest rank samples/s", "run", "status"], [
+        [str(r["nproc"]), num(r["samples_per_s"], ",.1f"), num(r["speedup"], ".2f"), num(r["efficiency"], ".1%"),
+         num(r["slowest_rank_samples_per_s"], ",.1f"), r["run_id"], r["status"]] for r in rows])
+    render(table, title=f"scaling series {series} (tag scale_series={series})")
+
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmMgG]?)i?[bB]?\s*$")
+
+
+def parse_size(text: str) -> int:
+    """``"64M"`` → 67108864 (binary multiples, as nccl-tests' -b/-e)."""
+    match = _SIZE.match(text)
+    if not match:
+        raise UsageError(f"size {text!r} must be a number of bytes with an optional K, M or G, e.g. 64M.")
+    number, unit = match.groups()
+    return int(float(number) * {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}[unit.lower()])
+
+
+def comm(
+    nproc: int = typer.Option(2, "--nproc", help="Processes on this node (one per GPU on CUDA)."),
+    collective: list[str] = typer.Option(None, "--collective", "-c", help="all_reduce | all_gather | broadcast (repeatable) [default: all three]."),
+    min_bytes: str = typer.Option("1K", "--min-bytes", "-b", help="Smallest message, e.g. 8, 1K, 1M."),
+    max_bytes: str = typer.Option("16M", "--max-bytes", "-e", help="Largest message."),
+    factor: int = typer.Option(4, "--factor", "-f", help="Size multiplier between steps."),
+    iters: int = typer.Option(20, "--iters", "-n", help="Timed iterations per size."),
+    warmup: int = typer.Option(5, "--warmup", "-w", help="Untimed iterations per size."),
+    device: str = typer.Option("auto", "--device", help="auto | cpu | cuda."),
+    backend: str = typer.Option(None, "--backend", help="gloo | nccl | mpi [default: nccl on CUDA, gloo on CPU]."),
+    nnodes: int = typer.Option(1, "--nnodes", help="Nodes (as torchrun)."),
+    node_rank: int = typer.Option(0, "--node-rank", help="This node's rank (as torchrun)."),
+    rdzv_endpoint: str = typer.Option(None, "--rdzv-endpoint", help="HOST:PORT of node 0 (as torchrun)."),
+    threads: int = typer.Option(None, "--threads", help="Threads per process."),
+    timeout: float = typer.Option(300.0, "--timeout", help="Seconds a rank may wait for the others."),
+    tag: list[str] = typer.Option(None, "--tag", "-t", help="Label KEY=VALUE (repeatable)."),
+    plot: str = typer.Option(None, "--plot", help="Write a bandwidth-vs-size PNG here."),
+    db: str = DB_OPTION,
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Collective bandwidth in the manner of nccl-tests: time, algbw and busbw per message size, results checked."""
+    from pydantic import ValidationError
+
+    from dlbench.distributed.comm import COLLECTIVES, CommSpec, run_comm
+    from dlbench.spec import describe_validation_error, parse_key_values
+
+    for name in collective or ():
+        if name not in COLLECTIVES:
+            from dlbench.errors import unknown_name
+
+            raise unknown_name("collective", name, COLLECTIVES)
+    try:
+        spec = CommSpec(
+            collectives=tuple(collective or COLLECTIVES), min_bytes=parse_size(min_bytes), max_bytes=parse_size(max_bytes),
+            factor=factor, iters=iters, warmup=warmup, device=device, nproc=nproc, nnodes=nnodes, node_rank=node_rank,
+            rdzv_endpoint=rdzv_endpoint, backend=backend, threads=threads, timeout_s=timeout,
+            tags=parse_key_values(tag or [], "--tag"),
+        )
+    except ValidationError as exc:
+        raise UsageError(describe_validation_error(exc)) from None
+    store = open_store(db)
+    try:
+        records = run_comm(spec, store)
+    finally:
+        store.close()
+    if plot and any(r["result"] for r in records):
+        from dlbench.report.charts import render_bandwidth
+
+        backend_used = records[0]["spec"]["backend"]
+        info(f"plot: {render_bandwidth(records, plot, f'{spec.world_size} processes, {backend_used}')}")
+    if as_json:
+        emit_json(records)
+    else:
+        _render_comm(records)
+    failed = [r for r in records if r["status"] != "ok"]
+    if failed:
+        raise BenchmarkFailed("; ".join(f"{r['spec']['collective']}: {r['error']}" for r in failed))
+
+
+def _render_comm(records) -> None:
+    from dlbench.report.tables import render
+
+    for r in records:
+        if not r["result"]:
+            continue
+        rows = [[str(x["size_bytes"]), str(x["count"]), f"{x['time_s'] * 1e6:,.1f}", f"{x['algbw_bytes_per_s'] / 1e9:.3f}",
+                 f"{x['busbw_bytes_per_s'] / 1e9:.3f}", "ok" if x["correct"] else "WRONG"] for x in r["result"]["sizes"]]
+        render((["size (B)", "count (float32)", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "check"], rows),
+               title=f"{r['spec']['collective']} — {r['spec']['world_size']} ranks, {r['spec']['backend']}, run {r['id']}")

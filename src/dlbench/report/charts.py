@@ -1,0 +1,97 @@
+"""PNG charts: scaling curves and collective bandwidth. Data first (pure), then matplotlib.
+
+matplotlib is an optional dependency (``pip install 'dlbench[plot]'``), imported only to render.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from dlbench.errors import UsageError
+
+
+def _pyplot():
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")  # files only: no display on cluster nodes
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise UsageError("plots need matplotlib; install it with: pip install 'dlbench[plot]'") from None
+    return plt
+
+
+def scaling_series(records: list[dict[str, Any]]) -> dict[int, float]:
+    """Mean global samples/s per process count (world size) over the successful runs."""
+    by_n: dict[int, list[float]] = {}
+    for r in records:
+        if r["status"] == "ok" and r.get("result") and r["result"].get("samples_per_s"):
+            n = r["spec"].get("world_size") or r["spec"].get("nproc", 1)
+            by_n.setdefault(int(n), []).append(r["result"]["samples_per_s"])
+    return {n: sum(v) / len(v) for n, v in sorted(by_n.items())}
+
+
+def render_scaling(series: dict[str, dict[int, float]], path: str | Path, title: str) -> Path:
+    """Throughput vs workers with each series' ideal line, and efficiency; one line per series."""
+    from dlbench.distributed.aggregate import speedup_table
+
+    plt = _pyplot()
+    fig, (ax_rate, ax_eff) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for label, by_n in series.items():
+        if not by_n:
+            continue
+        rows = speedup_table(by_n)
+        ns = [r["nproc"] for r in rows]
+        line, = ax_rate.plot(ns, [r["samples_per_s"] for r in rows], "o-", label=label)
+        ax_rate.plot(ns, [r["ideal_samples_per_s"] for r in rows], "--", color=line.get_color(), alpha=0.5)
+        ax_eff.plot(ns, [r["efficiency"] for r in rows], "o-", color=line.get_color(), label=label)
+    ax_rate.set(xlabel="workers (processes)", ylabel="samples/s (global)", title="throughput (dashed: ideal)")
+    ax_eff.set(xlabel="workers (processes)", ylabel="efficiency T_N / (N·T_1)", title="scaling efficiency", ylim=(0, 1.15))
+    ax_eff.axhline(1.0, color="grey", lw=0.8, ls=":")
+    counts = sorted({n for by_n in series.values() for n in by_n})
+    for ax in (ax_rate, ax_eff):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(counts, [str(n) for n in counts])
+        ax.minorticks_off()
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize="small")
+    fig.suptitle(title)
+    fig.tight_layout()
+    return _save(fig, plt, path)
+
+
+def render_bandwidth(records: list[dict[str, Any]], path: str | Path, title: str) -> Path:
+    """Bus bandwidth against message size, one line per collective record."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    for r in records:
+        if not r.get("result"):
+            continue
+        rows = r["result"]["sizes"]
+        ax.plot([x["size_bytes"] for x in rows], [x["busbw_bytes_per_s"] / 1e9 for x in rows], "o-",
+                label=r["spec"]["collective"])
+    ax.set_xscale("log", base=2)
+    sizes = sorted({x["size_bytes"] for r in records if r.get("result") for x in r["result"]["sizes"]})
+    ax.set_xticks(sizes, [_human_bytes(s) for s in sizes], rotation=45)
+    ax.set_yscale("log")
+    ax.set(xlabel="message size (bytes)", ylabel="bus bandwidth (GB/s)", title=title)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    return _save(fig, plt, path)
+
+
+def _human_bytes(size: int) -> str:
+    for factor, unit in ((1 << 30, "G"), (1 << 20, "M"), (1 << 10, "K")):
+        if size >= factor:
+            return f"{size / factor:g}{unit}"
+    return str(size)
+
+
+def _save(fig, plt, path: str | Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -1,0 +1,77 @@
+"""``dlbench monitor``: the long-running Prometheus exporter of a node.
+
+It serves, on ``http://HOST:PORT/metrics``, every GPU through NVML under dcgm-exporter's names, the
+host through psutil, the training runs that publish to its metrics directories, and its own
+health. It binds the loopback interface unless told otherwise (``--host 0.0.0.0`` on a cluster
+node, where Prometheus scrapes it from elsewhere).
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from dlbench.errors import UsageError
+
+
+def check_settings(port: int, interval_s: float) -> None:
+    """Usage errors for values no server can take (the port being free is checked by binding)."""
+    if not 0 <= port <= 65535:
+        raise UsageError(f"--port {port} is not a TCP port; choose one from 1 to 65535 (dcgm-exporter uses 9400).")
+    if not interval_s > 0:
+        raise UsageError(f"--interval {interval_s} must be more than 0 seconds, e.g. --interval 1.")
+
+
+def run_monitor(host: str = "127.0.0.1", port: int = 9400, interval_s: float = 1.0,
+                metrics_dirs: Sequence[Path] | None = None, nvml=None,
+                on_ready: Callable[[str, int], None] | None = None, stop: threading.Event | None = None) -> None:
+    """Serve until ``stop`` is set, SIGTERM arrives, or Ctrl-C (all return normally).
+
+    ``port`` 0 takes any free port; ``on_ready(host, port)`` is called once the port is bound.
+    ``metrics_dirs``: where runs publish their training metrics (default: this user's directory,
+    see :mod:`dlbench.telemetry.training`). ``nvml``: an NVML-like module (default: pynvml).
+    """
+    from dlbench.telemetry.exporter import NodeCollector, make_registry, serve, stop_server
+    from dlbench.telemetry.host import HostSource
+    from dlbench.telemetry.nvml import NVMLSource
+    from dlbench.telemetry.training import metrics_dir, read_published
+
+    check_settings(port, interval_s)
+    dirs = [Path(d) for d in metrics_dirs] if metrics_dirs else [metrics_dir()]
+    gpu = NVMLSource(nvml=nvml)
+    collector = NodeCollector(gpu, HostSource(), training=lambda: read_published(dirs), interval_s=interval_s)
+    try:
+        server = serve(make_registry(collector), host, port)
+    except (OSError, OverflowError) as exc:
+        gpu.close()
+        raise UsageError(f"cannot serve on {host}:{port} ({exc}); choose a free --port or another --host.") from None
+    stop = stop or threading.Event()
+    previous = _on_sigterm(stop.set)
+    try:
+        if on_ready is not None:
+            on_ready(host, server.server_address[1])
+        while not stop.wait(0.5):
+            pass
+    except KeyboardInterrupt:
+        pass  # Ctrl-C is how an exporter is stopped by hand: a normal exit
+    finally:
+        stop_server(server)
+        gpu.close()
+        _restore_sigterm(previous)
+
+
+def _on_sigterm(handler: Callable[[], None]):
+    """Make SIGTERM (Kubernetes stopping the pod) call ``handler``; only possible on the main thread."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGTERM, lambda signum, frame: handler())
+
+
+def _restore_sigterm(previous) -> None:
+    if previous is not None:
+        signal.signal(signal.SIGTERM, previous)
+
+
+__all__ = ["run_monitor", "check_settings"]

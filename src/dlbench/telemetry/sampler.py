@@ -1,0 +1,190 @@
+"""Sampling sources on a background thread into a time series, and summarising that series.
+
+A sample is one JSON-able dict: ``{"t_s": seconds since the sampler started, <source.name>:
+<source.sample()>, ...}`` plus an optional ``"mark"`` (``"measure_start"``, ``"end"``) for samples
+taken on purpose at a phase boundary. :func:`summarise` is pure arithmetic on such a series.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import statistics
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from dlbench.telemetry._base import Source
+
+log = logging.getLogger(__name__)
+
+Sample = dict[str, Any]
+
+
+class Sampler:
+    """Samples ``sources`` every ``interval_s`` on a daemon thread while started.
+
+    Ticks are scheduled on absolute times (t0 + k * interval) so a slow sample does not make the
+    series drift. ``on_sample`` is called on the sampler thread after each sample (the run uses it
+    to publish its training metrics); an exception there is logged, never raised into the run.
+    """
+
+    def __init__(self, sources: Sequence[Source], interval_s: float,
+                 on_sample: Callable[[Sample], None] | None = None, clock: Callable[[], float] = time.monotonic):
+        if interval_s <= 0:
+            raise ValueError(f"interval_s must be > 0, not {interval_s}")
+        self.sources = list(sources)
+        self.interval_s = interval_s
+        self.series: list[Sample] = []
+        self._on_sample = on_sample
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._t0 = clock()
+
+    def sample_now(self, mark: str | None = None) -> Sample:
+        """Take one sample on the calling thread and append it to the series."""
+        with self._lock:  # the run thread and the sampler thread may both sample
+            sample: Sample = {"t_s": self._clock() - self._t0}
+            for source in self.sources:
+                sample[source.name] = source.sample()
+            if mark:
+                sample["mark"] = mark
+            self.series.append(sample)
+        if self._on_sample is not None:
+            try:
+                self._on_sample(sample)
+            except Exception:  # noqa: BLE001 - publishing metrics must never break a run
+                log.exception("telemetry on_sample callback failed")
+        return sample
+
+    def start(self) -> None:
+        """Take the first sample now, then one every ``interval_s`` on a background thread."""
+        self._t0 = self._clock()
+        self._stop.clear()
+        self.sample_now()
+        self._thread = threading.Thread(target=self._loop, name="dlbench-telemetry", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop the thread (waits for a sample in progress); the series stays readable."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    def _loop(self) -> None:
+        ticks = 1
+        while True:
+            delay = self._t0 + ticks * self.interval_s - self._clock()
+            if self._stop.wait(max(0.0, delay)):
+                return
+            try:
+                self.sample_now()
+            except Exception:  # noqa: BLE001 - a broken source loses samples, not the run
+                log.exception("telemetry sample failed")
+            # after a long stall (suspended VM, slow NVML) skip the missed ticks instead of bursting
+            ticks = max(ticks + 1, math.floor((self._clock() - self._t0) / self.interval_s) + 1)
+
+
+# -- summary ------------------------------------------------------------------------------------
+
+
+def summarise(series: Sequence[Sample], samples: int | None = None,
+              window: tuple[float, float] | None = None) -> dict[str, Any]:
+    """The run record's ``telemetry`` block from a series.
+
+    ``window`` is the measured window ``(start_s, end_s)`` on the series' clock: utilisation,
+    power, temperature, host CPU and energy are taken over it (all samples when it holds none).
+    Peaks of GPU memory and process RSS are over the whole series: they say what the run needed.
+    GPU figures cover every GPU in the series: utilisation is the mean (and max) over samples and
+    GPUs, power the mean of the summed power of all GPUs. Energy is the difference of NVML's total
+    energy counter across the window, interpolated at its ends, when every GPU has that counter;
+    else the integral of power over the window; ``energy_per_sample_j`` divides it by ``samples``
+    (samples processed in the window). Readings a device did not give are simply not in the means;
+    a figure without any reading is None.
+    """
+    t_first = series[0]["t_s"] if series else 0.0
+    t_last = series[-1]["t_s"] if series else 0.0
+    start, end = window if window is not None else (t_first, t_last)
+    start, end = max(start, t_first), min(end, t_last)
+    inside = [s for s in series if start <= s["t_s"] <= end] or list(series)
+    gpu_inside = [g for s in inside for g in _gpus(s)]
+    gpu_all = [g for s in series for g in _gpus(s)]
+    energy_j, energy_source = _gpu_energy_j(series, start, end)
+    return {
+        "samples": len(series),
+        "duration_s": t_last - t_first,
+        "window_s": max(0.0, end - start),
+        "gpu_count": len({g["index"] for g in gpu_all}),
+        "gpu_util_percent_mean": _mean(g.get("util_gpu_percent") for g in gpu_inside),
+        "gpu_util_percent_max": _max(g.get("util_gpu_percent") for g in gpu_inside),
+        "gpu_memory_peak_bytes": _max(g.get("memory_used_bytes") for g in gpu_all),
+        "gpu_power_mean_w": _mean(_summed(s, "power_w") for s in inside),
+        "gpu_temperature_max_c": _max(g.get("temperature_c") for g in gpu_inside),
+        "energy_j": energy_j,
+        "energy_source": energy_source,
+        "energy_per_sample_j": energy_j / samples if energy_j is not None and samples else None,
+        "host_cpu_util_percent_mean": _mean((s.get("host") or {}).get("cpu_util_percent") for s in inside),
+        "process_cpu_percent_mean": _mean((s.get("process") or {}).get("cpu_percent") for s in inside),
+        "process_rss_peak_bytes": _max((s.get("process") or {}).get("rss_bytes") for s in series),
+    }
+
+
+def _gpus(sample: Sample) -> list[dict[str, Any]]:
+    return [g for g in sample.get("gpus") or () if not g.get("lost")]
+
+
+def _mean(values) -> float | None:
+    present = [v for v in values if v is not None]
+    return statistics.fmean(present) if present else None
+
+
+def _max(values) -> Any:
+    present = [v for v in values if v is not None]
+    return max(present) if present else None
+
+
+def _summed(sample: Sample, key: str) -> float | None:
+    """Sum of ``key`` over the sample's GPUs; None unless every GPU reported it."""
+    values = [g.get(key) for g in _gpus(sample)]
+    return sum(values) if values and None not in values else None
+
+
+def _points(series: Sequence[Sample], index: int, key: str) -> list[tuple[float, float]]:
+    return [(s["t_s"], g[key]) for s in series for g in _gpus(s) if g["index"] == index and g.get(key) is not None]
+
+
+def _interpolate(points: list[tuple[float, float]], t: float) -> float:
+    """Piecewise-linear value at ``t`` (clamped to the first and last points)."""
+    if t <= points[0][0]:
+        return points[0][1]
+    for (t0, v0), (t1, v1) in zip(points, points[1:]):
+        if t <= t1:
+            return v0 if t1 == t0 else v0 + (v1 - v0) * (t - t0) / (t1 - t0)
+    return points[-1][1]
+
+
+def _integral(points: list[tuple[float, float]], start: float, end: float) -> float:
+    """Trapezoidal integral of the piecewise-linear curve through ``points`` over [start, end]."""
+    inner = [p for p in points if start < p[0] < end]
+    knots = [(start, _interpolate(points, start)), *inner, (end, _interpolate(points, end))]
+    return sum((t1 - t0) * (v0 + v1) / 2 for (t0, v0), (t1, v1) in zip(knots, knots[1:]))
+
+
+def _gpu_energy_j(series: Sequence[Sample], start: float, end: float) -> tuple[float | None, str | None]:
+    indices = sorted({g["index"] for s in series for g in _gpus(s)})
+    if not indices or end <= start:
+        return None, None
+    counters = [_points(series, i, "energy_j") for i in indices]
+    if all(len(c) >= 2 for c in counters):
+        return sum(_interpolate(c, end) - _interpolate(c, start) for c in counters), "nvml_energy_counter"
+    powers = [_points(series, i, "power_w") for i in indices]
+    if all(len(p) >= 2 for p in powers):
+        return sum(_integral(p, start, end) for p in powers), "integrated_power"
+    return None, None
+
+
+__all__ = ["Sampler", "summarise", "Sample"]

@@ -1,0 +1,194 @@
+"""Telemetry of one run: sampling around the engine's ``measure`` and the record's summary.
+
+::
+
+    telemetry = RunTelemetry.for_run(spec, record, device, batch_size)
+    with telemetry:
+        result = measure(spec, workload, device, batch_size, telemetry.wrap(on_step))
+    series = telemetry.attach(record)        # record["telemetry"] = summary; the series to store
+
+Inside the ``with``: a background :class:`~dlbench.telemetry.sampler.Sampler` (host, this process,
+and the run's GPUs through NVML on CUDA runs), the run's training metrics published to the node's
+exporter every interval and, with ``metrics_port``, served on the run's own endpoint. Two samples
+are taken on purpose: one after the last warmup step (just before the timed window starts) and
+one at the end, so the measured window is bracketed by readings. Nothing here touches the device
+inside the timed loop: the chained ``on_step`` only reads the host clock.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from dlbench.telemetry.host import HostSource, ProcessSource
+from dlbench.telemetry.sampler import Sampler, summarise
+from dlbench.telemetry.training import TrainingState, TrainingTracker, metrics_dir, prune_stale, publish
+
+log = logging.getLogger(__name__)
+
+
+class RunTelemetry:
+    """Context manager for one run's telemetry; see the module docstring.
+
+    ``sources`` are the telemetry sources to sample (see :meth:`for_run` for the defaults);
+    ``publish_dir`` the node exporter's metrics directory (None: do not publish);
+    ``metrics_host``/``metrics_port`` the run's own endpoint (port None: none).
+    """
+
+    def __init__(self, state: TrainingState, sources, interval_s: float = 1.0, publish_dir: Path | None = None,
+                 metrics_host: str = "127.0.0.1", metrics_port: int | None = None):
+        self.state = state
+        self.tracker = TrainingTracker(state)
+        self.interval_s = interval_s
+        self.sources = list(sources)
+        self.publish_dir = publish_dir
+        self.metrics_host, self.metrics_port = metrics_host, metrics_port
+        self.sampler = Sampler(self.sources, interval_s, on_sample=self._publish)
+        self._server = None
+        self._end_t_s: float | None = None
+
+    @classmethod
+    def for_run(cls, spec, record: dict[str, Any], device, batch_size: int) -> RunTelemetry | NoTelemetry:
+        """The telemetry of ``spec``'s run (a :class:`NoTelemetry` with ``telemetry: false``)."""
+        if not spec.telemetry:
+            return NoTelemetry()
+        state = TrainingState(run_id=record["id"], workload=spec.workload, device=str(device), batch_size=batch_size)
+        cuda_index = _cuda_index(device)
+        sources: list = [HostSource(), ProcessSource(cuda_device=cuda_index)]
+        if cuda_index is not None:
+            from dlbench.telemetry.nvml import NVMLSource
+
+            uuid = _cuda_uuid(cuda_index)
+            sources.insert(0, NVMLSource(uuids=[uuid] if uuid else None))
+        return cls(state, sources, spec.telemetry_interval_s, metrics_dir(),
+                   getattr(spec, "metrics_host", "127.0.0.1"), spec.metrics_port)
+
+    # -- the run ------------------------------------------------------------------------------
+
+    def __enter__(self) -> RunTelemetry:
+        if self.metrics_port is not None:
+            try:
+                self._start_server()
+            except BaseException:
+                self._close_sources()
+                raise
+        if self.publish_dir is not None:
+            try:
+                prune_stale(self.publish_dir)
+            except OSError:
+                pass
+        self.sampler.start()
+        return self
+
+    def wrap(self, on_step=None):
+        """The engine's ``on_step`` with this run's tracking chained in front of ``on_step``."""
+        tracker, sampler = self.tracker, self.sampler
+
+        def chained(phase: str, index: int, total: int) -> None:
+            tracker.on_step(phase, index, total)
+            if phase == "warmup" and index == total - 1:
+                sampler.sample_now("measure_start")  # outside the timed window: the clock starts after this
+            if on_step is not None:
+                on_step(phase, index, total)
+
+        return chained
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        sample = self.sampler.sample_now("end")
+        self._end_t_s = sample["t_s"]
+        self.sampler.stop()
+        self.state.phase = "done" if exc_type is None else "failed"
+        self._publish(None)
+        if self._server is not None:
+            from dlbench.telemetry.exporter import stop_server
+
+            stop_server(self._server)
+            self._server = None
+        self._close_sources()
+
+    def _close_sources(self) -> None:
+        for source in self.sources:
+            source.close()
+
+    def attach(self, record: dict[str, Any]) -> list[dict[str, Any]]:
+        """Set ``record["telemetry"]`` to the summary and return the series to store with the run."""
+        result = record.get("result") or {}
+        window = None
+        if result.get("window_s") and self._end_t_s is not None:
+            window = (self._end_t_s - result["window_s"], self._end_t_s)
+        samples = result.get("batch_size", 0) * result.get("steps", 0) if result else None
+        summary = summarise(self.sampler.series, samples=samples or None, window=window)
+        gpu = next((s for s in self.sources if s.name == "gpus"), None)
+        health = gpu.health() if gpu is not None else {"up": False, "error": "not queried (CPU run)"}
+        summary |= {"interval_s": self.interval_s, "nvml_up": health["up"], "nvml_error": health["error"]}
+        record["telemetry"] = summary
+        if result.get("final_loss") is not None:
+            self.state.loss = result["final_loss"]
+            self._publish(None)
+        return self.sampler.series
+
+    # -- publishing ----------------------------------------------------------------------------
+
+    def _publish(self, _sample) -> None:
+        if self.publish_dir is None:
+            return
+        try:
+            publish(self.state, self.publish_dir)
+        except OSError as exc:  # an unwritable directory costs the exporter view, not the run
+            log.warning("not publishing training metrics to %s: %s", self.publish_dir, exc)
+            self.publish_dir = None
+
+    def _start_server(self) -> None:
+        from dlbench.errors import UsageError
+        from dlbench.telemetry.exporter import NodeCollector, make_registry, serve
+
+        collector = NodeCollector(training=lambda: [self.state], interval_s=self.interval_s)
+        try:
+            self._server = serve(make_registry(collector), self.metrics_host, self.metrics_port)
+        except (OSError, OverflowError) as exc:
+            raise UsageError(
+                f"--metrics-port {self.metrics_port} cannot be served on {self.metrics_host} ({exc}); "
+                "choose a free port or leave --metrics-port out."
+            ) from None
+
+
+class NoTelemetry:
+    """The same interface doing nothing: ``--no-telemetry`` runs exactly the engine's loop."""
+
+    def __enter__(self) -> NoTelemetry:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        return None
+
+    def wrap(self, on_step=None):
+        return on_step
+
+    def attach(self, record: dict[str, Any]) -> None:
+        record["telemetry"] = None
+        return None
+
+
+def _cuda_index(device) -> int | None:
+    if getattr(device, "type", None) != "cuda":
+        return None
+    if device.index is not None:
+        return device.index
+    import torch
+
+    return torch.cuda.current_device()
+
+
+def _cuda_uuid(index: int) -> str | None:
+    """NVML's UUID ("GPU-…") of CUDA device ``index``, so the run watches its own GPU only."""
+    try:
+        import torch
+
+        uuid = str(torch.cuda.get_device_properties(index).uuid)
+    except Exception:  # noqa: BLE001 - older torch or a MIG slice: watch every GPU instead
+        return None
+    return uuid if uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}"
+
+
+__all__ = ["RunTelemetry", "NoTelemetry"]

@@ -1,0 +1,152 @@
+"""Training metrics of a running benchmark, and how a run publishes them to the node's exporter.
+
+The engine calls ``on_step(phase, index, total)`` after every step; :class:`TrainingTracker` turns
+those calls into step time and throughput using the host clock only: no device synchronisation and
+no ``.item()`` in the loop. On a GPU the host runs ahead of the device until the launch queue is
+full, after which the host's step rate is the device's, so these live figures match the measured
+ones in steady state; the run record's result (synchronised) remains the number of record. The
+loss is known only when the run ends (reading it per step would synchronise the device).
+
+Publishing: the run's sampler thread writes the state as JSON to ``<metrics dir>/<run id>.json``
+once per telemetry interval (atomically: write, then rename); ``dlbench monitor`` reads every file
+of its metrics directories at scrape time. The directory is ``$DLBENCH_METRICS_DIR``, else
+``/tmp/dlbench-metrics-<uid>``; on a node shared by several users point both at one directory.
+A file whose last update is older than ``stale_s`` is ignored and removed by the next run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import tempfile
+import time
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+METRICS_DIR_ENV = "DLBENCH_METRICS_DIR"
+STALE_S = 60.0
+
+
+@dataclass
+class TrainingState:
+    """What a run is doing now: the exporter's ``dlbench_training_*`` metrics."""
+
+    run_id: str
+    workload: str
+    device: str = "cpu"
+    batch_size: int = 0
+    hostname: str = field(default_factory=socket.gethostname)
+    pid: int = field(default_factory=os.getpid)
+    phase: str = "starting"  # starting | warmup | measure | done
+    step: int = 0  # steps completed in the current phase
+    steps_total: int = 0
+    step_time_s: float | None = None
+    samples_per_s: float | None = None
+    loss: float | None = None
+    updated_at: float = field(default_factory=time.time)  # unix seconds
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TrainingState:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+class TrainingTracker:
+    """An ``on_step`` callback that keeps a :class:`TrainingState` current.
+
+    Throughput is over the last ``window`` steps (a short moving window: live, but not as jumpy
+    as a single step). ``clock`` is ``time.perf_counter`` unless a test gives another.
+    """
+
+    def __init__(self, state: TrainingState, window: int = 10, clock=time.perf_counter):
+        self.state = state
+        self._clock = clock
+        self._marks: deque[float] = deque(maxlen=window + 1)
+        self._phase: str | None = None
+
+    def on_step(self, phase: str, index: int, total: int) -> None:
+        now = self._clock()
+        state = self.state
+        if phase != self._phase:
+            self._phase = phase
+            # the first step of a phase has no previous mark in this phase; the previous phase's
+            # last mark is the best start we have without an extra hook before the step
+            last = self._marks[-1] if self._marks else None
+            self._marks.clear()
+            if last is not None:
+                self._marks.append(last)
+        self._marks.append(now)
+        state.phase, state.step, state.steps_total = phase, index + 1, total
+        if len(self._marks) >= 2:
+            state.step_time_s = self._marks[-1] - self._marks[-2]
+            span = self._marks[-1] - self._marks[0]
+            state.samples_per_s = state.batch_size * (len(self._marks) - 1) / span if span > 0 else None
+        state.updated_at = time.time()
+
+
+def metrics_dir() -> Path:
+    """``$DLBENCH_METRICS_DIR``, else ``/tmp/dlbench-metrics-<uid>``."""
+    configured = os.environ.get(METRICS_DIR_ENV)
+    if configured:
+        return Path(configured)
+    uid = os.getuid() if hasattr(os, "getuid") else "user"
+    return Path(tempfile.gettempdir()) / f"dlbench-metrics-{uid}"
+
+
+def publish(state: TrainingState, directory: Path) -> Path:
+    """Write ``state`` to ``directory/<run_id>.json`` atomically (a reader never sees half a file)."""
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    target = directory / f"{state.run_id}.json"
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{state.run_id}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as handle:
+            json.dump(state.as_dict(), handle)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target
+
+
+def read_published(directories: Iterable[Path], now: float | None = None, stale_s: float = STALE_S) -> list[TrainingState]:
+    """Every fresh state in ``directories``; unreadable, half-written or stale files are skipped."""
+    now = time.time() if now is None else now
+    states = []
+    for directory in directories:
+        try:
+            paths = sorted(Path(directory).glob("*.json"))
+        except OSError:
+            continue
+        for path in paths:
+            try:
+                state = TrainingState.from_dict(json.loads(path.read_text()))
+            except (OSError, ValueError, TypeError):
+                continue
+            if now - state.updated_at <= stale_s:
+                states.append(state)
+    return states
+
+
+def prune_stale(directory: Path, now: float | None = None, stale_s: float = STALE_S) -> int:
+    """Remove this user's stale state files from ``directory``; returns how many went."""
+    now = time.time() if now is None else now
+    removed = 0
+    for path in directory.glob("*.json") if directory.is_dir() else ():
+        try:
+            if now - path.stat().st_mtime > stale_s:
+                path.unlink()
+                removed += 1
+        except OSError:  # another user's file, or gone already
+            continue
+    return removed
+
+
+__all__ = ["TrainingState", "TrainingTracker", "metrics_dir", "publish", "read_published", "prune_stale",
+           "METRICS_DIR_ENV", "STALE_S"]
