@@ -426,3 +426,11 @@ def format_env(env: dict) -> str:
         else:
             lines.append(f"{section}: {_format_value(section, value)}")
     return "\n".join(lines)  # no trailing newline: callers print() it
+
+
+def host_load(sample_s: float = 0.25) -> dict[str, float]:
+    """How busy the host is right before a benchmark: other work on the node lowers every number,
+    on the CPU dramatically (OpenMP threads spin against each other)."""
+    import psutil
+
+    return {"cpu_busy_percent": psutil.cpu_percent(interval=sample_s), "loadavg_1m": os.getloadavg()[0]}

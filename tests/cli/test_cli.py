@@ -46,6 +46,7 @@ def test_run_json_is_one_record_and_is_stored(capsys, db):
     assert set(record["result"]["step_time_s"]) >= {"mean", "median", "sem", "mad", "min", "max"}
     assert record["result"]["flops_per_sample"] > 0
     assert record["env"]["torch"]["version"]
+    assert 0 <= record["env"]["host_load"]["cpu_busy_percent"] <= 100
     code, rows = run_json(capsys, "results", "--tag", "site=test")
     assert [r["id"] for r in rows] == [record["id"]]
     assert main(["show", record["id"][:6]]) == 0

@@ -144,3 +144,45 @@ def test_record_stored_as_json_document(tmp_path):
     with sqlite3.connect(path) as conn:
         (doc,) = conn.execute("select record from runs where id='j1'").fetchone()
     assert json.loads(doc)["spec"]["workload"] == "resnet50"
+
+
+def _series(n=3):
+    return [{"t_s": 0.5 * i, "host": {"cpu_util_percent": 10.0 * i}, "gpus": [{"index": 0, "power_w": 100.0 + i}]}
+            for i in range(n)] + [{"t_s": 0.5 * n, "host": {}, "gpus": [], "mark": "end"}]
+
+
+def test_series_round_trip_in_order(store):
+    series = _series(5)
+    store.save(make_record("tel000000001"), series=series)
+    store.save(make_record("tel000000002"))  # a run without telemetry
+    assert store.series("tel000000001") == series
+    assert store.series("tel000000002") == []
+    assert store.get("tel000000001")["id"] == "tel000000001"  # the record itself is unchanged
+    with pytest.raises(UsageError, match="no run with id"):
+        store.series("nope")
+
+
+def test_series_is_saved_with_the_run_or_not_at_all(store):
+    store.save(make_record("dupt"), series=_series(2))
+    with pytest.raises(Exception):
+        store.save(make_record("dupt", workload="lstm"), series=_series(4))  # the run insert fails first
+    assert len(store.series("dupt")) == 3  # the first run's series, untouched, nothing of the second
+    bad = _series(2) + [{"t_s": "not a number"}]
+    with pytest.raises(Exception):
+        store.save(make_record("badseries"), series=bad)  # a bad sample fails the whole save
+    assert [s.id for s in store.query()] == ["dupt"]
+
+
+def test_series_table_is_added_to_an_existing_store(tmp_path):
+    """A store made before telemetry existed gains the table on open; the layout version stays 1."""
+    path = tmp_path / "old.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute("create table dlbench_meta (key varchar(64) primary key, value varchar(256) not null)")
+        conn.execute("insert into dlbench_meta values ('schema_version', '1')")
+    s = open_store(str(path))
+    s.save(make_record("new1"), series=_series(2))
+    assert len(s.series("new1")) == 3
+    s.close()
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("select value from dlbench_meta where key='schema_version'").fetchone() == ("1",)
+        assert conn.execute("select count(*) from run_telemetry").fetchone() == (3,)

@@ -12,6 +12,7 @@ import typer
 
 from dlbench import __version__
 from dlbench.cli import catalog, results, run, scale
+from dlbench.cli import monitor, plot
 
 app = typer.Typer(
     name="dlbench",
@@ -46,6 +47,8 @@ app.command("results")(results.results)
 app.command("show")(results.show)
 app.command("compare")(results.compare)
 app.command("env")(catalog.env)
+app.command("monitor")(monitor.monitor)
+app.add_typer(plot.plot_app, name="plot")
 app.command("scale")(scale.scale)
 app.command("comm")(scale.comm)
 

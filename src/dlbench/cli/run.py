@@ -108,7 +108,7 @@ def suite(
 
 def execute(specs, db: str | None, no_store: bool, as_json: bool, single: bool) -> None:
     """Run specs in order, saving each record as it ends; exit 1 when any benchmark failed."""
-    from dlbench.env import capture_env
+    from dlbench.env import capture_env, host_load
     from dlbench.report.tables import render, run_table
     from dlbench.runner import resolve, run_benchmark
 
@@ -116,6 +116,10 @@ def execute(specs, db: str | None, no_store: bool, as_json: bool, single: bool) 
         resolve(spec)
     store = None if no_store else open_store(db)
     env = capture_env()
+    env["host_load"] = host_load()
+    if env["host_load"]["cpu_busy_percent"] > 50:
+        info(f"warning: the CPUs are already {env['host_load']['cpu_busy_percent']:.0f}% busy before the benchmark; "
+             "other processes will lower the numbers (recorded as env.host_load).")
     records = []
     try:
         for i, spec in enumerate(specs, 1):

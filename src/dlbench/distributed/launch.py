@@ -177,13 +177,13 @@ def _signal_name(number: int) -> str:
 def run_launched(spec: RunSpec, store, env: dict | None) -> dict[str, Any]:
     """Launch a training run's ranks, then record the outcome here (this process owns the record)."""
     from dlbench.env import capture_env
-    from dlbench.record import finish, new_record
+    from dlbench.record import new_record
     from dlbench.runner import recording, resolve
 
     check_endpoint(spec)
-    _, device, _, resolved = resolve(spec)
-    resolved |= {"threads": worker_env(spec, {}, os.cpu_count() or 1)["OMP_NUM_THREADS"], "launcher": "dlbench"}
-    resolved["threads"] = int(resolved["threads"])
+    _, _, _, resolved = resolve(spec)
+    threads = int(worker_env(spec, {}, os.cpu_count() or 1)["OMP_NUM_THREADS"])
+    resolved |= {"threads": threads, "launcher": "dlbench"}
     record = new_record(resolved, env if env is not None else capture_env())
     with recording(record, store, None, save=spec.node_rank == 0):
         finish_from_outcome(record, launch("train", spec.model_dump(), spec))

@@ -48,8 +48,9 @@ def config_key(record: dict[str, Any]) -> str:
     spec = record["spec"]
     params = ",".join(f"{k}={v}" for k, v in sorted((spec.get("params") or {}).items()))
     parts = [spec["workload"], spec.get("mode", "train"), spec.get("precision", "fp32"), f"bs{spec.get('batch_size')}"]
-    if spec.get("nproc", 1) != 1:
-        parts.append(f"x{spec['nproc']}")
+    world = spec.get("world_size") or spec.get("nproc", 1)
+    if world != 1:
+        parts.append(f"x{world}")
     return " ".join(parts) + (f" [{params}]" if params else "")
 
 

@@ -52,10 +52,10 @@ def run_table(records: Sequence[dict[str, Any]]) -> Table:
 
 def summary_table(summaries: Sequence[Any]) -> Table:
     """One row per stored run (``RunSummary``)."""
-    columns = ["id", "created (UTC)", "workload", "device", "prec", "batch", "samples/s", "median step ms", "torch", "host", "status", "tags"]
+    columns = ["id", "created (UTC)", "workload", "device", "procs", "prec", "batch", "samples/s", "median step ms", "torch", "host", "status", "tags"]
     rows = [
         [
-            s.id, s.created_at[:19].replace("T", " "), s.workload, s.device_name, s.precision,
+            s.id, s.created_at[:19].replace("T", " "), s.workload, s.device_name, str(s.nproc), s.precision,
             str(s.batch_size or ""), _rate(s.samples_per_s), _ms(s.step_time_median_s), s.torch_version,
             s.host, s.status, ",".join(f"{k}={v}" for k, v in sorted(s.tags.items())),
         ]

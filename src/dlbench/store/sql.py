@@ -85,7 +85,7 @@ def summary_row(record: dict[str, Any]) -> dict[str, Any]:
         "precision": spec.get("precision", "fp32"),
         "mode": spec.get("mode", "train"),
         "batch_size": spec.get("batch_size"),
-        "nproc": spec.get("nproc", 1),
+        "nproc": spec.get("world_size") or spec.get("nproc", 1),  # all processes of the run
         "torch_version": (env.get("torch") or {}).get("version", "?"),
         "samples_per_s": result.get("samples_per_s"),
         "step_time_median_s": (result.get("step_time_s") or {}).get("median"),

@@ -56,7 +56,8 @@ class HostSource(Source):
     def _cpu(self) -> Reading:
         now = psutil.cpu_times()
         busy = _busy_percent(self._cpu_before, now)
-        self._cpu_before = now
+        if busy is not None:  # too soon after the last reading (10 ms clock ticks): keep the older start
+            self._cpu_before = now
         return {"cpu_count": psutil.cpu_count() or 0} | ({} if busy is None else {"cpu_util_percent": busy})
 
     @staticmethod

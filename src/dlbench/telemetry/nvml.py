@@ -230,7 +230,14 @@ class NVMLSource(Source):
             if not self._up:
                 if time.monotonic() - self._last_init_attempt >= self._retry_init_s:
                     self._open()
-            return [self._read(d, h) for d, h in zip(self._devices, self._handles)]
+            readings = [self._read(d, h) for d, h in zip(self._devices, self._handles)]
+            for position, reading in enumerate(readings):
+                if not reading.get("lost") and self._devices[position].uuid.startswith("unknown-"):
+                    # lost when we started and answering now: learn its identity after all
+                    info = self._static_info(self._devices[position].index, self._handles[position])
+                    self._devices[position] = info
+                    reading["uuid"] = info.uuid
+            return readings
 
     def _read(self, device: GPUInfo, handle: Any) -> Reading:
         reading: Reading = {"index": device.index, "uuid": device.uuid}

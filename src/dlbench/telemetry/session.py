@@ -47,6 +47,7 @@ class RunTelemetry:
         self.sampler = Sampler(self.sources, interval_s, on_sample=self._publish)
         self._server = None
         self._end_t_s: float | None = None
+        self._gpu_health: dict[str, Any] = {"up": False, "error": "the run did not start"}
 
     @classmethod
     def for_run(cls, spec, record: dict[str, Any], device, batch_size: int) -> RunTelemetry | NoTelemetry:
@@ -98,6 +99,8 @@ class RunTelemetry:
         sample = self.sampler.sample_now("end")
         self._end_t_s = sample["t_s"]
         self.sampler.stop()
+        gpu = next((s for s in self.sources if s.name == "gpus"), None)
+        self._gpu_health = gpu.health() if gpu is not None else {"up": False, "error": "not queried (CPU run)"}
         self.state.phase = "done" if exc_type is None else "failed"
         self._publish(None)
         if self._server is not None:
@@ -119,8 +122,7 @@ class RunTelemetry:
             window = (self._end_t_s - result["window_s"], self._end_t_s)
         samples = result.get("batch_size", 0) * result.get("steps", 0) if result else None
         summary = summarise(self.sampler.series, samples=samples or None, window=window)
-        gpu = next((s for s in self.sources if s.name == "gpus"), None)
-        health = gpu.health() if gpu is not None else {"up": False, "error": "not queried (CPU run)"}
+        health = self._gpu_health
         summary |= {"interval_s": self.interval_s, "nvml_up": health["up"], "nvml_error": health["error"]}
         record["telemetry"] = summary
         if result.get("final_loss") is not None:

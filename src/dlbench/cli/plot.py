@@ -1,0 +1,45 @@
+"""``dlbench plot …``: PNG charts of stored runs. ``plot telemetry RUN_ID``: a run's telemetry timeline."""
+
+from __future__ import annotations
+
+import typer
+
+from dlbench.cli._common import DB_OPTION, JSON_OPTION, emit_json, info, open_store
+from dlbench.errors import UsageError
+
+plot_app = typer.Typer(
+    name="plot",
+    help="PNG charts of stored runs (needs matplotlib, the 'plot' extra of dlbench).",
+    no_args_is_help=True,
+)
+
+
+@plot_app.command("telemetry")
+def telemetry(
+    run_id: str = typer.Argument(..., help="Run id or a unique prefix (see 'dlbench results').", show_default=False),
+    out: str = typer.Option(None, "--out", "-o", help="PNG path [default: dlbench-telemetry-RUN_ID.png]."),
+    db: str = DB_OPTION,
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Timeline PNG of a run's telemetry: GPU utilisation, memory, power, temperature (CPU runs: host CPU and memory).
+
+    The measured steps are shaded.
+    """
+    from dlbench.report.telemetry import render_timeline, timeline_data
+
+    store = open_store(db)
+    try:
+        record = store.get(run_id)
+        series = store.series(record["id"])
+    finally:
+        store.close()
+    if not series:
+        raise UsageError(f"run {record['id']} has no telemetry series (it ran with --no-telemetry); "
+                         "plot a run made with telemetry on.")
+    data = timeline_data(record, series)
+    path = render_timeline(data, out or f"dlbench-telemetry-{record['id']}.png")
+    if as_json:
+        emit_json({"run_id": record["id"], "path": str(path), "samples": data["samples"],
+                   "panels": [p["title"] for p in data["panels"]]})
+    else:
+        info(f"plot: {path} ({data['samples']} samples)")

@@ -1,0 +1,58 @@
+"""``dlbench monitor`` as a real subprocess with simulated GPUs: serving, stopping, bad ports."""
+
+import signal
+import socket
+import subprocess
+import sys
+
+from _procs import http_get, start_monitor, stop, wait_for_http, free_port
+from prometheus_client.parser import text_string_to_metric_families
+
+from dlbench.telemetry.training import TrainingState, publish
+
+
+def test_monitor_serves_gpus_host_and_published_runs_then_stops_on_ctrl_c(tmp_path):
+    publish(TrainingState(run_id="run42", workload="resnet50", phase="measure", samples_per_s=99.0), tmp_path)
+    port = free_port()
+    proc = start_monitor(port, tmp_path, 3, {"FAKE_NVML_LOST": "2"})
+    try:
+        body = wait_for_http(f"http://127.0.0.1:{port}/metrics", proc)
+        names = {s.name: s for f in text_string_to_metric_families(body) for s in f.samples}
+        assert names["DCGM_FI_DEV_GPU_UTIL"].labels["Hostname"] == "testnode"
+        assert names["dlbench_training_samples_per_second"].labels["run_id"] == "run42"
+        assert names["dlbench_host_memory_total_bytes"].value > 0
+        up = sorted((s.labels["gpu"], s.value) for f in text_string_to_metric_families(body)
+                    for s in f.samples if s.name == "dlbench_gpu_up")
+        assert up == [("0", 1.0), ("1", 1.0), ("2", 0.0)]
+        assert "DCGM_FI_DEV_FB_USED" in http_get(f"http://127.0.0.1:{port}/metrics")  # keeps serving
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+        code = proc.wait(15)
+    assert code == 0
+    assert "serving http://127.0.0.1:" in proc.stderr.read()
+
+
+def test_monitor_stops_cleanly_on_sigterm(tmp_path):
+    port = free_port()
+    proc = start_monitor(port, tmp_path)
+    wait_for_http(f"http://127.0.0.1:{port}/metrics", proc)
+    assert stop(proc) == 0
+
+
+def test_busy_or_invalid_port_is_a_usage_error(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        busy = subprocess.run([sys.executable, "-m", "dlbench", "monitor", "--port", str(port)],
+                              capture_output=True, text=True, timeout=60)
+    assert busy.returncode == 2
+    assert busy.stderr.strip().splitlines() == [busy.stderr.strip()]  # one line, no traceback
+    assert f"cannot serve on 127.0.0.1:{port}" in busy.stderr and "choose a free --port" in busy.stderr
+    bad = subprocess.run([sys.executable, "-m", "dlbench", "monitor", "--port", "70000"],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "--port 70000 is not a TCP port" in bad.stderr
+    interval = subprocess.run([sys.executable, "-m", "dlbench", "monitor", "--interval", "0"],
+                              capture_output=True, text=True, timeout=60)
+    assert interval.returncode == 2 and "--interval 0.0 must be more than 0" in interval.stderr

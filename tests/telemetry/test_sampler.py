@@ -1,0 +1,129 @@
+"""The background sampler (a real thread, real sources) and the summary arithmetic on known series."""
+
+import threading
+import time
+
+import pytest
+from fake_nvml import FakeNVML
+
+from dlbench.telemetry._base import Source
+from dlbench.telemetry.host import HostSource
+from dlbench.telemetry.nvml import NVMLSource
+from dlbench.telemetry.sampler import Sampler, summarise
+
+
+def gpu(index, **values):
+    return {"index": index, "uuid": f"GPU-{index}", **values}
+
+
+def sample(t, gpus=(), host=None, process=None, mark=None):
+    s = {"t_s": t, "gpus": list(gpus), "host": host or {}, "process": process or {}}
+    if mark:
+        s["mark"] = mark
+    return s
+
+
+# Two GPUs over 4 s: energy counters (J) grow at 100 W and 200 W; utilisation and power known.
+SERIES = [
+    sample(0.0, [gpu(0, util_gpu_percent=0, power_w=100, energy_j=1000, memory_used_bytes=1e9, temperature_c=40),
+                 gpu(1, util_gpu_percent=10, power_w=200, energy_j=5000, memory_used_bytes=2e9, temperature_c=50)],
+           host={"cpu_util_percent": 10}, process={"rss_bytes": 100, "cpu_percent": 50}),
+    sample(1.0, [gpu(0, util_gpu_percent=50, power_w=100, energy_j=1100, memory_used_bytes=3e9, temperature_c=41),
+                 gpu(1, util_gpu_percent=70, power_w=200, energy_j=5200, memory_used_bytes=2e9, temperature_c=60)],
+           host={"cpu_util_percent": 30}, process={"rss_bytes": 400, "cpu_percent": 100}),
+    sample(3.0, [gpu(0, util_gpu_percent=90, power_w=100, energy_j=1300, memory_used_bytes=5e9, temperature_c=45),
+                 gpu(1, util_gpu_percent=100, power_w=200, energy_j=5600, memory_used_bytes=2e9, temperature_c=65)],
+           host={"cpu_util_percent": 50}, process={"rss_bytes": 300, "cpu_percent": 100}),
+    sample(4.0, [gpu(0, util_gpu_percent=0, power_w=100, energy_j=1400, memory_used_bytes=1e9, temperature_c=42),
+                 gpu(1, util_gpu_percent=0, power_w=200, energy_j=5800, memory_used_bytes=1e9, temperature_c=55)],
+           host={"cpu_util_percent": 5}, process={"rss_bytes": 200, "cpu_percent": 10}, mark="end"),
+]
+
+
+def test_summary_over_the_whole_series():
+    s = summarise(SERIES, samples=600)
+    assert s["samples"] == 4 and s["duration_s"] == 4.0 and s["gpu_count"] == 2
+    assert s["gpu_util_percent_mean"] == pytest.approx((0 + 10 + 50 + 70 + 90 + 100 + 0 + 0) / 8)
+    assert s["gpu_util_percent_max"] == 100
+    assert s["gpu_memory_peak_bytes"] == 5e9
+    assert s["gpu_power_mean_w"] == 300.0  # summed over the GPUs, mean over samples
+    assert s["gpu_temperature_max_c"] == 65
+    assert s["energy_source"] == "nvml_energy_counter"
+    assert s["energy_j"] == pytest.approx(400 + 800)  # 1400-1000 and 5800-5000
+    assert s["energy_per_sample_j"] == pytest.approx(1200 / 600)
+    assert s["host_cpu_util_percent_mean"] == pytest.approx((10 + 30 + 50 + 5) / 4)
+    assert s["process_rss_peak_bytes"] == 400
+
+
+def test_summary_over_the_measured_window_interpolates_the_energy_counter():
+    s = summarise(SERIES, samples=100, window=(0.5, 2.0))
+    # counters at 0.5 s: 1050 and 5100; at 2.0 s: 1200 and 5400 (linear between readings)
+    assert s["energy_j"] == pytest.approx(150 + 300)
+    assert s["energy_per_sample_j"] == pytest.approx(4.5)
+    assert s["window_s"] == 1.5
+    # only the 1.0 s sample lies inside the window
+    assert s["gpu_util_percent_mean"] == 60 and s["gpu_temperature_max_c"] == 60
+    assert s["host_cpu_util_percent_mean"] == 30
+    assert s["gpu_memory_peak_bytes"] == 5e9 and s["process_rss_peak_bytes"] == 400  # peaks: whole run
+
+
+def test_summary_integrates_power_without_an_energy_counter():
+    series = [sample(t, [gpu(0, power_w=p)]) for t, p in ((0, 100), (1, 300), (2, 300))]
+    s = summarise(series, samples=10)
+    assert s["energy_source"] == "integrated_power"
+    assert s["energy_j"] == pytest.approx(200 + 300)  # trapezoids: (100+300)/2 + 300
+    assert summarise(series, samples=10, window=(0.5, 1.5))["energy_j"] == pytest.approx(125 + 150)
+    mixed = [sample(0, [gpu(0, power_w=100, energy_j=0)]), sample(1, [gpu(0, power_w=100)])]
+    assert summarise(mixed)["energy_source"] == "integrated_power"  # one counter reading is not a delta
+
+
+def test_summary_without_gpus_lost_gpus_and_empty_series():
+    cpu_only = [sample(t, host={"cpu_util_percent": 40}, process={"rss_bytes": 7}) for t in (0, 1)]
+    s = summarise(cpu_only, samples=32)
+    assert s["gpu_count"] == 0 and s["gpu_util_percent_mean"] is None and s["energy_j"] is None
+    assert s["energy_per_sample_j"] is None and s["host_cpu_util_percent_mean"] == 40
+    with_lost = [sample(0, [gpu(0, util_gpu_percent=80), {"index": 1, "uuid": "x", "lost": True}])]
+    assert summarise(with_lost)["gpu_util_percent_mean"] == 80
+    assert summarise([], samples=1)["samples"] == 0
+
+
+class Broken(Source):
+    name = "broken"
+
+    def __init__(self):
+        self.calls = 0
+
+    def sample(self):
+        self.calls += 1
+        if self.calls == 2:
+            raise RuntimeError("driver hiccup")
+        return {"calls": self.calls}
+
+
+def test_sampler_thread_samples_on_schedule_and_survives_a_failing_source():
+    broken = Broken()
+    seen = []
+    sampler = Sampler([HostSource(), broken], interval_s=0.05, on_sample=lambda s: seen.append(s["t_s"]))
+    sampler.start()
+    time.sleep(0.5)
+    sampler.sample_now("end")
+    sampler.stop()
+    times = [s["t_s"] for s in sampler.series]
+    assert 7 <= len(times) <= 13  # ~10 ticks in 0.5 s; the failed tick is lost, not the thread
+    assert times == sorted(times) and times[0] < 0.01
+    assert sampler.series[-1]["mark"] == "end"
+    assert all("cpu_util_percent" in s["host"] for s in sampler.series[1:-1])  # ticks 50 ms apart
+    assert seen == times
+    assert not any(t.name == "dlbench-telemetry" for t in threading.enumerate())
+
+
+def test_sampler_with_the_nvml_double_has_gpu_readings():
+    sampler = Sampler([NVMLSource(nvml=FakeNVML(2))], interval_s=0.05)
+    sampler.start()
+    time.sleep(0.2)
+    sampler.stop()
+    summary = summarise(sampler.series, samples=10)
+    assert summary["gpu_count"] == 2 and summary["energy_source"] == "nvml_energy_counter"
+    assert summary["energy_j"] == pytest.approx(610 * summary["duration_s"], rel=0.05, abs=0.05)
+    with pytest.raises(ValueError):
+        Sampler([], interval_s=0)

@@ -1,0 +1,58 @@
+"""Live training metrics: the on_step tracker and the files a run publishes for the node exporter."""
+
+import json
+import os
+import time
+
+import pytest
+
+from dlbench.telemetry.training import (
+    METRICS_DIR_ENV, TrainingState, TrainingTracker, metrics_dir, prune_stale, publish, read_published,
+)
+
+
+def test_tracker_computes_step_time_and_throughput_from_the_clock():
+    now = [0.0]
+    state = TrainingState(run_id="r1", workload="lstm", batch_size=8)
+    tracker = TrainingTracker(state, window=2, clock=lambda: now[0])
+    for t in (1.0, 1.5):  # warmup: 0.5 s steps
+        now[0] = t
+        tracker.on_step("warmup", 0 if t == 1.0 else 1, 2)
+    assert state.phase == "warmup" and state.step == 2 and state.step_time_s == 0.5
+    for i, t in enumerate((1.75, 2.0, 2.25)):  # measured: 0.25 s steps, timed from the last warmup step
+        now[0] = t
+        tracker.on_step("measure", i, 3)
+    assert state.phase == "measure" and state.step == 3 and state.steps_total == 3
+    assert state.step_time_s == pytest.approx(0.25)
+    assert state.samples_per_s == pytest.approx(8 / 0.25)  # over the last 2 steps
+    assert state.updated_at == pytest.approx(time.time(), abs=5)
+
+
+def test_publish_and_read_back(tmp_path):
+    state = TrainingState(run_id="abc", workload="resnet50", phase="measure", step=3, samples_per_s=12.5)
+    path = publish(state, tmp_path / "metrics")
+    assert path.name == "abc.json" and oct(path.parent.stat().st_mode & 0o777) == "0o700"
+    assert json.loads(path.read_text())["samples_per_s"] == 12.5
+    assert not list(path.parent.glob(".*.tmp"))  # written through a temporary file, then renamed
+    (path.parent / "half.json").write_text('{"run_id": "x", "work')  # a torn write by some other tool
+    (path.parent / "other.json").write_text(json.dumps({"run_id": "x", "workload": "w", "future_field": 1}))
+    states = read_published([path.parent, tmp_path / "missing"])
+    assert sorted(s.run_id for s in states) == ["abc", "x"]
+    assert next(s for s in states if s.run_id == "abc") == state
+
+
+def test_stale_states_are_ignored_and_pruned(tmp_path):
+    old = TrainingState(run_id="old", workload="w", updated_at=time.time() - 600)
+    publish(old, tmp_path)
+    os.utime(tmp_path / "old.json", (time.time() - 600, time.time() - 600))
+    publish(TrainingState(run_id="new", workload="w"), tmp_path)
+    assert [s.run_id for s in read_published([tmp_path])] == ["new"]
+    assert prune_stale(tmp_path) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["new.json"]
+
+
+def test_metrics_dir_default_and_override(monkeypatch, tmp_path):
+    monkeypatch.delenv(METRICS_DIR_ENV, raising=False)
+    assert metrics_dir().name == f"dlbench-metrics-{os.getuid()}"
+    monkeypatch.setenv(METRICS_DIR_ENV, str(tmp_path))
+    assert metrics_dir() == tmp_path
