@@ -1,9 +1,15 @@
 """Scrape time of the exporter with 8 simulated GPUs (the NVML test double) and the real host source.
 
-Every scrape reads every source (``interval_s=0``: no reuse of readings), so the figure is the whole
-path: NVML calls for 8 GPUs × ~25 fields, psutil, building the families and the text exposition.
-Measured twice: in-process (``generate_latest``) and over HTTP on loopback (``urllib``), each over
-``--scrapes`` scrapes after a short warmup. Target: p99 < 10 ms.
+Measured three ways, each over ``--scrapes`` scrapes after a short warmup:
+
+1. in-process, every scrape reading every source (``interval_s=0``): the whole path — NVML calls
+   for 8 GPUs × ~25 fields, psutil, building the families and the text exposition;
+2. over HTTP on loopback, every scrape reading every source;
+3. over HTTP on loopback as ``dlbench monitor`` runs (readings refreshed every second on a background
+   thread, so a scrape renders the latest readings) — what Prometheus sees. Target: p99 < 10 ms.
+
+With the test double NVML calls cost microseconds; on real GPUs some block (PCIe throughput samples
+the bus for 20 ms per call), which is why the monitor reads in the background.
 
     python bench/telemetry_scrape.py [--gpus 8] [--scrapes 1000]
 """
@@ -50,27 +56,41 @@ def main() -> None:
 
     from prometheus_client import generate_latest
 
-    from dlbench.telemetry.exporter import NodeCollector, make_registry, serve, stop_server
+    from dlbench.telemetry.exporter import NodeCollector, make_registry
     from dlbench.telemetry.host import HostSource
     from dlbench.telemetry.nvml import NVMLSource
 
     gpu = NVMLSource()
     assert len(gpu.devices()) == args.gpus, gpu.health()
-    registry = make_registry(NodeCollector(gpu, HostSource(), interval_s=0.0))
+    every = NodeCollector(gpu, HostSource(), interval_s=0.0)
+    registry = make_registry(every)
     body = generate_latest(registry)
     timed(lambda: generate_latest(registry), 50)
-    report(f"in-process, {args.gpus} GPUs", timed(lambda: generate_latest(registry), args.scrapes), len(body))
+    report(f"1. in-process, reading all sources, {args.gpus} GPUs", timed(lambda: generate_latest(registry), args.scrapes),
+           len(body))
+    report(f"2. HTTP, reading all sources, {args.gpus} GPUs", http_times(registry, args.scrapes), len(body))
+    monitor = NodeCollector(gpu, HostSource(), interval_s=1.0)
+    monitor.start()
+    try:
+        times = http_times(make_registry(monitor), args.scrapes)
+    finally:
+        monitor.stop()
+    report(f"3. HTTP, as dlbench monitor serves (background reads every 1 s), {args.gpus} GPUs", times, len(body))
+    p99 = percentile(times, 99) * 1e3
+    print(f"target p99 < 10 ms (3.): {'met' if p99 < 10 else 'NOT met'} ({p99:.2f} ms)")
+
+
+def http_times(registry, scrapes: int) -> list[float]:
+    from dlbench.telemetry.exporter import serve, stop_server
+
     server = serve(registry, "127.0.0.1", 0)
     url = f"http://127.0.0.1:{server.server_address[1]}/metrics"
     try:
         fetch = lambda: urllib.request.urlopen(url, timeout=5).read()  # noqa: E731
         timed(fetch, 50)
-        times = timed(fetch, args.scrapes)
+        return timed(fetch, scrapes)
     finally:
         stop_server(server)
-    report(f"HTTP on loopback, {args.gpus} GPUs", times, len(body))
-    p99 = percentile(times, 99) * 1e3
-    print(f"target p99 < 10 ms over HTTP: {'met' if p99 < 10 else 'NOT met'} ({p99:.2f} ms)")
 
 
 if __name__ == "__main__":

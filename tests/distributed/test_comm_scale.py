@@ -73,3 +73,21 @@ def test_parsers():
             parse_counts(bad)
     with pytest.raises(UsageError):
         parse_size("lots")
+
+
+def test_plot_scaling_from_stored_runs(capsys, db, tmp_path):
+    from dlbench.record import new_record, finish
+
+    store = open_store(str(db))
+    for stack, rates in (("bare", {1: 100.0, 2: 190.0}), ("container", {1: 98.0, 2: 150.0})):
+        for n, rate in rates.items():
+            record = new_record({"workload": "lstm", "world_size": n, "nproc": n, "tags": {"stack": stack}}, {})
+            store.save(finish(record, "ok", {"samples_per_s": rate}))
+    store.close()
+    png = tmp_path / "two.png"
+    code = main(["plot", "scaling", "stack=bare", "stack=container", "--out", str(png), "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 0 and png.read_bytes().startswith(PNG_MAGIC)
+    assert doc["series"] == {"stack=bare": {"1": 100.0, "2": 190.0}, "stack=container": {"1": 98.0, "2": 150.0}}
+    assert main(["plot", "scaling", "stack=none"]) == 2
+    assert "matches no successful stored run" in capsys.readouterr().err

@@ -87,6 +87,7 @@ def test_joins_an_outside_torchrun_and_rank_0_records(tmp_path):
            "-m", "dlbench", "run", "lstm", *TINY, "--db", str(db), "--tag", "via=torchrun"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=dict(os.environ, OMP_NUM_THREADS="1"))
     assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.count("dlbench results") == 1  # rank 0 alone reports
     (record,) = open_store(str(db)).records()  # one record for the job, written by rank 0
     assert record["spec"]["launcher"] == "torchrun" and record["spec"]["world_size"] == 2
     assert record["spec"]["tags"] == {"via": "torchrun"}

@@ -132,7 +132,7 @@ class FakeNVML:
     # -- dynamic -------------------------------------------------------------------------------
 
     def nvmlDeviceGetUtilizationRates(self, h):
-        gpu = self._device(h, "nvmlDeviceGetUtilizationRates")
+        self._device(h, "nvmlDeviceGetUtilizationRates")
         n = self.calls["nvmlDeviceGetUtilizationRates"]
         return SimpleNamespace(gpu=(50 + 10 * h + 7 * n) % 101, memory=(30 + 5 * n) % 101)
 

@@ -1,12 +1,13 @@
 """The exporter's output, parsed back with prometheus_client's own parser; GPUs through the NVML
 double (with injected errors), the host for real, served over real HTTP."""
 
+import threading
 import time
 import urllib.request
 
 import pynvml
 import pytest
-from fake_nvml import GIB, FakeNVML
+from fake_nvml import FakeNVML
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -123,6 +124,31 @@ def test_readings_are_reused_within_the_interval():
     now[0] = 5.0
     scrape(collector)
     assert nvml.calls["nvmlDeviceGetUtilizationRates"] == 2
+
+
+def test_started_collector_reads_in_the_background_so_slow_nvml_calls_do_not_delay_scrapes():
+    nvml = FakeNVML(2)
+    slow = nvml.nvmlDeviceGetPcieThroughput
+
+    def pcie_like_real_nvml(h, counter):  # the real call samples the bus for 20 ms
+        time.sleep(0.02)
+        return slow(h, counter)
+
+    nvml.nvmlDeviceGetPcieThroughput = pcie_like_real_nvml
+    collector = NodeCollector(NVMLSource(nvml=nvml), interval_s=0.1)
+    collector.start()
+    try:
+        started = time.perf_counter()
+        _, samples = scrape(collector)
+        assert time.perf_counter() - started < 0.06  # would be >= 80 ms if the scrape read NVML itself
+        assert samples["dlbench_exporter_read_duration_seconds"][0].value >= 0.08  # 2 GPUs x 2 calls x 20 ms
+        assert len(samples["DCGM_FI_DEV_PCIE_TX_THROUGHPUT"]) == 2
+        reads = nvml.calls["nvmlDeviceGetUtilizationRates"]
+        time.sleep(0.5)
+        assert nvml.calls["nvmlDeviceGetUtilizationRates"] >= reads + 4  # refreshed without any scrape
+    finally:
+        collector.stop()
+    assert not any(t.name == "dlbench-exporter-reader" for t in threading.enumerate())
 
 
 def test_training_metrics_of_runs_on_the_node():

@@ -5,7 +5,7 @@ import socket
 import subprocess
 import sys
 
-from _procs import http_get, start_monitor, stop, wait_for_http, free_port
+from _procs import free_port, http_get, start_monitor, stop, wait_for_http
 from prometheus_client.parser import text_string_to_metric_families
 
 from dlbench.telemetry.training import TrainingState, publish

@@ -97,6 +97,8 @@ def test_driver_not_loaded_gives_zero_gpus_and_a_health_flag_then_retries():
     assert source.devices() == [] and source.sample() == []
     health = source.health()
     assert health["up"] is False and "Driver Not Loaded" in health["error"]
+    source.sample()
+    assert source.health()["errors"] == 1  # retried, but the same condition counts once
     nvml.init_error = None  # the driver has been loaded meanwhile
     assert len(source.sample()) == 1 and source.health()["up"] is True
     source.close()

@@ -46,9 +46,13 @@ def test_stale_states_are_ignored_and_pruned(tmp_path):
     publish(old, tmp_path)
     os.utime(tmp_path / "old.json", (time.time() - 600, time.time() - 600))
     publish(TrainingState(run_id="new", workload="w"), tmp_path)
-    assert [s.run_id for s in read_published([tmp_path])] == ["new"]
-    assert prune_stale(tmp_path) == 1
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["new.json"]
+    # a run that publishes every 300 s, last 200 s ago, is still running
+    publish(TrainingState(run_id="slow", workload="w", interval_s=300, updated_at=time.time() - 200), tmp_path)
+    (tmp_path / "junk.json").write_text("not json")
+    os.utime(tmp_path / "junk.json", (time.time() - 600, time.time() - 600))
+    assert [s.run_id for s in read_published([tmp_path])] == ["new", "slow"]
+    assert prune_stale(tmp_path) == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["new.json", "slow.json"]
 
 
 def test_metrics_dir_default_and_override(monkeypatch, tmp_path):

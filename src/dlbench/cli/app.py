@@ -13,6 +13,7 @@ import typer
 from dlbench import __version__
 from dlbench.cli import catalog, results, run, scale
 from dlbench.cli import monitor, plot
+from dlbench.cli import mlperf
 
 app = typer.Typer(
     name="dlbench",
@@ -49,6 +50,7 @@ app.command("compare")(results.compare)
 app.command("env")(catalog.env)
 app.command("monitor")(monitor.monitor)
 app.add_typer(plot.plot_app, name="plot")
+app.add_typer(mlperf.mlperf_app, name="mlperf")
 app.command("scale")(scale.scale)
 app.command("comm")(scale.comm)
 

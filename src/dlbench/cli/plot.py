@@ -17,7 +17,7 @@ plot_app = typer.Typer(
 @plot_app.command("telemetry")
 def telemetry(
     run_id: str = typer.Argument(..., help="Run id or a unique prefix (see 'dlbench results').", show_default=False),
-    out: str = typer.Option(None, "--out", "-o", help="PNG path [default: dlbench-telemetry-RUN_ID.png]."),
+    out: str = typer.Option(None, "--out", "-o", help="PNG path (default: dlbench-telemetry-RUN_ID.png)."),
     db: str = DB_OPTION,
     as_json: bool = JSON_OPTION,
 ) -> None:
@@ -43,3 +43,30 @@ def telemetry(
                    "panels": [p["title"] for p in data["panels"]]})
     else:
         info(f"plot: {path} ({data['samples']} samples)")
+
+
+@plot_app.command("scaling")
+def scaling(
+    groups: list[str] = typer.Argument(..., help="One series per argument: run ids or KEY=VALUE filters, comma-separated, as in 'dlbench compare' (e.g. scale_series=3f2a1c, or a tag such as stack=container).", show_default=False),
+    out: str = typer.Option("dlbench-scaling.png", "--out", "-o", help="PNG path."),
+    title: str = typer.Option("scaling", "--title", help="Chart title."),
+    db: str = DB_OPTION,
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Throughput and efficiency against process count for stored runs, several series on one chart."""
+    from dlbench.report.charts import render_scaling, scaling_series
+    from dlbench.store._base import parse_selector
+
+    store = open_store(db)
+    try:
+        series = {group: scaling_series(store.records(parse_selector(group))) for group in groups}
+    finally:
+        store.close()
+    for group, by_n in series.items():
+        if not by_n:
+            raise UsageError(f"series {group!r} matches no successful stored run; check it with 'dlbench results'.")
+    path = render_scaling(series, out, title)
+    if as_json:
+        emit_json({"path": str(path), "series": {g: {str(n): rate for n, rate in s.items()} for g, s in series.items()}})
+    else:
+        info(f"plot: {path}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import typer
@@ -27,31 +28,31 @@ def run(
     config: str = typer.Option(None, "--config", "-c", help="YAML file: one run, a suite, or a NERSC pytorch-benchmarks config."),
     param: list[str] = typer.Option(None, "--param", "-p", help="Workload size parameter NAME=VALUE (repeatable), e.g. image_size=64."),
     batch_size: int = typer.Option(None, "--batch-size", "-b", help="Samples per step (default: the workload's)."),
-    steps: int = typer.Option(None, "--steps", help="Measured steps [default: 20]."),
-    warmup: int = typer.Option(None, "--warmup", help="Unmeasured warmup steps [default: 5]."),
-    device: str = typer.Option(None, "--device", help="auto | cpu | cuda [default: auto]."),
-    precision: str = typer.Option(None, "--precision", help="fp32 | bf16 | fp16 (autocast; fp16 adds grad scaling) [default: fp32]."),
-    mode: str = typer.Option(None, "--mode", help="train | inference [default: train]."),
+    steps: int = typer.Option(None, "--steps", help="Measured steps \\[default: 20]."),
+    warmup: int = typer.Option(None, "--warmup", help="Unmeasured warmup steps \\[default: 5]."),
+    device: str = typer.Option(None, "--device", help="auto | cpu | cuda \\[default: auto]."),
+    precision: str = typer.Option(None, "--precision", help="fp32 | bf16 | fp16 (autocast; fp16 adds grad scaling) \\[default: fp32]."),
+    mode: str = typer.Option(None, "--mode", help="train | inference \\[default: train]."),
     channels_last: bool = typer.Option(None, "--channels-last/--no-channels-last", help="NHWC memory format.", show_default=False),
     compile: bool = typer.Option(None, "--compile/--no-compile", help="torch.compile the model.", show_default=False),
-    optimizer: str = typer.Option(None, "--optimizer", help="sgd | adam [default: sgd]."),
+    optimizer: str = typer.Option(None, "--optimizer", help="sgd | adam \\[default: sgd]."),
     learning_rate: float = typer.Option(None, "--lr", help="Learning rate (default: 0.01 SGD, 0.001 Adam)."),
     threads: int = typer.Option(None, "--threads", help="torch intra-op threads (default: torch's)."),
-    seed: int = typer.Option(None, "--seed", help="Seed for weights and synthetic data [default: 0]."),
-    data: str = typer.Option(None, "--data", help="synthetic (on-device, pure compute) | loader (DataLoader + H2D copies) [default: synthetic]."),
-    workers: int = typer.Option(None, "--workers", help="DataLoader workers with --data loader [default: 2]."),
+    seed: int = typer.Option(None, "--seed", help="Seed for weights and synthetic data \\[default: 0]."),
+    data: str = typer.Option(None, "--data", help="synthetic (on-device, pure compute) | loader (DataLoader + H2D copies) \\[default: synthetic]."),
+    workers: int = typer.Option(None, "--workers", help="DataLoader workers with --data loader \\[default: 2]."),
     tag: list[str] = typer.Option(None, "--tag", "-t", help="Label KEY=VALUE stored with the run (repeatable)."),
-    nproc: int = typer.Option(None, "--nproc", help="Processes on this node (DDP through torchrun; one per GPU) [default: 1]."),
-    backend: str = typer.Option(None, "--backend", help="gloo | nccl | mpi [default: nccl on CUDA, gloo on CPU]."),
-    nnodes: int = typer.Option(None, "--nnodes", help="Nodes in a multi-node run (as torchrun) [default: 1]."),
+    nproc: int = typer.Option(None, "--nproc", help="Processes on this node (DDP through torchrun; one per GPU) \\[default: 1]."),
+    backend: str = typer.Option(None, "--backend", help="gloo | nccl | mpi \\[default: nccl on CUDA, gloo on CPU]."),
+    nnodes: int = typer.Option(None, "--nnodes", help="Nodes in a multi-node run (as torchrun) \\[default: 1]."),
     node_rank: int = typer.Option(None, "--node-rank", help="This node's rank, 0..nnodes-1 (as torchrun)."),
     rdzv_endpoint: str = typer.Option(None, "--rdzv-endpoint", help="HOST:PORT of node 0 for multi-node runs (as torchrun)."),
-    scaling: str = typer.Option(None, "--scaling", help="weak: --batch-size per process | strong: --batch-size is global [default: weak]."),
-    timeout: float = typer.Option(None, "--timeout", help="Seconds a rank may wait for the others before the run fails [default: 300]."),
-    telemetry: bool = typer.Option(None, "--telemetry/--no-telemetry", help="Sample GPU/host telemetry during the run [default: on].", show_default=False),
-    telemetry_interval: float = typer.Option(None, "--telemetry-interval", help="Seconds between telemetry samples [default: 1]."),
+    scaling: str = typer.Option(None, "--scaling", help="weak: --batch-size per process | strong: --batch-size is global \\[default: weak]."),
+    timeout: float = typer.Option(None, "--timeout", help="Seconds a rank may wait for the others before the run fails \\[default: 300]."),
+    telemetry: bool = typer.Option(None, "--telemetry/--no-telemetry", help="Sample GPU/host telemetry during the run (default: on).", show_default=False),
+    telemetry_interval: float = typer.Option(None, "--telemetry-interval", help="Seconds between telemetry samples (default: 1)."),
     metrics_port: int = typer.Option(None, "--metrics-port", help="Serve this run's training metrics for Prometheus on PORT."),
-    metrics_host: str = typer.Option(None, "--metrics-host", help="Interface for --metrics-port; 0.0.0.0 for cluster scraping [default: 127.0.0.1]."),
+    metrics_host: str = typer.Option(None, "--metrics-host", help="Interface for --metrics-port; 0.0.0.0 for cluster scraping (default: 127.0.0.1)."),
     db: str = DB_OPTION,
     no_store: bool = typer.Option(False, "--no-store", help="Do not save the record in the results store."),
     as_json: bool = JSON_OPTION,
@@ -85,7 +86,7 @@ def run(
 
 def suite(
     name: str = typer.Argument(None, help="Built-in suite: quick (small sizes, ~2 min on a 2-core CPU) or standard (catalogue defaults, for GPUs). Default: quick on CPU, standard on CUDA.", show_default=False),
-    device: str = typer.Option(None, "--device", help="auto | cpu | cuda [default: auto]."),
+    device: str = typer.Option(None, "--device", help="auto | cpu | cuda \\[default: auto]."),
     precision: str = typer.Option(None, "--precision", help="fp32 | bf16 | fp16."),
     tag: list[str] = typer.Option(None, "--tag", "-t", help="Label KEY=VALUE stored with every run (repeatable)."),
     db: str = DB_OPTION,
@@ -108,13 +109,17 @@ def suite(
 
 def execute(specs, db: str | None, no_store: bool, as_json: bool, single: bool) -> None:
     """Run specs in order, saving each record as it ends; exit 1 when any benchmark failed."""
+    from dlbench.distributed.context import detect_launch_env
     from dlbench.env import capture_env, host_load
     from dlbench.report.tables import render, run_table
     from dlbench.runner import resolve, run_benchmark
 
     for spec in specs:  # validate every run before the first starts: no half-run suite on a typo
         resolve(spec)
-    store = None if no_store else open_store(db)
+    launch = detect_launch_env(os.environ)
+    # under torchrun/srun every rank runs this command: rank 0 alone stores and reports
+    follower = launch is not None and launch.world_size > 1 and launch.rank != 0
+    store = None if no_store or follower else open_store(db)
     env = capture_env()
     env["host_load"] = host_load()
     if env["host_load"]["cpu_busy_percent"] > 50:
@@ -129,7 +134,9 @@ def execute(specs, db: str | None, no_store: bool, as_json: bool, single: bool) 
     finally:
         if store is not None:
             store.close()
-    if as_json:
+    if follower:
+        pass
+    elif as_json:
         emit_json(records[0] if single else records)
     else:
         render(run_table(records), title="dlbench results")

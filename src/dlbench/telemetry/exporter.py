@@ -13,15 +13,13 @@ console's GPU panels work unchanged. Two deliberate differences, both stated in 
   exact dcgm name (``rate()`` and ``increase()`` work the same on them).
 
 The families are built by pure functions from readings (``gpu_families``, ``host_families``,
-``training_families``); :class:`NodeCollector` reads the sources at scrape time, at most once per
-``interval_s`` (a scrape sooner reuses the readings), and never fails a scrape: errors are counted
+``training_families``); :class:`NodeCollector` reads the sources every ``interval_s`` (on a
+background thread once started) and never fails a scrape: errors are counted
 in ``dlbench_exporter_errors_total`` and a lost GPU shows as ``dlbench_gpu_up 0``.
 """
 
 from __future__ import annotations
 
-import os
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -31,7 +29,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import CollectorRegistry
 
 from dlbench.telemetry.nvml import GPUInfo
-from dlbench.telemetry.training import TrainingState
+from dlbench.telemetry.training import TrainingState, hostname
 
 MIB = 1024 * 1024
 GPU_LABELS = ("gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname")
@@ -91,6 +89,7 @@ TRAINING_GAUGES = (
     ("dlbench_training_last_update_timestamp_seconds", "updated_at", "Unix time of the run's last update."),
 )
 HEALTH_METRICS = ("dlbench_nvml_up", "dlbench_gpu_up", "dlbench_gpus", "dlbench_exporter_scrape_duration_seconds",
+                  "dlbench_exporter_read_duration_seconds",
                   "dlbench_exporter_errors_total", "dlbench_gpu_process_memory_bytes", "dlbench_training_info")
 
 
@@ -99,11 +98,6 @@ def exported_metric_names() -> set[str]:
     names = {m[0] for m in DCGM_METRICS} | {m[0] for m in HOST_GAUGES} | {m[0] for m in TRAINING_GAUGES}
     names |= {m[0] + "_total" for m in HOST_COUNTERS}
     return names | set(HEALTH_METRICS)
-
-
-def hostname() -> str:
-    """The ``Hostname`` label: ``$NODE_NAME`` (Kubernetes downward API) when set, else the hostname."""
-    return os.environ.get("NODE_NAME") or socket.gethostname()
 
 
 def gpu_labels(info: GPUInfo, host: str) -> list[str]:
@@ -186,7 +180,13 @@ class NodeCollector:
 
     ``gpu_source`` is an :class:`~dlbench.telemetry.nvml.NVMLSource` (or None), ``host_source`` a
     :class:`~dlbench.telemetry.host.HostSource` (or None); ``training`` returns the runs to show
-    (read from the metrics directories, or the run's own state). Thread-safe: the HTTP server
+    (read from the metrics directories, or the run's own state).
+
+    Readings are refreshed every ``interval_s``. After :meth:`start`, a background thread does it
+    and a scrape only renders the latest readings: some NVML calls block (PCIe throughput samples
+    for 20 ms per call), and a scrape must not wait for them — dcgm-exporter collects in the
+    background for the same reason. Without :meth:`start` (tests, benchmarks) a scrape reads the
+    sources itself when the readings are older than ``interval_s``. Thread-safe: the HTTP server
     answers scrapes on several threads.
     """
 
@@ -197,58 +197,86 @@ class NodeCollector:
         self.interval_s = interval_s
         self.host = host or hostname()
         self._clock = clock
-        self._lock = threading.Lock()
+        self._read_lock = threading.Lock()  # one reader of the sources at a time
         self._read_at = float("-inf")
-        self._gpu_readings: list[dict[str, Any]] = []
-        self._host_reading: dict[str, Any] = {}
+        self._read_duration_s: float | None = None
+        self._readings: tuple[list[dict[str, Any]], dict[str, Any]] = ([], {})  # (GPUs, host), swapped whole
         self._errors = {"gpus": 0, "host": 0, "training": 0}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Read now, then every ``interval_s`` on a daemon thread, until :meth:`stop`."""
+        self.refresh()
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._loop, name="dlbench-exporter-reader", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.refresh()
 
     def describe(self) -> list[Metric]:
         return []  # registering must not trigger a reading; the families are dynamic anyway
 
     def collect(self) -> Iterator[Metric]:
         started = time.perf_counter()
-        with self._lock:
-            families = self._families()
+        if self._thread is None and self._clock() - self._read_at >= self.interval_s:
+            self.refresh()
+        families = self._families()
         duration = GaugeMetricFamily("dlbench_exporter_scrape_duration_seconds",
                                      "Time this exporter took to build the scrape's metrics.")
         duration.add_metric([], time.perf_counter() - started)
         yield from families
         yield duration
 
+    def refresh(self) -> None:
+        """Read every source once; a failing source keeps its previous readings (and is counted)."""
+        with self._read_lock:
+            started = time.perf_counter()
+            gpu_readings, host_reading = self._readings
+            if self.gpu_source is not None:
+                try:
+                    gpu_readings = self.gpu_source.sample()
+                except Exception:  # noqa: BLE001 - keep serving the last good readings
+                    self._errors["gpus"] += 1
+            if self.host_source is not None:
+                try:
+                    host_reading = self.host_source.sample()
+                except Exception:  # noqa: BLE001
+                    self._errors["host"] += 1
+            self._readings = (gpu_readings, host_reading)
+            self._read_at = self._clock()
+            self._read_duration_s = time.perf_counter() - started
+
     def _families(self) -> list[Metric]:
-        if self._clock() - self._read_at >= self.interval_s:
-            self._read()
+        gpu_readings, host_reading = self._readings
         out: list[Metric] = []
         if self.gpu_source is not None:
             health = self.gpu_source.health()
             devices = self.gpu_source.devices()
-            out += gpu_families(devices, self._gpu_readings, self.host)
+            out += gpu_families(devices, gpu_readings, self.host)
             out.append(_gauge("dlbench_nvml_up", "1 when NVML is initialised and answering.", float(health["up"])))
             out.append(_gauge("dlbench_gpus", "GPUs this exporter watches.", float(len(devices))))
-        if self._host_reading:
-            out += host_families(self._host_reading, self.host)
+        if host_reading:
+            out += host_families(host_reading, self.host)
         try:
             out += training_families(list(self.training()))
         except Exception:  # noqa: BLE001 - a broken metrics directory must not fail the scrape
             self._errors["training"] += 1
+        if self._read_duration_s is not None:
+            out.append(_gauge("dlbench_exporter_read_duration_seconds", "Time the last reading of all sources took.",
+                              self._read_duration_s))
         errors = CounterMetricFamily("dlbench_exporter_errors", "Errors while reading a source.", labels=("source",))
         for source, count in self._errors_by_source().items():
             errors.add_metric([source], count)
         return out + [errors]
-
-    def _read(self) -> None:
-        self._read_at = self._clock()
-        if self.gpu_source is not None:
-            try:
-                self._gpu_readings = self.gpu_source.sample()
-            except Exception:  # noqa: BLE001 - keep serving the last good readings
-                self._errors["gpus"] += 1
-        if self.host_source is not None:
-            try:
-                self._host_reading = self.host_source.sample()
-            except Exception:  # noqa: BLE001
-                self._errors["host"] += 1
 
     def _errors_by_source(self) -> dict[str, float]:
         counts = dict(self._errors)

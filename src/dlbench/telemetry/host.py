@@ -83,18 +83,22 @@ class HostSource(Source):
 
 class ProcessSource(Source):
     """One process (default: this one): ``cpu_percent`` (100 = one core busy, since the previous
-    sample), ``rss_bytes``, ``threads``, ``children_rss_bytes`` (DataLoader workers), and, when this
+    sample), ``rss_bytes``, ``threads``, ``children_rss_bytes`` (DataLoader workers; the list of
+    children is refreshed every ``CHILDREN_EVERY`` samples), and, when this
     process has initialised CUDA, ``cuda_allocated_bytes``, ``cuda_reserved_bytes`` and
     ``cuda_max_allocated_bytes`` of ``cuda_device`` (an index; torch's current device is
     per thread, so the sampler thread must be told which device the run uses)."""
 
     name = "process"
+    CHILDREN_EVERY = 10
 
     def __init__(self, pid: int | None = None, cuda_device: int | None = None) -> None:
         self._process = psutil.Process(pid)
         self._process.cpu_percent(None)  # the first call only starts the interval
         self._cuda_device = cuda_device
         self._is_self = pid is None or pid == os.getpid()
+        self._samples = 0
+        self._child_list: list[psutil.Process] = []
         self._errors = 0
         self._error: str | None = None
 
@@ -105,7 +109,7 @@ class ProcessSource(Source):
                 reading["cpu_percent"] = self._process.cpu_percent(None)
                 reading["rss_bytes"] = self._process.memory_info().rss
                 reading["threads"] = self._process.num_threads()
-            reading["children_rss_bytes"] = sum(_rss(c) for c in self._process.children(recursive=True))
+            reading["children_rss_bytes"] = sum(_rss(c) for c in self._children())
         except psutil.Error as exc:  # the process ended or cannot be read: report what we have
             self._errors += 1
             self._error = f"{type(exc).__name__}: {exc}"
@@ -115,6 +119,14 @@ class ProcessSource(Source):
 
     def health(self) -> dict[str, Any]:
         return {"up": self._error is None, "error": self._error, "errors": self._errors}
+
+    def _children(self) -> list[psutil.Process]:
+        # Listing children scans every process in /proc (most of a sample's cost); workers are
+        # started once per run, so the list is refreshed only every CHILDREN_EVERY samples.
+        if self._samples % self.CHILDREN_EVERY == 0:
+            self._child_list = self._process.children(recursive=True)
+        self._samples += 1
+        return self._child_list
 
     def _cuda_memory(self) -> Reading:
         torch = sys.modules.get("torch")

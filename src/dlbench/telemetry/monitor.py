@@ -47,6 +47,7 @@ def run_monitor(host: str = "127.0.0.1", port: int = 9400, interval_s: float = 1
     except (OSError, OverflowError) as exc:
         gpu.close()
         raise UsageError(f"cannot serve on {host}:{port} ({exc}); choose a free --port or another --host.") from None
+    collector.start()
     stop = stop or threading.Event()
     previous = _on_sigterm(stop.set)
     try:
@@ -58,6 +59,7 @@ def run_monitor(host: str = "127.0.0.1", port: int = 9400, interval_s: float = 1
         pass  # Ctrl-C is how an exporter is stopped by hand: a normal exit
     finally:
         stop_server(server)
+        collector.stop()
         gpu.close()
         _restore_sigterm(previous)
 

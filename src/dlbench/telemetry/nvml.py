@@ -179,8 +179,10 @@ class NVMLSource(Source):
                 pass
             self._initialised = False
         self._up = False
-        self._errors += 1
-        self._error = f"{type(exc).__name__}: {exc}"
+        error = f"{type(exc).__name__}: {exc}"
+        if error != self._error:  # a node without GPUs retries forever: count the condition, not each retry
+            self._errors += 1
+        self._error = error
         self._handles, self._devices = [], []
 
     def _static_info(self, index: int, handle: Any) -> GPUInfo:

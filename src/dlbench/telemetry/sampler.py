@@ -49,7 +49,11 @@ class Sampler:
         with self._lock:  # the run thread and the sampler thread may both sample
             sample: Sample = {"t_s": self._clock() - self._t0}
             for source in self.sources:
-                sample[source.name] = source.sample()
+                try:
+                    sample[source.name] = source.sample()
+                except Exception:  # noqa: BLE001 - a source breaking its contract loses a reading, not the run
+                    log.exception("telemetry source %r failed", source.name)
+                    sample[source.name] = None
             if mark:
                 sample["mark"] = mark
             self.series.append(sample)
@@ -81,10 +85,7 @@ class Sampler:
             delay = self._t0 + ticks * self.interval_s - self._clock()
             if self._stop.wait(max(0.0, delay)):
                 return
-            try:
-                self.sample_now()
-            except Exception:  # noqa: BLE001 - a broken source loses samples, not the run
-                log.exception("telemetry sample failed")
+            self.sample_now()
             # after a long stall (suspended VM, slow NVML) skip the missed ticks instead of bursting
             ticks = max(ticks + 1, math.floor((self._clock() - self._t0) / self.interval_s) + 1)
 

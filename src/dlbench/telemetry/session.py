@@ -54,7 +54,8 @@ class RunTelemetry:
         """The telemetry of ``spec``'s run (a :class:`NoTelemetry` with ``telemetry: false``)."""
         if not spec.telemetry:
             return NoTelemetry()
-        state = TrainingState(run_id=record["id"], workload=spec.workload, device=str(device), batch_size=batch_size)
+        state = TrainingState(run_id=record["id"], workload=spec.workload, device=str(device), batch_size=batch_size,
+                              interval_s=spec.telemetry_interval_s)
         cuda_index = _cuda_index(device)
         sources: list = [HostSource(), ProcessSource(cuda_device=cuda_index)]
         if cuda_index is not None:
@@ -62,8 +63,7 @@ class RunTelemetry:
 
             uuid = _cuda_uuid(cuda_index)
             sources.insert(0, NVMLSource(uuids=[uuid] if uuid else None))
-        return cls(state, sources, spec.telemetry_interval_s, metrics_dir(),
-                   getattr(spec, "metrics_host", "127.0.0.1"), spec.metrics_port)
+        return cls(state, sources, spec.telemetry_interval_s, metrics_dir(), spec.metrics_host, spec.metrics_port)
 
     # -- the run ------------------------------------------------------------------------------
 

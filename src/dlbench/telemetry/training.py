@@ -11,7 +11,8 @@ Publishing: the run's sampler thread writes the state as JSON to ``<metrics dir>
 once per telemetry interval (atomically: write, then rename); ``dlbench monitor`` reads every file
 of its metrics directories at scrape time. The directory is ``$DLBENCH_METRICS_DIR``, else
 ``/tmp/dlbench-metrics-<uid>``; on a node shared by several users point both at one directory.
-A file whose last update is older than ``stale_s`` is ignored and removed by the next run.
+A state not updated for ``stale_s`` (or three of the run's intervals, if longer) is ignored, and
+removed by the next run that publishes to the directory.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ class TrainingState:
     workload: str
     device: str = "cpu"
     batch_size: int = 0
-    hostname: str = field(default_factory=socket.gethostname)
+    hostname: str = field(default_factory=lambda: hostname())
     pid: int = field(default_factory=os.getpid)
     phase: str = "starting"  # starting | warmup | measure | done
     step: int = 0  # steps completed in the current phase
@@ -47,6 +48,7 @@ class TrainingState:
     step_time_s: float | None = None
     samples_per_s: float | None = None
     loss: float | None = None
+    interval_s: float = 1.0  # how often the run publishes
     updated_at: float = field(default_factory=time.time)  # unix seconds
 
     def as_dict(self) -> dict[str, Any]:
@@ -91,6 +93,15 @@ class TrainingTracker:
         state.updated_at = time.time()
 
 
+def hostname() -> str:
+    """The ``Hostname`` label: ``$NODE_NAME`` (Kubernetes downward API) when set, else the hostname.
+
+    dcgm-exporter labels GPUs with the node's name; runs use the same value so that one dashboard
+    variable selects a node's GPUs and the runs on it.
+    """
+    return os.environ.get("NODE_NAME") or socket.gethostname()
+
+
 def metrics_dir() -> Path:
     """``$DLBENCH_METRICS_DIR``, else ``/tmp/dlbench-metrics-<uid>``."""
     configured = os.environ.get(METRICS_DIR_ENV)
@@ -129,18 +140,27 @@ def read_published(directories: Iterable[Path], now: float | None = None, stale_
                 state = TrainingState.from_dict(json.loads(path.read_text()))
             except (OSError, ValueError, TypeError):
                 continue
-            if now - state.updated_at <= stale_s:
+            if not _is_stale(state, now, stale_s):
                 states.append(state)
     return states
 
 
+def _is_stale(state: TrainingState, now: float, stale_s: float) -> bool:
+    # a run publishing every 5 minutes is not stale after one: allow three of its intervals
+    return now - state.updated_at > max(stale_s, 3 * (state.interval_s or 0))
+
+
 def prune_stale(directory: Path, now: float | None = None, stale_s: float = STALE_S) -> int:
-    """Remove this user's stale state files from ``directory``; returns how many went."""
+    """Remove stale state files (see :func:`read_published`) from ``directory``; returns how many went."""
     now = time.time() if now is None else now
     removed = 0
     for path in directory.glob("*.json") if directory.is_dir() else ():
         try:
-            if now - path.stat().st_mtime > stale_s:
+            try:
+                stale = _is_stale(TrainingState.from_dict(json.loads(path.read_text())), now, stale_s)
+            except (ValueError, TypeError):  # not a state file of ours: judge by its age
+                stale = now - path.stat().st_mtime > stale_s
+            if stale:
                 path.unlink()
                 removed += 1
         except OSError:  # another user's file, or gone already

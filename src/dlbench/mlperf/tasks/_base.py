@@ -61,6 +61,7 @@ class Task:
     max_epochs: ClassVar[int]
     batch_size: ClassVar[int]
     accepts_data_dir: ClassVar[bool] = False
+    clip_grad_norm: ClassVar[float | None] = None  # clip the gradient norm before each step
 
     def __init__(self, data_seed: int = 0, data_dir: str | None = None):
         if data_dir is not None and not self.accepts_data_dir:

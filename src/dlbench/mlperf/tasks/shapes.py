@@ -63,39 +63,49 @@ def detection_images(
     n: int, image_size: int, max_objects: int, generator: torch.Generator, noise: float = 0.1,
     classes: tuple[int, ...] = (0, 1),
 ) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor]]:
-    """``n`` images with 1..max_objects shapes each (classes index ``SHAPES``), drawn in order so
-    later shapes cover earlier ones; objects are placed on a coarse grid so they rarely overlap.
+    """``n`` images with 1..max_objects (at most 4) shapes each, one per cell of a 2x2 grid so
+    objects do not overlap; ``classes`` index :data:`SHAPES`.
 
-    Returns images (N, 3, S, S), boxes per image (M_i, 4) as (x0, y0, x1, y1) in pixels, and labels
-    per image (M_i,) numbered 1.. (0 is the background class of a detector).
+    Returns images (N, 3, S, S), boxes per image (M_i, 4) as (x0, y0, x1, y1) in pixels (the tight
+    box of the drawn pixels), and labels per image (M_i,) numbered 1.. (0 is a detector's background).
     """
-    images = torch.empty(n, 3, image_size, image_size)
-    all_boxes: list[torch.Tensor] = []
-    all_labels: list[torch.Tensor] = []
+    cells = 4
+    count = torch.randint(1, max_objects + 1, (n, 1), generator=generator)  # (N, 1)
+    # a random subset of `count` cells: rank the cells by a random key, keep the first `count`
+    present = torch.rand(n, cells, generator=generator).argsort(dim=1).argsort(dim=1) < count  # (N, 4)
+    kind = torch.randint(0, len(classes), (n, cells), generator=generator)  # (N, 4) index into classes
+    cell = image_size / 2
+    r = cell * (0.2 + 0.25 * torch.rand(n, cells, generator=generator))  # (N, 4) shape "radius"
+    origin = torch.tensor([[0.0, 0.0], [cell, 0.0], [0.0, cell], [cell, cell]])  # (4, 2) cell corners
+    span = (cell - 2 * r - 1).unsqueeze(-1)  # (N, 4, 1): room left for the centre inside the cell
+    centre = origin + r.unsqueeze(-1) + torch.rand(n, cells, 2, generator=generator) * span  # (N, 4, 2)
     coords = torch.arange(image_size, dtype=torch.float32)
-    cell = image_size / 2  # a 2x2 grid of cells, at most one object per cell
-    background, _ = _contrasting_colours(n, generator)
-    for i in range(n):
-        count = int(torch.randint(1, max_objects + 1, (1,), generator=generator))
-        cells = torch.randperm(4, generator=generator)[:count]
-        image = background[i].expand(3, image_size, image_size).clone()
-        boxes, labels = [], []
-        for c in cells.tolist():
-            kind = classes[int(torch.randint(0, len(classes), (1,), generator=generator))]
-            r = float(cell * (0.2 + 0.25 * torch.rand(1, generator=generator)))
-            lo_x, lo_y = (c % 2) * cell + r, (c // 2) * cell + r
-            span = cell - 2 * r - 1
-            cx = lo_x + float(torch.rand(1, generator=generator)) * span
-            cy = lo_y + float(torch.rand(1, generator=generator)) * span
-            dx, dy = torch.broadcast_tensors(coords.view(1, 1, -1) - cx, coords.view(1, -1, 1) - cy)
-            mask = shape_masks(dx, dy, torch.tensor([[[r]]]))[kind, 0]  # (S, S)
-            shift = 0.3 + 0.4 * torch.rand(3, 1, 1, generator=generator)
-            colour = (background[i] + shift) % 1.0
-            image = torch.where(mask, colour.expand_as(image), image)
-            ys, xs = torch.nonzero(mask, as_tuple=True)
-            boxes.append([float(xs.min()), float(ys.min()), float(xs.max()) + 1, float(ys.max()) + 1])
-            labels.append(classes.index(kind) + 1)
-        images[i] = image + noise * torch.randn(image.shape, generator=generator)
-        all_boxes.append(torch.tensor(boxes, dtype=torch.float32))
-        all_labels.append(torch.tensor(labels, dtype=torch.int64))
-    return images, all_boxes, all_labels
+    dx = coords.view(1, 1, 1, -1) - centre[..., 0].view(n, cells, 1, 1)  # (N, 4, 1, S)
+    dy = coords.view(1, 1, -1, 1) - centre[..., 1].view(n, cells, 1, 1)  # (N, 4, S, 1)
+    dx, dy = torch.broadcast_tensors(dx, dy)  # (N, 4, S, S)
+    all_masks = shape_masks(dx.flatten(0, 1), dy.flatten(0, 1), r.view(-1, 1, 1))  # (K, N*4, S, S)
+    shape_index = torch.tensor(classes)[kind].flatten()  # (N*4,)
+    masks = all_masks[shape_index, torch.arange(n * cells)].view(n, cells, image_size, image_size)
+    masks &= present.view(n, cells, 1, 1)
+    background, _ = _contrasting_colours(n, generator)  # (N, 3, 1, 1)
+    shift = 0.3 + 0.4 * torch.rand(n, cells, 3, 1, 1, generator=generator)
+    colours = (background.unsqueeze(1) + shift) % 1.0  # (N, 4, 3, 1, 1)
+    images = background.expand(n, 3, image_size, image_size).clone()
+    for c in range(cells):  # cells never overlap, so the order does not matter
+        images = torch.where(masks[:, c].unsqueeze(1), colours[:, c], images)
+    images = images + noise * torch.randn(images.shape, generator=generator)
+    boxes = _tight_boxes(masks)  # (N, 4, 4)
+    labels = kind + 1
+    return images, [boxes[i][present[i]] for i in range(n)], [labels[i][present[i]] for i in range(n)]
+
+
+def _tight_boxes(masks: torch.Tensor) -> torch.Tensor:
+    """(x0, y0, x1, y1) of the set pixels of each mask (..., S, S); x1, y1 exclusive."""
+    size = masks.shape[-1]
+    coords = torch.arange(size)
+    cols, rows = masks.any(dim=-2), masks.any(dim=-1)  # (..., S) over x and over y
+    x0 = torch.where(cols, coords, size).min(dim=-1).values
+    x1 = torch.where(cols, coords, -1).max(dim=-1).values + 1
+    y0 = torch.where(rows, coords, size).min(dim=-1).values
+    y1 = torch.where(rows, coords, -1).max(dim=-1).values + 1
+    return torch.stack((x0, y0, x1, y1), dim=-1).float()

@@ -1,0 +1,180 @@
+"""``dlbench mlperf``: MLPerf-style time-to-train runs, scoring, compliance and comparison."""
+
+from __future__ import annotations
+
+import typer
+
+from dlbench.cli._common import DB_OPTION, JSON_OPTION, emit_json, info, open_store
+from dlbench.errors import BenchmarkFailed, UsageError
+
+mlperf_app = typer.Typer(
+    name="mlperf",
+    help="MLPerf-style time-to-train: run reference tasks to their quality targets (mllog result logs), "
+    "score result folders (olympic mean), run MLCommons' compliance checker, compare with published results.",
+    no_args_is_help=True,
+)
+
+
+@mlperf_app.command("list")
+def list_tasks(as_json: bool = JSON_OPTION) -> None:
+    """List the time-to-train tasks with their metric, target and the MLPerf benchmark each models."""
+    from dlbench.mlperf import tasks
+
+    described = [tasks.get_class(name).describe() for name in tasks.names()]
+    if as_json:
+        emit_json(described)
+        return
+    from dlbench.mlperf.report import tasks_table
+    from dlbench.report.tables import render
+
+    render(tasks_table(described), title="MLPerf-style time-to-train tasks")
+
+
+@mlperf_app.command("run")
+def run(
+    task: str = typer.Argument(..., help="Task name (see 'dlbench mlperf list'), e.g. resnet."),
+    runs: int = typer.Option(1, "--runs", "-n", help="Runs to make, each until the target or the epoch limit (MLPerf requires 5 or 10)."),
+    out: str = typer.Option("mlperf-results", "--out", "-o", help="Results folder: results/<system>/<benchmark>/result_<i>.txt and systems/<system>.json; runs already there are kept and numbering continues."),
+    seed: int = typer.Option(0, "--seed", help="Run i uses seed+i (i = its result index), so every run's seed differs; logged as 'seed'."),
+    system: str = typer.Option(None, "--system", help="System name in the folder \\[default: <host>_cpu or <host>_<n>x<gpu>]."),
+    device: str = typer.Option("auto", "--device", help="auto | cpu | cuda."),
+    max_epochs: int = typer.Option(None, "--max-epochs", help="Epoch limit; a run that has not reached the target by then stops with status aborted \\[default: the task's]."),
+    data_dir: str = typer.Option(None, "--data-dir", help="A real data set on disk, for tasks that read one (resnet: an ImageFolder with train/ and val/)."),
+    data_seed: int = typer.Option(0, "--data-seed", help="Seed of the generated data set (the same for every run)."),
+    workers: int = typer.Option(0, "--workers", help="DataLoader worker processes for training."),
+    threads: int = typer.Option(None, "--threads", help="torch intra-op threads (default: torch's)."),
+    tag: list[str] = typer.Option(None, "--tag", "-t", help="Label KEY=VALUE stored with every run (repeatable)."),
+    db: str = DB_OPTION,
+    no_store: bool = typer.Option(False, "--no-store", help="Do not save the run records in the results store."),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Train TASK to its quality target, --runs times, into an MLPerf results folder.
+
+    Every run is also stored as a dlbench run record. Exit code 1 when any run did not reach its
+    target (the folder is complete either way; 'dlbench mlperf score' applies MLPerf's allowance of
+    one non-converging run).
+    """
+    from dlbench.mlperf.runner import RunOptions, run_task
+    from dlbench.spec import parse_key_values
+
+    options = RunOptions(runs=runs, seed=seed, system=system, device=device, max_epochs=max_epochs,
+                         data_dir=data_dir, data_seed=data_seed, workers=workers, threads=threads,
+                         tags=parse_key_values(tag or [], "--tag"))
+    if device not in ("auto", "cpu", "cuda"):
+        raise UsageError(f"--device {device!r} must be auto, cpu or cuda.")
+
+    def progress(index: int, epoch: int, quality: float, reached: bool) -> None:
+        info(f"run {index} epoch {epoch}: quality {quality:.4f}{' — target reached' if reached else ''}")
+
+    store = None if no_store else open_store(db)
+    try:
+        records = run_task(task, out, options, store=store, on_epoch=progress)
+    finally:
+        if store is not None:
+            store.close()
+    if as_json:
+        emit_json(records)
+    else:
+        from dlbench.mlperf.report import runs_table
+        from dlbench.report.tables import render
+
+        render(runs_table(records), title=f"dlbench mlperf run {task}")
+        info(f"results folder: {out} (score it with 'dlbench mlperf score {out}')")
+    missed = [r for r in records if r["status"] != "ok"]
+    if missed:
+        raise BenchmarkFailed(f"{len(missed)} of {len(records)} run(s) did not reach the target: " + "; ".join(
+            f"run {r['spec']['result_index']} {r['status']} ({r['error']})" for r in missed))
+
+
+@mlperf_app.command("score")
+def score(
+    folder: str = typer.Argument(..., help="MLPerf results folder (or one result file); all three log formats are read."),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Olympic score per system and benchmark from result logs of any MLPerf format.
+
+    A run's time is run_stop - run_start; the fastest and slowest runs are dropped (a failed run
+    counts as the slowest). Unparsable lines are counted and reported, never fatal. Exit code 1 when
+    an entry has more failed runs than MLPerf allows.
+    """
+    from dlbench.mlperf.score import score_folder
+
+    entries = score_folder(folder)
+    if as_json:
+        emit_json([{k: v for k, v in e.items() if k != "files"} for e in entries])
+    else:
+        from dlbench.mlperf.report import score_table
+        from dlbench.report.tables import render
+
+        render(score_table(entries), title=f"MLPerf scores: {folder}")
+    _report_unparsed(entries)
+    invalid = [e for e in entries if e["status"] == "invalid"]
+    if invalid:
+        raise BenchmarkFailed("; ".join(f"{e['system']}/{e['benchmark']}: {e['message']}" for e in invalid))
+
+
+def _report_unparsed(entries: list[dict]) -> None:
+    for entry in entries:
+        for f in entry["files"]:
+            if f["unparsed_lines"]:
+                info(f"note: {f['path']}: {f['unparsed_lines']} MLPerf line(s) could not be parsed and were skipped")
+            if f["problem"]:
+                info(f"note: {f['path']}: run did not succeed ({f['problem']})")
+
+
+@mlperf_app.command("check")
+def check(
+    folder: str = typer.Argument(..., help="MLPerf results folder (or one result file)."),
+    usage: str = typer.Option(None, "--usage", help="training | hpc, with --ruleset \\[default: from the benchmark]."),
+    ruleset: str = typer.Option(None, "--ruleset", help="e.g. 4.1.0 \\[default: v0.6 logs 0.6.0, current logs the newest ruleset knowing the benchmark]."),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Run MLCommons' official compliance checker on every result log: pass/fail per file.
+
+    The ruleset follows each log's format and benchmark unless --ruleset is given. Exit code 1 when
+    any file fails.
+    """
+    from dlbench.mlperf.check import check_folder
+
+    results = check_folder(folder, usage, ruleset)
+    if as_json:
+        emit_json(results)
+    else:
+        from dlbench.mlperf.report import check_table
+        from dlbench.report.tables import render
+
+        render(check_table(results), title=f"MLPerf compliance: {folder}")
+        for r in results:
+            if r["status"] == "fail":
+                info(f"--- {r['file']} ({r['usage']} {r['ruleset']}):\n{r['messages']}")
+    failed = [r for r in results if r["status"] == "fail"]
+    if failed:
+        raise BenchmarkFailed(f"{len(failed)} of {len(results)} file(s) failed the compliance check.")
+
+
+@mlperf_app.command("compare")
+def compare(
+    folder: str = typer.Argument(..., help="MLPerf results folder to score."),
+    reference: str = typer.Option(None, "--reference", "-r", help="Published system to compare with, e.g. dgx1-v0.6."),
+    references: list[str] = typer.Option(None, "--references", help="Your own reference YAML file (repeatable); format in the README."),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """The folder's scores beside a published reference, as a ratio per benchmark."""
+    from dlbench.mlperf.compare import compare_scores
+    from dlbench.mlperf.references import get_reference, load_references
+    from dlbench.mlperf.score import score_folder
+
+    if reference is None:
+        names = ", ".join(load_references(references or []))
+        raise UsageError(f"--reference NAME is required; known references: {names}.")
+    chosen = get_reference(reference, references or [])
+    rows = compare_scores(score_folder(folder), chosen)
+    if as_json:
+        emit_json(rows)
+        return
+    from dlbench.mlperf.report import compare_table
+    from dlbench.report.tables import render
+
+    render(compare_table(rows), title=f"{folder} vs {chosen.name}: {chosen.description}")
+    if chosen.source:
+        info(f"reference source: {chosen.source}")

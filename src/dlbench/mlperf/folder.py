@@ -1,0 +1,110 @@
+"""The MLPerf results folder: paths and the system description, as pure functions.
+
+Layout (as in MLCommons' results repositories, one submitter's folder)::
+
+    OUT/results/<system>/<benchmark>/result_<i>.txt    one mllog result log per run
+    OUT/systems/<system>.json                          the machine, for the system-description checker
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from dlbench.errors import UsageError
+
+_RESULT_NAME = re.compile(r"^result_(\d+)\.txt$")
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def safe_name(text: str) -> str:
+    """``text`` as a file-name component: runs of other characters become one '_'."""
+    return _UNSAFE.sub("_", text).strip("._") or "system"
+
+
+def check_system_name(name: str) -> str:
+    """A user's ``--system`` must already be a safe file name: it becomes a folder and a file."""
+    if not name or safe_name(name) != name:
+        raise UsageError(
+            f"--system {name!r} must be a plain name of letters, digits, '.', '_' or '-' "
+            f"(it names a folder); for example --system {safe_name(name)!r}."
+        )
+    return name
+
+
+def default_system_name(env: dict[str, Any], device_type: str, nproc: int = 1) -> str:
+    """``<host>_<n>x<accelerator>`` on GPUs (``node7_8xNVIDIA_A100-SXM4-80GB``), ``<host>_cpu`` else."""
+    host = safe_name(str(env.get("hostname") or "host").split(".")[0])
+    gpus = env.get("gpus") or []
+    if device_type == "cuda" and gpus:
+        return f"{host}_{nproc}x{safe_name(gpus[0].get('name', 'gpu'))}"
+    return f"{host}_cpu"
+
+
+def result_path(out: Path, system: str, benchmark: str, index: int) -> Path:
+    return out / "results" / system / benchmark / f"result_{index}.txt"
+
+
+def next_result_index(out: Path, system: str, benchmark: str) -> int:
+    """The first index after the runs already in the folder, so that repeated invocations add runs."""
+    folder = out / "results" / system / benchmark
+    taken = [int(m.group(1)) for p in (folder.iterdir() if folder.is_dir() else ()) if (m := _RESULT_NAME.match(p.name))]
+    return max(taken) + 1 if taken else 0
+
+
+def system_description(
+    env: dict[str, Any], system: str, device_type: str, device_name: str, nproc: int = 1,
+    submitter: str = "dlbench", division: str = "open",
+) -> dict[str, Any]:
+    """The MLPerf system description (every field MLCommons' system_desc_checker requires) filled
+    from dlbench's environment capture; unknown fields are empty strings, and the full capture
+    rides along under ``dlbench_env``. Values are strings, as in MLCommons' own files."""
+    cpu = env.get("cpu") or {}
+    gpus = env.get("gpus") or []
+    torch_info = env.get("torch") or {}
+    on_gpu = device_type == "cuda" and bool(gpus)
+    memory_gb = f"{(cpu.get('memory_bytes') or 0) / 2**30:.0f} GB" if cpu.get("memory_bytes") else ""
+    container = env.get("container") or {}
+    software = [f"python {(env.get('python') or {}).get('version', '')}", f"dlbench {env.get('dlbench', '')}"]
+    if torch_info.get("cuda") and on_gpu:
+        software.append(f"cuda {torch_info['cuda']}")
+    if container.get("in_container"):
+        software.append(f"container {container.get('runtime')}{' ' + container['image'] if container.get('image') else ''}")
+    fields = {
+        "submitter": submitter,
+        "division": division,
+        "status": "Research, Development, or Internal (RDI)",
+        "system_name": system,
+        "number_of_nodes": 1,
+        "host_processors_per_node": 1,
+        "host_processor_model_name": cpu.get("model", ""),
+        "host_processor_core_count": cpu.get("physical_cores") or "",
+        "host_processor_vcpu_count": cpu.get("logical_cores") or "",
+        "host_processor_frequency": "",
+        "host_processor_caches": "",
+        "host_processor_interconnect": "",
+        "host_memory_capacity": memory_gb,
+        "host_storage_type": "",
+        "host_storage_capacity": "",
+        "host_networking": "",
+        "host_networking_topology": "",
+        "host_memory_configuration": "",
+        "accelerators_per_node": nproc if on_gpu else 0,
+        "accelerator_model_name": device_name if on_gpu else "",
+        "accelerator_host_interconnect": "",
+        "accelerator_frequency": "",
+        "accelerator_on-chip_memories": "",
+        "accelerator_memory_configuration": "",
+        "accelerator_memory_capacity": f"{gpus[0].get('memory_total_bytes', 0) / 2**30:.0f} GB" if on_gpu and gpus[0].get("memory_total_bytes") else "",
+        "accelerator_interconnect": "",
+        "accelerator_interconnect_topology": "",
+        "cooling": "",
+        "hw_notes": "" if on_gpu else f"CPU only: {device_name}",
+        "framework": f"PyTorch {torch_info.get('version', '')}".strip(),
+        "other_software_stack": ", ".join(software),
+        "operating_system": (env.get("platform") or {}).get("platform", ""),
+        "sw_notes": "dlbench MLPerf-style time-to-train task (open division: shrunken models and generated data)",
+    }
+    # MLCommons' files hold every field as a string, and its checker joins them as strings.
+    return {key: str(value) for key, value in fields.items()} | {"dlbench_env": env}

@@ -1,0 +1,131 @@
+"""MLPerf result logs in all three historical formats → events. Pure: text in, data out.
+
+* current (v0.7 onwards, what ``mllog`` writes)::
+
+    :::MLLOG {"namespace": "", "time_ms": 1593, "event_type": "POINT_IN_TIME", "key": "run_stop", "value": null, "metadata": {"status": "success"}}
+
+* v0.6::
+
+    :::MLL 1558570838.588 run_start: {"value": null, "metadata": {"file": "train.py", "lineno": 610}}
+
+* v0.5::
+
+    :::MLPv0.5.0 resnet 1541720386.718659639 (/workspace/mlperf_log_utils.py:49) eval_accuracy: {"epoch": 2, "value": 0.25}
+
+A line may carry a prefix before the token (a rank number, a launcher's tag): it is ignored, as
+the MLCommons checker does. Lines without a token are ordinary output and are skipped. A line with
+a token that does not parse (truncated, malformed JSON, a bad timestamp) is counted in
+``ParsedLog.unparsed`` and never raises.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+TOKEN = ":::ML"
+_V06 = re.compile(r":::MLL (\d+(?:\.\d+)?) ([A-Za-z0-9_]+): (.*)$")
+_V05 = re.compile(r":::MLPv0\.5\.0 (\S+) (\d+(?:\.\d+)?) \(([^)]*)\) ([A-Za-z0-9_]+)(?:: (.*))?$")
+MAX_EXAMPLES = 3  # unparsable lines kept for the report
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One logged event: wall-clock seconds since the epoch, key, value and metadata."""
+
+    time_s: float
+    key: str
+    value: Any = None
+    metadata: dict = field(default_factory=dict)
+
+
+@dataclass
+class ParsedLog:
+    """The events of one log, its format (``mllog``, ``v0.6``, ``v0.5`` or ``unknown``), the
+    benchmark it names (if any) and the lines that could not be parsed."""
+
+    events: list[Event] = field(default_factory=list)
+    format: str = "unknown"
+    benchmark: str | None = None
+    unparsed: int = 0
+    unparsed_examples: list[str] = field(default_factory=list)
+
+    def first(self, key: str) -> Event | None:
+        """The first event with ``key`` (MLCommons' summarizer also takes the first)."""
+        return next((e for e in self.events if e.key == key), None)
+
+    def all(self, key: str) -> list[Event]:
+        return [e for e in self.events if e.key == key]
+
+
+def _mllog(text: str) -> tuple[Event, str | None]:
+    doc = json.loads(text[len(":::MLLOG "):])
+    metadata = doc.get("metadata") or {}
+    if not isinstance(metadata, dict):
+        raise ValueError("metadata is not an object")
+    event = Event(float(doc["time_ms"]) / 1000.0, str(doc["key"]), doc.get("value"), metadata)
+    benchmark = event.value if event.key == "submission_benchmark" else None
+    return event, benchmark
+
+
+def _v06(text: str) -> tuple[Event, str | None]:
+    match = _V06.match(text)
+    if match is None:
+        raise ValueError("not a v0.6 line")
+    payload = json.loads(match.group(3))
+    if not isinstance(payload, dict):
+        raise ValueError("v0.6 payload is not an object")
+    metadata = payload.get("metadata") or {}
+    event = Event(float(match.group(1)), match.group(2), payload.get("value"), metadata if isinstance(metadata, dict) else {})
+    benchmark = event.value if event.key == "submission_benchmark" else None
+    return event, benchmark
+
+
+def _v05(text: str) -> tuple[Event, str | None]:
+    match = _V05.match(text)
+    if match is None:
+        raise ValueError("not a v0.5 line")
+    raw = match.group(5)
+    value = json.loads(raw) if raw is not None else None
+    return Event(float(match.group(2)), match.group(4), value, {"where": match.group(3)}), match.group(1)
+
+
+_FORMATS = ((":::MLLOG ", "mllog", _mllog), (":::MLL ", "v0.6", _v06), (":::MLPv0.5.0 ", "v0.5", _v05))
+
+
+def parse_lines(lines: Iterable[str]) -> ParsedLog:
+    """Events of every MLPerf line in ``lines``; the format is that of the first parsed line."""
+    log = ParsedLog()
+    for line in lines:
+        at = line.find(TOKEN)
+        if at < 0:
+            continue
+        text = line[at:].rstrip("\r\n")
+        try:
+            for prefix, name, parser in _FORMATS:
+                if text.startswith(prefix):
+                    event, benchmark = parser(text)
+                    break
+            else:
+                raise ValueError("unknown MLPerf token")
+        except (ValueError, KeyError, TypeError):  # json.JSONDecodeError is a ValueError
+            log.unparsed += 1
+            if len(log.unparsed_examples) < MAX_EXAMPLES:
+                log.unparsed_examples.append(text[:200])
+            continue
+        if log.format == "unknown":
+            log.format = name
+        if benchmark and log.benchmark is None and isinstance(benchmark, str):
+            log.benchmark = benchmark.lower()
+        log.events.append(event)
+    return log
+
+
+def parse_file(path: str | Path) -> ParsedLog:
+    """:func:`parse_lines` over a file; bytes that are not UTF-8 are replaced, not fatal."""
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        return parse_lines(handle)

@@ -1,0 +1,111 @@
+"""Published MLPerf results to compare against: the figures shipped with dlbench
+(``dlbench/data/references.yaml``) plus any reference files a user adds.
+
+A reference is a named system's time-to-train in minutes per benchmark. Two shapes are read, so a
+user may copy the shipped file or write the short one::
+
+    results:                      # name -> description, source, minutes per benchmark
+      my-cluster-2026:
+        description: "16x H100, NGC 25.01"
+        source: "our own runs, olympic means"
+        minutes: {resnet: 12.5, ssd: 3.1}
+
+    results_minutes:              # benchmark -> name -> minutes (MLPerf HPC style)
+      cosmoflow: {my-cluster-2026: 9.8}
+
+Either may also sit one level down, under any section name (``mlperf_training:``,
+``mlperf_hpc_v0.7:`` …), as in the shipped file. Every time must be a positive number of minutes.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, ValidationError
+
+from dlbench.errors import UsageError, unknown_name
+
+
+class Reference(BaseModel):
+    """One published system: where the figures come from, and minutes per benchmark."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1)
+    description: str = ""
+    source: str = ""
+    minutes: dict[str, PositiveFloat] = Field(default_factory=dict)
+    origin: str = ""  # the file it was read from
+
+
+def _entries(doc: Any) -> list[dict[str, Any]]:
+    """Raw reference entries from one YAML document (either shape, top level or one level down)."""
+    if not isinstance(doc, dict):
+        return []
+    entries: list[dict[str, Any]] = []
+    sections = [("", doc)] + [(str(k), v) for k, v in doc.items() if isinstance(v, dict)]
+    for section_name, section in sections:
+        results = section.get("results")
+        if isinstance(results, dict):
+            for name, body in results.items():
+                entries.append({"name": str(name), **(body if isinstance(body, dict) else {"minutes": body})})
+        by_benchmark = section.get("results_minutes")
+        if isinstance(by_benchmark, dict):
+            for benchmark, systems in by_benchmark.items():
+                for name, minutes in (systems or {}).items() if isinstance(systems, dict) else ():
+                    entries.append({"name": str(name), "minutes": {str(benchmark): minutes},
+                                    "description": f"{section_name} {name}".strip()})
+    return entries
+
+
+def parse_references(doc: Any, origin: str) -> dict[str, Reference]:
+    """Validated references from a parsed YAML document; a name given twice merges its minutes."""
+    merged: dict[str, dict[str, Any]] = {}
+    for entry in _entries(doc):
+        into = merged.setdefault(entry["name"], {"name": entry["name"], "minutes": {}, "origin": origin})
+        for key in ("description", "source"):
+            if entry.get(key) and not into.get(key):
+                into[key] = entry[key]
+        minutes = entry.get("minutes")
+        if not isinstance(minutes, dict):
+            raise UsageError(f"{origin}: reference {entry['name']!r} needs 'minutes: {{benchmark: minutes}}', got {minutes!r}.")
+        into["minutes"].update(minutes)
+        extra = set(entry) - {"name", "description", "source", "minutes"}
+        if extra:
+            raise UsageError(f"{origin}: reference {entry['name']!r} has unknown key {sorted(extra)[0]!r}; "
+                             "a reference has description, source and minutes.")
+    out = {}
+    for name, fields in merged.items():
+        try:
+            out[name] = Reference(**fields)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            where = ".".join(str(p) for p in err["loc"])
+            raise UsageError(f"{origin}: reference {name!r} {where}: {err['msg']}; fix the file.") from None
+    return out
+
+
+def load_references(extra_files: list[str | Path] = ()) -> dict[str, Reference]:
+    """The shipped references, then each user file in order (a later file may redefine a name)."""
+    import yaml
+
+    from dlbench.config import load_yaml
+
+    shipped = resources.files("dlbench.data").joinpath("references.yaml")
+    references = parse_references(yaml.safe_load(shipped.read_text()), "dlbench/data/references.yaml")
+    for path in extra_files:
+        found = parse_references(load_yaml(path), str(path))
+        if not found:
+            raise UsageError(f"reference file {str(path)!r} holds no references; see 'dlbench mlperf compare --help' for the format.")
+        references.update(found)
+    return references
+
+
+def get_reference(name: str, extra_files: list[str | Path] = ()) -> Reference:
+    """The reference called ``name``; an unknown name suggests close ones."""
+    references = load_references(extra_files)
+    if name not in references:
+        raise unknown_name("reference", name, references, "Add your own with --references FILE.")
+    return references[name]

@@ -1,0 +1,69 @@
+"""Table data for the ``dlbench mlperf`` commands: ``(columns, rows)`` of strings, rendered by
+``dlbench.report.tables.render``. Pure: data in, strings out."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+Table = tuple[list[str], list[list[str]]]
+
+
+def _num(value: float | None, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _target(task: dict[str, Any]) -> str:
+    return f"{'>=' if task['higher_is_better'] else '<='} {task['target']:g}"
+
+
+def tasks_table(tasks: Sequence[dict[str, Any]]) -> Table:
+    """One row per task (``Task.describe()``)."""
+    columns = ["task", "MLPerf benchmark", "metric", "target", "max epochs", "batch", "real data", "models the MLPerf benchmark"]
+    rows = [[t["name"], f"{t['usage']}/{t['benchmark']}", t["metric"], _target(t), str(t["max_epochs"]),
+             str(t["batch_size"]), "--data-dir" if t["accepts_data_dir"] else "generated", t["mlperf_reference"]]
+            for t in tasks]
+    return columns, rows
+
+
+def runs_table(records: Sequence[dict[str, Any]]) -> Table:
+    """One row per time-to-train run just made."""
+    columns = ["run", "task", "seed", "status", "epochs", "quality", "target", "time to train s", "samples/s", "result file"]
+    rows = []
+    for r in records:
+        spec, result = r["spec"], r.get("result") or {}
+        rows.append([
+            str(spec["result_index"]), spec["workload"], str(spec["seed"]),
+            r["status"] if r["status"] == "ok" else f"{r['status']}: {(r.get('error') or '')[:60]}",
+            str(result.get("epochs", "-")), _num(result.get("quality"), 4), f"{spec['target']:g}",
+            _num(result.get("time_to_train_s")), _num(result.get("samples_per_s"), 1), spec["result_file"],
+        ])
+    return columns, rows
+
+
+def score_table(entries: Sequence[dict[str, Any]]) -> Table:
+    """One row per system and benchmark (``score.score_entry``)."""
+    columns = ["system", "benchmark", "runs", "failed", "run minutes", "score minutes", "status"]
+    rows = []
+    for e in entries:
+        minutes = ", ".join("fail" if m is None else f"{m:.2f}" for m in e["run_minutes"])
+        status = e["status"] if not e.get("message") else f"{e['status']}: {e['message']}"
+        rows.append([e["system"], e["benchmark"], f"{e['runs']}/{e['required_runs'] or '?'}",
+                     str(e["failed_runs"]), minutes, _num(e["score_minutes"]), status])
+    return columns, rows
+
+
+def check_table(results: Sequence[dict[str, Any]]) -> Table:
+    """One row per checked file."""
+    columns = ["file", "format", "ruleset", "status", "messages"]
+    rows = [[r["file"], r["format"], f"{r['usage']} {r['ruleset']}" if r["ruleset"] else "-", r["status"],
+             (r["messages"] or "").splitlines()[0][:100] if r["messages"] else ""] for r in results]
+    return columns, rows
+
+
+def compare_table(rows_in: Sequence[dict[str, Any]]) -> Table:
+    """One row per system and benchmark beside the reference."""
+    columns = ["system", "benchmark", "score minutes", "reference", "reference minutes", "time ratio", "speedup", "note"]
+    rows = [[r["system"], r["benchmark"], _num(r["score_minutes"]), r["reference"], _num(r["reference_minutes"]),
+             _num(r["time_ratio"], 3), _num(r["speedup"], 3), r["note"] or ""] for r in rows_in]
+    return columns, rows

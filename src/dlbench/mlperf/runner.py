@@ -1,0 +1,359 @@
+"""Time-to-train runs: train a task until it reaches its target, log it with mllog, write the MLPerf
+results folder, and record every run in the results store.
+
+This is the Python API behind ``dlbench mlperf run``::
+
+    from dlbench.mlperf.runner import RunOptions, run_task
+    records = run_task("resnet", "out/", RunOptions(runs=5))
+
+One run, as the MLPerf rules time it: the data set is built first (it stands for data already on
+disk); ``init_start`` … ``init_stop`` cover model and optimizer construction; the clock runs from
+``run_start`` (before the first batch is touched) to ``run_stop``, which carries status success when
+an evaluation reached the target and aborted when the epoch limit came first. Quality is evaluated
+after every epoch, on the clock, as the reference implementations do.
+
+Distributed runs (under torchrun, with ``torch.distributed`` initialised by the caller): the model
+is wrapped in DistributedDataParallel, each rank reads its shard through a DistributedSampler, only
+rank 0 evaluates, logs and writes, and rank 0's verdict on the target is broadcast so every rank
+stops after the same epoch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dlbench.errors import UsageError
+from dlbench.mlperf.folder import (
+    check_system_name, default_system_name, next_result_index, result_path, system_description,
+)
+from dlbench.mlperf.log import ResultLog, is_rank_zero, open_result_log
+from dlbench.record import finish, new_record
+
+DIVISION = "open"  # shrunken models and generated data: MLPerf's open division, never closed
+SUBMISSION_STATUS = "research"  # mllog's value for "Research, Development, or Internal"
+EVAL_BATCH_SIZE = 256
+
+OnEpoch = Callable[[int, int, float, bool], None]  # (run index, epoch, quality, reached)
+
+
+@dataclass
+class RunOptions:
+    """How ``dlbench mlperf run`` runs a task; validated once by :func:`run_task`."""
+
+    runs: int = 1  # result files to write, each one run until the target or the epoch limit
+    seed: int = 0  # run i (its result index) uses seed + i, so every run's seed differs
+    system: str | None = None  # name of the system in the folder; None: <host>_cpu or <host>_<n>x<gpu>
+    device: str = "auto"
+    max_epochs: int | None = None  # None: the task's limit
+    data_dir: str | None = None  # a real data set, for tasks that accept one
+    data_seed: int = 0  # the generated data set (the same for every run)
+    workers: int = 0  # DataLoader worker processes for training
+    threads: int | None = None  # torch intra-op threads for the runs; None: torch's default
+    org: str = "dlbench"  # logged as submission_org
+    tags: dict[str, str] = field(default_factory=dict)
+
+
+def run_task(name: str, out_dir: str | Path, options: RunOptions, store=None, env: dict | None = None,
+             on_epoch: OnEpoch | None = None) -> list[dict[str, Any]]:
+    """Run task ``name`` ``options.runs`` times into the results folder ``out_dir`` and return the
+    run records (each saved to ``store`` as it ends). User mistakes raise :class:`UsageError`
+    before any run starts; a run that raises is recorded as failed and the next one starts."""
+    import torch
+
+    if options.threads is not None and options.threads < 1:
+        raise UsageError(f"--threads {options.threads} must be at least 1.")
+    previous_threads = torch.get_num_threads()
+    if options.threads:
+        torch.set_num_threads(options.threads)
+    try:
+        return _run_task(name, out_dir, options, store, env, on_epoch)
+    finally:
+        torch.set_num_threads(previous_threads)
+
+
+def _run_task(name, out_dir, options: RunOptions, store, env, on_epoch) -> list[dict[str, Any]]:
+    import torch
+
+    from dlbench.engine.devices import device_name, resolve_device
+    from dlbench.env import capture_env
+    from dlbench.mlperf import tasks
+
+    if options.runs < 1:
+        raise UsageError(f"--runs {options.runs} must be at least 1.")
+    if options.max_epochs is not None and options.max_epochs < 1:
+        raise UsageError(f"--max-epochs {options.max_epochs} must be at least 1.")
+    task = tasks.create(name, options.data_seed, options.data_dir)
+    device = resolve_device(options.device)
+    if _dist() is not None and device.type == "cuda":  # one GPU per rank, as torchrun numbers them
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(device)
+    env = env if env is not None else capture_env()
+    world = _world_size()
+    system = check_system_name(options.system) if options.system else default_system_name(env, device.type, world)
+    out = Path(out_dir)
+    spec = {
+        "workload": f"mlperf/{task.name}", "benchmark": task.benchmark, "mode": "time_to_train",
+        "params": {"data_seed": options.data_seed, "data_dir": options.data_dir},
+        "batch_size": task.batch_size, "device": device.type, "device_name": device_name(device),
+        "precision": "fp32", "nproc": world, "threads": torch.get_num_threads(), "system": system,
+        "metric": task.metric, "target": task.target, "max_epochs": options.max_epochs or task.max_epochs,
+        "workers": options.workers, "tags": dict(options.tags),
+    }
+    if is_rank_zero():
+        _write_system(out, system, env, spec)
+    datasets = task.datasets()
+    records = []
+    for _ in range(options.runs):
+        # rank 0 owns the folder; every rank needs its index, since the index sets the seed
+        index = _from_rank_zero(next_result_index(out, system, task.benchmark) if is_rank_zero() else 0, device)
+        run_spec = spec | {"seed": options.seed + index, "result_index": index}
+        path = result_path(out, system, task.benchmark, index)
+        records.append(_record_run(task, datasets, path, run_spec, options, device, env, store, on_epoch))
+    return records
+
+
+def _write_system(out: Path, system: str, env: dict, spec: dict) -> None:
+    path = out / "systems" / f"{system}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    description = system_description(env, system, spec["device"], spec["device_name"], spec["nproc"], division=DIVISION)
+    path.write_text(json.dumps(description, indent=2, default=str) + "\n")
+
+
+def _record_run(task, datasets, path: Path, spec: dict, options: RunOptions, device, env: dict, store,
+                on_epoch: OnEpoch | None) -> dict[str, Any]:
+    """One run, saved whatever happens: ok at the target, aborted at the limit (or on Ctrl-C),
+    failed on an error."""
+    record = new_record(spec | {"result_file": str(path)}, env)
+    log = open_result_log(path)
+    try:
+        result = train_to_target(task, datasets, log, spec, options, device,
+                                 lambda epoch, q, hit: on_epoch and on_epoch(spec["result_index"], epoch, q, hit))
+        finish(record, "ok" if result["reached"] else "aborted", result,
+               None if result["reached"] else f"target {task.metric} {task.target} not reached in {result['epochs']} epochs")
+    except UsageError:
+        raise
+    except KeyboardInterrupt:
+        finish(record, "aborted", error="interrupted by the user")
+        _save(store, record)
+        raise
+    except Exception as exc:  # noqa: BLE001 - a failing run is recorded, and the next one starts
+        finish(record, "failed", error=f"{type(exc).__name__}: {exc}".strip()[:2000])
+    finally:
+        log.close()
+    _save(store, record)
+    return record
+
+
+def _save(store, record: dict) -> None:
+    if store is not None and is_rank_zero():
+        store.save(record)
+
+
+def train_to_target(task, datasets, log: ResultLog, spec: dict, options: RunOptions, device,
+                    on_epoch: Callable[[int, float, bool], Any] | None = None) -> dict[str, Any]:
+    """Train ``task`` from scratch with the run's seed until it reaches its target or the epoch
+    limit, logging every MLPerf event; returns the run's result (``reached`` says which)."""
+    import torch
+
+    c = log.constants
+    train_set, eval_set = datasets
+    _log_submission(log, task, spec, options)
+    log.event(c.CACHE_CLEAR, *_clear_caches(options.data_dir))
+    log.start(c.INIT_START)
+    seed = spec["seed"]
+    torch.manual_seed(seed)
+    log.event(c.SEED, seed)
+    model = _distribute(task.build_model().to(device), device)
+    loader, sampler = _train_loader(train_set, task, seed, options.workers)
+    optimizer, scheduler, hyperparameters = task.build_optimizer(model, len(loader))
+    log.event(c.GLOBAL_BATCH_SIZE, task.batch_size * _world_size())
+    log.event(c.GRADIENT_ACCUMULATION_STEPS, 1)
+    for key, value in hyperparameters.items():
+        log.event(key, value)
+    log.event(c.TRAIN_SAMPLES, len(train_set))
+    log.event(c.EVAL_SAMPLES, len(eval_set))
+    log.end(c.INIT_STOP)
+    log.start(c.RUN_START)
+    clock = _Clock()
+    reached, epoch, history = False, 0, []
+    try:
+        for epoch in range(1, spec["max_epochs"] + 1):
+            quality, reached = _epoch(task, model, loader, sampler, eval_set, optimizer, scheduler, log, epoch, device, clock)
+            history.append(quality)
+            if on_epoch is not None and quality is not None:
+                on_epoch(epoch, quality, reached)
+            if reached:
+                break
+    finally:  # an exception still closes the run in the log, as aborted
+        log.end(c.RUN_STOP, metadata={c.STATUS: c.SUCCESS if reached else c.ABORTED, c.EPOCH_NUM: epoch})
+    return clock.result(task, epoch, history, reached)
+
+
+def _log_submission(log: ResultLog, task, spec: dict, options: RunOptions) -> None:
+    c = log.constants
+    log.event(c.SUBMISSION_BENCHMARK, task.benchmark)
+    log.event(c.SUBMISSION_ORG, options.org)
+    log.event(c.SUBMISSION_DIVISION, DIVISION)
+    log.event(c.SUBMISSION_STATUS, SUBMISSION_STATUS)
+    log.event(c.SUBMISSION_PLATFORM, spec["system"])
+
+
+def _epoch(task, model, loader, sampler, eval_set, optimizer, scheduler, log, epoch, device, clock):
+    """One epoch of training then one evaluation; returns (quality or None off rank 0, reached)."""
+    import torch
+
+    from dlbench.mlperf.tasks._base import batches_to
+
+    c = log.constants
+    log.start(c.BLOCK_START, metadata={c.FIRST_EPOCH_NUM: epoch, c.EPOCH_COUNT: 1})
+    log.start(c.EPOCH_START, metadata={c.EPOCH_NUM: epoch})
+    if sampler is not None:
+        sampler.set_epoch(epoch)  # a different shuffle every epoch, the same on every rank
+    model.train()
+    started = time.perf_counter()
+    for batch in loader:
+        batch = batches_to(device, batch)
+        loss = task.loss(model, batch)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if task.clip_grad_norm:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), task.clip_grad_norm)
+        optimizer.step()
+        if scheduler is not None:
+            scheduler.step()
+    _synchronize(device)
+    clock.train_s += time.perf_counter() - started
+    clock.samples += len(loader) * task.batch_size * _world_size()
+    log.end(c.EPOCH_STOP, metadata={c.EPOCH_NUM: epoch})
+    log.start(c.EVAL_START, metadata={c.EPOCH_NUM: epoch})
+    started = time.perf_counter()
+    quality = None
+    if is_rank_zero():
+        model.eval()
+        eval_loader = torch.utils.data.DataLoader(eval_set, batch_size=EVAL_BATCH_SIZE, collate_fn=task.collate_fn)
+        quality = task.evaluate(_unwrapped(model), eval_loader, device)
+        log.event(task.eval_key, task.logged_quality(quality), metadata={c.EPOCH_NUM: epoch})
+    clock.eval_s += time.perf_counter() - started
+    log.end(c.EVAL_STOP, metadata={c.EPOCH_NUM: epoch})
+    log.end(c.BLOCK_STOP, metadata={c.FIRST_EPOCH_NUM: epoch})
+    reached = _agree(quality is not None and task.reached(quality), device)
+    return quality, reached
+
+
+class _Clock:
+    """Wall time of the run and of its training and evaluation parts, and samples trained."""
+
+    def __init__(self):
+        self.started = time.perf_counter()
+        self.train_s = self.eval_s = 0.0
+        self.samples = 0
+
+    def result(self, task, epochs: int, history: list, reached: bool) -> dict[str, Any]:
+        qualities = [q for q in history if q is not None]
+        return {
+            "reached": reached,
+            "time_to_train_s": time.perf_counter() - self.started,
+            "epochs": epochs,
+            "quality": qualities[-1] if qualities else None,
+            "quality_history": qualities,
+            "metric": task.metric,
+            "target": task.target,
+            "train_time_s": self.train_s,
+            "eval_time_s": self.eval_s,
+            "samples_trained": self.samples,
+            "samples_per_s": self.samples / self.train_s if self.train_s > 0 else None,
+        }
+
+
+def _clear_caches(data_dir: str | None) -> tuple[bool, dict]:
+    """MLPerf wants the file cache dropped before a run. Without root, dlbench evicts the data
+    set's own files (posix_fadvise DONTNEED), which is what matters; a generated data set has no
+    files, so there is nothing to clear and the log says so."""
+    if data_dir is None:
+        return False, {"reason": "generated data set held in memory: no file cache to clear"}
+    evicted = 0
+    for root, _, files in os.walk(data_dir):
+        for name in files:
+            try:
+                fd = os.open(os.path.join(root, name), os.O_RDONLY)
+            except OSError:
+                continue
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                evicted += 1
+            finally:
+                os.close(fd)
+    return True, {"files_evicted": evicted, "method": "posix_fadvise DONTNEED"}
+
+
+# -- distributed helpers: no-ops in a single process ----------------------------------------------
+
+
+def _dist():
+    import torch.distributed as dist
+
+    return dist if dist.is_available() and dist.is_initialized() else None
+
+
+def _world_size() -> int:
+    dist = _dist()
+    return dist.get_world_size() if dist else 1
+
+
+def _distribute(model, device):
+    if _dist() is None:
+        return model
+    from torch.nn.parallel import DistributedDataParallel
+
+    return DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+
+
+def _unwrapped(model):
+    return getattr(model, "module", model)
+
+
+def _train_loader(dataset, task, seed: int, workers: int):
+    """A shuffling DataLoader over ``dataset`` (this rank's shard when distributed), seeded by the
+    run so that two runs with one seed see the same order."""
+    import torch
+    from torch.utils.data import DataLoader, DistributedSampler
+
+    sampler = DistributedSampler(dataset, seed=seed, drop_last=True) if _dist() else None
+    generator = torch.Generator().manual_seed(seed)
+    loader = DataLoader(
+        dataset, batch_size=task.batch_size, shuffle=sampler is None, sampler=sampler, generator=generator,
+        drop_last=True, num_workers=workers, collate_fn=task.collate_fn, persistent_workers=workers > 0,
+    )
+    if len(loader) == 0:
+        raise UsageError(f"task {task.name!r} has {len(dataset)} training samples, fewer than one batch of {task.batch_size}.")
+    return loader, sampler
+
+
+def _from_rank_zero(value: int, device) -> int:
+    """Rank 0's ``value`` on every rank."""
+    dist = _dist()
+    if dist is None:
+        return value
+    import torch
+
+    tensor = torch.tensor([value], dtype=torch.int64, device=device)
+    dist.broadcast(tensor, src=0)
+    return int(tensor.item())
+
+
+def _agree(flag: bool, device) -> bool:
+    """Rank 0's ``flag`` on every rank (only rank 0 evaluates)."""
+    return bool(_from_rank_zero(int(flag), device))
+
+
+def _synchronize(device) -> None:
+    if device.type == "cuda":
+        import torch
+
+        torch.cuda.synchronize(device)

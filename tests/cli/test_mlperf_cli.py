@@ -1,0 +1,105 @@
+"""``dlbench mlperf`` through the real entry point (in-process), and once as a subprocess."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dlbench.cli.app import main
+
+MLPERF_LOGS = (Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "mlperf").resolve()
+needs_logs = pytest.mark.skipif(not MLPERF_LOGS.is_dir(), reason="../shared/data/mlperf is not beside the clone")
+
+
+def run_json(capsys, *argv):
+    code = main(list(argv) + ["--json"])
+    captured = capsys.readouterr()
+    return code, json.loads(captured.out), captured.err
+
+
+def test_list(capsys):
+    code, tasks, _ = run_json(capsys, "mlperf", "list")
+    assert code == 0
+    by_name = {t["name"]: t for t in tasks}
+    assert set(by_name) == {"resnet", "ssd", "transformer", "gnmt", "cosmoflow", "deepcam"}
+    assert (by_name["cosmoflow"]["metric"], by_name["cosmoflow"]["target"], by_name["cosmoflow"]["higher_is_better"]) == ("MAE", 0.124, False)
+    assert by_name["deepcam"]["usage"] == "hpc" and by_name["resnet"]["accepts_data_dir"] is True
+
+
+@needs_logs
+def test_score_json_of_the_real_logs(capsys):
+    code, entries, _ = run_json(capsys, "mlperf", "score", str(MLPERF_LOGS))
+    assert code == 0
+    assert {(e["benchmark"], round(e["score_minutes"], 2)) for e in entries} == {
+        ("resnet", 134.56), ("ssd", 22.36), ("gnmt", 20.55), ("transformer", 20.34)}
+    for e in entries:
+        assert set(e) >= {"system", "benchmark", "runs", "run_minutes", "score_minutes", "status"}
+        assert e["status"] == "ok" and len(e["run_minutes"]) == e["runs"]
+
+
+def _write_run(path, status):
+    """A result log written by mllog: submission_benchmark ssd, run_start, run_stop one minute later."""
+    from dlbench.mlperf.log import ResultLog
+
+    with ResultLog(path) as log:
+        log._mllogger.event(key="submission_benchmark", value="ssd", time_ms=1_000)
+        log._mllogger.start(key="run_start", time_ms=2_000)
+        log._mllogger.end(key="run_stop", metadata={"status": status}, time_ms=62_000)
+
+
+def test_score_reports_unparsable_lines_and_too_many_failures(capsys, tmp_path):
+    folder = tmp_path / "results" / "box" / "ssd"
+    for i, status in enumerate(["success", "success", "aborted", "success", "aborted"]):
+        _write_run(folder / f"result_{i}.txt", status)
+    with open(folder / "result_0.txt", "a") as handle:
+        handle.write(':::MLLOG {"truncated\n')
+    code, [entry], err = run_json(capsys, "mlperf", "score", str(tmp_path))
+    assert code == 1
+    assert entry["status"] == "invalid" and entry["score_minutes"] is None and entry["failed_runs"] == 2
+    assert "1 MLPerf line(s) could not be parsed" in err
+    assert "2 of 5 runs did not succeed; MLPerf allows at most 1" in err
+
+
+def test_score_of_a_missing_folder_is_a_usage_error(capsys, tmp_path):
+    assert main(["mlperf", "score", str(tmp_path / "nope")]) == 2
+    assert "neither a results folder nor a result file" in capsys.readouterr().err
+
+
+@needs_logs
+def test_compare_with_a_reference(capsys):
+    code, rows, _ = run_json(capsys, "mlperf", "compare", str(MLPERF_LOGS), "--reference", "dgx1-v0.6")
+    assert code == 0
+    gnmt = next(r for r in rows if r["benchmark"] == "gnmt")
+    assert gnmt["reference_minutes"] == 20.55 and gnmt["time_ratio"] == pytest.approx(1.0, abs=5e-4)
+    assert main(["mlperf", "compare", str(MLPERF_LOGS)]) == 2
+    assert "--reference NAME is required; known references: dgx1-v0.6" in capsys.readouterr().err
+
+
+@needs_logs
+def test_check_a_real_v06_folder(capsys):
+    code, results, _ = run_json(capsys, "mlperf", "check", str(MLPERF_LOGS / "training_v0.6" / "NVIDIA" / "results" / "dgx1_ngc19.05_pytorch" / "ssd"))
+    assert code == 0
+    assert [r["status"] for r in results] == ["pass"] * 5
+
+
+def test_run_stores_records_and_exits_1_when_the_target_is_missed(capsys, tmp_path):
+    db = tmp_path / "runs.db"
+    code, records, err = run_json(capsys, "mlperf", "run", "resnet", "--max-epochs", "1", "--runs", "1", "--out",
+                                  str(tmp_path / "out"), "--system", "ci", "--threads", "1", "--db", str(db))
+    assert code == 1
+    assert [r["status"] for r in records] == ["aborted"]
+    assert "1 of 1 run(s) did not reach the target" in err and "run 0 epoch 1: quality" in err
+    assert (tmp_path / "out" / "results" / "ci" / "resnet" / "result_0.txt").exists()
+    code, rows, _ = run_json(capsys, "results", "--db", str(db))
+    assert [(r["workload"], r["status"], r["mode"]) for r in rows] == [("mlperf/resnet", "aborted", "time_to_train")]
+
+
+def test_run_user_mistakes_exit_2_without_traceback(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "dlbench", "mlperf", "run", "resnt", "--out", str(tmp_path), "--no-store"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr.strip() == ("dlbench: error: unknown MLPerf task 'resnt'; did you mean 'resnet'? "
+                                   "Run 'dlbench mlperf list' to see them.")
+    assert "Traceback" not in done.stderr and done.stdout == ""

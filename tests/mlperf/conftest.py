@@ -1,0 +1,75 @@
+"""Shared helpers: the real MLPerf logs in ../shared/data, and result logs written with mllog."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+SHARED_DATA = (Path(__file__).resolve().parents[2] / ".." / "shared" / "data").resolve()
+MLPERF_LOGS = SHARED_DATA / "mlperf"
+V06_NVIDIA = MLPERF_LOGS / "training_v0.6" / "NVIDIA" / "results" / "dgx1_ngc19.05_pytorch"
+V05_NVIDIA = MLPERF_LOGS / "training_v0.5" / "nvidia" / "results" / "dgx1_ngc18.11_mxnet"
+
+
+@pytest.fixture(scope="session")
+def shared_references():
+    path = SHARED_DATA / "references.yaml"
+    if not path.exists():
+        pytest.skip(f"{path} is missing: CI keeps a copy of shared/ beside the clone")
+    return yaml.safe_load(path.read_text())
+
+
+@pytest.fixture(scope="session")
+def real_logs():
+    """The real MLPerf logs folder (skips when shared/ is not beside the clone)."""
+    if not MLPERF_LOGS.is_dir():
+        pytest.skip(f"{MLPERF_LOGS} is missing: CI keeps a copy of shared/ beside the clone")
+    return MLPERF_LOGS
+
+
+@pytest.fixture(scope="session")
+def v06_dir(real_logs):
+    return V06_NVIDIA
+
+
+@pytest.fixture(scope="session")
+def v05_dir(real_logs):
+    return V05_NVIDIA
+
+
+@pytest.fixture
+def one_thread():
+    """One torch thread for the test, restored after: two busy threads on a shared 2-core machine
+    can slow each other down by orders of magnitude (OpenMP spin-waits), and tests check results."""
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+@pytest.fixture
+def write_run():
+    """``write_run(path, benchmark=…, minutes=…, status=…, stop=True)``: a log written by mllog."""
+    return write_mllog_run
+
+
+def write_mllog_run(path: Path, benchmark: str = "resnet", minutes: float | None = 10.0,
+                    status: str = "success", start_ms: int = 1_700_000_000_000, stop: bool = True) -> Path:
+    """A result log written by the real mllog with chosen times (``time_ms`` given explicitly)."""
+    from mlperf_logging.mllog import constants as c
+
+    from dlbench.mlperf.log import ResultLog
+
+    with ResultLog(path) as log:
+        m = log._mllogger  # explicit time_ms needs the MLLogger itself
+        m.event(key=c.SUBMISSION_BENCHMARK, value=benchmark, time_ms=start_ms - 2000)
+        m.start(key=c.INIT_START, time_ms=start_ms - 1000)
+        m.end(key=c.INIT_STOP, time_ms=start_ms - 10)
+        m.start(key=c.RUN_START, time_ms=start_ms)
+        m.event(key=c.EVAL_ACCURACY, value=0.5, metadata={c.EPOCH_NUM: 1}, time_ms=start_ms + 1000)
+        if stop:
+            stop_ms = start_ms + int(round((minutes or 1.0) * 60_000))
+            m.end(key=c.RUN_STOP, metadata={c.STATUS: status}, time_ms=stop_ms)
+    return path

@@ -1,0 +1,84 @@
+"""Reference figures (shipped and user files) and the comparison with a scored folder."""
+
+import pytest
+
+from dlbench.errors import UsageError
+from dlbench.mlperf.compare import compare_scores
+from dlbench.mlperf.references import get_reference, load_references, parse_references
+from dlbench.mlperf.score import score_folder
+
+
+def test_shipped_references_match_the_shared_figures(shared_references):
+    refs = load_references()
+    for name, body in shared_references["mlperf_training"]["results"].items():
+        assert refs[name].minutes == body["minutes"]
+        assert refs[name].source == body["source"]
+    for benchmark, systems in shared_references["mlperf_hpc_v0.7"]["results_minutes"].items():
+        for name, minutes in systems.items():
+            assert refs[name].minutes[benchmark] == minutes
+    assert refs["cori-gpu-64xV100-closed"].minutes == {"cosmoflow": 364.73, "deepcam": 139.29}
+
+
+def test_user_reference_file_short_form(tmp_path):
+    path = tmp_path / "mine.yaml"
+    path.write_text(
+        "results:\n"
+        "  my-cluster:\n"
+        "    description: 16x H100\n"
+        "    minutes: {resnet: 12.5, ssd: 3}\n"
+        "results_minutes:\n"
+        "  cosmoflow: {my-cluster: 9.75}\n"
+        "  deepcam: {dgx1-v0.6: 99}\n"
+    )
+    refs = load_references([path])
+    assert refs["my-cluster"].minutes == {"resnet": 12.5, "ssd": 3.0, "cosmoflow": 9.75}
+    assert refs["my-cluster"].description == "16x H100" and refs["my-cluster"].origin == str(path)
+    assert refs["dgx1-v0.6"].minutes == {"deepcam": 99.0}  # a user file may redefine a name
+    assert "dgx1-v0.5" in refs
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("results: {x: {minutes: {resnet: -3}}}", "greater than 0"),
+    ("results: {x: {minutes: {resnet: soon}}}", "valid number"),
+    ("results: {x: {minutes: 5}}", "needs 'minutes: {benchmark: minutes}'"),
+    ("results: {x: {minutes: {resnet: 1}, url: y}}", "unknown key 'url'"),
+])
+def test_invalid_reference_files_name_the_problem(text, message):
+    with pytest.raises(UsageError, match=message):
+        parse_references(__import__("yaml").safe_load(text), "mine.yaml")
+
+
+def test_a_file_without_references_and_a_missing_file(tmp_path):
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("just: text\n")
+    with pytest.raises(UsageError, match="holds no references"):
+        load_references([empty])
+    with pytest.raises(UsageError, match="cannot read config file"):
+        load_references([tmp_path / "missing.yaml"])
+
+
+def test_unknown_reference_suggests_close_names():
+    with pytest.raises(UsageError, match="did you mean 'dgx1-v0.6'"):
+        get_reference("dgx1-v06")
+
+
+def test_compare_real_logs_with_their_own_reference(real_logs):
+    rows = {(r["system"], r["benchmark"]): r for r in compare_scores(score_folder(real_logs), get_reference("dgx1-v0.6"))}
+    ssd = rows[("dgx1_ngc19.05_pytorch", "ssd")]
+    assert ssd["reference_minutes"] == 22.36
+    assert ssd["time_ratio"] == pytest.approx(1.0, abs=3e-4)  # the score is 22.3633 before rounding
+    assert ssd["speedup"] == pytest.approx(1 / ssd["time_ratio"])
+    resnet = rows[("dgx1_ngc18.11_mxnet", "resnet")]  # v0.5 MXNet beside v0.6 MXNet
+    assert resnet["time_ratio"] == pytest.approx(134.5587 / 115.22, rel=1e-4)
+
+
+def test_compare_without_a_figure_or_a_score():
+    ref = parse_references({"results": {"r": {"minutes": {"resnet": 10}}}}, "x")["r"]
+    rows = compare_scores([
+        {"system": "s", "benchmark": "resnet", "score_minutes": 5.0, "status": "ok"},
+        {"system": "s", "benchmark": "ssd", "score_minutes": 5.0, "status": "ok"},
+        {"system": "s", "benchmark": "resnet", "score_minutes": None, "status": "invalid", "message": "2 of 5 failed"},
+    ], ref)
+    assert (rows[0]["time_ratio"], rows[0]["speedup"]) == (0.5, 2.0)
+    assert rows[1]["time_ratio"] is None and rows[1]["note"] == "r has no figure for ssd"
+    assert rows[2]["time_ratio"] is None and rows[2]["note"].startswith("no score (invalid")

@@ -1,0 +1,150 @@
+"""The time-to-train runner: results folder, mllog events, run records in a real SQLite store."""
+
+import json
+
+import pytest
+
+from dlbench.errors import UsageError
+from dlbench.mlperf.parse import parse_file
+from dlbench.mlperf.runner import RunOptions, run_task
+from dlbench.mlperf.score import score_folder
+from dlbench.store import RunFilter, open_store
+
+ENV = {"hostname": "node7.example.org", "cpu": {"model": "Test CPU", "logical_cores": 2, "physical_cores": 2},
+       "gpus": [], "torch": {"version": "2.x"}, "platform": {"platform": "Linux"}}
+
+
+@pytest.fixture(scope="module")
+def two_short_runs(tmp_path_factory):
+    """Two runs of resnet limited to one epoch: neither reaches 95% top-1, so both abort."""
+    root = tmp_path_factory.mktemp("runner")
+    store = open_store(str(root / "runs.db"))
+    records = run_task("resnet", root / "out", RunOptions(runs=2, max_epochs=1, seed=40, tags={"site": "ci"}, threads=1),
+                       store=store, env=ENV)
+    return root, records, store
+
+
+def test_results_folder_layout(two_short_runs):
+    root, records, _ = two_short_runs
+    out = root / "out"
+    assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()) == [
+        "results/node7_cpu/resnet/result_0.txt", "results/node7_cpu/resnet/result_1.txt", "systems/node7_cpu.json"]
+    system = json.loads((out / "systems" / "node7_cpu.json").read_text())
+    assert system["system_name"] == "node7_cpu" and system["host_processor_model_name"] == "Test CPU"
+    assert system["division"] == "open" and system["dlbench_env"]["hostname"] == "node7.example.org"
+
+
+def test_system_description_passes_mlcommons_checker(two_short_runs):
+    from mlperf_logging.system_desc_checker.system_desc_checker import check_system_desc
+
+    root, _, _ = two_short_runs
+    valid, name, _, _ = check_system_desc(str(root / "out" / "systems" / "node7_cpu.json"), "training", "4.1.0")
+    assert valid and name == "node7_cpu"
+
+
+def test_mllog_events_of_an_aborted_run(two_short_runs):
+    _, records, _ = two_short_runs
+    log = parse_file(records[1]["spec"]["result_file"])
+    keys = [e.key for e in log.events]
+    assert keys[:5] == ["submission_benchmark", "submission_org", "submission_division", "submission_status", "submission_platform"]
+    assert keys.index("cache_clear") < keys.index("init_start") < keys.index("init_stop") < keys.index("run_start")
+    in_run = keys[keys.index("run_start") + 1:]
+    assert in_run == ["block_start", "epoch_start", "epoch_stop", "eval_start", "eval_accuracy", "eval_stop",
+                      "block_stop", "run_stop"]
+    assert log.first("seed").value == 41  # seed 40 + result index 1
+    assert log.first("global_batch_size").value == 64
+    assert log.first("opt_name").value == "sgd" and log.first("opt_base_learning_rate").value == 0.1
+    assert log.first("run_stop").metadata["status"] == "aborted"
+    assert log.first("eval_accuracy").metadata["epoch_num"] == 1
+
+
+def test_run_records_are_stored(two_short_runs):
+    _, records, store = two_short_runs
+    assert [r["status"] for r in records] == ["aborted", "aborted"]
+    assert [r["spec"]["seed"] for r in records] == [40, 41]
+    stored = store.records(RunFilter(tags={"site": "ci"}))
+    assert sorted(r["id"] for r in stored) == sorted(r["id"] for r in records)
+    record = stored[0]
+    assert record["spec"]["workload"] == "mlperf/resnet" and record["spec"]["mode"] == "time_to_train"
+    assert record["spec"]["nproc"] == 1 and record["spec"]["precision"] == "fp32"
+    result = record["result"]
+    assert set(result) >= {"time_to_train_s", "epochs", "quality", "target", "samples_per_s"}
+    assert result["epochs"] == 1 and result["target"] == 0.95 and result["quality"] < 0.95
+    assert "not reached in 1 epochs" in record["error"]
+
+
+def test_aborted_runs_score_as_failures(two_short_runs):
+    root, _, _ = two_short_runs
+    [entry] = score_folder(root / "out")
+    assert entry["failed_runs"] == 2 and entry["status"] == "invalid"
+
+
+def test_numbering_continues_in_an_existing_folder(tmp_path):
+    import torch
+
+    before = torch.get_num_threads()
+    options = RunOptions(runs=1, max_epochs=1, system="box", threads=1)
+    first = run_task("gnmt", tmp_path, options, env=ENV)
+    second = run_task("gnmt", tmp_path, options, env=ENV)
+    assert torch.get_num_threads() == before  # --threads applies to the runs only
+    assert first[0]["spec"]["threads"] == 1
+    assert [r["spec"]["result_index"] for r in first + second] == [0, 1]
+    assert [r["spec"]["seed"] for r in first + second] == [0, 1]
+    assert (tmp_path / "results" / "box" / "gnmt" / "result_1.txt").exists()
+
+
+@pytest.mark.parametrize(("name", "options", "message"), [
+    ("resnt", RunOptions(), "did you mean 'resnet'"),
+    ("resnet", RunOptions(runs=0), "--runs 0 must be at least 1"),
+    ("resnet", RunOptions(max_epochs=0), "--max-epochs 0 must be at least 1"),
+    ("resnet", RunOptions(system="my system/1"), "--system 'my system/1' must be a plain name"),
+    ("gnmt", RunOptions(data_dir="/data"), "does not read --data-dir"),
+    ("gnmt", RunOptions(threads=0), "--threads 0 must be at least 1"),
+])
+def test_user_mistakes_are_usage_errors_before_any_run(tmp_path, name, options, message):
+    with pytest.raises(UsageError, match=message):
+        run_task(name, tmp_path, options, env=ENV)
+    assert not (tmp_path / "results").exists()
+
+
+_DDP_WORKER = """
+import json, sys
+import torch.distributed as dist
+dist.init_process_group("gloo", init_method="env://")
+from dlbench.mlperf.runner import RunOptions, run_task
+[record] = run_task("resnet", sys.argv[1], RunOptions(runs=1, max_epochs=2, system="ddp", threads=1),
+                    env={"hostname": "ddp"})
+result = record["result"]
+print(json.dumps({"rank": dist.get_rank(), "status": record["status"], "epochs": result["epochs"],
+                  "quality": result["quality"], "nproc": record["spec"]["nproc"], "seed": record["spec"]["seed"]}))
+dist.destroy_process_group()
+"""
+
+
+def test_two_process_gloo_run_logs_from_rank_zero_only(tmp_path):
+    """Two real processes under torch.distributed (gloo): DDP, a sharded loader, one result file."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    procs = []
+    for rank in range(2):
+        env = os.environ | {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(rank),
+                            "LOCAL_RANK": str(rank), "WORLD_SIZE": "2", "OMP_NUM_THREADS": "1"}
+        procs.append(subprocess.Popen([sys.executable, "-c", _DDP_WORKER, str(tmp_path)], env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    outputs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [err[-2000:] for _, err in outputs]
+    reports = sorted((json.loads(out.strip().splitlines()[-1]) for out, _ in outputs), key=lambda r: r["rank"])
+    assert [r["nproc"] for r in reports] == [2, 2] and [r["seed"] for r in reports] == [0, 0]
+    assert reports[0]["epochs"] == reports[1]["epochs"] and reports[0]["status"] == reports[1]["status"]
+    assert reports[0]["quality"] is not None and reports[1]["quality"] is None  # rank 0 evaluates
+    files = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if p.is_file())
+    assert files == ["results/ddp/resnet/result_0.txt", "systems/ddp.json"]
+    log = parse_file(tmp_path / files[0])
+    assert log.first("global_batch_size").value == 128  # 64 per rank x 2
+    assert len(log.all("run_start")) == 1 and len(log.all("eval_accuracy")) == reports[0]["epochs"]
