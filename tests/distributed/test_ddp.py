@@ -51,6 +51,9 @@ def test_two_ranks_stay_in_sync_and_throughput_is_global(capsys, db):
     assert result["samples_per_s"] <= sum(r["samples_per_s"] for r in ranks) + 1e-9
     stored = open_store(str(db)).get(record["id"])
     assert stored["result"]["per_rank"] == ranks
+    # the launcher sampled the node while the ranks ran; the series is stored with the run
+    assert record["telemetry"]["samples"] >= 2
+    assert len(open_store(str(db)).series(record["id"])) == record["telemetry"]["samples"]
 
 
 def test_strong_scaling_splits_the_global_batch(capsys, db):

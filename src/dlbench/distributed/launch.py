@@ -180,12 +180,16 @@ def run_launched(spec: RunSpec, store, env: dict | None) -> dict[str, Any]:
     from dlbench.record import new_record
     from dlbench.runner import recording, resolve
 
+    from dlbench.telemetry.session import RunTelemetry
+
     check_endpoint(spec)
-    _, _, _, resolved = resolve(spec)
+    _, device, _, resolved = resolve(spec)
     threads = int(worker_env(spec, {}, os.cpu_count() or 1)["OMP_NUM_THREADS"])
     resolved |= {"threads": threads, "launcher": "dlbench"}
     record = new_record(resolved, env if env is not None else capture_env())
-    with recording(record, store, None, save=spec.node_rank == 0):
+    # sampled here, around torchrun: the node's GPUs and host while all local ranks run
+    telemetry = RunTelemetry.for_launcher(spec, record, device)
+    with recording(record, store, None, save=spec.node_rank == 0, telemetry=telemetry), telemetry:
         finish_from_outcome(record, launch("train", spec.model_dump(), spec))
     return record
 

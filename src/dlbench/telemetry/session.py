@@ -65,6 +65,21 @@ class RunTelemetry:
             sources.insert(0, NVMLSource(uuids=[uuid] if uuid else None))
         return cls(state, sources, spec.telemetry_interval_s, metrics_dir(), spec.metrics_host, spec.metrics_port)
 
+    @classmethod
+    def for_launcher(cls, spec, record: dict[str, Any], device) -> RunTelemetry | NoTelemetry:
+        """Telemetry of a run whose ranks this process launched through torchrun: every GPU of the
+        node, the host, and this process with its children (the ranks' memory)."""
+        if not spec.telemetry:
+            return NoTelemetry()
+        state = TrainingState(run_id=record["id"], workload=spec.workload, device=str(device),
+                              batch_size=record["spec"]["global_batch_size"], interval_s=spec.telemetry_interval_s)
+        sources: list = [HostSource(), ProcessSource()]
+        if getattr(device, "type", None) == "cuda":
+            from dlbench.telemetry.nvml import NVMLSource
+
+            sources.insert(0, NVMLSource(uuids=None))
+        return cls(state, sources, spec.telemetry_interval_s, metrics_dir(), spec.metrics_host, spec.metrics_port)
+
     # -- the run ------------------------------------------------------------------------------
 
     def __enter__(self) -> RunTelemetry:
@@ -120,7 +135,9 @@ class RunTelemetry:
         window = None
         if result.get("window_s") and self._end_t_s is not None:
             window = (self._end_t_s - result["window_s"], self._end_t_s)
-        samples = result.get("batch_size", 0) * result.get("steps", 0) if result else None
+        # all ranks' samples in a distributed run: energy per sample is per sample of the whole job
+        batch = result.get("global_batch_size") or result.get("batch_size", 0)
+        samples = batch * result.get("steps", 0) if result else None
         summary = summarise(self.sampler.series, samples=samples or None, window=window)
         health = self._gpu_health
         summary |= {"interval_s": self.interval_s, "nvml_up": health["up"], "nvml_error": health["error"]}
