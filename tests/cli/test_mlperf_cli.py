@@ -103,3 +103,21 @@ def test_run_user_mistakes_exit_2_without_traceback(tmp_path):
     assert done.stderr.strip() == ("dlbench: error: unknown MLPerf task 'resnt'; did you mean 'resnet'? "
                                    "Run 'dlbench mlperf list' to see them.")
     assert "Traceback" not in done.stderr and done.stdout == ""
+
+
+@pytest.mark.slow
+def test_run_under_torchrun_two_ranks(tmp_path):
+    """torchrun starts two gloo ranks of 'dlbench mlperf run': one result file, rank 0 reports."""
+    import os
+
+    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+            "-m", "dlbench", "mlperf", "run", "gnmt", "--max-epochs", "1", "--out", str(tmp_path), "--system", "ddp",
+            "--threads", "1", "--no-store", "--json"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300,
+                          env=os.environ | {"OMP_NUM_THREADS": "1"})
+    assert done.returncode == 1, done.stderr[-3000:]  # one epoch does not reach BLEU 60: aborted
+    [record] = json.loads(done.stdout)
+    assert record["status"] == "aborted" and record["spec"]["nproc"] == 2
+    files = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if p.is_file())
+    assert files == ["results/ddp/gnmt/result_0.txt", "systems/ddp.json"]
+    assert '"key": "global_batch_size", "value": 128' in (tmp_path / files[0]).read_text()

@@ -54,7 +54,8 @@ def run(
     target (the folder is complete either way; 'dlbench mlperf score' applies MLPerf's allowance of
     one non-converging run).
     """
-    from dlbench.mlperf.runner import RunOptions, run_task
+    from dlbench.mlperf.log import is_rank_zero
+    from dlbench.mlperf.runner import RunOptions, launcher_group, run_task
     from dlbench.spec import parse_key_values
 
     options = RunOptions(runs=runs, seed=seed, system=system, device=device, max_epochs=max_epochs,
@@ -68,7 +69,10 @@ def run(
 
     store = None if no_store else open_store(db)
     try:
-        records = run_task(task, out, options, store=store, on_epoch=progress)
+        with launcher_group(device):  # under torchrun: one rank of a DDP run
+            records = run_task(task, out, options, store=store, on_epoch=progress)
+            if not is_rank_zero():
+                return  # rank 0 reports for the job
     finally:
         if store is not None:
             store.close()

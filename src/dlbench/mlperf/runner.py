@@ -20,10 +20,11 @@ stops after the same epoch.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -105,9 +106,12 @@ def _run_task(name, out_dir, options: RunOptions, store, env, on_epoch) -> list[
         "metric": task.metric, "target": task.target, "max_epochs": options.max_epochs or task.max_epochs,
         "workers": options.workers, "tags": dict(options.tags),
     }
+    datasets = task.datasets()  # a bad --data-dir is a usage error: before anything is written
+    if len(datasets[0]) < task.batch_size * world:
+        raise UsageError(f"task {task.name!r} has {len(datasets[0])} training samples, fewer than one global "
+                         f"batch of {task.batch_size * world}; give it a larger data set.")
     if is_rank_zero():
         _write_system(out, system, env, spec)
-    datasets = task.datasets()
     records = []
     for _ in range(options.runs):
         # rank 0 owns the folder; every rank needs its index, since the index sets the seed
@@ -131,9 +135,13 @@ def _record_run(task, datasets, path: Path, spec: dict, options: RunOptions, dev
     failed on an error."""
     record = new_record(spec | {"result_file": str(path)}, env)
     log = open_result_log(path)
+
+    def report(epoch: int, quality: float, reached: bool) -> None:
+        if on_epoch is not None:
+            on_epoch(spec["result_index"], epoch, quality, reached)
+
     try:
-        result = train_to_target(task, datasets, log, spec, options, device,
-                                 lambda epoch, q, hit: on_epoch and on_epoch(spec["result_index"], epoch, q, hit))
+        result = train_to_target(task, datasets, log, spec, options, device, report)
         finish(record, "ok" if result["reached"] else "aborted", result,
                None if result["reached"] else f"target {task.metric} {task.target} not reached in {result['epochs']} epochs")
     except UsageError:
@@ -295,6 +303,26 @@ def _clear_caches(data_dir: str | None) -> tuple[bool, dict]:
 # -- distributed helpers: no-ops in a single process ----------------------------------------------
 
 
+@contextlib.contextmanager
+def launcher_group(device: str) -> Iterator[bool]:
+    """Join the process group when a launcher (torchrun, or anything that sets RANK and WORLD_SIZE)
+    started this process as one of several ranks, and leave it on exit; yields whether it did."""
+    import torch
+    import torch.distributed as dist
+
+    world = int(os.environ.get("WORLD_SIZE", "1") or 1)
+    if world <= 1 or "RANK" not in os.environ or dist.is_initialized():
+        yield False
+        return
+    on_gpu = device == "cuda" or (device == "auto" and torch.cuda.is_available())
+    dist.init_process_group("nccl" if on_gpu else "gloo")
+    try:
+        yield True
+    finally:
+        dist.destroy_process_group()
+
+
+
 def _dist():
     import torch.distributed as dist
 
@@ -330,8 +358,6 @@ def _train_loader(dataset, task, seed: int, workers: int):
         dataset, batch_size=task.batch_size, shuffle=sampler is None, sampler=sampler, generator=generator,
         drop_last=True, num_workers=workers, collate_fn=task.collate_fn, persistent_workers=workers > 0,
     )
-    if len(loader) == 0:
-        raise UsageError(f"task {task.name!r} has {len(dataset)} training samples, fewer than one batch of {task.batch_size}.")
     return loader, sampler
 
 

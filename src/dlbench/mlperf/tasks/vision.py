@@ -2,7 +2,7 @@
 
 The data set is generated (6 classes of shapes on 16x16 images, :mod:`.shapes`) or read from an
 ImageFolder directory (``data_dir/train/<class>/*.png`` and ``data_dir/val/<class>/*.png``, the layout
-of ImageNet's own ``train``/``val`` folders), resized to ``image_size``.
+of ImageNet's own ``train``/``val`` folders), resized to 32x32.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from dlbench.mlperf.tasks._base import Batch, Optimizer, Task, seeded_generator
 from dlbench.mlperf.tasks.shapes import SHAPES, classification_images
 
 IMAGE_SIZE = 16
+FOLDER_IMAGE_SIZE = 32  # images of a real data set are resized to this (the model pools globally)
 TRAIN_SAMPLES = 4096
 EVAL_SAMPLES = 1024
 
@@ -85,7 +86,7 @@ class ImageClassification(Task):
                     f"{root}/train/<class>/<image> and {root}/val/<class>/<image>."
                 )
         to_tensor = transforms.Compose([
-            transforms.Resize((IMAGE_SIZE * 2, IMAGE_SIZE * 2)), transforms.ToTensor(),
+            transforms.Resize((FOLDER_IMAGE_SIZE, FOLDER_IMAGE_SIZE)), transforms.ToTensor(),
         ])
         try:
             train = datasets.ImageFolder(str(root / "train"), transform=to_tensor)
