@@ -70,6 +70,6 @@ def write_mllog_run(path: Path, benchmark: str = "resnet", minutes: float | None
         m.start(key=c.RUN_START, time_ms=start_ms)
         m.event(key=c.EVAL_ACCURACY, value=0.5, metadata={c.EPOCH_NUM: 1}, time_ms=start_ms + 1000)
         if stop:
-            stop_ms = start_ms + int(round((minutes or 1.0) * 60_000))
+            stop_ms = start_ms + round((minutes or 1.0) * 60_000)
             m.end(key=c.RUN_STOP, metadata={c.STATUS: status}, time_ms=stop_ms)
     return path

@@ -3,7 +3,12 @@
 import pytest
 
 from dlbench.errors import UsageError
-from dlbench.mlperf.check import check_file, check_folder, installed_rulesets, pick_ruleset
+from dlbench.mlperf.check import (
+    check_file,
+    check_folder,
+    installed_rulesets,
+    pick_ruleset,
+)
 from dlbench.mlperf.runner import RunOptions, run_task
 
 

@@ -4,7 +4,13 @@ import pytest
 import torch
 
 from dlbench.mlperf.tasks.metrics import (
-    COCO_IOU_THRESHOLDS, average_precision, box_iou, confusion_counts, corpus_bleu, mean_average_precision, mean_iou,
+    COCO_IOU_THRESHOLDS,
+    average_precision,
+    box_iou,
+    confusion_counts,
+    corpus_bleu,
+    mean_average_precision,
+    mean_iou,
 )
 
 

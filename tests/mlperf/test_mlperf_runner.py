@@ -25,7 +25,7 @@ def two_short_runs(tmp_path_factory):
 
 
 def test_results_folder_layout(two_short_runs):
-    root, records, _ = two_short_runs
+    root, _, _ = two_short_runs
     out = root / "out"
     assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()) == [
         "results/node7_cpu/resnet/result_0.txt", "results/node7_cpu/resnet/result_1.txt", "systems/node7_cpu.json"]
@@ -121,6 +121,7 @@ dist.destroy_process_group()
 """
 
 
+@pytest.mark.slow
 def test_two_process_gloo_run_logs_from_rank_zero_only(tmp_path):
     """Two real processes under torch.distributed (gloo): DDP, a sharded loader, one result file."""
     import os

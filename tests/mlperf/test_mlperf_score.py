@@ -5,7 +5,12 @@ import pytest
 from dlbench.errors import UsageError
 from dlbench.mlperf.parse import parse_lines
 from dlbench.mlperf.score import (
-    TooManyFailures, olympic_mean, required_runs, run_time, score_entry, score_folder,
+    TooManyFailures,
+    olympic_mean,
+    required_runs,
+    run_time,
+    score_entry,
+    score_folder,
 )
 
 

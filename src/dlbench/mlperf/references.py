@@ -74,7 +74,7 @@ def parse_references(doc: Any, origin: str) -> dict[str, Reference]:
         into["minutes"].update(minutes)
         extra = set(entry) - {"name", "description", "source", "minutes"}
         if extra:
-            raise UsageError(f"{origin}: reference {entry['name']!r} has unknown key {sorted(extra)[0]!r}; "
+            raise UsageError(f"{origin}: reference {entry['name']!r} has unknown key {min(extra)!r}; "
                              "a reference has description, source and minutes.")
     out = {}
     for name, fields in merged.items():

@@ -31,7 +31,11 @@ from typing import Any
 
 from dlbench.errors import UsageError
 from dlbench.mlperf.folder import (
-    check_system_name, default_system_name, next_result_index, result_path, system_description,
+    check_system_name,
+    default_system_name,
+    next_result_index,
+    result_path,
+    system_description,
 )
 from dlbench.mlperf.log import ResultLog, is_rank_zero, open_result_log
 from dlbench.record import finish, new_record

@@ -18,7 +18,11 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 from dlbench.mlperf.tasks._base import Batch, Optimizer, Task, seeded_generator
-from dlbench.mlperf.tasks.metrics import COCO_IOU_THRESHOLDS, box_iou, mean_average_precision
+from dlbench.mlperf.tasks.metrics import (
+    COCO_IOU_THRESHOLDS,
+    box_iou,
+    mean_average_precision,
+)
 from dlbench.mlperf.tasks.shapes import detection_images
 
 IMAGE_SIZE = 32

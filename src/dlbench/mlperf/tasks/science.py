@@ -70,6 +70,8 @@ class CosmoFlow(Task):
     train_samples = 2048
     eval_samples = 512
     base_lr = 2e-3
+    decay_boundary_epochs = (6, 12)
+    decay_factors = (0.25, 0.125)
 
     def datasets(self) -> tuple[Dataset, Dataset]:
         gen = seeded_generator(self.data_seed)
@@ -85,14 +87,24 @@ class CosmoFlow(Task):
 
     def build_optimizer(self, model: nn.Module, steps_per_epoch: int) -> Optimizer:
         optimizer = torch.optim.Adam(model.parameters(), lr=self.base_lr)
+        # The reference decays the learning rate twice, at boundary epochs (factors 0.25, 0.125).
+        boundaries, factors = self.decay_boundary_epochs, self.decay_factors
+
+        def factor(step: int) -> float:
+            epoch = step / steps_per_epoch
+            passed = [f for b, f in zip(boundaries, factors) if epoch >= b]
+            return passed[-1] if passed else 1.0
+
         hyperparameters = {
             "opt_name": "adam",
             "opt_base_learning_rate": self.base_lr,
             "opt_learning_rate_warmup_epochs": 0,
             "opt_learning_rate_warmup_factor": 1.0,
+            "opt_learning_rate_decay_boundary_epochs": list(boundaries),
+            "opt_learning_rate_decay_factor": list(factors),
             "opt_weight_decay": 0.0,
         }
-        return optimizer, None, hyperparameters
+        return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, factor), hyperparameters
 
     def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
         volumes, params = batch

@@ -3,9 +3,10 @@ non-recurrent Transformer and the recurrent GNMT (both WMT English-German, sacre
 
 The parallel corpus is generated: a source language of pseudo-words and a target language whose
 sentences are the source translated word by word with every pair of neighbouring words swapped
-(local reordering, so the model must attend rather than copy in order). A quarter of the source words have two equally likely translations, so no model scores
-BLEU 100 — like real translation, the reference is one of several right answers. One source word
-becomes two target words (fertility). Models are the catalogue's Transformer and GNMT at small
+(local reordering, so the model must attend rather than copy in order). A quarter of the source
+words have two equally likely translations, so no model scores BLEU 100 — like real translation,
+the reference is one of several right answers. One source word becomes two target words
+(fertility). Models are the catalogue's Transformer and GNMT at small
 sizes (GNMT in a lighter form, see :class:`SmallGNMT`), decoded greedily; BLEU comes from
 sacrebleu's ``corpus_bleu``.
 """
@@ -59,8 +60,8 @@ class Corpus:
         targets = _pseudo_words(SOURCE_WORDS + n_ambiguous + 1, ("BA", "DI", "FO", "GU", "HE", "JA", "PI", "ZU"), gen)
         # translations[i]: the choices for source word i; each choice is a tuple of target words
         self.translations: list[list[tuple[str, ...]]] = [[(targets[i],)] for i in range(SOURCE_WORDS)]
-        for k, i in enumerate(range(n_ambiguous)):
-            self.translations[i].append((targets[SOURCE_WORDS + k],))
+        for i in range(n_ambiguous):
+            self.translations[i].append((targets[SOURCE_WORDS + i],))
         self.translations[-1] = [(targets[-1], targets[SOURCE_WORDS - 1])]  # fertility: one word, two
         self.vocabulary = sorted(set(self.source_words) | set(targets))
         self.ids = {word: SPECIALS + i for i, word in enumerate(self.vocabulary)}
@@ -115,6 +116,7 @@ class _Translation(Task):
         self.eval_references: list[str] = []
 
     def datasets(self) -> tuple[Dataset, Dataset]:
+        self.corpus = Corpus(self.data_seed)  # sampling advances its generator: start it afresh
         src, tgt = self.corpus.sample(TRAIN_PAIRS)
         src_ids = self.corpus.encode(src, MAX_WORDS + 1)  # (N, S)
         tgt_ids = self.corpus.encode(tgt, MAX_TARGET + 1, bos=True)  # (N, T+1): BOS ... EOS PAD

@@ -21,7 +21,7 @@ from dlbench.mlperf.tasks.shapes import SHAPES, classification_images
 
 IMAGE_SIZE = 16
 FOLDER_IMAGE_SIZE = 32  # images of a real data set are resized to this (the model pools globally)
-TRAIN_SAMPLES = 4096
+TRAIN_SAMPLES = 8192
 EVAL_SAMPLES = 1024
 
 
