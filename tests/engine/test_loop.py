@@ -112,7 +112,7 @@ def test_failures_are_recorded_not_raised(tmp_path, monkeypatch):
     store.close()
 
 
-def test_out_of_memory_is_recorded_as_oom(tmp_path, monkeypatch):
+def test_out_of_memory_is_recorded_as_oom(monkeypatch):
     from dlbench.catalog import registry
 
     monkeypatch.setitem(registry.WORKLOADS, "tiny", f"{__name__}:TinyLinear")

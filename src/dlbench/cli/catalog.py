@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import typer
-
 from dlbench.cli._common import JSON_OPTION, emit_json
 
 

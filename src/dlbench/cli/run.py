@@ -135,13 +135,18 @@ def execute(specs, db: str | None, no_store: bool, as_json: bool, single: bool) 
         if store is not None:
             store.close()
     if follower:
-        pass
-    elif as_json:
+        _raise_if_failed(records)
+        return
+    if as_json:
         emit_json(records[0] if single else records)
     else:
         render(run_table(records), title="dlbench results")
         if store is not None:
             info(f"saved {len(records)} run(s): {', '.join(r['id'] for r in records)}")
+    _raise_if_failed(records)
+
+
+def _raise_if_failed(records: list[dict]) -> None:
     failed = [r for r in records if r["status"] != "ok"]
     if failed:
         raise BenchmarkFailed(f"{len(failed)} of {len(records)} run(s) did not finish: " + "; ".join(

@@ -82,10 +82,10 @@ def measure(
     result = summarise(spec, device, batch_size, clock, flops_per_sample, loss)
     if dist is None:
         return result
-    return _merge_ranks(result, prepared.model, dist, device, spec)
+    return _merge_ranks(result, prepared.model, dist)
 
 
-def _merge_ranks(local: dict[str, Any], model: torch.nn.Module, dist: DistContext, device, spec) -> dict[str, Any]:
+def _merge_ranks(local: dict[str, Any], model: torch.nn.Module, dist: DistContext) -> dict[str, Any]:
     """Every rank's figures gathered and merged; the same global result on every rank."""
     import socket
 
