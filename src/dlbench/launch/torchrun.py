@@ -17,7 +17,7 @@ from dlbench.launch._base import JOB_FILE, RANKS_DIR, Launcher, LaunchPlan, Outc
 from dlbench.launch.process import run_plan
 
 #: Seconds the start may take beyond the run's timeout (starting Python and importing torch per rank).
-START_SLACK_S = 10.0
+START_SLACK_S = 5.0
 
 
 def torchrun_argv(run: ResolvedRun, workdir: Path, python: str = sys.executable) -> tuple[str, ...]:
