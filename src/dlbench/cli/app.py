@@ -14,6 +14,7 @@ from dlbench import __version__
 from dlbench.cli import catalog, results, run, scale
 from dlbench.cli import monitor, plot
 from dlbench.cli import mlperf
+from dlbench.cli import report
 
 app = typer.Typer(
     name="dlbench",
@@ -53,6 +54,9 @@ app.add_typer(plot.plot_app, name="plot")
 app.add_typer(mlperf.mlperf_app, name="mlperf")
 app.command("scale")(scale.scale)
 app.command("comm")(scale.comm)
+app.command("report")(report.report)
+app.command("trend")(report.trend)
+app.command("regress")(report.regress)
 
 
 def main(argv: list[str] | None = None) -> int:

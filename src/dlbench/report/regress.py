@@ -1,0 +1,106 @@
+"""A regression gate for CI: is the candidate slower than the baseline beyond noise *and* beyond a threshold?
+
+Runs are paired by configuration (:func:`dlbench.report.compare.config_key`: workload, mode,
+precision, batch size, process count, parameters). For each configuration present on both sides the
+statistics are those of ``dlbench compare`` (:mod:`dlbench.report.compare`): mean throughput per
+side with its standard error, and "slower" only when the difference exceeds 1.96 standard errors of
+the difference. A configuration is a **regression** only when it is slower by that test *and* its
+throughput ratio candidate/baseline is below ``1 - threshold``: a statistically clear 1 % slowdown
+on a quiet machine is not worth failing a pipeline for, and a 10 % drop on one noisy run is not
+clear. Both conditions keep the gate from crying wolf (TorchBench had to widen its fixed 7 % rule
+for noisy benchmarks; here the noise test adapts to each benchmark's own spread).
+
+A side with a single run has only its step-to-step spread as error, which understates run-to-run
+noise; the row then carries a note recommending repeated runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from dlbench.errors import UsageError
+from dlbench.report.compare import GroupEstimate, compare
+
+DEFAULT_THRESHOLD = 0.05
+
+
+@dataclass(frozen=True)
+class RegressRow:
+    """The decision for one configuration."""
+
+    configuration: str
+    baseline: GroupEstimate | None
+    candidate: GroupEstimate | None
+    ratio: float | None  # candidate / baseline throughput
+    change_percent: float | None  # (ratio - 1) * 100
+    statistical: str  # compare's verdict: faster | slower | within noise | only in baseline | only in candidate
+    decision: str  # regression | ok | improved | not compared
+    note: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def parse_threshold(text: str) -> float:
+    """``"5%"``, ``"5"`` or ``"0.05"`` → 0.05; anything else, or outside [0, 100) %, is a usage error."""
+    raw = text.strip()
+    try:
+        value = float(raw.rstrip("%"))
+    except ValueError:
+        raise UsageError(f"--threshold {text!r} is not a number; write a percentage such as 5% or 0.05.") from None
+    fraction = value / 100 if raw.endswith("%") or value >= 1 else value
+    if not 0 <= fraction < 1:
+        raise UsageError(f"--threshold {text!r} must be between 0% and 100%, e.g. 5%.")
+    return fraction
+
+
+def _decide(statistical: str, ratio: float, threshold: float) -> str:
+    if statistical == "slower" and ratio < 1 - threshold:
+        return "regression"
+    if statistical == "faster" and ratio > 1 + threshold:
+        return "improved"
+    return "ok"
+
+
+def regress(baseline: list[dict[str, Any]], candidate: list[dict[str, Any]], threshold: float = DEFAULT_THRESHOLD) -> list[RegressRow]:
+    """One :class:`RegressRow` per configuration seen on either side (successful runs only)."""
+    rows = []
+    for row in compare(baseline, candidate):
+        if row.a is None or row.b is None or row.ratio is None:
+            side = "baseline" if row.a else "candidate"
+            rows.append(RegressRow(row.key, row.a, row.b, None, None, f"only in {side}", "not compared",
+                                   f"no successful run of this configuration in the {'candidate' if row.a else 'baseline'}"))
+            continue
+        decision = _decide(row.verdict, row.ratio, threshold)
+        note = ""
+        if min(row.a.runs, row.b.runs) < 2:
+            note = "one run on a side: its error is the step-time spread only; repeat runs (3+) for a firm verdict"
+        rows.append(RegressRow(row.key, row.a, row.b, row.ratio, (row.ratio - 1) * 100, row.verdict, decision, note))
+    return rows
+
+
+def gate(rows: list[RegressRow]) -> int:
+    """The exit code for CI: 1 when any configuration regressed, else 0; no pair at all is bad input."""
+    if not any(r.decision != "not compared" for r in rows):
+        keys = ", ".join(sorted({r.configuration for r in rows})[:3]) or "none"
+        raise UsageError(
+            "the baseline and the candidate share no configuration with successful runs "
+            f"(seen: {keys}); select runs of the same workload, batch size, precision and parameters."
+        )
+    return 1 if any(r.decision == "regression" for r in rows) else 0
+
+
+def regress_table(rows: list[RegressRow]) -> tuple[list[str], list[list[str]]]:
+    """Columns and rows of text for the terminal."""
+
+    def side(est: GroupEstimate | None) -> str:
+        return "-" if est is None else f"{est.samples_per_s:,.1f} ± {est.sem:,.1f} (n={est.runs})"
+
+    columns = ["configuration", "baseline samples/s", "candidate samples/s", "change", "noise test", "decision"]
+    return columns, [
+        [r.configuration, side(r.baseline), side(r.candidate),
+         "-" if r.change_percent is None else f"{r.change_percent:+.1f}%", r.statistical,
+         r.decision.upper() if r.decision == "regression" else r.decision]
+        for r in rows
+    ]
