@@ -54,6 +54,12 @@ def config_key(record: dict[str, Any]) -> str:
     return " ".join(parts) + (f" [{params}]" if params else "")
 
 
+def comparable(record: dict[str, Any]) -> bool:
+    """A successful run with a throughput and step times: what :func:`estimate` can use."""
+    result = record.get("result") or {}
+    return record["status"] == "ok" and bool(result.get("samples_per_s")) and bool(result.get("step_time_s"))
+
+
 def estimate(records: list[dict[str, Any]]) -> GroupEstimate:
     """Mean samples/s of successful runs and its standard error (see the module docstring)."""
     values = [r["result"]["samples_per_s"] for r in records]
@@ -75,11 +81,12 @@ def verdict(a: GroupEstimate, b: GroupEstimate, z: float = Z) -> str:
 
 
 def compare(group_a: list[dict[str, Any]], group_b: list[dict[str, Any]]) -> list[CompareRow]:
-    """Rows per configuration key; only successful runs count."""
+    """Rows per configuration key; only successful throughput runs count (a collective benchmark or
+    a time-to-train run has no step times to compare)."""
     by_key: dict[str, tuple[list, list]] = {}
     for side, records in ((0, group_a), (1, group_b)):
         for record in records:
-            if record["status"] == "ok" and record.get("result"):
+            if comparable(record):
                 by_key.setdefault(config_key(record), ([], []))[side].append(record)
     rows = []
     for key in sorted(by_key):

@@ -11,16 +11,12 @@ from collections.abc import Callable
 from typing import Any
 
 from dlbench.report.charts import scaling_series
-from dlbench.report.compare import CompareRow, compare, config_key, estimate
+from dlbench.report.compare import CompareRow, comparable, compare, config_key, estimate
 from dlbench.report.frame import environment, world_size
 from dlbench.report.telemetry import timeline_data
 
 #: Environment fields that, when they take exactly two values among the runs, get an automatic comparison.
 AUTO_COMPARE = ("container", "torch", "gpu", "cuda", "host")
-
-
-def _ok(record: dict[str, Any]) -> bool:
-    return record["status"] == "ok" and bool((record.get("result") or {}).get("samples_per_s"))
 
 
 def environments(records: list[dict[str, Any]]) -> dict[str, Any]:
@@ -47,7 +43,7 @@ def workload_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if record["spec"].get("mode") in ("collective", "time_to_train"):
             continue
         key = config_key(record)
-        if _ok(record):
+        if comparable(record):
             groups.setdefault(key, []).append(record)
         else:
             failed[key] = failed.get(key, 0) + 1
@@ -120,7 +116,7 @@ def comparisons(records: list[dict[str, Any]], explicit: list[tuple[str, list, l
     for label, runs_a, runs_b in explicit:
         out.append({"label": label, "auto": False, "rows": compare(runs_a, runs_b)})
     for field in AUTO_COMPARE:
-        subsets = _subsets([r for r in records if _ok(r)], field)
+        subsets = _subsets([r for r in records if comparable(r)], field)
         if len(subsets) != 2:
             continue
         (name_a, runs_a), (name_b, runs_b) = sorted(subsets.items(), key=lambda kv: min(r["created_at"] for r in kv[1]))
@@ -163,7 +159,7 @@ def hpo(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for study, runs in sorted(studies.items()):
         trials = sorted(runs, key=lambda r: -((r.get("result") or {}).get("samples_per_s") or 0))
-        out.append({"study": study, "trials": len(runs), "ok": sum(_ok(r) for r in runs), "best": [
+        out.append({"study": study, "trials": len(runs), "ok": sum(comparable(r) for r in runs), "best": [
             {"id": r["id"], "trial": (r["spec"].get("tags") or {}).get("hpo_trial"), "status": r["status"],
              "params": r["spec"].get("params") or {}, "batch_size": r["spec"].get("batch_size"),
              "samples_per_s": (r.get("result") or {}).get("samples_per_s")} for r in trials[:10]]})

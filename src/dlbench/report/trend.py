@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from dlbench.errors import UsageError
-from dlbench.report.compare import GroupEstimate, config_key, estimate, verdict
+from dlbench.report.compare import GroupEstimate, comparable, config_key, estimate, verdict
 from dlbench.report.frame import environment
 
 BY = ("torch", "cuda", "container", "date", "host")
@@ -68,7 +68,7 @@ def trend(records: list[dict[str, Any]], by: str) -> list[TrendPoint]:
     """Points per configuration in the dimension's order, each with its change against the previous one."""
     by_config: dict[str, dict[str, list[dict[str, Any]]]] = {}
     for record in records:
-        if record["status"] == "ok" and (record.get("result") or {}).get("samples_per_s"):
+        if comparable(record):
             groups = by_config.setdefault(config_key(record), {})
             groups.setdefault(group_value(record, by), []).append(record)
     points = []
