@@ -87,7 +87,7 @@ def test_mlperf_beside_references_and_hpo(page):
 
 def test_runs_table_lists_every_run(page, report_db):
     text, _ = page
-    table = text[text.index('<table id="runs">'):]
+    table = text[text.index('<table id="runs-table">'):]
     table = table[:table.index("</table>")]
     ids = re.findall(r"<tr><td>([0-9a-f]{12})</td>", table)
     assert sorted(ids) == sorted(r["id"] for r in stored(report_db))

@@ -20,14 +20,14 @@ th{background:#f0f4f8}td.num{text-align:right;font-variant-numeric:tabular-nums}
 .method{background:#f6f8fa;border-left:3px solid #888;padding:6px 10px;font-size:.85em;color:#333;margin:8px 0}
 .charts{display:grid;grid-template-columns:repeat(auto-fill,minmax(460px,1fr));gap:10px}
 .slower,.regression{color:#b00020;font-weight:bold}.faster{color:#087f23;font-weight:bold}.changed{background:#fde2e1}
-#runs th{cursor:pointer;user-select:none}#runs th.asc:after{content:' \\25B2'}#runs th.desc:after{content:' \\25BC'}
+#runs-table th{cursor:pointer;user-select:none}#runs-table th.asc:after{content:' \\25B2'}#runs-table th.desc:after{content:' \\25BC'}
 .scroll{max-height:520px;overflow:auto;border:1px solid #ddd}input#filter{padding:4px;width:320px}
 """
 
 # Sort by a column (numbers by data-v, text otherwise) and filter rows by text; no library.
 JS = """
 (function(){
-var table=document.getElementById('runs');if(!table)return;
+var table=document.getElementById('runs-table');if(!table)return;
 var body=table.tBodies[0],heads=table.tHead.rows[0].cells;
 function key(row,i){var c=row.cells[i],v=c.getAttribute('data-v');return v!==null?parseFloat(v):c.textContent.toLowerCase();}
 Array.prototype.forEach.call(heads,function(th,i){th.addEventListener('click',function(){
@@ -120,5 +120,5 @@ def runs_table(records: list[dict[str, Any]]) -> str:
         f'<p><input id="filter" type="search" placeholder="filter: words that must all appear in a row" '
         f'aria-label="filter runs"> <span id="shown">{len(records)}</span> of {len(records)} runs shown; '
         "click a column header to sort.</p>"
-        f'<div class="scroll"><table id="runs"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table></div>'
+        f'<div class="scroll"><table id="runs-table"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table></div>'
     )

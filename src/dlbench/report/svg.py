@@ -26,6 +26,14 @@ def _fmt(value: float) -> str:
     return f"{value:.3g}"
 
 
+def _fmt_binary(value: float) -> str:
+    """Powers of two as 512, 1K, 4M (message sizes, process counts)."""
+    for factor, suffix in ((1 << 30, "G"), (1 << 20, "M"), (1 << 10, "K")):
+        if value >= factor:
+            return f"{value / factor:g}{suffix}"
+    return f"{value:g}"
+
+
 def _nice_ticks(low: float, high: float, count: int = 5) -> list[float]:
     if high <= low:
         high = low + (abs(low) or 1.0)
@@ -81,7 +89,7 @@ def _axes(x: _Axis | None, y: _Axis, xlabel: str, ylabel: str, xlabels: list[str
         out.append(f'<line x1="{_LEFT}" y1="{py:.1f}" x2="{_W - _RIGHT}" y2="{py:.1f}" stroke="#ddd"/>'
                    f'<text x="{_LEFT - 4}" y="{py + 4:.1f}" font-size="10" text-anchor="end">{_fmt(tick)}</text>')
     if x is not None:
-        labels = xlabels or [_fmt(t) for t in x.ticks]
+        labels = xlabels or [_fmt_binary(t) if x.base == 2 else _fmt(t) for t in x.ticks]
         ticks = range(len(xlabels)) if xlabels else x.ticks
         for tick, label in zip(ticks, labels):
             px = x(tick)
