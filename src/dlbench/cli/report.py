@@ -1,4 +1,8 @@
-"""``dlbench report``, ``dlbench trend`` and ``dlbench regress``: share results and gate CI on them."""
+"""``dlbench report``, ``dlbench trend`` and ``dlbench regress``: share results and gate CI on them.
+
+The report, store and MLPerf modules are imported inside the commands, as in the other command
+modules, so that ``dlbench --help`` does not pay for them.
+"""
 
 from __future__ import annotations
 
@@ -141,18 +145,11 @@ def trend(
 
 
 def _write_trend_svg(points, by: str, target: Path) -> None:
-    from dlbench.report.html import interval_half_width
-    from dlbench.report.svg import line_chart
-    from dlbench.report.trend import is_change_point
+    """The trend charts (one per configuration) stacked in one SVG file."""
+    from dlbench.report.html import trend_chart
 
-    charts = []
-    for key in dict.fromkeys(p.configuration for p in points):
-        pts = [p for p in points if p.configuration == key]
-        line = {"label": key.split()[0], "points": [(i, p.estimate.samples_per_s, interval_half_width(p.estimate.sem),
-                                                      f"{p.group}: {p.estimate.samples_per_s:,.1f} (n={p.estimate.runs})") for i, p in enumerate(pts)]}
-        flagged = {"label": "change point", "color": "#b00020",
-                   "points": [(i, p.estimate.samples_per_s, None, p.change) for i, p in enumerate(pts) if is_change_point(p)]}
-        charts.append(line_chart([line] + ([flagged] if flagged["points"] else []), key[:70], by, "samples/s", xlabels=[p.group for p in pts]))
+    keys = list(dict.fromkeys(p.configuration for p in points))
+    charts = [trend_chart(key, [p for p in points if p.configuration == key], by) for key in keys]
     inner = "".join(c.replace('width="100%"', f'width="640" height="300" y="{300 * i}"', 1) for i, c in enumerate(charts))
     try:
         target.write_text(f'<svg xmlns="http://www.w3.org/2000/svg" width="640" height="{300 * len(charts)}">{inner}</svg>\n')

@@ -133,6 +133,18 @@ def _compare_section(items: list[dict[str, Any]]) -> str:
         f"comparisons appear when the selected runs take exactly two values of {', '.join(sections.AUTO_COMPARE)}.")
 
 
+def trend_chart(configuration: str, points: list, by: str) -> str:
+    """One configuration's trend: means with ±Z sem whiskers, change points in red."""
+    line = {"label": configuration.split()[0], "points": [
+        (i, p.estimate.samples_per_s, interval_half_width(p.estimate.sem),
+         f"{p.group}: {_est(p.estimate)} (n={p.estimate.runs}) {p.change}") for i, p in enumerate(points)]}
+    flagged = {"label": "change point", "color": "#b00020", "points": [
+        (i, p.estimate.samples_per_s, None, f"change point: {p.change} {p.change_percent:+.1f}%")
+        for i, p in enumerate(points) if is_change_point(p)]}
+    return line_chart([line] + ([flagged] if flagged["points"] else []), configuration[:70], by, "samples/s",
+                      xlabels=[p.group for p in points])
+
+
 def _trend_section(records: list[dict[str, Any]], by: str) -> str:
     points = trend(records, by)
     by_config: dict[str, list] = {}
@@ -143,12 +155,7 @@ def _trend_section(records: list[dict[str, Any]], by: str) -> str:
         return ""
     charts, rows = [], []
     for key, pts in shown.items():
-        labels = [p.group for p in pts]
-        line = {"label": key.split()[0], "points": [(i, p.estimate.samples_per_s, interval_half_width(p.estimate.sem),
-                                                      f"{p.group}: {_est(p.estimate)} (n={p.estimate.runs}) {p.change}") for i, p in enumerate(pts)]}
-        flagged = {"label": "change point", "color": "#b00020", "points": [
-            (i, p.estimate.samples_per_s, None, f"change point: {p.change} {p.change_percent:+.1f}%") for i, p in enumerate(pts) if is_change_point(p)]}
-        charts.append(line_chart([line] + ([flagged] if flagged["points"] else []), key[:70], by, "samples/s", xlabels=labels))
+        charts.append(trend_chart(key, pts, by))
         rows += [[key, p.group, p.estimate.runs, _est(p.estimate), "-" if p.change_percent is None else f"{p.change_percent:+.1f}%",
                   p.change or "-"] for p in pts]
     return (table(["configuration", by, "runs", "samples/s", "vs previous", "verdict"], rows, numeric={2, 3, 4},

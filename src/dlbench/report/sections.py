@@ -13,7 +13,7 @@ from typing import Any
 from dlbench.report.charts import scaling_series
 from dlbench.report.compare import CompareRow, comparable, compare, config_key, estimate
 from dlbench.report.frame import environment, world_size
-from dlbench.report.telemetry import timeline_data
+from dlbench.report.telemetry import _host_panels, timeline_data
 
 #: Environment fields that, when they take exactly two values among the runs, get an automatic comparison.
 AUTO_COMPARE = ("container", "torch", "gpu", "cuda", "host")
@@ -177,6 +177,9 @@ def telemetry(records: list[dict[str, Any]], series_of: Callable[[str], list[dic
         series = series_of(record["id"])
         if series:
             data = timeline_data(record, series)
+            if data["panels"] and not data["panels"][0]["title"].startswith("CPU"):
+                # a GPU run: its host CPU still tells whether the input pipeline kept up
+                data["panels"] += [p for p in _host_panels(series)[:1] if any(line["values"] for line in p["lines"])]
             if data["panels"]:
                 out.append(data | {"id": record["id"]})
     return out
