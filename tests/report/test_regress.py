@@ -68,12 +68,14 @@ def test_big_drop_within_noise_passes(capsys, db, base_record):
 
 def test_pairs_by_configuration_and_reports_unpaired(base_record):
     other = dict(base_record, spec=dict(base_record["spec"], batch_size=8))
-    rows = regress([base_record, other], [base_record])
+    rows = regress([base_record, other], [base_record], min_runs=1)
     decisions = {r.configuration.split()[3]: r.decision for r in rows}
     assert decisions == {"bs4": "ok", "bs8": "not compared"}
     assert gate(rows) == 0
     with pytest.raises(UsageError, match="share no configuration"):
         gate(regress([other], [base_record]))
+    with pytest.raises(UsageError, match="enough runs on both sides"):
+        gate(regress([base_record, other], [base_record]))  # one run a side, --min-runs 2
 
 
 def test_real_runs_regress_table_and_notes(capsys, real_db):
@@ -93,6 +95,7 @@ def test_threshold_forms(text, fraction):
     (["--threshold", "five"], "is not a number"),
     (["--threshold", "150%"], "between 0% and 100%"),
     (["--candidate", "side=nothing"], "matches no stored run"),
+    (["--min-runs", "0"], "must be 1 or more"),
 ])
 def test_bad_input_exits_2_with_one_sentence(capsys, db, base_record, argv, message):
     _sides(db, base_record, [1.0], [1.0])
@@ -113,6 +116,8 @@ def test_one_run_per_side_gets_a_note(capsys, tmp_path):
     assert main(["run", *TINY_LSTM, "--db", db, "--tag", "side=base"]) == 0
     assert main(["run", *TINY_LSTM, "--db", db, "--tag", "side=cand"]) == 0
     capsys.readouterr()
-    code, doc = _regress_json(capsys, db, "--threshold", "90%")
+    assert main(["regress", "--baseline", "side=base", "--candidate", "side=cand", "--db", db]) == 2
+    assert "--min-runs 1" in capsys.readouterr().err
+    code, doc = _regress_json(capsys, db, "--threshold", "90%", "--min-runs", "1")
     assert code == 0  # nothing on this machine slows a tiny LSTM by 90%
-    assert "repeat runs" in doc["rows"][0]["note"]
+    assert "step-time spread only" in doc["rows"][0]["note"]

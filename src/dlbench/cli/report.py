@@ -161,12 +161,13 @@ def regress(
     baseline: str = typer.Option(..., "--baseline", help="The reference runs. " + SELECTOR_HELP, show_default=False),
     candidate: str = typer.Option(..., "--candidate", help="The runs under test, same syntax.", show_default=False),
     threshold: str = typer.Option("5%", "--threshold", help="Smallest slowdown that fails, e.g. 5% or 0.05; it must also exceed the noise."),
+    min_runs: int = typer.Option(2, "--min-runs", help="Runs each side needs for a configuration to be decided (1 allows single runs)."),
     db: str = DB_OPTION,
     as_json: bool = JSON_OPTION,
 ) -> None:
     """CI gate: exit 1 when a configuration of the candidate is slower than the baseline beyond noise and the threshold.
 
-    Runs are paired by configuration; the noise test is that of 'dlbench compare' (1.96 standard errors).
+    Runs are paired by configuration; the noise test is that of 'dlbench compare' (Welch's t-test, 95%).
     Exit codes: 0 no regression, 1 a regression, 2 bad input. Example:
     dlbench regress --baseline torch=2.4 --candidate torch=2.5 --threshold 5%
     """
@@ -174,15 +175,17 @@ def regress(
     from dlbench.report.tables import render
 
     fraction = parse_threshold(threshold)
+    if min_runs < 1:
+        raise UsageError(f"--min-runs {min_runs} must be 1 or more.")
     store = open_store(db)
     try:
         runs_base, runs_cand = _select(store, [baseline]), _select(store, [candidate])
     finally:
         store.close()
-    rows = decide(runs_base, runs_cand, fraction)
+    rows = decide(runs_base, runs_cand, fraction, min_runs)
     code = gate(rows)
     if as_json:
-        emit_json({"baseline": baseline, "candidate": candidate, "threshold": fraction, "exit_code": code,
+        emit_json({"baseline": baseline, "candidate": candidate, "threshold": fraction, "min_runs": min_runs, "exit_code": code,
                    "regressions": sum(r.decision == "regression" for r in rows), "rows": [r.as_dict() for r in rows]})
     else:
         render(regress_table(rows), title=f"baseline = {baseline}   candidate = {candidate}   threshold {fraction:.1%}")

@@ -129,7 +129,8 @@ def _compare_section(items: list[dict[str, Any]]) -> str:
                    + table(["configuration", "A samples/s", "B samples/s", "B/A", "verdict"], rows, numeric={1, 2, 3}))
     return "".join(out) + method(
         f"As <code>dlbench compare</code>: runs are paired by configuration; B is faster or slower when the difference of "
-        f"mean throughputs exceeds {Z} standard errors of the difference (about 95 %), else within noise. Automatic "
+        f"mean throughputs passes Welch's t-test at 95 % (it exceeds t standard errors of the difference: {Z} with many "
+        f"runs, 2.78 with three a side), else within noise. Automatic "
         f"comparisons appear when the selected runs take exactly two values of {', '.join(sections.AUTO_COMPARE)}.")
 
 

@@ -5,7 +5,7 @@ environment dimension (``--by``): torch or CUDA version (in version order), cont
 host (in order of their first run), or date (UTC day). Each group's throughput is estimated as
 ``dlbench compare`` does (mean, standard error from the run-to-run spread, else from the step
 times). A **change point** is flagged between two consecutive groups when ``compare``'s verdict on
-them is "faster" or "slower" (the difference exceeds 1.96 standard errors).
+them is "faster" or "slower" (Welch's t-test at 95 %).
 """
 
 from __future__ import annotations
