@@ -45,13 +45,14 @@ def test_cli_table_by_date_and_host(capsys, db):
     record = stored(db)[0]
     assert group_value(record, "host") == record["env"]["hostname"]
     assert group_value(record, "date") == record["created_at"][:10]
-    assert group_value(record, "container") in ("docker", "bare metal", "podman", "kubernetes", "apptainer")
+    assert group_value(record, "container") in ("docker", "bare metal", "container", "podman", "kubernetes", "apptainer")
 
 
 @pytest.mark.parametrize("argv, message", [
     (["resnet50"], "no successful stored run of workload 'resnet50'"),
     (["lstm", "--by", "gpu-model"], "not a trend dimension"),
     (["lstm", "--where", "torch=1.0"], "no successful stored run of workload 'lstm' matching 'torch=1.0'"),
+    (["lstm", "--plot", "/nonexistent-dir/trend.svg"], "choose a writable path with --plot"),
 ])
 def test_bad_input_exits_2(capsys, db, argv, message):
     code = main(["trend", *argv, "--db", db])

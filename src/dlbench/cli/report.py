@@ -20,14 +20,14 @@ SELECTOR_HELP = ("Run ids, or KEY=VALUE filters, comma-separated, as in 'dlbench
                  "host, status, torch, since, until; other keys are tags).")
 
 
-def _check_writable(path: str) -> Path:
+def _check_writable(path: str, option: str = "--out") -> Path:
     """Fail before any work when the output cannot be written."""
     target = Path(path).expanduser()
     parent = target.parent if str(target.parent) else Path(".")
     if target.is_dir():
-        raise UsageError(f"--out {path!r} is a directory; give a file name such as {path.rstrip('/')}/report.html.")
+        raise UsageError(f"{option} {path!r} is a directory; give a file name inside it, e.g. {path.rstrip('/')}/report.html.")
     if not parent.is_dir() or not os.access(parent, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
-        raise UsageError(f"cannot write {path!r} (its folder is missing or not writable); choose a writable path with --out.")
+        raise UsageError(f"cannot write {path!r} (its folder is missing or not writable); choose a writable path with {option}.")
     return target
 
 
@@ -123,7 +123,7 @@ def trend(
 
     if by not in BY:
         raise UsageError(f"--by {by!r} is not a trend dimension; choose one of {', '.join(BY)}.")
-    target = _check_writable(plot) if plot else None
+    target = _check_writable(plot, "--plot") if plot else None
     flt = dataclasses.replace(parse_selector(where) if where else RunFilter(), workloads=(workload,))
     store = open_store(db)
     try:
