@@ -58,6 +58,10 @@ def test_report_renders_in_chromium(browser_page, tmp_path):
     empty = [c["title"] for c in charts if c["marks"] == 0 or c["w"] < 100 or c["h"] < 50]
     assert empty == [], f"charts that drew nothing: {empty}"
 
+    zoom = "(function(){var s=document.querySelector('svg.chart');s.dispatchEvent(new MouseEvent('click'));return s.getBoundingClientRect().width;})()"
+    assert page.evaluate(zoom) > 1.5 * charts[0]["w"]  # click: full window
+    assert page.evaluate(zoom) == pytest.approx(charts[0]["w"], abs=1)  # click again: back in place
+
     page.evaluate(f"{CLICK}('samples/s')")
     ascending = page.evaluate(f"{COLUMN}('samples/s')")
     page.evaluate(f"{CLICK}('samples/s')")

@@ -224,5 +224,5 @@ def build_report(records: list[dict[str, Any]], *, title: str, selectors: list[s
     now = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     span = f"{min(r['created_at'] for r in records)[:10]} to {max(r['created_at'] for r in records)[:10]}"
     meta = (f"{len(records)} runs from {span}; selection: {escape(' | '.join(selectors) or 'all runs')}; "
-            f"generated {now} by dlbench {escape(__version__)}. Hover over a chart mark for its value.")
+            f"generated {now} by dlbench {escape(__version__)}. Hover over a chart mark for its value; click a chart to enlarge it.")
     return page(title, meta, [(a, t) for a, t, _ in parts], "".join(section(a, t, c) for a, t, c in parts))

@@ -22,10 +22,15 @@ th{background:#f0f4f8}td.num{text-align:right;font-variant-numeric:tabular-nums}
 .slower,.regression{color:#b00020;font-weight:bold}.faster{color:#087f23;font-weight:bold}.changed{background:#fde2e1}
 #runs-table th{cursor:pointer;user-select:none}#runs-table th.asc:after{content:' \\25B2'}#runs-table th.desc:after{content:' \\25BC'}
 .scroll{max-height:520px;overflow:auto;border:1px solid #ddd}input#filter{padding:4px;width:320px}
+svg.chart{cursor:zoom-in}svg.chart.zoomed{position:fixed;left:2vw;top:2vh;width:96vw;height:96vh;background:#fff;
+z-index:10;box-shadow:0 0 0 100vmax rgba(0,0,0,.45);cursor:zoom-out}
 """
 
-# Sort by a column (numbers by data-v, text otherwise) and filter rows by text; no library.
+# Click a chart to see it full-window (again to close); sort the runs table by a column (numbers
+# by data-v, text otherwise) and filter its rows by text. No library.
 JS = """
+Array.prototype.forEach.call(document.querySelectorAll('svg.chart'),function(svg){
+  svg.addEventListener('click',function(){svg.classList.toggle('zoomed');});});
 (function(){
 var table=document.getElementById('runs-table');if(!table)return;
 var body=table.tBodies[0],heads=table.tHead.rows[0].cells;
