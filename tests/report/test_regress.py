@@ -7,6 +7,7 @@ import pytest
 from _report_runs import TINY_LSTM, save_variants, stored
 from dlbench.cli.app import main
 from dlbench.errors import UsageError
+from dlbench.store import open_store
 from dlbench.report.regress import gate, parse_threshold, regress
 from dlbench.store import RunFilter
 
@@ -107,6 +108,7 @@ def test_bad_input_exits_2_with_one_sentence(capsys, db, base_record, argv, mess
 
 
 def test_empty_store_exits_2(capsys, db):
+    open_store(db).close()  # empty, not missing (a missing store is its own exit 2, tested in tests/store)
     assert main(["regress", "--baseline", "side=base", "--candidate", "side=cand", "--db", db]) == 2
     assert "matches no stored run" in capsys.readouterr().err
 

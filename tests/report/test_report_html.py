@@ -10,6 +10,7 @@ import dlbench
 
 from _report_runs import stored
 from dlbench.cli.app import main
+from dlbench.store import open_store
 
 
 class _Collect(HTMLParser):
@@ -121,6 +122,7 @@ def test_output_is_a_directory_exits_2(capsys, report_db, tmp_path):
 
 
 def test_empty_store_exits_2(capsys, tmp_path):
+    open_store(str(tmp_path / "empty.db")).close()  # empty, not missing
     assert main(["report", "--db", str(tmp_path / "empty.db"), "--out", str(tmp_path / "r.html")]) == 2
     assert "holds no runs" in capsys.readouterr().err
     assert not (tmp_path / "r.html").exists()
