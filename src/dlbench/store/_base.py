@@ -3,8 +3,10 @@
 A store keeps every run record, failed ones too, and answers filtered queries. Contract for an
 implementation:
 
-* :meth:`Store.save` writes one record atomically: after it returns the run is visible with all its
-  tags; if it raises, nothing of that run is visible and earlier runs are untouched.
+* :meth:`Store.save` writes one record atomically: after it returns None the run is visible with all
+  its tags; nothing of a run is ever half-visible and earlier runs are untouched. A run the store
+  cannot take is spooled (the path is returned) and loaded on a later open — a finished measurement
+  is never lost. A duplicate id raises.
 * :meth:`Store.query` returns :class:`RunSummary` rows, newest first, without parsing full records
   (listing must stay fast for tens of thousands of runs).
 * :meth:`Store.get` accepts a full id or a unique prefix; an unknown or ambiguous id is a
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from dlbench.errors import UsageError
@@ -67,7 +70,14 @@ class RunSummary:
 class Store:
     """Abstract results store. See the module docstring for the contract."""
 
-    def save(self, record: dict[str, Any], series: list[dict[str, Any]] | None = None) -> None:
+    def save(self, record: dict[str, Any], series: list[dict[str, Any]] | None = None) -> Path | None:
+        """Store a finished run and its telemetry series in one transaction, and never lose it: when the
+        store cannot take it (busy beyond the retries, damaged, unreachable, or a signal interrupts the
+        save), write it to the spool instead and return that file's path. None: the run is stored."""
+        raise NotImplementedError
+
+    def import_file(self, path: Path) -> bool:
+        """Load one spooled run (or run-record JSON file); False when it was stored already."""
         raise NotImplementedError
 
     def series(self, run_id: str) -> list[dict[str, Any]]:
