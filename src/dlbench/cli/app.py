@@ -64,6 +64,21 @@ app.command("trend")(report.trend)
 app.command("regress")(report.regress)
 
 
+def _is_parser_error(exc: Exception) -> bool:
+    """click's usage errors (typer vendors click, so match by shape rather than by class)."""
+    return callable(getattr(exc, "format_message", None)) and isinstance(getattr(exc, "exit_code", None), int)
+
+
+def _parser_error(exc: Exception) -> int:
+    if type(exc).__name__ == "NoArgsIsHelpError":  # 'dlbench' or 'dlbench mlperf' alone: the help
+        print(exc.format_message(), file=sys.stderr)
+        return exc.exit_code
+    command = getattr(getattr(exc, "ctx", None), "command_path", None) or "dlbench"
+    message = " ".join(exc.format_message().split()).rstrip(".")
+    print(f"dlbench: error: {message}; see '{command} --help'.", file=sys.stderr)
+    return 2
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: maps dlbench's errors to exit codes (2 usage, 1 benchmark failed, 128 + N signal N)."""
     args = list(sys.argv[1:] if argv is None else argv)
@@ -73,16 +88,25 @@ def main(argv: list[str] | None = None) -> int:
     args = [a for a in args if a != "--debug"]
     try:
         with stop_on_signals():
-            # Standalone mode: typer prints --help and its own usage errors (exit 2) and exits.
-            app(args=args, prog_name="dlbench")
-        code = 0
+            # not standalone: the parser's own errors (a bad option value) come here as exceptions,
+            # so they read like every other usage error: one line, exit 2
+            result = app(args=args, prog_name="dlbench", standalone_mode=False)
+        code = result if isinstance(result, int) else 0
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except typer.Exit as exc:  # --help, --version
+        code = exc.exit_code
+    except typer.Abort:
+        code = 1
     except UsageError as exc:
         if debug:
             raise
         print(f"dlbench: error: {exc}", file=sys.stderr)
         code = 2
+    except Exception as exc:
+        if not _is_parser_error(exc) or debug:
+            raise
+        code = _parser_error(exc)
     except BenchmarkFailed as exc:
         if debug:
             raise
