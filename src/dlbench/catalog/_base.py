@@ -31,12 +31,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-import torch
-from torch import nn
+# torch appears here in annotations only (strings under ``from __future__ import annotations``):
+# this contract, the registry and ``dlbench list`` must not import torch (2-6 s).
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
 
-Batch = tuple[torch.Tensor, ...]
+Batch = tuple["torch.Tensor", ...]
 
 
 @dataclass(frozen=True)
