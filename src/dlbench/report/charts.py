@@ -1,6 +1,6 @@
 """PNG charts: scaling curves and collective bandwidth. Data first (pure), then matplotlib.
 
-matplotlib is an optional dependency (``pip install 'dlbench[plot]'``), imported only to render.
+matplotlib (a dependency of dlbench) is imported only to render: it is slow to import.
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ def _pyplot():
         matplotlib.use("Agg")  # files only: no display on cluster nodes
         import matplotlib.pyplot as plt
     except ImportError:
-        raise UsageError("plots need matplotlib; install it with: pip install 'dlbench[plot]'") from None
+        raise UsageError("plots need matplotlib, which is missing from this environment; "
+                         "install it with: pip install 'matplotlib>=3.7'.") from None
     return plt
 
 
