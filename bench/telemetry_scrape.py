@@ -19,11 +19,12 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import sys
 import time
 import urllib.request
 from pathlib import Path
 
-FAKE_NVML = Path(__file__).resolve().parents[1] / "tests" / "telemetry" / "fake_nvml.py"
+TESTS_TELEMETRY = Path(__file__).resolve().parents[1] / "tests" / "telemetry"  # the NVML test double
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -51,7 +52,9 @@ def main() -> None:
     parser.add_argument("--gpus", type=int, default=8)
     parser.add_argument("--scrapes", type=int, default=1000)
     args = parser.parse_args()
-    os.environ["DLBENCH_FAKE_NVML"] = str(FAKE_NVML)  # dlbench's test hook: simulated GPUs
+    sys.path.insert(0, str(TESTS_TELEMETRY))
+    import fake_nvml
+
     os.environ["FAKE_NVML_GPUS"] = str(args.gpus)
 
     from prometheus_client import generate_latest
@@ -60,7 +63,7 @@ def main() -> None:
     from dlbench.telemetry.host import HostSource
     from dlbench.telemetry.nvml import NVMLSource
 
-    gpu = NVMLSource()
+    gpu = NVMLSource(nvml=fake_nvml.make_nvml())  # simulated GPUs through dlbench's real NVML code
     assert len(gpu.devices()) == args.gpus, gpu.health()
     every = NodeCollector(gpu, HostSource(), interval_s=0.0)
     registry = make_registry(every)
