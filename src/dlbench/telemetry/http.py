@@ -70,6 +70,7 @@ class MetricsServer:
         self.max_connections = max_connections
         family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0][0]
         self._socket = socket.create_server((host, port), family=family, backlog=backlog)
+        self._backlog = backlog
         self.server_address = self._socket.getsockname()
         self._render_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="dlbench-exporter-render")
         self._renderings: dict[tuple[str, bool], asyncio.Future] = {}
@@ -94,7 +95,9 @@ class MetricsServer:
 
     async def _serve(self, started: threading.Event) -> None:
         self._stopping = asyncio.Event()
-        server = await asyncio.start_server(self._connection, sock=self._socket, limit=MAX_REQUEST_BYTES)
+        # asyncio listens again with its own backlog (default 100): pass ours, or bursts overflow it
+        server = await asyncio.start_server(self._connection, sock=self._socket, limit=MAX_REQUEST_BYTES,
+                                            backlog=self._backlog)
         started.set()
         async with server:
             await self._stopping.wait()
