@@ -8,6 +8,7 @@ files, missing devices): the CLI prints its message as one sentence and exits wi
 from __future__ import annotations
 
 import difflib
+import signal
 from collections.abc import Iterable
 
 
@@ -36,3 +37,34 @@ def unknown_name(kind: str, name: str, known: Iterable[str], hint: str = "") -> 
     else:
         suggestion = "choose one of: " + ", ".join(known) + "."
     return UsageError(f"unknown {kind} {name!r}; {suggestion}" + (f" {hint}" if hint else ""))
+
+
+class RunFailed(DlbenchError):
+    """A run ended without a result: ``status`` (failed | oom | aborted) and the reason for the record.
+
+    Raised inside the run pipeline's recording block, which turns it into the record's status.
+    """
+
+    def __init__(self, status: str, error: str, result: dict | None = None):
+        super().__init__(error)
+        self.status, self.error, self.result = status, error, result
+
+
+class Terminated(BaseException):
+    """A signal asked the process to stop (SIGTERM from a scheduler, SIGINT from Ctrl-C, SIGHUP).
+
+    A ``BaseException`` like ``KeyboardInterrupt``: ordinary ``except Exception`` blocks let it pass, so
+    it reaches the run pipeline, which records the run as ``aborted`` and re-raises it; the command then
+    exits with 128 + the signal number. ``partial`` carries what was measured before the signal.
+    """
+
+    def __init__(self, signum: int, partial: dict | None = None):
+        super().__init__(signum)
+        self.signum, self.partial = signum, partial
+
+    @property
+    def name(self) -> str:
+        try:
+            return signal.Signals(self.signum).name
+        except ValueError:
+            return f"signal {self.signum}"

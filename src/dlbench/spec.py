@@ -132,6 +132,44 @@ class RunSpec(BaseModel):
         return 0.01 if self.optimizer == "sgd" else 0.001
 
 
+#: Collectives of ``dlbench comm``, as nccl-tests names them.
+COLLECTIVES = ("all_reduce", "all_gather", "broadcast")
+
+
+class CommSpec(BaseModel):
+    """A collective benchmark run."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    collectives: tuple[Literal["all_reduce", "all_gather", "broadcast"], ...] = COLLECTIVES
+    min_bytes: int = Field(default=1024, ge=4, description="Smallest message (bytes of the result buffer).")
+    max_bytes: int = Field(default=16 << 20, ge=4, description="Largest message.")
+    factor: int = Field(default=4, ge=2, description="Size multiplier between steps.")
+    iters: int = Field(default=20, gt=0, description="Timed iterations per size.")
+    warmup: int = Field(default=5, ge=0, description="Untimed iterations per size.")
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    nproc: int = Field(default=2, gt=0)
+    nnodes: int = Field(default=1, gt=0)
+    node_rank: int = Field(default=0, ge=0)
+    rdzv_endpoint: str | None = None
+    backend: Literal["gloo", "nccl", "mpi"] | None = None
+    threads: int | None = Field(default=None, gt=0)
+    timeout_s: float = Field(default=300.0, gt=0)
+    tags: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _sizes(self) -> CommSpec:
+        if self.min_bytes > self.max_bytes:
+            raise ValueError(f"min_bytes {self.min_bytes} is larger than max_bytes {self.max_bytes}")
+        if self.nnodes > 1 and not self.rdzv_endpoint:
+            raise ValueError("nnodes > 1 needs rdzv_endpoint HOST:PORT of node 0")
+        return self
+
+    @property
+    def world_size(self) -> int:
+        return self.nproc * self.nnodes
+
+
 def parse_key_values(pairs: list[str], what: str) -> dict[str, str]:
     """``["a=1", "b=x"]`` → ``{"a": "1", "b": "x"}``; a pair without '=' is a usage error."""
     out: dict[str, str] = {}

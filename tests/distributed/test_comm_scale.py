@@ -6,7 +6,7 @@ import pytest
 
 from dlbench.cli.app import main
 from dlbench.cli.scale import parse_size
-from dlbench.distributed.scale import parse_counts
+from dlbench.api.runs import parse_counts
 from dlbench.errors import UsageError
 from dlbench.store import RunFilter, open_store
 

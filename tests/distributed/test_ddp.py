@@ -40,7 +40,7 @@ def test_two_ranks_stay_in_sync_and_throughput_is_global(capsys, db):
     code, record = run_json(capsys, "run", "lstm", *TINY, "--nproc", "2", "--backend", "gloo")
     assert code == 0, record["error"]
     spec, result = record["spec"], record["result"]
-    assert (spec["nproc"], spec["world_size"], spec["backend"], spec["launcher"]) == (2, 2, "gloo", "dlbench")
+    assert (spec["nproc"], spec["world_size"], spec["backend"], spec["launcher"]) == (2, 2, "gloo", "torchrun")
     ranks = result["per_rank"]
     assert [r["rank"] for r in ranks] == [0, 1]
     # gradients were averaged: both replicas hold identical weights after the steps

@@ -4,11 +4,16 @@ import socket
 
 import pytest
 
-from dlbench.distributed.aggregate import global_result, per_rank_batch, speedup_table
-from dlbench.distributed.comm import bandwidths, bus_factor, message_sizes
-from dlbench.distributed.context import check_backend, detect_launch_env, first_host, port_is_free
-from dlbench.distributed.launch import LaunchOutcome, check_endpoint, diagnose, torchrun_command, worker_env
+from pathlib import Path
+
+from dlbench.api.resolve import default_threads, resolve_train
+from dlbench.engine.aggregate import global_result, per_rank_batch, speedup_table
+from dlbench.engine.comm import bandwidths, bus_factor, message_sizes
+from dlbench.engine.dist import check_backend, check_endpoint, detect_launch_env, first_host, port_is_free
 from dlbench.errors import UsageError
+from dlbench.launch import Outcome
+from dlbench.launch.diagnose import diagnose
+from dlbench.launch.torchrun import rank_env, torchrun_argv
 from dlbench.spec import RunSpec
 
 
@@ -99,11 +104,11 @@ def test_bandwidths_and_sizes():
 
 
 def test_torchrun_command_single_and_multi_node():
-    argv = torchrun_command(RunSpec(workload="lstm", nproc=4), "job.json", "out", python="py")
-    assert argv[:3] == ["py", "-m", "torch.distributed.run"]
+    argv = torchrun_argv(resolve_train(RunSpec(workload="lstm", nproc=4)), Path("/w"), python="py")
+    assert argv[:3] == ("py", "-m", "torch.distributed.run")
     assert "--standalone" in argv and argv[argv.index("--nproc-per-node") + 1] == "4"
-    assert argv[-4:] == ["-m", "dlbench.distributed.worker", "job.json", "out"]
-    multi = torchrun_command(RunSpec(workload="lstm", nproc=2, nnodes=3, node_rank=1, rdzv_endpoint="n0:29400"), "j", "o")
+    assert argv[-4:] == ("-m", "dlbench.api.worker", "/w/job.json", "/w/ranks")
+    multi = torchrun_argv(resolve_train(RunSpec(workload="lstm", nproc=2, nnodes=3, node_rank=1, rdzv_endpoint="n0:29400")), Path("/w"))
     assert "--standalone" not in multi
     assert multi[multi.index("--nnodes") + 1] == "3" and multi[multi.index("--node-rank") + 1] == "1"
     assert multi[multi.index("--rdzv-endpoint") + 1] == "n0:29400"
@@ -111,9 +116,9 @@ def test_torchrun_command_single_and_multi_node():
 
 
 def test_worker_threads_are_explicit():
-    assert worker_env(RunSpec(workload="x", nproc=2), {}, cpu_count=16)["OMP_NUM_THREADS"] == "8"
-    assert worker_env(RunSpec(workload="x", nproc=4, threads=3), {}, cpu_count=2)["OMP_NUM_THREADS"] == "3"
-    assert worker_env(RunSpec(workload="x", nproc=4), {}, cpu_count=2)["OMP_NUM_THREADS"] == "1"
+    assert default_threads(2, cpu_count=16) == 8
+    assert default_threads(4, cpu_count=2) == 1
+    assert rank_env(resolve_train(RunSpec(workload="lstm", nproc=4, threads=3)))["OMP_NUM_THREADS"] == "3"
 
 
 def test_busy_rendezvous_port_is_a_usage_error():
@@ -123,13 +128,15 @@ def test_busy_rendezvous_port_is_a_usage_error():
         port = sock.getsockname()[1]
         assert not port_is_free("0.0.0.0", port)
         with pytest.raises(UsageError, match=f"port {port} .* already in use"):
-            check_endpoint(RunSpec(workload="x", nproc=1, nnodes=2, rdzv_endpoint=f"127.0.0.1:{port}"))
+            check_endpoint(f"127.0.0.1:{port}", node_rank=0)
     with pytest.raises(UsageError, match="HOST:PORT"):
-        check_endpoint(RunSpec(workload="x", nnodes=2, rdzv_endpoint="nohostport"))
+        check_endpoint("nohostport", node_rank=0)
+    with pytest.raises(UsageError, match="port from 1 to 65535"):
+        check_endpoint("n0:70000", node_rank=1)
 
 
 def outcome(statuses, output="", ranks=(0, 1), code=1):
-    return LaunchOutcome(code, statuses, output, ranks_here=list(ranks))
+    return Outcome(statuses, returncode=code, output_tail=output, ranks_here=tuple(ranks))
 
 
 def test_diagnose_prefers_a_ranks_own_error_over_peer_symptoms():

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from dlbench.runner import run_benchmark
+from dlbench.api.runs import run_benchmark
 from dlbench.spec import RunSpec
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]

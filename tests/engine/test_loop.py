@@ -6,7 +6,7 @@ from torch import nn
 
 from dlbench.catalog._base import Param, Workload
 from dlbench.engine.loop import measure
-from dlbench.runner import run_benchmark
+from dlbench.api.runs import run_benchmark
 from dlbench.spec import RunSpec
 from dlbench.store import open_store
 

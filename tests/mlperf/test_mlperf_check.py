@@ -9,7 +9,8 @@ from dlbench.mlperf.check import (
     installed_rulesets,
     pick_ruleset,
 )
-from dlbench.mlperf.runner import RunOptions, run_task
+from dlbench.api.mlperf import run_task
+from dlbench.mlperf.runner import RunOptions
 
 
 def test_real_v06_log_passes_ruleset_060(v06_dir):

@@ -6,7 +6,8 @@ import pytest
 
 from dlbench.errors import UsageError
 from dlbench.mlperf.parse import parse_file
-from dlbench.mlperf.runner import RunOptions, run_task
+from dlbench.api.mlperf import run_task
+from dlbench.mlperf.runner import RunOptions
 from dlbench.mlperf.score import score_folder
 from dlbench.store import RunFilter, open_store
 
@@ -111,7 +112,8 @@ _DDP_WORKER = """
 import json, sys
 import torch.distributed as dist
 dist.init_process_group("gloo", init_method="env://")
-from dlbench.mlperf.runner import RunOptions, run_task
+from dlbench.api.mlperf import run_task
+from dlbench.mlperf.runner import RunOptions
 [record] = run_task("resnet", sys.argv[1], RunOptions(runs=1, max_epochs=2, system="ddp", threads=1),
                     env={"hostname": "ddp"})
 result = record["result"]

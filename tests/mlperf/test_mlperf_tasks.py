@@ -10,7 +10,8 @@ from dlbench.errors import UsageError
 from dlbench.mlperf import tasks
 from dlbench.mlperf.check import check_folder
 from dlbench.mlperf.parse import parse_file
-from dlbench.mlperf.runner import RunOptions, run_task
+from dlbench.api.mlperf import run_task
+from dlbench.mlperf.runner import RunOptions
 from dlbench.mlperf.score import score_folder
 from dlbench.store import open_store
 

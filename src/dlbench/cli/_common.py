@@ -26,10 +26,11 @@ def info(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def open_store(location: str | None):
-    from dlbench.store import open_store as _open
+def open_store(location: str | None, create: bool = True):
+    """The results store; ``create=False`` for read commands (a missing store is exit 2, never created)."""
+    from dlbench.store import open_store as _open  # SQLAlchemy: only for commands that touch the store
 
-    return _open(location)
+    return _open(location, create=create)
 
 
 class StepProgress:

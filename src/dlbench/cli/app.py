@@ -6,14 +6,18 @@ Nothing here imports torch: ``dlbench --help`` must stay fast.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 
 import typer
 
 from dlbench import __version__
+from dlbench.api.signals import stop_on_signals
+from dlbench.errors import BenchmarkFailed, Terminated, UsageError
 from dlbench.cli import catalog, results, run, scale
 from dlbench.cli import monitor, plot
 from dlbench.cli import mlperf
+from dlbench.cli import store
 
 app = typer.Typer(
     name="dlbench",
@@ -53,18 +57,20 @@ app.add_typer(plot.plot_app, name="plot")
 app.add_typer(mlperf.mlperf_app, name="mlperf")
 app.command("scale")(scale.scale)
 app.command("comm")(scale.comm)
+app.add_typer(store.store_app, name="store")
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point: maps dlbench's errors to exit codes (2 usage, 1 benchmark failed)."""
-    from dlbench.errors import BenchmarkFailed, UsageError
-
+    """Entry point: maps dlbench's errors to exit codes (2 usage, 1 benchmark failed, 128 + N signal N)."""
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args or os.environ.get("DLBENCH_DEBUG") == "1"
+    if debug:
+        os.environ["DLBENCH_DEBUG"] = "1"  # launched ranks and the pipeline show their full output too
     args = [a for a in args if a != "--debug"]
     try:
-        # Standalone mode: typer prints --help and its own usage errors (exit 2) and exits.
-        app(args=args, prog_name="dlbench")
+        with stop_on_signals():
+            # Standalone mode: typer prints --help and its own usage errors (exit 2) and exits.
+            app(args=args, prog_name="dlbench")
         code = 0
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
@@ -78,9 +84,12 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"dlbench: {exc}", file=sys.stderr)
         code = 1
-    except KeyboardInterrupt:
-        print("dlbench: interrupted; a run in progress was recorded as aborted", file=sys.stderr)
-        code = 130
+    except (Terminated, KeyboardInterrupt) as exc:
+        signum = exc.signum if isinstance(exc, Terminated) else signal.SIGINT
+        what = "interrupted" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}"
+        print(f"dlbench: {what}; a run in progress was recorded as aborted with the steps it measured",
+              file=sys.stderr)
+        code = 128 + signum
     if argv is None:
         sys.exit(code)
     return code

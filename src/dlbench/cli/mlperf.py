@@ -54,8 +54,9 @@ def run(
     target (the folder is complete either way; 'dlbench mlperf score' applies MLPerf's allowance of
     one non-converging run).
     """
+    from dlbench.api.mlperf import run_task  # imports torch: only when running
     from dlbench.mlperf.log import is_rank_zero
-    from dlbench.mlperf.runner import RunOptions, launcher_group, run_task
+    from dlbench.mlperf.runner import RunOptions
     from dlbench.spec import parse_key_values
 
     options = RunOptions(runs=runs, seed=seed, system=system, device=device, max_epochs=max_epochs,
@@ -69,10 +70,9 @@ def run(
 
     store = None if no_store else open_store(db)
     try:
-        with launcher_group(device):  # under torchrun: one rank of a DDP run
-            records = run_task(task, out, options, store=store, on_epoch=progress)
-            if not is_rank_zero():
-                return  # rank 0 reports for the job
+        records = run_task(task, out, options, store=store, on_epoch=progress)  # under torchrun: one rank of a DDP run
+        if not is_rank_zero():
+            return  # rank 0 reports for the job
     finally:
         if store is not None:
             store.close()

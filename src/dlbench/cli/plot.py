@@ -27,7 +27,7 @@ def telemetry(
     """
     from dlbench.report.telemetry import render_timeline, timeline_data
 
-    store = open_store(db)
+    store = open_store(db, create=False)
     try:
         record = store.get(run_id)
         series = store.series(record["id"])
@@ -57,7 +57,7 @@ def scaling(
     from dlbench.report.charts import render_scaling, scaling_series
     from dlbench.store._base import parse_selector
 
-    store = open_store(db)
+    store = open_store(db, create=False)
     try:
         series = {group: scaling_series(store.records(parse_selector(group))) for group in groups}
     finally:

@@ -40,7 +40,7 @@ def results(
         until=parse_date(until, "--until") if until else None,
         limit=limit or None,
     )
-    store = open_store(db)
+    store = open_store(db, create=False)
     try:
         rows = store.query(flt)
     finally:
@@ -72,7 +72,7 @@ def show(
     db: str = DB_OPTION,
 ) -> None:
     """Print one stored run record as JSON."""
-    store = open_store(db)
+    store = open_store(db, create=False)
     try:
         emit_json(store.get(run_id))
     finally:
@@ -94,7 +94,7 @@ def compare(
     from dlbench.store._base import parse_selector
 
     flt_a, flt_b = parse_selector(group_a), parse_selector(group_b)
-    store = open_store(db)
+    store = open_store(db, create=False)
     try:
         runs_a, runs_b = store.records(flt_a), store.records(flt_b)
     finally:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import os
+import contextlib
 from typing import Any
 
 import typer
@@ -108,29 +108,28 @@ def suite(
 
 
 def execute(specs, db: str | None, no_store: bool, as_json: bool, single: bool) -> None:
-    """Run specs in order, saving each record as it ends; exit 1 when any benchmark failed."""
-    from dlbench.distributed.context import detect_launch_env
-    from dlbench.env import capture_env, host_load
-    from dlbench.report.tables import render, run_table
-    from dlbench.runner import resolve, run_benchmark
+    """Run specs in order, saving each record as it ends; exit 1 when any benchmark failed.
 
-    for spec in specs:  # validate every run before the first starts: no half-run suite on a typo
-        resolve(spec)
-    launch = detect_launch_env(os.environ)
+    ``--json`` prints one object for ``run WORKLOAD`` and a list for a config file or a suite (a file
+    may hold several runs), whatever the file holds.
+    """
+    from dlbench.api.resolve import joined_launch  # imports torch: only when running
+    from dlbench.api.runs import run_specs
+    from dlbench.report.tables import render, run_table
+
+    joined = joined_launch()
     # under torchrun/srun every rank runs this command: rank 0 alone stores and reports
-    follower = launch is not None and launch.world_size > 1 and launch.rank != 0
-    store = None if no_store or follower else open_store(db)
-    env = capture_env()
-    env["host_load"] = host_load()
-    if env["host_load"]["cpu_busy_percent"] > 50:
-        info(f"warning: the CPUs are already {env['host_load']['cpu_busy_percent']:.0f}% busy before the benchmark; "
-             "other processes will lower the numbers (recorded as env.host_load).")
-    records = []
+    follower = joined is not None and joined.rank != 0
+    store = None if no_store or follower else open_store(db)  # before any work: a bad store is exit 2 now
+
+    @contextlib.contextmanager
+    def around(i, run):
+        label = run.spec.workload if len(specs) == 1 else f"[{i + 1}/{len(specs)}] {run.spec.workload}"
+        with StepProgress(label) as progress:
+            yield progress.callback
+
     try:
-        for i, spec in enumerate(specs, 1):
-            label = spec.workload if len(specs) == 1 else f"[{i}/{len(specs)}] {spec.workload}"
-            with StepProgress(label) as progress:
-                records.append(run_benchmark(spec, store=store, on_step=progress.callback, env=env))
+        records = run_specs(specs, store, around=around)
     finally:
         if store is not None:
             store.close()
@@ -141,8 +140,11 @@ def execute(specs, db: str | None, no_store: bool, as_json: bool, single: bool) 
         emit_json(records[0] if single else records)
     else:
         render(run_table(records), title="dlbench results")
-        if store is not None:
-            info(f"saved {len(records)} run(s): {', '.join(r['id'] for r in records)}")
+        saved = [r["id"] for r in records if r["spec"].get("node_rank", 0) == 0]  # node 0 owns multi-node records
+        if store is not None and saved:
+            info(f"saved {len(saved)} run(s) in {store.location}: {', '.join(saved)}")
+        elif store is not None:
+            info("not stored here: node 0 of a multi-node run stores its record")
     _raise_if_failed(records)
 
 

@@ -21,7 +21,7 @@ def scale(
     device: str = typer.Option("auto", "--device", help="auto | cpu | cuda."),
     precision: str = typer.Option("fp32", "--precision", help="fp32 | bf16 | fp16."),
     backend: str = typer.Option(None, "--backend", help="gloo | nccl | mpi \\[default: nccl on CUDA, gloo on CPU]."),
-    threads: int = typer.Option(None, "--threads", help="Threads per process (default: cores / processes)."),
+    threads: int = typer.Option(None, "--threads", help="Threads per process, the same at every count (default: cores / the largest count)."),
     data: str = typer.Option("synthetic", "--data", help="synthetic | loader."),
     timeout: float = typer.Option(300.0, "--timeout", help="Seconds a rank may wait for the others."),
     tag: list[str] = typer.Option(None, "--tag", "-t", help="Label KEY=VALUE for every run (repeatable)."),
@@ -31,7 +31,8 @@ def scale(
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Run WORKLOAD at several process counts; print throughput, speed-up and efficiency T_N/(N·T_1); plot it."""
-    from dlbench.distributed.scale import parse_counts, run_scale, scale_rows
+    from dlbench.api.runs import parse_counts, run_scale  # imports torch: only when running
+    from dlbench.report.scaling import scale_rows
     from dlbench.spec import make_spec, parse_key_values
 
     counts = parse_counts(nproc)
@@ -43,7 +44,8 @@ def scale(
     })
     store = open_store(db)
     try:
-        series, records = run_scale(base, counts, store, on_run=lambda s: info(f"running {workload} with {s.nproc} process(es) …"))
+        series, records = run_scale(base, counts, store, on_run=lambda s: info(
+            f"running {workload} with {s.nproc} process(es) × {s.threads} thread(s) …"))
     finally:
         store.close()
     rows = scale_rows(records)
@@ -60,6 +62,11 @@ def scale(
         _render_scale(rows, series)
         if png:
             info(f"plot: {png}")
+    for row in rows:
+        if row["suspect"]:
+            info(f"warning: {row['efficiency']:.0%} efficiency at {row['nproc']} processes is above 100 % — suspect: "
+                 "the base run was probably slowed by other load (see env.host_load of its run "
+                 f"{rows[0]['run_id']}); repeat the series on a quiet machine.")
     failed = [r for r in records if r["status"] != "ok"]
     if failed:
         raise BenchmarkFailed(f"{len(failed)} of {len(records)} run(s) failed: " + "; ".join(r["error"] or r["status"] for r in failed))
@@ -71,9 +78,12 @@ def _render_scale(rows, series: str) -> None:
     def num(value, fmt):
         return "-" if value is None else format(value, fmt)
 
-    table = (["processes", "samples/s", "speed-up", "efficiency", "slowest rank samples/s", "run", "status"], [
-        [str(r["nproc"]), num(r["samples_per_s"], ",.1f"), num(r["speedup"], ".2f"), num(r["efficiency"], ".1%"),
-         num(r["slowest_rank_samples_per_s"], ",.1f"), r["run_id"], r["status"]] for r in rows])
+    table = (["processes", "threads each", "samples/s", "speed-up", "efficiency", "slowest rank samples/s",
+              "host busy before", "run", "status"], [
+        [str(r["nproc"]), str(r["threads_per_process"]), num(r["samples_per_s"], ",.1f"), num(r["speedup"], ".2f"),
+         num(r["efficiency"], ".1%") + (" (suspect)" if r["suspect"] else ""), num(r["slowest_rank_samples_per_s"], ",.1f"),
+         num(r["host_cpu_busy_percent"], ".0f") + ("%" if r["host_cpu_busy_percent"] is not None else ""),
+         r["run_id"], r["status"]] for r in rows])
     render(table, title=f"scaling series {series} (tag scale_series={series})")
 
 
@@ -112,13 +122,12 @@ def comm(
     """Collective bandwidth in the manner of nccl-tests: time, algbw and busbw per message size, results checked."""
     from pydantic import ValidationError
 
-    from dlbench.distributed.comm import COLLECTIVES, CommSpec, run_comm
-    from dlbench.spec import describe_validation_error, parse_key_values
+    from dlbench.api.runs import run_comm  # imports torch: only when running
+    from dlbench.errors import unknown_name
+    from dlbench.spec import COLLECTIVES, CommSpec, describe_validation_error, parse_key_values
 
     for name in collective or ():
         if name not in COLLECTIVES:
-            from dlbench.errors import unknown_name
-
             raise unknown_name("collective", name, COLLECTIVES)
     try:
         spec = CommSpec(

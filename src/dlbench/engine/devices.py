@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from dlbench.env import cpu_model
 from dlbench.errors import UsageError
 
 # Dense (no sparsity) peak FLOP/s from NVIDIA's datasheets, by GPU name fragment, most specific first.
@@ -37,7 +38,7 @@ def resolve_device(requested: str) -> torch.device:
 def device_name(device: torch.device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
-    from dlbench.env import cpu_model
+
 
     return cpu_model()
 

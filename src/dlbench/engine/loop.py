@@ -13,18 +13,21 @@ device synchronisations; per-step times come from the same clock and give the sp
 from __future__ import annotations
 
 import contextlib
+import socket
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch.nn.parallel import DistributedDataParallel
 from torch.utils.flop_counter import FlopCounterMode
 
 from dlbench.catalog._base import Batch, StepContext, Workload
-from dlbench.distributed.context import DistContext
+from dlbench.engine.aggregate import global_result
 from dlbench.engine.data import loader_batches, resident_batches
-from dlbench.engine.devices import peak_flops_per_s
+from dlbench.engine.devices import device_name, peak_flops_per_s
+from dlbench.engine.dist import DistContext
 from dlbench.engine.timing import StepClock, step_stats
 from dlbench.spec import RunSpec
 
@@ -32,6 +35,27 @@ from dlbench.spec import RunSpec
 OnStep = Callable[[str, int, int], None]
 
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+@dataclass
+class Progress:
+    """What a run has measured so far, for a run stopped before its end (a signal): the record of an
+    aborted run keeps the step times it did measure."""
+
+    batch_size: int = 0
+    clock: StepClock | None = None
+
+    def partial_result(self) -> dict[str, Any] | None:
+        """The measured steps so far (``partial: true``), or None before the timed window opened."""
+        if self.clock is None:
+            return None
+        times = self.clock.step_times_so_far_s()
+        result: dict[str, Any] = {"partial": True, "steps": len(times), "batch_size": self.batch_size,
+                                  "step_times_s": times}
+        if times:
+            result |= {"step_time_s": step_stats(times).as_dict(), "window_s": sum(times),
+                       "samples_per_s": self.batch_size * len(times) / sum(times)}
+        return result
 
 
 @dataclass
@@ -53,11 +77,13 @@ def measure(
     batch_size: int,
     on_step: OnStep | None = None,
     dist: DistContext | None = None,
+    progress: Progress | None = None,
 ) -> dict[str, Any]:
     """Run warmup and measured steps; return the ``result`` block of the run record.
 
     With ``dist`` (an initialised process group) the model runs under DistributedDataParallel and
-    every rank returns the same global result (see ``distributed.aggregate``).
+    every rank returns the same global result (see ``engine.aggregate``). ``progress`` is filled in
+    as the run goes, so that a run stopped by a signal can still report its measured steps.
     """
     on_step = on_step or (lambda phase, i, n: None)
     torch.manual_seed(spec.seed)  # the same initial weights on every rank (DDP also broadcasts them)
@@ -73,6 +99,8 @@ def measure(
         on_step("warmup", i, spec.warmup)
 
     clock = StepClock(device.type, _synchronizer(device), barrier=dist.barrier if dist else None)
+    if progress is not None:
+        progress.batch_size, progress.clock = batch_size, clock
     clock.start()
     for i in range(spec.steps):
         loss = prepared.step(next(prepared.batches))
@@ -87,10 +115,6 @@ def measure(
 
 def _merge_ranks(local: dict[str, Any], model: torch.nn.Module, dist: DistContext) -> dict[str, Any]:
     """Every rank's figures gathered and merged; the same global result on every rank."""
-    import socket
-
-    from dlbench.distributed.aggregate import global_result
-
     with torch.no_grad():  # equal on every rank when gradients were averaged correctly
         checksum = float(sum(p.detach().double().sum() for p in model.parameters()))
     mine = {k: local[k] for k in ("window_s", "step_times_s", "final_loss")}
@@ -117,8 +141,6 @@ def summarise(
     step_times = clock.step_times_s()
     samples_per_s = batch_size * spec.steps / clock.window_s
     achieved = samples_per_s * flops_per_sample if flops_per_sample else None
-    from dlbench.engine.devices import device_name
-
     peak = peak_flops_per_s(device_name(device), spec.precision) if device.type == "cuda" else None
     final_loss = float(loss.float().mean()) if isinstance(loss, torch.Tensor) else None
     return {
@@ -146,8 +168,6 @@ def prepare(
         model = model.to(memory_format=torch.channels_last)
     model.train(spec.mode == "train")
     if dist is not None and spec.mode == "train":
-        from torch.nn.parallel import DistributedDataParallel
-
         ids = [device.index] if device.type == "cuda" else None
         model = workload.distribute(model, lambda m: DistributedDataParallel(m, device_ids=ids))
     rank = dist.rank if dist else 0
@@ -245,4 +265,4 @@ def count_flops(fn: Callable[[], Any]) -> int:
     return counter.get_total_flops()
 
 
-__all__ = ["measure", "prepare", "summarise", "count_flops", "count_flops_per_sample", "OnStep"]
+__all__ = ["Progress", "measure", "prepare", "summarise", "count_flops", "count_flops_per_sample", "OnStep"]

@@ -92,6 +92,13 @@ class StepClock:
             return [a.elapsed_time(b) / 1000.0 for a, b in zip(self._marks, self._marks[1:])]
         return [b - a for a, b in zip(self._marks, self._marks[1:])]
 
+    def step_times_so_far_s(self) -> list[float]:
+        """The steps completed so far, for a run stopped early (synchronises the device first)."""
+        if not self._marks:
+            return []
+        self._sync()
+        return self.step_times_s()
+
     def _mark(self):
         if self.device_type == "cuda":
             import torch

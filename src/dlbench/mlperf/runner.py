@@ -1,10 +1,13 @@
 """Time-to-train runs: train a task until it reaches its target, log it with mllog, write the MLPerf
 results folder, and record every run in the results store.
 
-This is the Python API behind ``dlbench mlperf run``::
+The Python API behind ``dlbench mlperf run`` is ``dlbench.api.mlperf.run_task``::
 
-    from dlbench.mlperf.runner import RunOptions, run_task
+    from dlbench.api.mlperf import run_task
+    from dlbench.mlperf.runner import RunOptions
     records = run_task("resnet", "out/", RunOptions(runs=5))
+
+Each run goes through the run pipeline as a :class:`TaskSession` run: recorded there whatever ends it.
 
 One run, as the MLPerf rules time it: the data set is built first (it stands for data already on
 disk); ``init_start`` … ``init_stop`` cover model and optimizer construction; the clock runs from
@@ -37,8 +40,8 @@ from dlbench.mlperf.folder import (
     result_path,
     system_description,
 )
+from dlbench.engine.run import ResolvedRun, frozen
 from dlbench.mlperf.log import ResultLog, is_rank_zero, open_result_log
-from dlbench.record import finish, new_record
 
 DIVISION = "open"  # shrunken models and generated data: MLPerf's open division, never closed
 SUBMISSION_STATUS = "research"  # mllog's value for "Research, Development, or Internal"
@@ -62,43 +65,82 @@ class RunOptions:
     threads: int | None = None  # torch intra-op threads for the runs; None: torch's default
     org: str = "dlbench"  # logged as submission_org
     tags: dict[str, str] = field(default_factory=dict)
+    telemetry: bool = True  # sample GPU/host telemetry during each run: energy to train in the record
+    telemetry_interval_s: float = 1.0
 
 
-def run_task(name: str, out_dir: str | Path, options: RunOptions, store=None, env: dict | None = None,
-             on_epoch: OnEpoch | None = None) -> list[dict[str, Any]]:
-    """Run task ``name`` ``options.runs`` times into the results folder ``out_dir`` and return the
-    run records (each saved to ``store`` as it ends). User mistakes raise :class:`UsageError`
-    before any run starts; a run that raises is recorded as failed and the next one starts."""
-    import torch
+class TaskSession:
+    """A task made ready for its runs: validated, data set built, device chosen, system described.
 
-    if options.threads is not None and options.threads < 1:
-        raise UsageError(f"--threads {options.threads} must be at least 1.")
-    previous_threads = torch.get_num_threads()
-    if options.threads:
-        torch.set_num_threads(options.threads)
-    try:
-        return _run_task(name, out_dir, options, store, env, on_epoch)
-    finally:
-        torch.set_num_threads(previous_threads)
+    :meth:`next_run` gives each run as a :class:`~dlbench.engine.run.ResolvedRun` of kind ``mlperf``
+    for the run pipeline (which records it); :meth:`train` is what that run executes.
+    """
+
+    workload_prefix = "mlperf/"
+
+    def __init__(self, task, datasets, out: Path, options: RunOptions, device, spec: dict[str, Any],
+                 on_epoch: OnEpoch | None, joined):
+        self.task, self.datasets, self.out, self.options = task, datasets, out, options
+        self.device, self.base_spec, self.on_epoch, self.joined = device, spec, on_epoch, joined
+        # what the telemetry of a run reads (the attributes of a RunSpec it needs)
+        self.workload, self.telemetry = spec["workload"], options.telemetry
+        self.telemetry_interval_s, self.metrics_host, self.metrics_port = options.telemetry_interval_s, "127.0.0.1", None
+
+    def next_run(self) -> ResolvedRun:
+        """The next run: its result index (rank 0 numbers the folder; every rank learns it) and seed."""
+        system, benchmark = self.base_spec["system"], self.task.benchmark
+        index = _from_rank_zero(next_result_index(self.out, system, benchmark) if is_rank_zero() else 0, self.device)
+        path = result_path(self.out, system, benchmark, index)
+        spec = self.base_spec | {"seed": self.options.seed + index, "result_index": index, "result_file": str(path)}
+        return ResolvedRun(
+            kind="mlperf", spec=self, record_spec=frozen(spec), job=frozen(spec), device_type=self.device.type,
+            world_size=spec["nproc"], threads=spec["threads"], joined=self.joined, tags=frozen(self.options.tags),
+        )
+
+    def train(self, run: ResolvedRun) -> dict[str, Any]:
+        """One run into its result file: trains from scratch until the target or the epoch limit."""
+        spec = run.record_spec
+        log = open_result_log(Path(spec["result_file"]))
+
+        def report(epoch: int, quality: float, reached: bool) -> None:
+            if self.on_epoch is not None:
+                self.on_epoch(spec["result_index"], epoch, quality, reached)
+
+        try:
+            with _torch_threads(self.options.threads):
+                result = train_to_target(self.task, self.datasets, log, dict(spec), self.options, self.device, report)
+        finally:
+            log.close()
+        # the telemetry window is the timed run (run_start to run_stop): energy to train is taken over it
+        return result | {"window_s": result["time_to_train_s"]}
+
+    def ending(self, result: dict[str, Any]) -> tuple[str, dict[str, Any], str | None]:
+        """``ok`` at the target; ``aborted`` when the epoch limit came first (as the log says)."""
+        if result["reached"]:
+            return "ok", result, None
+        return "aborted", result, f"target {self.task.metric} {self.task.target} not reached in {result['epochs']} epochs"
 
 
-def _run_task(name, out_dir, options: RunOptions, store, env, on_epoch) -> list[dict[str, Any]]:
+def prepare_task(name: str, out_dir: str | Path, options: RunOptions, env: dict[str, Any],
+                 on_epoch: OnEpoch | None = None, joined=None) -> TaskSession:
+    """Validate ``options`` and make task ``name`` ready for its runs. User mistakes raise
+    :class:`UsageError` before anything is written; rank 0 writes the system description."""
     import torch
 
     from dlbench.engine.devices import device_name, resolve_device
-    from dlbench.env import capture_env
     from dlbench.mlperf import tasks
 
     if options.runs < 1:
         raise UsageError(f"--runs {options.runs} must be at least 1.")
     if options.max_epochs is not None and options.max_epochs < 1:
         raise UsageError(f"--max-epochs {options.max_epochs} must be at least 1.")
+    if options.threads is not None and options.threads < 1:
+        raise UsageError(f"--threads {options.threads} must be at least 1.")
     task = tasks.create(name, options.data_seed, options.data_dir)
     device = resolve_device(options.device)
     if _dist() is not None and device.type == "cuda":  # one GPU per rank, as torchrun numbers them
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
         torch.cuda.set_device(device)
-    env = env if env is not None else capture_env()
     world = _world_size()
     system = check_system_name(options.system) if options.system else default_system_name(env, device.type, world)
     out = Path(out_dir)
@@ -106,9 +148,9 @@ def _run_task(name, out_dir, options: RunOptions, store, env, on_epoch) -> list[
         "workload": f"mlperf/{task.name}", "benchmark": task.benchmark, "mode": "time_to_train",
         "params": {"data_seed": options.data_seed, "data_dir": options.data_dir},
         "batch_size": task.batch_size, "device": device.type, "device_name": device_name(device),
-        "precision": "fp32", "nproc": world, "threads": torch.get_num_threads(), "system": system,
+        "precision": "fp32", "nproc": world, "threads": options.threads or torch.get_num_threads(), "system": system,
         "metric": task.metric, "target": task.target, "max_epochs": options.max_epochs or task.max_epochs,
-        "workers": options.workers, "tags": dict(options.tags),
+        "workers": options.workers, "tags": dict(options.tags), "launcher": "local", "joined": joined is not None,
     }
     datasets = task.datasets()  # a bad --data-dir is a usage error: before anything is written
     if len(datasets[0]) < task.batch_size * world:
@@ -116,14 +158,20 @@ def _run_task(name, out_dir, options: RunOptions, store, env, on_epoch) -> list[
                          f"batch of {task.batch_size * world}; give it a larger data set.")
     if is_rank_zero():
         _write_system(out, system, env, spec)
-    records = []
-    for _ in range(options.runs):
-        # rank 0 owns the folder; every rank needs its index, since the index sets the seed
-        index = _from_rank_zero(next_result_index(out, system, task.benchmark) if is_rank_zero() else 0, device)
-        run_spec = spec | {"seed": options.seed + index, "result_index": index}
-        path = result_path(out, system, task.benchmark, index)
-        records.append(_record_run(task, datasets, path, run_spec, options, device, env, store, on_epoch))
-    return records
+    return TaskSession(task, datasets, out, options, device, spec, on_epoch, joined)
+
+
+@contextlib.contextmanager
+def _torch_threads(threads: int | None) -> Iterator[None]:
+    import torch
+
+    previous = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
 
 
 def _write_system(out: Path, system: str, env: dict, spec: dict) -> None:
@@ -131,40 +179,6 @@ def _write_system(out: Path, system: str, env: dict, spec: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     description = system_description(env, system, spec["device"], spec["device_name"], spec["nproc"], division=DIVISION)
     path.write_text(json.dumps(description, indent=2, default=str) + "\n")
-
-
-def _record_run(task, datasets, path: Path, spec: dict, options: RunOptions, device, env: dict, store,
-                on_epoch: OnEpoch | None) -> dict[str, Any]:
-    """One run, saved whatever happens: ok at the target, aborted at the limit (or on Ctrl-C),
-    failed on an error."""
-    record = new_record(spec | {"result_file": str(path)}, env)
-    log = open_result_log(path)
-
-    def report(epoch: int, quality: float, reached: bool) -> None:
-        if on_epoch is not None:
-            on_epoch(spec["result_index"], epoch, quality, reached)
-
-    try:
-        result = train_to_target(task, datasets, log, spec, options, device, report)
-        finish(record, "ok" if result["reached"] else "aborted", result,
-               None if result["reached"] else f"target {task.metric} {task.target} not reached in {result['epochs']} epochs")
-    except UsageError:
-        raise
-    except KeyboardInterrupt:
-        finish(record, "aborted", error="interrupted by the user")
-        _save(store, record)
-        raise
-    except Exception as exc:  # noqa: BLE001 - a failing run is recorded, and the next one starts
-        finish(record, "failed", error=f"{type(exc).__name__}: {exc}".strip()[:2000])
-    finally:
-        log.close()
-    _save(store, record)
-    return record
-
-
-def _save(store, record: dict) -> None:
-    if store is not None and is_rank_zero():
-        store.save(record)
 
 
 def train_to_target(task, datasets, log: ResultLog, spec: dict, options: RunOptions, device,

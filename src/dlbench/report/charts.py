@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from dlbench.engine.aggregate import speedup_table
 from dlbench.errors import UsageError
 
 
@@ -35,10 +36,9 @@ def scaling_series(records: list[dict[str, Any]]) -> dict[int, float]:
 
 def render_scaling(series: dict[str, dict[int, float]], path: str | Path, title: str) -> Path:
     """Throughput vs workers with each series' ideal line, and efficiency; one line per series."""
-    from dlbench.distributed.aggregate import speedup_table
-
     plt = _pyplot()
     fig, (ax_rate, ax_eff) = plt.subplots(1, 2, figsize=(11, 4.2))
+    top_efficiency = 1.0
     for label, by_n in series.items():
         if not by_n:
             continue
@@ -47,8 +47,10 @@ def render_scaling(series: dict[str, dict[int, float]], path: str | Path, title:
         line, = ax_rate.plot(ns, [r["samples_per_s"] for r in rows], "o-", label=label)
         ax_rate.plot(ns, [r["ideal_samples_per_s"] for r in rows], "--", color=line.get_color(), alpha=0.5)
         ax_eff.plot(ns, [r["efficiency"] for r in rows], "o-", color=line.get_color(), label=label)
+        top_efficiency = max([top_efficiency, *(r["efficiency"] for r in rows)])
     ax_rate.set(xlabel="workers (processes)", ylabel="samples/s (global)", title="throughput (dashed: ideal)")
-    ax_eff.set(xlabel="workers (processes)", ylabel="efficiency T_N / (N·T_1)", title="scaling efficiency", ylim=(0, 1.15))
+    ax_eff.set(xlabel="workers (processes)", ylabel="efficiency T_N / (N·T_1)", title="scaling efficiency",
+               ylim=(0, max(1.15, top_efficiency * 1.1)))  # every point visible, suspect ones included
     ax_eff.axhline(1.0, color="grey", lw=0.8, ls=":")
     counts = sorted({n for by_n in series.values() for n in by_n})
     for ax in (ax_rate, ax_eff):

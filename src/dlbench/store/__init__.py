@@ -1,5 +1,10 @@
 """Results stores. ``open_store`` picks the location: ``--db``, else ``$DLBENCH_DB``, else the
-per-user default ``$XDG_DATA_HOME/dlbench/runs.db`` (``~/.local/share/dlbench/runs.db``)."""
+per-user default ``$XDG_DATA_HOME/dlbench/runs.db`` (``~/.local/share/dlbench/runs.db``).
+
+Commands that run benchmarks open the store for writing *before* any work (a store that cannot take
+the result fails the command with exit 2 before a minute is spent measuring); read commands open it
+with ``create=False`` so a mistyped path is reported, never created.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,7 @@ import os
 from pathlib import Path
 
 from dlbench.store._base import RunFilter, RunSummary, Store
+from dlbench.store._engine import sqlite_path, writable
 
 __all__ = ["RunFilter", "RunSummary", "Store", "default_location", "open_store", "to_url"]
 
@@ -26,7 +32,15 @@ def to_url(location: str) -> str:
     return "sqlite:///" + str(Path(location).expanduser().resolve())
 
 
-def open_store(location: str | None = None) -> Store:
-    from dlbench.store.sql import SQLStore
+def open_store(location: str | None = None, create: bool = True) -> Store:
+    """The store at ``location`` (see the module docstring).
 
-    return SQLStore(to_url(location or default_location()))
+    ``create=False`` is for reading: a missing SQLite file is an error, and a file this process may
+    not write opens read-only.
+    """
+    from dlbench.store.sql import SQLStore  # SQLAlchemy: only when a command touches the store
+
+    url = to_url(location or default_location())
+    path = sqlite_path(url)
+    read_only = not create and path is not None and path.exists() and not writable(path)
+    return SQLStore(url, create=create, read_only=read_only)

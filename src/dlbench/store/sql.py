@@ -6,8 +6,12 @@ both as a JSON column (for display) and in ``run_tags`` (for indexed filtering).
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
+import logging
+import sqlite3
+import time
 from pathlib import Path
 from typing import Any
 
@@ -16,10 +20,26 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from dlbench.errors import UsageError
 from dlbench.record import device_label, upgrade
+from dlbench.store import spool
 from dlbench.store._base import RunFilter, RunSummary, Store
+from dlbench.store._engine import (
+    WRITE,
+    create_engine,
+    display,
+    is_busy,
+    reason,
+    set_wal,
+    sqlite_path,
+    store_error,
+)
+
+log = logging.getLogger(__name__)
 
 #: Version of the table layout (not of the record): bump with a migration in ``_check_schema``.
 STORE_SCHEMA_VERSION = 1
+
+#: Seconds between further tries after the busy timeout ran out (then the run goes to the spool).
+SAVE_RETRY_DELAYS_S = (1.0, 2.0, 4.0, 8.0)
 
 metadata = sa.MetaData()
 
@@ -96,38 +116,125 @@ def summary_row(record: dict[str, Any]) -> dict[str, Any]:
 
 
 class SQLStore(Store):
-    """A :class:`Store` on any SQLAlchemy database."""
+    """A :class:`Store` on any SQLAlchemy database.
 
-    def __init__(self, url: str):
+    ``create=False`` (read commands) refuses a SQLite file that does not exist instead of creating it;
+    ``read_only=True`` opens without writing anything (a store on a read-only file or folder). A store
+    opened for writing first loads the runs left in its spool (see :mod:`dlbench.store.spool`).
+    """
+
+    def __init__(self, url: str, create: bool = True, read_only: bool = False):
         self.url = url
-        self.engine = _create_engine(url)
-        try:
-            metadata.create_all(self.engine)
-            self._check_schema()
-        except SQLAlchemyError as exc:
-            self.engine.dispose()
-            raise UsageError(
-                f"cannot open the results store {_display(url)} ({_reason(exc)}); point --db or "
-                "DLBENCH_DB at a dlbench store or a new file."
-            ) from None
-
-    def _check_schema(self) -> None:
-        with self.engine.begin() as conn:
-            row = conn.execute(
-                sa.select(meta_table.c.value).where(meta_table.c.key == "schema_version")
-            ).first()
-            if row is None:
-                conn.execute(meta_table.insert().values(key="schema_version", value=str(STORE_SCHEMA_VERSION)))
-            elif int(row.value) > STORE_SCHEMA_VERSION:
+        self.read_only = read_only
+        self.spool_dir = spool.spool_dir(url)
+        path = sqlite_path(url)
+        if path is not None and not path.exists():
+            if not create:
                 raise UsageError(
-                    f"the results store {_display(self.url)} has schema version {row.value}, newer than "
-                    f"this dlbench understands ({STORE_SCHEMA_VERSION}); upgrade dlbench."
+                    f"there is no results store at {path}; check the --db path (or DLBENCH_DB), or run a "
+                    "benchmark first to create it."
                 )
+            if read_only:
+                raise UsageError(f"cannot create the results store {path} read-only; give --db an existing store.")
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise UsageError(f"cannot create the results store {path} ({exc.strerror}); give --db a path you can write.") from None
+        self.engine = create_engine(url, read_only=read_only)
+        try:
+            self._open(path, create)
+        except (SQLAlchemyError, sqlite3.Error) as exc:
+            self.engine.dispose()
+            raise store_error(exc, url) from None
+        except BaseException:
+            self.engine.dispose()
+            raise
+        if not read_only:
+            self.load_spool()
 
-    def save(self, record: dict[str, Any], series: list[dict[str, Any]] | None = None) -> None:
+    @property
+    def location(self) -> str:
+        """Where the store is, for messages (a file path, or the URL without its password)."""
+        return display(self.url)
+
+    def _open(self, path: Path | None, create: bool) -> None:
+        if self.read_only:
+            with self.engine.connect() as conn:
+                self._check_schema(conn, create=False)
+            return
+        if path is not None:
+            set_wal(self.engine)
+        with self._writing() as conn:  # one creator at a time: eight processes may create a store at once
+            if conn.dialect.name == "postgresql":
+                conn.exec_driver_sql("SELECT pg_advisory_xact_lock(7262841)")  # the same, on a server
+            if create or path is not None:
+                metadata.create_all(conn)
+            self._check_schema(conn, create=True)
+
+    @contextlib.contextmanager
+    def _writing(self):
+        """A write transaction (``BEGIN IMMEDIATE`` on SQLite: the write lock first, waiting while busy)."""
+        with self.engine.connect() as conn:
+            conn.execution_options(**{WRITE: True})
+            with conn.begin():
+                yield conn
+
+    def _check_schema(self, conn, create: bool) -> None:
+        if not sa.inspect(conn).has_table(meta_table.name):
+            raise UsageError(
+                f"{display(self.url)} is not a dlbench results store (it has no {meta_table.name} table); "
+                "point --db at a dlbench store."
+            )
+        row = conn.execute(sa.select(meta_table.c.value).where(meta_table.c.key == "schema_version")).first()
+        if row is None and create:
+            conn.execute(meta_table.insert().values(key="schema_version", value=str(STORE_SCHEMA_VERSION)))
+        elif row is not None and int(row.value) > STORE_SCHEMA_VERSION:
+            raise UsageError(
+                f"the results store {display(self.url)} has schema version {row.value}, newer than "
+                f"this dlbench understands ({STORE_SCHEMA_VERSION}); upgrade dlbench."
+            )
+
+    # -- writing ---------------------------------------------------------------------------------
+
+    def save(self, record: dict[str, Any], series: list[dict[str, Any]] | None = None) -> Path | None:
+        """Store ``record`` (and its telemetry ``series``); never loses it.
+
+        A busy store is waited for (the busy timeout, then retries with backoff); if saving still
+        fails, or a signal interrupts it, the run goes to the spool and its path is returned (None
+        when the run is in the store).
+        """
+        delays = iter(SAVE_RETRY_DELAYS_S)
+        try:
+            while True:
+                try:
+                    self._insert(record, series)
+                    return None
+                except sa.exc.OperationalError as exc:
+                    delay = next(delays, None) if is_busy(exc) else None
+                    if delay is None:
+                        failure = exc
+                        break
+                    log.warning("results store %s busy (%s); retrying in %.0f s", display(self.url), reason(exc), delay)
+                    time.sleep(delay)
+                except sa.exc.IntegrityError:
+                    raise  # this id is stored already: a caller's mistake, not a store that failed
+                except (SQLAlchemyError, sqlite3.Error) as exc:
+                    failure = exc
+                    break
+        except sa.exc.IntegrityError:
+            raise
+        except BaseException:  # a signal while saving: the run still must not be lost
+            spool.write(self.spool_dir, record, series)
+            raise
+        path = spool.write(self.spool_dir, record, series)
+        log.warning("could not save run %s to %s (%s); it is spooled in %s", record["id"], display(self.url),
+                    reason(failure), path)
+        return path
+
+    def _insert(self, record: dict[str, Any], series: list[dict[str, Any]] | None) -> None:
         row = summary_row(record)
         tags = json.loads(row["tags_json"])
-        with self.engine.begin() as conn:  # one transaction: the run, its tags and telemetry, or nothing
+        with self._writing() as conn:  # one transaction: the run, its tags and telemetry, or nothing
             conn.execute(runs_table.insert().values(**row))
             if tags:
                 conn.execute(tags_table.insert(), [{"run_id": record["id"], "key": k, "value": v} for k, v in tags.items()])
@@ -138,37 +245,79 @@ class SQLStore(Store):
                     for i, sample in enumerate(series)
                 ])
 
+    def import_file(self, path: Path) -> bool:
+        """Load one spooled run (or a run-record JSON file); False when the run was already stored.
+
+        Raises ``ValueError`` for a file that is not a run.
+        """
+        record, series = spool.read(path)
+        upgrade(record)
+        with self.engine.connect() as conn:
+            present = conn.execute(sa.select(runs_table.c.id).where(runs_table.c.id == record["id"])).first()
+        if present is not None:
+            return False
+        try:
+            self._insert(record, series)
+        except sa.exc.IntegrityError:  # another process loaded it a moment ago
+            return False
+        return True
+
+    def load_spool(self) -> list[str]:
+        """Load every run waiting in the spool, removing each file once the run is stored."""
+        loaded = []
+        for path in spool.pending(self.spool_dir):
+            try:
+                if self.import_file(path):
+                    loaded.append(path.stem)
+                path.unlink(missing_ok=True)
+            except (ValueError, SQLAlchemyError, OSError) as exc:
+                log.warning("left %s in the spool: %s", path, exc)
+        if loaded:
+            log.warning("loaded %d spooled run(s) into %s: %s", len(loaded), display(self.url), ", ".join(loaded))
+        return loaded
+
+    # -- reading ---------------------------------------------------------------------------------
+
     def series(self, run_id: str) -> list[dict[str, Any]]:
         full_id = self.get(run_id)["id"]
-        with self.engine.connect() as conn:
+        with self._reading() as conn:
             rows = conn.execute(
                 sa.select(telemetry_table.c.sample).where(telemetry_table.c.run_id == full_id).order_by(telemetry_table.c.seq)
             )
             return [json.loads(row.sample) for row in rows]
 
     def get(self, run_id: str) -> dict[str, Any]:
-        with self.engine.connect() as conn:
+        with self._reading() as conn:
             rows = conn.execute(
                 sa.select(runs_table.c.id, runs_table.c.record)
                 .where(runs_table.c.id.startswith(run_id, autoescape=True))
                 .limit(2)
             ).all()
         if not rows:
-            raise UsageError(f"no run with id {run_id!r} in {_display(self.url)}; 'dlbench results' lists the runs.")
+            raise UsageError(f"no run with id {run_id!r} in {display(self.url)}; 'dlbench results' lists the runs.")
         if len(rows) > 1 and rows[0].id != run_id:
             raise UsageError(f"run id {run_id!r} is ambiguous ({rows[0].id}, {rows[1].id}, …); give more characters.")
         return upgrade(json.loads(rows[0].record))
 
     def query(self, flt: RunFilter = RunFilter()) -> list[RunSummary]:
         stmt = self._filtered(sa.select(*_SUMMARY_COLUMNS), flt)
-        with self.engine.connect() as conn:
+        with self._reading() as conn:
             rows = conn.execute(stmt).all()
         return [_summary(row) for row in rows]
 
     def records(self, flt: RunFilter = RunFilter()) -> list[dict[str, Any]]:
         stmt = self._filtered(sa.select(runs_table.c.record), flt)
-        with self.engine.connect() as conn:
+        with self._reading() as conn:
             return [upgrade(json.loads(row.record)) for row in conn.execute(stmt)]
+
+    @contextlib.contextmanager
+    def _reading(self):
+        """A connection for reading; a damaged or unreadable store becomes one sentence, not a traceback."""
+        try:
+            with self.engine.connect() as conn:
+                yield conn
+        except (SQLAlchemyError, sqlite3.Error) as exc:
+            raise store_error(exc, self.url) from None
 
     def close(self) -> None:
         self.engine.dispose()
@@ -212,51 +361,3 @@ def _utc_text(moment: dt.datetime) -> str:
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=dt.timezone.utc)
     return moment.astimezone(dt.timezone.utc).isoformat(timespec="seconds")
-
-
-def _create_engine(url: str) -> sa.Engine:
-    if url.startswith("sqlite:///"):
-        path = Path(url.removeprefix("sqlite:///"))
-        if str(path) not in ("", ":memory:"):
-            path.parent.mkdir(parents=True, exist_ok=True)
-        engine = sa.create_engine(url)
-
-        @sa.event.listens_for(engine, "connect")
-        def _pragmas(dbapi_conn, _record):  # WAL: readers never block the writer of a running benchmark
-            cursor = dbapi_conn.cursor()
-            cursor.execute("PRAGMA journal_mode=WAL")
-            cursor.execute("PRAGMA synchronous=NORMAL")
-            cursor.execute("PRAGMA foreign_keys=ON")
-            cursor.close()
-
-        return engine
-    try:
-        return sa.create_engine(_postgres_driver(url), pool_pre_ping=True)
-    except (ImportError, sa.exc.NoSuchModuleError, sa.exc.ArgumentError) as exc:
-        raise UsageError(
-            f"cannot use the results store URL {_display(url)} ({exc}); for PostgreSQL install "
-            "\"pip install 'dlbench[postgres]'\" and use postgresql://user:password@host/db."
-        ) from None
-
-
-def _postgres_driver(url: str) -> str:
-    """Plain ``postgresql://`` URLs use psycopg 3 (the ``postgres`` extra) unless psycopg2 is present."""
-    for prefix in ("postgresql://", "postgres://"):
-        if url.startswith(prefix):
-            try:
-                import psycopg2  # noqa: F401
-            except ImportError:
-                return "postgresql+psycopg://" + url.removeprefix(prefix)
-    return url
-
-
-def _display(url: str) -> str:
-    """The URL without its password, for messages."""
-    try:
-        return sa.engine.make_url(url).render_as_string(hide_password=True)
-    except sa.exc.ArgumentError:
-        return url
-
-
-def _reason(exc: SQLAlchemyError) -> str:
-    return str(getattr(exc, "orig", None) or exc).splitlines()[0]

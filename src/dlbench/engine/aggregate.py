@@ -10,6 +10,7 @@ import statistics
 from typing import Any
 
 from dlbench.engine.timing import step_stats
+from dlbench.errors import UsageError
 
 
 def global_result(per_rank: list[dict[str, Any]], batch_size: int, steps: int) -> dict[str, Any]:
@@ -48,8 +49,6 @@ def global_result(per_rank: list[dict[str, Any]], batch_size: int, steps: int) -
 def per_rank_batch(batch_size: int, world_size: int, scaling: str) -> int:
     """Samples per step on each rank: weak scaling keeps ``batch_size`` per rank; strong scaling
     splits a global ``batch_size`` evenly (it must divide)."""
-    from dlbench.errors import UsageError
-
     if scaling == "weak":
         return batch_size
     if batch_size % world_size:

@@ -1,0 +1,176 @@
+"""Job kinds: what the ranks of a run do, and how their result becomes records.
+
+A :class:`Job` is the part of a run that differs by kind; everything else (launching, signals,
+telemetry, status, saving) is the pipeline's. ``JOBS`` is the registry: a kind is one subclass plus
+one line there (HPO trials and MLPerf runs plug in the same way).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, ClassVar
+
+import torch
+
+from dlbench.api.resolve import resolve_train
+from dlbench.catalog import registry
+from dlbench.engine.comm import run_comm_rank
+from dlbench.engine.devices import resolve_device
+from dlbench.engine.dist import LaunchEnv, destroy_process_group, init_process_group, rank_device
+from dlbench.engine.loop import OnStep, Progress, measure
+from dlbench.engine.run import ResolvedRun
+from dlbench.errors import RunFailed, Terminated, UsageError
+from dlbench.launch import Outcome
+from dlbench.launch.diagnose import failure
+from dlbench.record import new_record
+from dlbench.spec import CommSpec, RunSpec
+from dlbench.telemetry.session import NoTelemetry, RunTelemetry
+
+#: One record's ending: (status, result, error).
+Ending = tuple[str, dict[str, Any] | None, str | None]
+
+
+class Job(ABC):
+    """The contract of a job kind (see the module docstring)."""
+
+    kind: ClassVar[str]
+
+    def records(self, run: ResolvedRun, env: dict[str, Any]) -> list[dict[str, Any]]:
+        """The run's records, created before it starts (status ``aborted`` until it ends)."""
+        return [new_record(dict(run.record_spec), env)]
+
+    def telemetry(self, run: ResolvedRun, record: dict[str, Any]) -> RunTelemetry | NoTelemetry:
+        """What samples the run's hardware (none by default)."""
+        return NoTelemetry()
+
+    @abstractmethod
+    def run_here(self, run: ResolvedRun, progress: Progress, on_step: OnStep | None) -> Any:
+        """Run the job in this process (one rank, or one rank of a joined job); returns its result."""
+
+    @abstractmethod
+    def run_rank(self, doc: Mapping[str, Any], launch: LaunchEnv, progress: Progress,
+                 on_joined: Callable[[], None]) -> Any:
+        """Run the job as one rank a launcher started; ``on_joined`` once the process group formed."""
+
+    @abstractmethod
+    def endings(self, run: ResolvedRun, result: Any) -> list[Ending]:
+        """Each record's ending, from the job's result."""
+
+    def result_of(self, run: ResolvedRun, outcome: Outcome) -> Any:
+        """The job's result from a launch's outcome; failures and signals raise for the pipeline."""
+        main = outcome.statuses.get(min(outcome.ranks_here), {}) if outcome.statuses else {}
+        if outcome.signal is not None:
+            raise Terminated(outcome.signal, partial=main.get("result"))
+        if not outcome.ok:
+            status, error = failure(outcome)
+            raise RunFailed(status, error)
+        return main.get("result")
+
+
+@contextlib.contextmanager
+def torch_threads(threads: int | None) -> Iterator[None]:
+    """``threads`` intra-op threads inside the block, torch's previous setting after it."""
+    previous = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+class TrainJob(Job):
+    """A training (or inference) throughput benchmark of a catalogue workload."""
+
+    kind = "train"
+
+    def telemetry(self, run: ResolvedRun, record: dict[str, Any]) -> RunTelemetry | NoTelemetry:
+        if run.launcher == "torchrun":  # sampled around torchrun: the node's GPUs and host, the ranks' memory
+            return RunTelemetry.for_launcher(run.spec, record, torch.device(run.device_type))
+        device = torch.device(run.device_type, run.joined.local_rank) if run.joined and run.device_type == "cuda" \
+            else torch.device(run.device_type)
+        return RunTelemetry.for_run(run.spec, record, device, run.record_spec["batch_size"])
+
+    def run_here(self, run: ResolvedRun, progress: Progress, on_step: OnStep | None) -> Any:
+        spec: RunSpec = run.spec
+        workload = registry.create(spec.workload, spec.params)
+        device = resolve_device(spec.device)
+        batch_size = run.record_spec["batch_size"]
+        with torch_threads(spec.threads):
+            if run.joined is None:
+                return measure(spec, workload, device, batch_size, on_step, progress=progress)
+            return _measure_rank(run, workload, rank_device(device, run.joined), on_step, progress, None)
+
+    def run_rank(self, doc, launch, progress, on_joined):
+        run = resolve_train(RunSpec(**doc), joined=launch)
+        workload = registry.create(run.spec.workload, run.spec.params)
+        device = rank_device(resolve_device(run.spec.device), launch)
+        return _measure_rank(run, workload, device, None, progress, on_joined)
+
+    def endings(self, run, result):
+        return [("ok", result, None)]
+
+
+def _measure_rank(run: ResolvedRun, workload, device, on_step, progress, on_joined) -> dict[str, Any]:
+    """Join the process group, run the timed loop under DDP, leave; the global result on every rank."""
+    ctx = init_process_group(run.joined, run.record_spec["backend"], run.timeout_s)
+    if on_joined is not None:
+        on_joined()
+    try:
+        return measure(run.spec, workload, device, run.record_spec["batch_size"],
+                       on_step if ctx.is_main else None, dist=ctx, progress=progress)
+    finally:
+        destroy_process_group()
+
+
+class CommJob(Job):
+    """Collective bandwidth (``dlbench comm``): one record per collective."""
+
+    kind = "comm"
+
+    def records(self, run, env):
+        return [new_record(dict(run.record_spec) | {"workload": f"comm/{c}", "collective": c}, env)
+                for c in run.spec.collectives]
+
+    def run_here(self, run, progress, on_step):
+        return run_comm_rank(run.spec, run.joined)
+
+    def run_rank(self, doc, launch, progress, on_joined):
+        return run_comm_rank(CommSpec(**doc), launch, on_joined)
+
+    def endings(self, run, result):
+        endings: list[Ending] = []
+        for collective in run.spec.collectives:
+            rows = result["collectives"][collective]
+            wrong = [r["size_bytes"] for r in rows if not r["correct"]]
+            figures = {"sizes": rows, "samples_per_s": None,
+                       "peak_busbw_bytes_per_s": max(r["busbw_bytes_per_s"] for r in rows),
+                       "peak_algbw_bytes_per_s": max(r["algbw_bytes_per_s"] for r in rows)}
+            endings.append(("failed", figures, f"wrong {collective} result at sizes {wrong} bytes") if wrong
+                           else ("ok", figures, None))
+        return endings
+
+
+class MlperfJob(Job):
+    """One MLPerf-style time-to-train run (``run.spec`` is the task's ``TaskSession``)."""
+
+    kind = "mlperf"
+
+    def telemetry(self, run, record):
+        session = run.spec
+        return RunTelemetry.for_run(session, record, session.device, run.record_spec["batch_size"])
+
+    def run_here(self, run, progress, on_step):
+        return run.spec.train(run)
+
+    def run_rank(self, doc, launch, progress, on_joined):
+        raise UsageError("time-to-train runs are started under torchrun or srun (each rank runs 'dlbench mlperf "
+                         "run'), not launched by dlbench yet.")
+
+    def endings(self, run, result):
+        return [run.spec.ending(result)]
+
+
+JOBS: dict[str, Job] = {job.kind: job for job in (TrainJob(), CommJob(), MlperfJob())}

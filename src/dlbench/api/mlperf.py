@@ -1,0 +1,29 @@
+"""MLPerf-style time-to-train runs through the run pipeline: each run of a task is one resolved run
+of kind ``mlperf``, recorded like every other run (telemetry, signals, store, spool)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from dlbench.api.pipeline import execute
+from dlbench.api.resolve import joined_launch
+from dlbench.api.runs import run_env
+from dlbench.mlperf.runner import OnEpoch, RunOptions, launcher_group, prepare_task
+
+
+def run_task(name: str, out_dir: str | Path, options: RunOptions, store=None, env: dict | None = None,
+             on_epoch: OnEpoch | None = None) -> list[dict[str, Any]]:
+    """Run task ``name`` ``options.runs`` times into the results folder ``out_dir`` and return the run
+    records (each saved to ``store`` as it ends). User mistakes raise :class:`UsageError` before any run
+    starts; a run that fails is recorded as failed and the next one starts; a signal stops the series.
+
+    Under torchrun (or anything that sets RANK and WORLD_SIZE) this process is one rank of a DDP run.
+    """
+    with launcher_group(options.device) as grouped:
+        env = env if env is not None else run_env()
+        session = prepare_task(name, out_dir, options, env, on_epoch, joined_launch() if grouped else None)
+        records = []
+        for _ in range(options.runs):
+            records += execute(session.next_run(), store, env)
+    return records

@@ -1,0 +1,127 @@
+"""The run pipeline: the one place a run's record lives from start to saved.
+
+::
+
+    resolved run ──Launcher.plan──▶ LaunchPlan ──Launcher.execute──▶ Outcome ──Job.endings──▶ records
+                 └───────────── Recording: exceptions and signals → status; telemetry; save ─────────┘
+
+Every kind of run — ``run``, ``suite``, ``scale``, ``comm``, ``mlperf run``, HPO trials — calls
+:func:`execute`. The record exists before the run starts (status ``aborted``), so whatever ends the
+run, it is recorded:
+
+* a result → ``ok`` (or what the job says, e.g. a wrong collective result → ``failed``);
+* an exception of the benchmark → ``oom`` or ``failed`` with the message (not re-raised);
+* a failed launch (a rank crashed, hung or never joined) → ``failed``/``oom`` naming the rank;
+* SIGTERM/SIGINT/SIGHUP → ``aborted`` with the signal named and the steps measured so far (re-raised,
+  so the command exits 128 + the signal number);
+* a :class:`~dlbench.errors.UsageError` → nothing recorded (nothing ran).
+
+Saving never loses a run: the store waits for a busy database and spools what it cannot write.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from dlbench.api.jobs import JOBS, Ending
+from dlbench.api.signals import stop_on_signals
+from dlbench.engine.loop import Progress
+from dlbench.engine.run import ResolvedRun
+from dlbench.errors import RunFailed, Terminated, UsageError
+from dlbench.launch import Launcher, get_launcher
+from dlbench.record import finish
+from dlbench.telemetry.session import NoTelemetry
+
+log = logging.getLogger("dlbench")
+
+
+def execute(run: ResolvedRun, store=None, env: dict[str, Any] | None = None, on_step: Callable | None = None,
+            launcher: Launcher | None = None, show_output: bool = False) -> list[dict[str, Any]]:
+    """Run ``run`` and return its records, each saved to ``store`` (on the process that owns them).
+
+    ``show_output`` (or ``--debug``, which sets DLBENCH_DEBUG=1) passes launched processes' own output
+    through; otherwise a failure shows dlbench's one-line diagnosis only.
+    """
+    job = JOBS[run.kind]
+    show_output = show_output or os.environ.get("DLBENCH_DEBUG") == "1"
+    launcher = launcher or get_launcher(run.launcher, show_output=show_output)
+    records = job.records(run, env or {})
+    owner = run.is_main
+    telemetry = job.telemetry(run, records[0]) if owner else NoTelemetry()
+    progress = Progress()
+    with stop_on_signals(), tempfile.TemporaryDirectory(prefix="dlbench-run-") as tmp:
+        workdir = Path(tmp)
+        with Recording(records, store if owner else None, progress, telemetry) as recording, telemetry:
+            plan = launcher.plan(run, workdir)
+            outcome = launcher.execute(plan, workdir, lambda: job.run_here(run, progress, telemetry.wrap(on_step)))
+            recording.end(job.endings(run, job.result_of(run, outcome)))
+    return records
+
+
+class Recording:
+    """Finish the records with the outcome of the block, attach telemetry, save — whatever happens.
+
+    See the module docstring for the mapping of outcomes to statuses.
+    """
+
+    def __init__(self, records: list[dict[str, Any]], store, progress: Progress, telemetry):
+        self.records, self.store, self.progress, self.telemetry = records, store, progress, telemetry
+        self.ended = False
+
+    def __enter__(self) -> Recording:
+        return self
+
+    def end(self, endings: list[Ending]) -> None:
+        for record, (status, result, error) in zip(self.records, endings, strict=True):
+            finish(record, status, result, error)
+        self.ended = True
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        if exc_type is not None and issubclass(exc_type, UsageError):
+            return False
+        if exc is not None and not self.ended:
+            self._fail(exc)
+        series = self.telemetry.attach(self.records[0]) if self.telemetry is not None else None
+        if self.store is not None:
+            for i, record in enumerate(self.records):
+                spooled = self.store.save(record, series=series if i == 0 else None)
+                if spooled is not None:
+                    log.warning("dlbench: run %s could not be saved to the store; it is kept in %s and will be "
+                                "loaded the next time the store opens (or: dlbench store import %s)",
+                                record["id"], spooled, spooled)
+        # signals propagate (the command exits 128 + signal); a failed benchmark is recorded, not raised
+        return exc is not None and not isinstance(exc, (Terminated, KeyboardInterrupt))
+
+    def _fail(self, exc: BaseException) -> None:
+        if isinstance(exc, (Terminated, KeyboardInterrupt)):
+            name = exc.name if isinstance(exc, Terminated) else "SIGINT"
+            partial = exc.partial if isinstance(exc, Terminated) and exc.partial else self.progress.partial_result()
+            steps = f" after {partial['steps']} measured step(s)" if partial else " before the measured steps"
+            status, result, error = "aborted", partial, f"stopped by {name}{steps}"
+        elif isinstance(exc, RunFailed):
+            status, result, error = exc.status, exc.result, exc.error
+        else:
+            status, result, error = ("oom" if is_oom(exc) else "failed"), None, error_text(exc)
+            if torch.cuda.is_available() and torch.cuda.is_initialized():
+                torch.cuda.empty_cache()  # the next run of a suite starts with the memory back
+        for record in self.records:
+            finish(record, status, result, error)
+
+
+def is_oom(exc: BaseException) -> bool:
+    """Whether ``exc`` means the device (or host) ran out of memory."""
+    if isinstance(exc, (torch.cuda.OutOfMemoryError, MemoryError)):
+        return True
+    text = str(exc)
+    return isinstance(exc, RuntimeError) and ("out of memory" in text.lower() or "can't allocate memory" in text)
+
+
+def error_text(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}".strip()[:2000]

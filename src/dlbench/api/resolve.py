@@ -1,0 +1,91 @@
+"""Resolving a spec: everything a user can get wrong is checked here, once, before any work, and the
+result is an immutable :class:`~dlbench.engine.run.ResolvedRun`. No side effects: nothing is set on
+torch (threads are applied where the run executes), nothing is started or written."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+import torch
+
+from dlbench.catalog import registry
+from dlbench.engine.aggregate import per_rank_batch
+from dlbench.engine.devices import device_name, resolve_device
+from dlbench.engine.dist import LaunchEnv, check_backend, check_endpoint, default_backend, detect_launch_env
+from dlbench.engine.run import ResolvedRun, frozen
+from dlbench.errors import UsageError
+from dlbench.spec import CommSpec, RunSpec
+
+
+def joined_launch(environ: Mapping[str, str] | None = None) -> LaunchEnv | None:
+    """The outside launcher's job this process is one rank of (torchrun, srun, a PyTorchJob), if any."""
+    launch = detect_launch_env(os.environ if environ is None else environ)
+    return launch if launch is not None and launch.world_size > 1 else None
+
+
+def default_threads(nproc: int, cpu_count: int | None = None) -> int:
+    """Threads per process when the user gave none: the cores shared evenly (torchrun would set 1)."""
+    return max(1, (cpu_count or os.cpu_count() or 1) // nproc)
+
+
+def resolve_train(spec: RunSpec, joined: LaunchEnv | None = None) -> ResolvedRun:
+    """A training benchmark: workload, parameters, device, batch per process, backend, threads."""
+    workload = registry.create(spec.workload, spec.params)
+    device = resolve_device(spec.device)
+    world = joined.world_size if joined is not None else spec.world_size
+    batch_size = per_rank_batch(spec.batch_size or workload.default_batch_size, world, spec.scaling)
+    backend = _backend(spec.backend, device.type, world)
+    if joined is None and device.type == "cuda" and spec.nproc > torch.cuda.device_count():
+        raise UsageError(
+            f"--nproc {spec.nproc} asks for more processes than the {torch.cuda.device_count()} GPU(s) on "
+            f"this node; use --nproc {torch.cuda.device_count()} or fewer (one process per GPU)."
+        )
+    launched = joined is None and spec.distributed
+    if launched:
+        check_endpoint(spec.rdzv_endpoint, spec.node_rank)
+    threads = spec.threads or (default_threads(spec.nproc) if launched else torch.get_num_threads())
+    record_spec = spec.model_dump() | {
+        "params": workload.params, "batch_size": batch_size, "global_batch_size": batch_size * world,
+        "device": device.type, "device_name": device_name(device), "threads": threads,
+        "learning_rate": spec.resolved_learning_rate, "world_size": world, "backend": backend,
+        "launcher": "torchrun" if launched else (joined.launcher if joined else "local"),
+        "joined": joined is not None,
+    }
+    if joined is not None:
+        record_spec |= {"nproc": joined.local_world_size, "nnodes": joined.nnodes, "node_rank": joined.rank // max(1, joined.local_world_size)}
+    return ResolvedRun(
+        kind="train", spec=spec, record_spec=frozen(record_spec), job=frozen(spec.model_dump()),
+        device_type=device.type, world_size=world, nproc=record_spec["nproc"], nnodes=record_spec["nnodes"],
+        node_rank=record_spec["node_rank"], rdzv_endpoint=spec.rdzv_endpoint, threads=threads,
+        timeout_s=spec.timeout_s, launcher="torchrun" if launched else "local", joined=joined, tags=frozen(spec.tags),
+    )
+
+
+def resolve_comm(spec: CommSpec) -> ResolvedRun:
+    """A collective benchmark: always several ranks, launched through torchrun."""
+    if spec.world_size < 2:
+        raise UsageError("a collective benchmark needs at least 2 processes; use --nproc 2 or more.")
+    device = resolve_device(spec.device)
+    backend = _backend(spec.backend, device.type, spec.world_size)
+    check_endpoint(spec.rdzv_endpoint, spec.node_rank)
+    threads = spec.threads or default_threads(spec.nproc)
+    record_spec = spec.model_dump(exclude={"collectives"}) | {
+        "device": device.type, "device_name": device_name(device), "backend": backend,
+        "world_size": spec.world_size, "threads": threads, "precision": "fp32", "mode": "collective",
+        "batch_size": None, "params": {}, "launcher": "torchrun",
+    }
+    return ResolvedRun(
+        kind="comm", spec=spec, record_spec=frozen(record_spec), job=frozen(spec.model_dump()),
+        device_type=device.type, world_size=spec.world_size, nproc=spec.nproc, nnodes=spec.nnodes,
+        node_rank=spec.node_rank, rdzv_endpoint=spec.rdzv_endpoint, threads=threads, timeout_s=spec.timeout_s,
+        launcher="torchrun", tags=frozen(spec.tags),
+    )
+
+
+def _backend(requested: str | None, device_type: str, world: int) -> str | None:
+    if world <= 1:
+        return None
+    backend = requested or default_backend(device_type)
+    check_backend(backend, device_type)
+    return backend

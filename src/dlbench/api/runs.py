@@ -1,0 +1,99 @@
+"""Benchmarks as Python calls: one run, a list of runs (a config file, a suite), a scaling series,
+a collective benchmark. Each resolves its runs before the first starts (no half-run suite on a typo)
+and records through :func:`dlbench.api.pipeline.execute`."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable
+from typing import Any, ContextManager
+
+from dlbench.api.pipeline import execute
+from dlbench.api.resolve import default_threads, joined_launch, resolve_comm, resolve_train
+from dlbench.engine.loop import OnStep
+from dlbench.engine.run import ResolvedRun
+from dlbench.env import capture_env, host_load
+from dlbench.errors import UsageError
+from dlbench.record import new_id
+from dlbench.spec import CommSpec, RunSpec
+
+log = logging.getLogger("dlbench")
+
+#: Wraps one run of a list: given (index, run), a context manager yielding that run's ``on_step``.
+Around = Callable[[int, ResolvedRun], ContextManager[OnStep | None]]
+
+#: Above this share of busy CPU before a run, its numbers are suspect (the load is recorded either way).
+BUSY_PERCENT = 50.0
+
+
+def run_env() -> dict[str, Any]:
+    """The environment of the runs about to start, with the host's load just before them; warns when
+    other processes already keep the CPUs busy (they lower every number measured here)."""
+    env = capture_env()
+    env["host_load"] = host_load()
+    busy = env["host_load"]["cpu_busy_percent"]
+    if busy > BUSY_PERCENT:
+        log.warning("dlbench: warning: the CPUs are already %.0f%% busy before the benchmark; other processes "
+                    "will lower the numbers (recorded as env.host_load).", busy)
+    return env
+
+
+def run_benchmark(spec: RunSpec, store=None, on_step: OnStep | None = None, env: dict | None = None) -> dict[str, Any]:
+    """Run ``spec`` and return its record, saved to ``store`` whatever the outcome."""
+    run = resolve_train(spec, joined_launch())
+    return execute(run, store, env if env is not None else run_env(), on_step)[0]
+
+
+def run_specs(specs: list[RunSpec], store=None, env: dict | None = None, around: Around | None = None) -> list[dict[str, Any]]:
+    """Run ``specs`` in order (all resolved first), each record saved as it ends."""
+    joined = joined_launch()
+    runs = [resolve_train(spec, joined) for spec in specs]
+    env = env if env is not None else run_env()
+    records = []
+    for i, run in enumerate(runs):
+        with (around(i, run) if around else contextlib.nullcontext()) as on_step:
+            records += execute(run, store, env, on_step)
+    return records
+
+
+def parse_counts(text: str) -> list[int]:
+    """``"1,2,4"`` → ``[1, 2, 4]``: distinct positive counts in increasing order."""
+    try:
+        counts = sorted({int(part) for part in text.split(",") if part.strip()})
+    except ValueError:
+        raise UsageError(f"--nproc {text!r} must be a comma-separated list of process counts, e.g. 1,2,4.") from None
+    if not counts or counts[0] < 1:
+        raise UsageError(f"--nproc {text!r} must list positive process counts, e.g. 1,2,4.")
+    return counts
+
+
+def series_specs(base: RunSpec, counts: list[int]) -> tuple[str, list[RunSpec]]:
+    """One spec per count, tagged with a new series id, with the same threads per process throughout:
+    the cores shared among the largest count unless ``base.threads`` says otherwise (a series that gives
+    one process all cores and then each of two processes half of them measures threads, not scaling)."""
+    series = new_id()
+    threads = base.threads or default_threads(max(counts))
+    tags = base.tags | {"scale_series": series}
+    return series, [base.model_copy(update={"nproc": n, "threads": threads, "tags": tags | {"scale_nproc": str(n)}})
+                    for n in counts]
+
+
+def run_scale(base: RunSpec, counts: list[int], store=None, env: dict | None = None,
+              on_run: Callable[[RunSpec], Any] | None = None) -> tuple[str, list[dict[str, Any]]]:
+    """Run the scaling series (each run resolved before the first starts); return its id and records."""
+    series, specs = series_specs(base, counts)
+    runs = [resolve_train(spec) for spec in specs]
+    env = env if env is not None else run_env()
+    records = []
+    for run in runs:
+        if on_run:
+            on_run(run.spec)
+        records += execute(run, store, env)
+    return series, records
+
+
+def run_comm(spec: CommSpec, store=None, env: dict | None = None) -> list[dict[str, Any]]:
+    """Collective bandwidth: one record per collective."""
+    run = resolve_comm(spec)
+    return execute(run, store, env if env is not None else run_env())

@@ -1,0 +1,36 @@
+"""``dlbench store``: maintenance of the results store (loading spooled or copied run files)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from dlbench.cli._common import DB_OPTION, info, open_store
+from dlbench.errors import UsageError
+
+store_app = typer.Typer(
+    name="store", no_args_is_help=True,
+    help="The results store: load run files that a busy or unreachable store left in its spool "
+    "(or records copied from another machine).",
+)
+
+
+@store_app.command("import")
+def import_runs(
+    files: list[Path] = typer.Argument(..., help="Spooled run files (*.json from a store's .spool folder) or run-record JSON files."),
+    db: str = DB_OPTION,
+) -> None:
+    """Load run files into the store; a run already there is skipped, so importing twice is safe."""
+    store = open_store(db)
+    imported, present = [], []
+    try:
+        for path in files:
+            try:
+                (imported if store.import_file(path) else present).append(path)
+            except ValueError as exc:
+                raise UsageError(f"{exc}; give spooled run files or 'dlbench show --json'-style records.") from None
+    finally:
+        store.close()
+    info(f"imported {len(imported)} run(s) into {store.location}"
+         + (f"; {len(present)} already there" if present else ""))

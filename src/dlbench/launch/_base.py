@@ -1,0 +1,137 @@
+"""The launcher contract: how a resolved run gets its processes.
+
+A :class:`Launcher` does two things:
+
+* :meth:`Launcher.plan` turns a :class:`~dlbench.engine.run.ResolvedRun` into a :class:`LaunchPlan` —
+  the argv, the environment and the files that start the run — as a **pure** function (no process
+  started, nothing written), so that it is unit-tested without a cluster, and ``--dry-run`` can
+  print exactly what would be started;
+* :meth:`Launcher.execute` starts the plan and waits for it, bounded in time, and returns an
+  :class:`Outcome`: what each rank reported. It never raises for a failing run: failures, timeouts and
+  signals are data in the outcome, which the run pipeline turns into the record's status.
+
+Ranks started by a launcher run ``python -m dlbench.api.worker JOB.json OUT_DIR``. Each rank writes
+``OUT_DIR/joined<rank>`` once its process group has formed and ``OUT_DIR/rank<rank>.json`` when it ends
+(its status, the result on rank 0, or its error) — see :func:`write_status` — so the launching process
+can tell which rank failed and why even when other ranks never answer.
+
+Adding a launcher is one module with a subclass and one line in ``dlbench.launch.LAUNCHERS``; it must
+pass the conformance tests in ``tests/launch/test_conformance.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from dlbench.engine.run import ResolvedRun
+
+JOB_FILE = "job.json"
+RANKS_DIR = "ranks"
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """What to start for a run. ``argv`` empty: the run executes in this process.
+
+    ``env`` is set on top of this process's environment; ``files`` are written into the run's work
+    directory (name relative to it → text) before ``argv`` starts. ``start_timeout_s`` bounds the whole
+    start (every local rank has joined its process group), ``grace_s`` how long the other ranks get
+    to end once one has failed; ``describe`` names the rendezvous for messages.
+    """
+
+    launcher: str
+    argv: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    files: Mapping[str, str] = field(default_factory=dict)
+    ranks_here: tuple[int, ...] = (0,)
+    start_timeout_s: float | None = None
+    grace_s: float = 300.0
+    describe: str = ""
+
+    @property
+    def in_process(self) -> bool:
+        return not self.argv
+
+
+@dataclass
+class Outcome:
+    """What a launch ended with: each rank's report and how the processes ended.
+
+    ``statuses`` maps a global rank to its report (``status``: ok | failed | oom | aborted, ``result``,
+    ``error``); ``signal`` is set when a signal stopped the run; ``start_failed`` when the ranks never
+    formed their process group in time; ``timed_out`` when surviving ranks were killed after another
+    rank failed; ``output_tail`` is the end of the launcher's own output (for the diagnosis).
+    """
+
+    statuses: dict[int, dict[str, Any]]
+    returncode: int | None = 0
+    ranks_here: tuple[int, ...] = (0,)
+    output_tail: str = ""
+    timed_out: bool = False
+    signal: int | None = None
+    start_failed: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return (self.returncode == 0 and self.signal is None and self.start_failed is None and not self.timed_out
+                and bool(self.statuses) and all(s.get("status") == "ok" for s in self.statuses.values()))
+
+
+class Launcher(ABC):
+    """Base class of launchers; see the module docstring for the contract."""
+
+    #: The name users give with ``--launcher``.
+    name: ClassVar[str]
+
+    def __init__(self, show_output: bool = False):
+        self.show_output = show_output  # pass the processes' own output through (``--debug``)
+
+    @abstractmethod
+    def plan(self, run: ResolvedRun, workdir: Path) -> LaunchPlan:
+        """The plan that starts ``run`` with ``workdir`` as its work directory. Pure: starts and writes nothing."""
+
+    @abstractmethod
+    def execute(self, plan: LaunchPlan, workdir: Path, run_here: Callable[[], Any]) -> Outcome:
+        """Start ``plan`` and wait for it to end. ``run_here`` runs the job in this process (for
+        in-process plans); exceptions it raises propagate to the pipeline, which records them."""
+
+
+def job_document(run: ResolvedRun) -> str:
+    """The JSON a launched rank reads to know what to run."""
+    return json.dumps({"kind": run.kind, "spec": dict(run.job)}, default=str)
+
+
+# -- the rank files (written by dlbench.api.worker, read by the executors) -----------------------
+
+
+def write_status(out_dir: Path, rank: int, status: dict[str, Any]) -> None:
+    """A rank's final report, atomically, so the launcher never reads half a file."""
+    tmp = out_dir / f".rank{rank}.{os.getpid()}.tmp"
+    tmp.write_text(json.dumps({"rank": rank, **status}, default=str))
+    tmp.replace(out_dir / f"rank{rank}.json")
+
+
+def mark_joined(out_dir: Path, rank: int) -> None:
+    """This rank's process group has formed (the start of the run is over)."""
+    (out_dir / f"joined{rank}").touch()
+
+
+def read_statuses(out_dir: Path) -> dict[int, dict[str, Any]]:
+    """Every rank's final report found in ``out_dir``."""
+    statuses = {}
+    for path in out_dir.glob("rank*.json"):
+        try:
+            statuses[int(path.stem[4:])] = json.loads(path.read_text())
+        except (ValueError, OSError):
+            continue  # a report being replaced right now: read again on the next poll
+    return statuses
+
+
+def joined_ranks(out_dir: Path) -> set[int]:
+    return {int(p.name[6:]) for p in out_dir.glob("joined*") if p.name[6:].isdigit()}

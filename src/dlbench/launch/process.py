@@ -1,0 +1,153 @@
+"""The executor for plans that start processes: start, watch, stop — and leave nothing behind.
+
+* **Bounded start.** When the plan has a ``start_timeout_s``, every local rank must report that its
+  process group formed (``joined<rank>``) within it; otherwise the run ends as a failed start naming
+  the rendezvous (a node that never joins cannot hang the job).
+* **Bounded failure.** Once a rank reports a failure, the others get ``grace_s`` to end; then the
+  whole process tree is killed (a hung rank cannot keep the run alive, or outlive it).
+* **Signals.** SIGTERM/SIGINT/SIGHUP reach this process as :class:`~dlbench.errors.Terminated`: every
+  process of the run gets SIGTERM (ranks then report what they measured), and whatever still runs
+  :data:`STOP_GRACE_S` later gets SIGKILL. The outcome carries the signal; the pipeline records the run
+  ``aborted``.
+* **Nothing left behind.** torchrun starts each worker in a session of its own, so killing torchrun's
+  process group misses them; the executor tracks the whole process tree while the run goes (psutil,
+  which also guards against reused pids) and kills whatever survives at the end.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from pathlib import Path
+
+import psutil
+
+from dlbench.errors import Terminated
+from dlbench.launch._base import LaunchPlan, Outcome, joined_ranks, read_statuses
+
+#: Seconds between SIGTERM and SIGKILL when a signal stops a run (schedulers allow ~30 s in all).
+STOP_GRACE_S = 5.0
+POLL_S = 0.2
+
+
+class ProcessTree:
+    """A process and every descendant seen so far (descendants orphaned by a dying parent included)."""
+
+    def __init__(self, pid: int):
+        self.root = psutil.Process(pid)
+        self.known: dict[int, psutil.Process] = {pid: self.root}
+
+    def refresh(self) -> None:
+        for proc in list(self.known.values()):
+            try:
+                for child in proc.children(recursive=True):
+                    self.known.setdefault(child.pid, child)
+            except psutil.Error:
+                continue
+
+    def alive(self) -> list[psutil.Process]:
+        return [p for p in self.known.values() if _running(p)]
+
+    def signal_all(self, signum: int) -> None:
+        self.refresh()
+        for proc in self.alive():
+            try:
+                proc.send_signal(signum)
+            except psutil.Error:
+                pass
+
+    def stop(self, grace_s: float) -> None:
+        """SIGTERM to all, SIGKILL to whatever still runs after ``grace_s``; returns when all are gone."""
+        self.signal_all(signal.SIGTERM)
+        psutil.wait_procs(self.alive(), timeout=grace_s)
+        self.kill()
+
+    def kill(self) -> None:
+        self.refresh()
+        procs = self.alive()
+        for proc in procs:
+            try:
+                proc.kill()
+            except psutil.Error:
+                pass
+        psutil.wait_procs(procs, timeout=5)
+
+
+def _running(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def run_plan(plan: LaunchPlan, workdir: Path, out_dir: Path, show_output: bool = False) -> Outcome:
+    """Start ``plan.argv`` and wait for it within the plan's bounds; see the module docstring.
+
+    The processes' output goes to our stderr only with ``show_output`` (``--debug``); otherwise its end
+    is kept for the diagnosis, so a crashed rank shows dlbench's one-line cause, not 40 lines of torchrun.
+    """
+    for name, text in plan.files.items():
+        (workdir / name).write_text(text)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.Popen(  # noqa: S603 - an argv list built by a launcher, no shell
+        list(plan.argv), env=dict(os.environ) | dict(plan.env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL, text=True, errors="replace", start_new_session=True,
+    )
+    tree = ProcessTree(proc.pid)
+    tail: deque[str] = deque(maxlen=400)
+    reader = threading.Thread(target=_tee, args=(proc.stdout, tail, show_output), daemon=True)
+    reader.start()
+    outcome = Outcome(statuses={}, returncode=None, ranks_here=plan.ranks_here)
+    try:
+        _watch(proc, tree, plan, out_dir, outcome)
+    except Terminated as exc:
+        outcome.signal = exc.signum
+        tree.stop(STOP_GRACE_S)
+    finally:
+        tree.kill()  # nothing of the run outlives it, whatever happened
+        proc.wait()
+        reader.join(timeout=5)
+    outcome.returncode = proc.returncode
+    outcome.statuses = read_statuses(out_dir)
+    outcome.output_tail = "".join(tail)
+    return outcome
+
+
+def _watch(proc: subprocess.Popen, tree: ProcessTree, plan: LaunchPlan, out_dir: Path, outcome: Outcome) -> None:
+    started = time.monotonic()
+    failed_since = None
+    waiting_start = plan.start_timeout_s is not None
+    while proc.poll() is None:
+        tree.refresh()
+        now = time.monotonic()
+        if waiting_start:
+            if set(plan.ranks_here) <= joined_ranks(out_dir):
+                waiting_start = False
+            elif now - started > plan.start_timeout_s:
+                outcome.start_failed = _start_failure(plan, joined_ranks(out_dir), now - started)
+                tree.kill()
+                return
+        if failed_since is None and any(s.get("status") != "ok" for s in read_statuses(out_dir).values()):
+            failed_since = now
+        if failed_since is not None and now - failed_since > plan.grace_s:
+            outcome.timed_out = True
+            tree.kill()
+            return
+        time.sleep(POLL_S)
+
+
+def _start_failure(plan: LaunchPlan, joined: set[int], waited_s: float) -> str:
+    missing = [r for r in plan.ranks_here if r not in joined]
+    return f"no process group formed within {waited_s:.0f} s (rank(s) {missing} of this node still waiting): {plan.describe}"
+
+
+def _tee(stream, tail: deque, show: bool) -> None:
+    for line in stream:
+        tail.append(line)
+        if show:
+            sys.stderr.write(line)

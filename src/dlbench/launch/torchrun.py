@@ -1,0 +1,62 @@
+"""The torchrun launcher: the ranks of this node through ``python -m torch.distributed.run``.
+
+One node: ``--standalone`` (a free local port). Several nodes (one dlbench per node, as with torchrun
+itself): static rendezvous on node 0's ``--rdzv-endpoint``, so global rank = node_rank × nproc + local
+rank and rank 0 — which owns the record — is on node 0.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from dlbench.engine.run import ResolvedRun
+from dlbench.launch._base import JOB_FILE, RANKS_DIR, Launcher, LaunchPlan, Outcome, job_document
+from dlbench.launch.process import run_plan
+
+#: Seconds the start may take beyond the run's timeout (starting Python and importing torch per rank).
+START_SLACK_S = 10.0
+
+
+def torchrun_argv(run: ResolvedRun, workdir: Path, python: str = sys.executable) -> tuple[str, ...]:
+    """``python -m torch.distributed.run … -m dlbench.api.worker JOB OUT`` with torchrun's own flags."""
+    argv = [python, "-m", "torch.distributed.run", "--nproc-per-node", str(run.nproc),
+            "--max-restarts", "0", "--monitor-interval", "0.5"]
+    if run.nnodes == 1 and not run.rdzv_endpoint:
+        argv.append("--standalone")
+    else:
+        argv += ["--nnodes", str(run.nnodes), "--node-rank", str(run.node_rank),
+                 "--rdzv-backend", "static", "--rdzv-endpoint", run.rdzv_endpoint or ""]
+    return (*argv, "-m", "dlbench.api.worker", str(workdir / JOB_FILE), str(workdir / RANKS_DIR))
+
+
+def rank_env(run: ResolvedRun) -> dict[str, str]:
+    """The ranks' environment: threads per rank explicit (torchrun would silently set 1)."""
+    return {"OMP_NUM_THREADS": str(run.threads), "PYTHONUNBUFFERED": "1"}
+
+
+def describe_rendezvous(run: ResolvedRun) -> str:
+    if run.nnodes == 1:
+        return f"the {run.nproc} processes on this node did not all start; see the output with --debug"
+    others = [str(n) for n in range(run.nnodes) if n != run.node_rank]
+    return (f"node(s) {', '.join(others)} of --nnodes {run.nnodes} never joined the rendezvous at {run.rdzv_endpoint}; "
+            "start dlbench on every node with the same --nnodes and --rdzv-endpoint")
+
+
+class TorchrunLauncher(Launcher):
+    """``--nproc`` ranks on this node (and ``--nnodes`` nodes, one dlbench per node)."""
+
+    name = "torchrun"
+
+    def plan(self, run: ResolvedRun, workdir: Path) -> LaunchPlan:
+        return LaunchPlan(
+            launcher=self.name, argv=torchrun_argv(run, workdir), env=rank_env(run),
+            files={JOB_FILE: job_document(run)}, ranks_here=run.ranks_here,
+            start_timeout_s=run.timeout_s + START_SLACK_S, grace_s=run.timeout_s,
+            describe=describe_rendezvous(run),
+        )
+
+    def execute(self, plan: LaunchPlan, workdir: Path, run_here: Callable[[], Any]) -> Outcome:
+        return run_plan(plan, workdir, workdir / RANKS_DIR, show_output=self.show_output)
