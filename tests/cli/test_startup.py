@@ -17,7 +17,8 @@ def imported_modules(*args: str) -> tuple[set[str], str]:
     return modules, out.stdout
 
 
-@pytest.mark.parametrize("args", [["--help"], ["list"], ["list", "--json"], ["run", "--help"], ["mlperf", "--help"]])
+@pytest.mark.parametrize("args", [["--help"], ["list"], ["list", "--json"], ["run", "--help"], ["mlperf", "--help"],
+                                  ["mlperf", "list"], ["mlperf", "list", "--json"]])
 def test_no_torch_imported(args):
     modules, _ = imported_modules(*args)
     assert "dlbench.cli.app" in modules  # the probe sees dlbench's own imports
@@ -32,3 +33,15 @@ def test_list_still_describes_every_parameter_without_torch():
         "default": 224, "type": "int", "help": "height and width of the square input images (at least 32)",
         "minimum": 32}
     assert described["dcgan"]["params"]["image_size"]["choices"] == [32, 64, 128]
+
+
+def test_mlperf_list_without_torch_says_what_the_task_classes_say():
+    from dlbench.mlperf import tasks
+    from dlbench.mlperf.tasks._static import describe
+
+    _, stdout = imported_modules("mlperf", "list", "--json")
+    listed = {d["name"]: d for d in json.loads(stdout)}
+    assert set(listed) == set(tasks.names())
+    for name in tasks.names():
+        assert listed[name] == tasks.get_class(name).describe()  # imports torch here, in the test only
+        assert describe(tasks.TASKS[name]) == listed[name]
