@@ -173,7 +173,11 @@ def compare(
         names = ", ".join(load_references(references or []))
         raise UsageError(f"--reference NAME is required; known references: {names}.")
     chosen = get_reference(reference, references or [])
-    rows = compare_scores(score_folder(folder), chosen)
+    entries = score_folder(folder)
+    if all(set(e["formats"]) <= {"unknown"} for e in entries):  # nothing parsed: not MLPerf logs at all
+        raise UsageError(f"{folder!r} holds no MLPerf result log (no ':::MLLOG', ':::MLL' or ':::MLPv0.5.0' lines); "
+                         "point at an MLPerf results folder or result file.")
+    rows = compare_scores(entries, chosen)
     if as_json:
         emit_json(rows)
         return
