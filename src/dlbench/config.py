@@ -87,8 +87,9 @@ def _expanded_size(node: yaml.Node, memo: dict[int, int]) -> int:
 
 def parse_yaml(text: str, where: str) -> Any:
     """Parse YAML safely and within bounds (depth, alias expansion); problems name ``where``."""
-    loader = _BoundedLoader(text)
+    loader = None
     try:
+        loader = _BoundedLoader(text)  # its reader already refuses control characters
         node = loader.get_single_node()
         if node is None:
             return None
@@ -100,10 +101,11 @@ def parse_yaml(text: str, where: str) -> Any:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or "malformed YAML"
+        problem = getattr(exc, "problem", None) or getattr(exc, "reason", None) or "malformed YAML"
         raise UsageError(f"{where} is not valid YAML{at}: {problem}; fix the file.") from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
 
 
 def read_text_file(path: str | Path, what: str = "config file", limit_bytes: int = MAX_CONFIG_BYTES) -> str:
