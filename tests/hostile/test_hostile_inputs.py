@@ -213,7 +213,6 @@ CASES: list[Case] = [
     Case("mlperf-score-missing", ["mlperf", "score", "{tmp}/nothing"], "neither a results folder nor a result file"),
     Case("mlperf-score-empty-dir", ["mlperf", "score", "{tmp}/empty"], "no result_*.txt files",
          files={"empty": lambda folder: (folder / "empty").mkdir()}),
-    Case("mlperf-list-unknown-task", ["mlperf", "run", "bert"], "unknown MLPerf task 'bert'"),
 ]
 
 

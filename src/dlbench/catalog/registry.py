@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import math
 import os
 from typing import Any
 
@@ -86,6 +87,9 @@ def _coerce(workload: str, key: str, param: Param, value: Any) -> Any:
             f"parameter {key}={value!r} of workload {workload!r} must be {_ARTICLE.get(kind, 'a ' + kind.__name__)} "
             f"(default {param.default!r})."
         ) from None
+    if isinstance(coerced, float) and not math.isfinite(coerced):
+        raise UsageError(f"parameter {key}={value!r} of workload {workload!r} must be a finite number "
+                         f"(default {param.default!r}).")
     if param.choices is not None and coerced not in param.choices:
         raise UsageError(
             f"parameter {key}={coerced!r} of workload {workload!r} must be one of "
