@@ -37,7 +37,7 @@ def test_list_still_describes_every_parameter_without_torch():
 
 def test_mlperf_list_without_torch_says_what_the_task_classes_say():
     from dlbench.mlperf import tasks
-    from dlbench.mlperf.tasks._static import describe
+    from dlbench.mlperf.tasks.metadata import describe
 
     _, stdout = imported_modules("mlperf", "list", "--json")
     listed = {d["name"]: d for d in json.loads(stdout)}

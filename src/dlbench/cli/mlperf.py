@@ -19,7 +19,7 @@ mlperf_app = typer.Typer(
 def list_tasks(as_json: bool = JSON_OPTION) -> None:
     """List the time-to-train tasks with their metric, target and the MLPerf benchmark each models."""
     from dlbench.mlperf import tasks
-    from dlbench.mlperf.tasks._static import describe  # reads the task modules without importing torch
+    from dlbench.mlperf.tasks.metadata import describe  # reads the task modules without importing torch
 
     described = [describe(tasks.TASKS[name]) for name in tasks.names()]
     if as_json:
