@@ -10,6 +10,10 @@ Adding a workload is one module and one registry line:
    and :meth:`build_model`, :meth:`sample` and :meth:`loss`;
 2. add ``"name": "dlbench.catalog.module:ClassName"`` to ``WORKLOADS`` in ``catalog/registry.py``.
 
+The module must not import torch at its top (``dlbench list`` reads the class attributes and must
+stay fast): bind ``torch = lazy_import("torch")`` (:mod:`dlbench.catalog._lazy`) and put ``nn.Module``
+subclasses in :mod:`dlbench.catalog.networks`, which is imported when a model is built.
+
 Contract:
 
 * ``params`` declares every size parameter with its default; ``__init__`` receives the resolved
