@@ -201,6 +201,11 @@ CASES: list[Case] = [
     Case("store-is-text", ["results", "--db", "{tmp}/c.yaml"], "c.yaml", files=yaml_file("workload: lstm\n")),
     Case("store-is-random", ["show", "abc", "--db", "{tmp}/junk.db"], "junk.db", files={"junk.db": os.urandom(4096)}),
     Case("store-missing", ["results", "--db", "{tmp}/none/runs.db"], "none/runs.db"),
+    Case("store-compare-directory", ["compare", "a=1", "b=2", "--db", "{tmp}"], "{tmp}"),
+    Case("store-plot-random", ["plot", "telemetry", "abc", "--db", "{tmp}/junk.db"], "junk.db",
+         files={"junk.db": os.urandom(4096)}),
+    Case("store-plot-scaling-text", ["plot", "scaling", "workload=lstm", "--db", "{tmp}/c.yaml"], "c.yaml",
+         files=yaml_file("workload: lstm\n")),
     # -- MLPerf commands on things that are not MLPerf logs ------------------------------------------
     Case("mlperf-compare-random", ["mlperf", "compare", "{tmp}/r.txt", "--reference", "dgx1-v0.6"],
          "holds no MLPerf result log", files={"r.txt": os.urandom(2048)}),
@@ -213,6 +218,8 @@ CASES: list[Case] = [
     Case("mlperf-score-missing", ["mlperf", "score", "{tmp}/nothing"], "neither a results folder nor a result file"),
     Case("mlperf-score-empty-dir", ["mlperf", "score", "{tmp}/empty"], "no result_*.txt files",
          files={"empty": lambda folder: (folder / "empty").mkdir()}),
+    # -- pipeline cases (launcher variables such as RANK=abc WORLD_SIZE=2, rendezvous ports out of range)
+    # are appended here by the run pipeline's owners, with env={...} and in_process=False.
 ]
 
 
