@@ -79,14 +79,22 @@ class MetricsServer:
         self._stopping: asyncio.Event | None = None
         started = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(started,), name="dlbench-exporter-http", daemon=True)
+        self._start_error: BaseException | None = None
         self._thread.start()
         started.wait()
+        if self._start_error is not None:  # the loop could not serve: report it here, like a bind error
+            self._socket.close()
+            raise OSError(f"the metrics server did not start: {self._start_error}") from self._start_error
 
     # -- lifecycle ----------------------------------------------------------------------------
 
     def _run(self, started: threading.Event) -> None:
         asyncio.set_event_loop(self._loop)
-        self._loop.run_until_complete(self._serve(started))
+        try:
+            self._loop.run_until_complete(self._serve(started))
+        except BaseException as exc:  # noqa: BLE001 - handed to the constructor, which raises it
+            self._start_error = exc
+            started.set()
         pending = asyncio.all_tasks(self._loop)  # handlers of connections closed at shutdown
         for task in pending:
             task.cancel()
