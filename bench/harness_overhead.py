@@ -22,7 +22,7 @@ import torch
 import torchvision
 from torch import nn
 
-from dlbench.runner import run_benchmark
+from dlbench.api.runs import run_benchmark
 from dlbench.spec import RunSpec
 
 IMAGE_SIZE, BATCH = 64, 16

@@ -16,7 +16,8 @@ import tempfile
 import time
 
 from dlbench.mlperf import tasks
-from dlbench.mlperf.runner import RunOptions, run_task
+from dlbench.api.mlperf import run_task
+from dlbench.mlperf.runner import RunOptions
 from dlbench.mlperf.score import olympic_mean
 
 

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from dlbench.record import new_id
-from dlbench.runner import run_benchmark
+from dlbench.api.runs import run_benchmark
 from dlbench.spec import RunSpec
 from dlbench.store import RunFilter, open_store
 

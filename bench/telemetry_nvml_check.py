@@ -44,7 +44,7 @@ def main() -> None:
         if not line.startswith("#") and ('gpu="0"' in line or line.startswith("dlbench_nvml") or "gpu=" not in line):
             print(line)
     if args.run:
-        from dlbench.runner import run_benchmark
+        from dlbench.api.runs import run_benchmark
         from dlbench.spec import RunSpec
 
         spec = RunSpec(workload="resnet50", device="cuda", batch_size=64, steps=100, warmup=10, telemetry_interval_s=0.2)

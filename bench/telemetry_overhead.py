@@ -15,7 +15,7 @@ import statistics
 import tempfile
 import time
 
-from dlbench.runner import run_benchmark
+from dlbench.api.runs import run_benchmark
 from dlbench.spec import RunSpec
 
 

@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from dlbench.cli.app import main
+from dlbench.store import open_store
 
 TINY_LSTM = ["lstm", "-p", "seq_len=4", "-p", "input_size=8", "-p", "hidden_size=8", "-b", "4", "--steps", "3", "--warmup", "1"]
 
@@ -113,6 +114,7 @@ def test_oom_run_exits_1_and_is_recorded(capsys, db):
     (["suite", "tiny"], "unknown suite 'tiny'"),
 ])
 def test_bad_input_is_one_sentence_and_exit_2(capsys, db, argv, fragment):
+    open_store(str(db)).close()  # an empty store: read commands refuse a missing one (tested in tests/store)
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert fragment in err

@@ -9,6 +9,7 @@ from typing import Any
 from dlbench.api.pipeline import execute
 from dlbench.api.resolve import joined_launch
 from dlbench.api.runs import run_env
+from dlbench.env import capture_env
 from dlbench.mlperf.runner import OnEpoch, RunOptions, launcher_group, prepare_task
 
 
@@ -21,8 +22,9 @@ def run_task(name: str, out_dir: str | Path, options: RunOptions, store=None, en
     Under torchrun (or anything that sets RANK and WORLD_SIZE) this process is one rank of a DDP run.
     """
     with launcher_group(options.device) as grouped:
-        env = env if env is not None else run_env()
+        env = env if env is not None else capture_env()
         session = prepare_task(name, out_dir, options, env, on_epoch, joined_launch() if grouped else None)
+        env = run_env(env)  # the load just before the runs, once the task is validated and built
         records = []
         for _ in range(options.runs):
             records += execute(session.next_run(), store, env)

@@ -27,10 +27,10 @@ Around = Callable[[int, ResolvedRun], ContextManager[OnStep | None]]
 BUSY_PERCENT = 50.0
 
 
-def run_env() -> dict[str, Any]:
-    """The environment of the runs about to start, with the host's load just before them; warns when
-    other processes already keep the CPUs busy (they lower every number measured here)."""
-    env = capture_env()
+def run_env(env: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The environment of the runs about to start (``env``, or captured now) with the host's load just
+    before them; warns when other processes already keep the CPUs busy (they lower every number)."""
+    env = env if env is not None else capture_env()
     env["host_load"] = host_load()
     busy = env["host_load"]["cpu_busy_percent"]
     if busy > BUSY_PERCENT:

@@ -21,7 +21,7 @@ from dlbench.api.signals import stop_on_signals
 from dlbench.engine.dist import detect_launch_env
 from dlbench.engine.loop import Progress
 from dlbench.errors import Terminated, UsageError
-from dlbench.launch._base import mark_joined, write_status
+from dlbench.launch._base import mark_joined, mark_started, write_status
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -38,6 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     document = json.loads(Path(job_path).read_text())
     job = JOBS[document["kind"]]
     progress = Progress()
+    mark_started(out, launch.rank)
     with stop_on_signals():
         try:
             result = job.run_rank(document["spec"], launch, progress, lambda: mark_joined(out, launch.rank))

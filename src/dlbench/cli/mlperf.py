@@ -56,7 +56,7 @@ def run(
     one non-converging run).
     """
     from dlbench.api.mlperf import run_task  # imports torch: only when running
-    from dlbench.mlperf.log import is_rank_zero
+    from dlbench.api.resolve import joined_launch
     from dlbench.mlperf.runner import RunOptions
     from dlbench.spec import parse_key_values
 
@@ -69,10 +69,12 @@ def run(
     def progress(index: int, epoch: int, quality: float, reached: bool) -> None:
         info(f"run {index} epoch {epoch}: quality {quality:.4f}{' — target reached' if reached else ''}")
 
-    store = None if no_store else open_store(db)
+    joined = joined_launch()  # under torchrun/srun: this process is one rank of a DDP run
+    follower = joined is not None and joined.rank != 0
+    store = None if no_store or follower else open_store(db)
     try:
-        records = run_task(task, out, options, store=store, on_epoch=progress)  # under torchrun: one rank of a DDP run
-        if not is_rank_zero():
+        records = run_task(task, out, options, store=store, on_epoch=progress)
+        if follower:
             return  # rank 0 reports for the job
     finally:
         if store is not None:

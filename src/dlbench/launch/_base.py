@@ -51,6 +51,7 @@ class LaunchPlan:
     files: Mapping[str, str] = field(default_factory=dict)
     ranks_here: tuple[int, ...] = (0,)
     start_timeout_s: float | None = None
+    boot_timeout_s: float = 600.0
     grace_s: float = 300.0
     describe: str = ""
 
@@ -117,6 +118,11 @@ def write_status(out_dir: Path, rank: int, status: dict[str, Any]) -> None:
     tmp.replace(out_dir / f"rank{rank}.json")
 
 
+def mark_started(out_dir: Path, rank: int) -> None:
+    """This rank is up (Python started, torch imported) and goes to the rendezvous."""
+    (out_dir / f"started{rank}").touch()
+
+
 def mark_joined(out_dir: Path, rank: int) -> None:
     """This rank's process group has formed (the start of the run is over)."""
     (out_dir / f"joined{rank}").touch()
@@ -133,5 +139,6 @@ def read_statuses(out_dir: Path) -> dict[int, dict[str, Any]]:
     return statuses
 
 
-def joined_ranks(out_dir: Path) -> set[int]:
-    return {int(p.name[6:]) for p in out_dir.glob("joined*") if p.name[6:].isdigit()}
+def marked_ranks(out_dir: Path, mark: str) -> set[int]:
+    """Ranks that left ``mark`` (``started`` or ``joined``) in ``out_dir``."""
+    return {int(p.name[len(mark):]) for p in out_dir.glob(f"{mark}*") if p.name[len(mark):].isdigit()}

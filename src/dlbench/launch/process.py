@@ -28,7 +28,7 @@ from pathlib import Path
 import psutil
 
 from dlbench.errors import Terminated
-from dlbench.launch._base import LaunchPlan, Outcome, joined_ranks, read_statuses
+from dlbench.launch._base import LaunchPlan, Outcome, marked_ranks, read_statuses
 
 #: Seconds between SIGTERM and SIGKILL when a signal stops a run (schedulers allow ~30 s in all).
 STOP_GRACE_S = 5.0
@@ -119,17 +119,25 @@ def run_plan(plan: LaunchPlan, workdir: Path, out_dir: Path, show_output: bool =
 
 
 def _watch(proc: subprocess.Popen, tree: ProcessTree, plan: LaunchPlan, out_dir: Path, outcome: Outcome) -> None:
-    started = time.monotonic()
+    launched = time.monotonic()
+    booted = None  # when every local rank was up (imports done) and went to the rendezvous
     failed_since = None
     waiting_start = plan.start_timeout_s is not None
+    ranks = set(plan.ranks_here)
     while proc.poll() is None:
         tree.refresh()
         now = time.monotonic()
         if waiting_start:
-            if set(plan.ranks_here) <= joined_ranks(out_dir):
+            if booted is None and ranks <= marked_ranks(out_dir, "started"):
+                booted = now
+            if ranks <= marked_ranks(out_dir, "joined"):
                 waiting_start = False
-            elif now - started > plan.start_timeout_s:
-                outcome.start_failed = _start_failure(plan, joined_ranks(out_dir), now - started)
+            elif booted is None and now - launched > plan.boot_timeout_s:
+                outcome.start_failed = f"the ranks did not start within {plan.boot_timeout_s:.0f} s (Python and torch imports)"
+                tree.kill()
+                return
+            elif booted is not None and now - booted > plan.start_timeout_s:
+                outcome.start_failed = _start_failure(plan, marked_ranks(out_dir, "joined"), now - booted)
                 tree.kill()
                 return
         if failed_since is None and any(s.get("status") != "ok" for s in read_statuses(out_dir).values()):

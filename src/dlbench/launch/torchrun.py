@@ -16,8 +16,8 @@ from dlbench.engine.run import ResolvedRun
 from dlbench.launch._base import JOB_FILE, RANKS_DIR, Launcher, LaunchPlan, Outcome, job_document
 from dlbench.launch.process import run_plan
 
-#: Seconds the start may take beyond the run's timeout (starting Python and importing torch per rank).
-START_SLACK_S = 10.0
+#: Seconds the rendezvous may take beyond the run's timeout, once every rank is up.
+START_SLACK_S = 5.0
 
 
 def torchrun_argv(run: ResolvedRun, workdir: Path, python: str = sys.executable) -> tuple[str, ...]:

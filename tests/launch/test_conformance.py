@@ -1,0 +1,124 @@
+"""The launcher conformance suite: every launcher in ``dlbench.launch.LAUNCHERS`` must pass it.
+
+A new launcher (Slurm, Kubernetes …) adds one entry to ``CASES`` — how to make a small run for it on
+this machine — and then runs the same tests as the others: its plan is pure and bounded, and a run
+through it ends in the store as ``ok``, ``failed`` naming the cause, or ``aborted`` on SIGTERM with no
+process left behind.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import psutil
+import pytest
+
+from dlbench.api.pipeline import execute
+from dlbench.api.resolve import resolve_train
+from dlbench.engine.run import ResolvedRun
+from dlbench.errors import Terminated
+from dlbench.launch import LAUNCHERS, get_launcher
+from dlbench.spec import RunSpec
+from dlbench.store import open_store
+
+HERE = Path(__file__).parent
+TINY = {"workload": "lstm", "params": {"seq_len": 4, "input_size": 8, "hidden_size": 8}, "batch_size": 4,
+        "warmup": 1, "telemetry": False}
+
+
+def tiny(**fields) -> RunSpec:
+    return RunSpec(**(TINY | fields))
+
+
+#: launcher name → how to resolve a small run of ``steps`` for it on this machine (and with what spec).
+CASES: dict[str, Callable[..., ResolvedRun]] = {
+    "local": lambda **f: resolve_train(tiny(**f)),
+    "torchrun": lambda **f: resolve_train(tiny(nproc=2, **f)),
+}
+
+
+@pytest.fixture(params=sorted(LAUNCHERS))
+def name(request) -> str:
+    return request.param
+
+
+def test_every_launcher_has_a_conformance_case():
+    assert set(CASES) == set(LAUNCHERS)
+
+
+def test_the_plan_is_pure_and_deterministic(name, tmp_path):
+    launcher, run = get_launcher(name), CASES[name](steps=2)
+    children = {p.pid for p in psutil.Process().children(recursive=True)}
+    first, second = launcher.plan(run, tmp_path), launcher.plan(run, tmp_path)
+    assert first == second
+    assert list(tmp_path.iterdir()) == []  # nothing written
+    assert {p.pid for p in psutil.Process().children(recursive=True)} <= children  # nothing started
+
+
+def test_the_plan_is_well_formed_and_bounded(name, tmp_path):
+    plan = get_launcher(name).plan(CASES[name](steps=2), tmp_path)
+    assert plan.launcher == name
+    assert isinstance(plan.argv, tuple) and all(isinstance(a, str) for a in plan.argv)
+    assert all(isinstance(k, str) and isinstance(v, str) for k, v in plan.env.items())
+    for file_name, text in plan.files.items():
+        assert not Path(file_name).is_absolute() and ".." not in Path(file_name).parts and isinstance(text, str)
+    assert plan.ranks_here and plan.grace_s > 0
+    if plan.argv:  # processes to start: their start must be bounded in time
+        assert plan.start_timeout_s is not None and plan.start_timeout_s > 0
+
+
+def test_a_run_through_the_launcher_is_recorded_ok(name, tmp_path):
+    store = open_store(str(tmp_path / "runs.db"))
+    (record,) = execute(CASES[name](steps=3), store, env={"hostname": "test"}, launcher=get_launcher(name))
+    assert record["status"] == "ok", record["error"]
+    assert record["result"]["samples_per_s"] > 0 and record["result"]["steps"] == 3
+    assert store.get(record["id"])["status"] == "ok"
+
+
+@pytest.fixture
+def faulty(monkeypatch):
+    """tests/distributed/faulty.py as a workload, also for ranks in subprocesses."""
+    where = str(HERE.parent / "distributed")
+    monkeypatch.setenv("DLBENCH_WORKLOADS", "faulty=faulty:Faulty")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [where, os.environ.get("PYTHONPATH")])))
+    monkeypatch.syspath_prepend(where)
+
+
+def test_a_crash_is_recorded_failed_with_its_cause(name, tmp_path, faulty):
+    run = CASES[name](steps=5)
+    run = resolve_train(run.spec.model_copy(update={"workload": "faulty", "params": {"fault": "crash", "rank": 0}, "timeout_s": 10}))
+    store = open_store(str(tmp_path / "runs.db"))
+    (record,) = execute(run, store, env={}, launcher=get_launcher(name))
+    assert record["status"] == "failed"
+    assert "injected crash" in record["error"]
+    assert store.get(record["id"])["status"] == "failed"
+
+
+def test_sigterm_records_aborted_and_leaves_no_process(name, tmp_path, monkeypatch):
+    marker = uuid.uuid4().hex
+    monkeypatch.setenv("DLBENCH_TEST_MARKER", marker)
+    store = open_store(str(tmp_path / "runs.db"))
+    run = CASES[name](steps=10_000_000)
+    timer = threading.Timer(8.0, os.kill, (os.getpid(), signal.SIGTERM))
+    timer.start()
+    try:
+        with pytest.raises(Terminated):
+            execute(run, store, env={}, launcher=get_launcher(name))
+    finally:
+        timer.cancel()
+    (record,) = store.records()
+    assert record["status"] == "aborted" and record["error"].startswith("stopped by SIGTERM")
+    left = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.pid != os.getpid() and proc.environ().get("DLBENCH_TEST_MARKER") == marker \
+                    and proc.status() != psutil.STATUS_ZOMBIE:
+                left.append(proc)
+        except psutil.Error:
+            continue
+    assert left == []
