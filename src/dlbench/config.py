@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from dlbench.errors import UsageError
+from dlbench.errors import UsageError, unknown_name
 from dlbench.spec import RunSpec, make_spec
 
 # NERSC model_type → dlbench workload.
@@ -138,8 +138,6 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> li
 
 def builtin_suite(name: str, overrides: dict[str, Any] | None = None) -> list[RunSpec]:
     """A suite shipped inside dlbench (``dlbench/data/suite-<name>.yaml``)."""
-    from dlbench.errors import unknown_name
-
     files = {p.name.removeprefix("suite-").removesuffix(".yaml"): p
              for p in resources.files("dlbench.data").iterdir() if p.name.startswith("suite-")}
     if name not in files:

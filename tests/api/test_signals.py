@@ -10,10 +10,8 @@ import socket
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 
-import psutil
 import pytest
 
 from dlbench.store import open_store
@@ -21,28 +19,14 @@ from dlbench.store import open_store
 TINY = ["lstm", "-p", "seq_len=4", "-p", "input_size=8", "-p", "hidden_size=8", "-b", "4", "--warmup", "1"]
 
 
-def start(tmp_path: Path, *args: str) -> tuple[subprocess.Popen, str, Path]:
-    """``dlbench ARGS`` in a subprocess; every process it starts inherits a marker to find them by."""
-    marker = uuid.uuid4().hex
+def start(tmp_path: Path, *args: str) -> tuple[subprocess.Popen, Path]:
+    """``dlbench ARGS`` in a subprocess (with the ``left_running`` fixture, its processes are marked)."""
     db = tmp_path / "runs.db"
     (tmp_path / "tmp").mkdir(exist_ok=True)
-    env = dict(os.environ, DLBENCH_TEST_MARKER=marker, TMPDIR=str(tmp_path / "tmp"), OMP_NUM_THREADS="1",
-               DLBENCH_METRICS_DIR=str(tmp_path / "metrics"))
+    env = dict(os.environ, TMPDIR=str(tmp_path / "tmp"), OMP_NUM_THREADS="1", DLBENCH_METRICS_DIR=str(tmp_path / "metrics"))
     proc = subprocess.Popen([sys.executable, "-m", "dlbench", *args, "--db", str(db)], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    return proc, marker, db
-
-
-def processes_with(marker: str) -> list[psutil.Process]:
-    """Every live process of the run under test (found by the marker in its environment)."""
-    found = []
-    for proc in psutil.process_iter():
-        try:
-            if proc.environ().get("DLBENCH_TEST_MARKER") == marker and proc.status() != psutil.STATUS_ZOMBIE:
-                found.append(proc)
-        except psutil.Error:
-            continue
-    return found
+    return proc, db
 
 
 def wait_for(predicate, timeout_s: float, what: str) -> None:
@@ -69,26 +53,26 @@ def ranks_joined(tmp_path: Path, n: int) -> bool:
     return len(list((tmp_path / "tmp").glob("dlbench-run-*/ranks/joined*"))) >= n
 
 
-def stop_and_check(proc: subprocess.Popen, marker: str, signum: int, db: Path) -> tuple[dict, str, float]:
+def stop_and_check(proc: subprocess.Popen, left_running, signum: int, db: Path) -> tuple[dict, str, float]:
     """Send ``signum``, wait for the end; assert nothing is left running; return the record, stderr and time."""
     sent = time.monotonic()
     proc.send_signal(signum)
     _, err = proc.communicate(timeout=60)
     took = time.monotonic() - sent
     assert proc.returncode == 128 + signum, err[-2000:]
-    assert processes_with(marker) == []  # launcher, torchrun and workers: all gone
+    assert left_running() == []  # launcher, torchrun and workers: all gone
     assert "Traceback" not in err
     (record,) = open_store(str(db)).records()
     return record, err, took
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
-def test_a_signal_to_a_single_process_run_records_it_aborted_with_its_steps(tmp_path, signum):
-    proc, marker, db = start(tmp_path, "run", *TINY, "--steps", "1000000", "--telemetry-interval", "0.2")
+def test_a_signal_to_a_single_process_run_records_it_aborted_with_its_steps(tmp_path, signum, left_running):
+    proc, db = start(tmp_path, "run", *TINY, "--steps", "1000000", "--telemetry-interval", "0.2")
     # the run publishes its phase for the node exporter: wait until it measures
     wait_for(lambda: measuring(tmp_path / "metrics"), 120, "the measured steps to start")
     time.sleep(1)
-    record, err, took = stop_and_check(proc, marker, signum, db)
+    record, err, took = stop_and_check(proc, left_running, signum, db)
     assert took < 10
     name = signal.Signals(signum).name
     assert record["status"] == "aborted"
@@ -101,12 +85,12 @@ def test_a_signal_to_a_single_process_run_records_it_aborted_with_its_steps(tmp_
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
-def test_a_signal_to_a_two_rank_run_stops_every_process_and_records_it(tmp_path, signum):
-    proc, marker, db = start(tmp_path, "run", *TINY, "--steps", "1000000", "--nproc", "2")
+def test_a_signal_to_a_two_rank_run_stops_every_process_and_records_it(tmp_path, signum, left_running):
+    proc, db = start(tmp_path, "run", *TINY, "--steps", "1000000", "--nproc", "2")
     wait_for(lambda: ranks_joined(tmp_path, 2), 120, "both ranks to join")
-    assert len(processes_with(marker)) >= 4  # dlbench, torchrun, two workers
+    assert len(left_running()) >= 4  # dlbench, torchrun, two workers
     time.sleep(10)  # warmup and FLOP count done, measured steps under way (a loaded 2-core CPU is slow)
-    record, err, took = stop_and_check(proc, marker, signum, db)
+    record, err, took = stop_and_check(proc, left_running, signum, db)
     assert took < 10
     assert record["status"] == "aborted" and record["spec"]["world_size"] == 2
     assert record["error"].startswith(f"stopped by {signal.Signals(signum).name}")
@@ -119,33 +103,33 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def test_a_node_that_never_joins_ends_the_run_as_failed_within_timeout_plus_15_s(tmp_path):
+def test_a_node_that_never_joins_ends_the_run_as_failed_within_timeout_plus_15_s(tmp_path, left_running):
     endpoint = f"127.0.0.1:{free_port()}"
-    proc, marker, db = start(tmp_path, "run", *TINY, "--steps", "3", "--nnodes", "2", "--node-rank", "0",
+    proc, db = start(tmp_path, "run", *TINY, "--steps", "3", "--nnodes", "2", "--node-rank", "0",
                              "--rdzv-endpoint", endpoint, "--timeout", "20")
-    # timed from the rank's arrival at the rendezvous, not from Python's and torch's import (bounded apart)
-    wait_for(lambda: any((tmp_path / "tmp").glob("dlbench-run-*/ranks/started0")), 120, "the rank to start")
+    # timed from the launch (the run's work directory appears), not from dlbench's own start-up
+    wait_for(lambda: any((tmp_path / "tmp").glob("dlbench-run-*")), 120, "the launch")
     started = time.monotonic()
     _, err = proc.communicate(timeout=120)
     took = time.monotonic() - started
     assert proc.returncode == 1, err[-2000:]
     assert took < 20 + 15
-    assert processes_with(marker) == []
+    assert left_running() == []
     (record,) = open_store(str(db)).records()
     assert record["status"] == "failed"
     assert "node(s) 1" in record["error"] and endpoint in record["error"]
     assert "Traceback" not in err
 
 
-def test_a_sigterm_during_a_collective_benchmark_records_every_collective_aborted(tmp_path):
-    proc, marker, db = start(tmp_path, "comm", "--nproc", "2", "--iters", "100000", "--max-bytes", "4K",
+def test_a_sigterm_during_a_collective_benchmark_records_every_collective_aborted(tmp_path, left_running):
+    proc, db = start(tmp_path, "comm", "--nproc", "2", "--iters", "100000", "--max-bytes", "4K",
                              "-c", "all_reduce", "-c", "broadcast")
     wait_for(lambda: ranks_joined(tmp_path, 2), 120, "both ranks to join")
     time.sleep(1)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 143, err[-2000:]
-    assert processes_with(marker) == []
+    assert left_running() == []
     records = open_store(str(db)).records()
     assert sorted(r["spec"]["collective"] for r in records) == ["all_reduce", "broadcast"]
     assert {r["status"] for r in records} == {"aborted"}

@@ -5,10 +5,8 @@ import os
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 
-import psutil
 import pytest
 
 from dlbench.cli.app import main
@@ -73,9 +71,7 @@ def test_strong_scaling_splits_the_global_batch(capsys, db):
     ("kill", "killed by signal 9 (SIGKILL)"),
     ("hang", "stopped responding"),
 ])
-def test_a_failing_rank_ends_the_run_with_a_failed_record(capsys, db, faulty, fault, cause, monkeypatch):
-    marker = uuid.uuid4().hex
-    monkeypatch.setenv("DLBENCH_TEST_MARKER", marker)  # inherited by torchrun and the ranks
+def test_a_failing_rank_ends_the_run_with_a_failed_record(capsys, db, faulty, fault, cause, left_running):
     started = time.monotonic()
     code = main(["run", "faulty", "-p", f"fault={fault}", "--nproc", "2", "--steps", "5", "--warmup", "1", "--timeout", "5"])
     elapsed = time.monotonic() - started
@@ -85,21 +81,10 @@ def test_a_failing_rank_ends_the_run_with_a_failed_record(capsys, db, faulty, fa
     assert record["status"] == "failed"
     assert record["error"].startswith("rank 1 failed")
     assert cause in record["error"]
-    assert left_running(marker) == []  # a hung rank is killed when its run is recorded failed
+    assert left_running() == []  # a hung rank is killed when its run is recorded failed
     err = capsys.readouterr().err
     assert "Root Cause" not in err and "Traceback" not in err  # torchrun's report only with --debug
 
-
-def left_running(marker: str) -> list:
-    found = []
-    for proc in psutil.process_iter():
-        try:
-            if proc.pid != os.getpid() and proc.environ().get("DLBENCH_TEST_MARKER") == marker \
-                    and proc.status() != psutil.STATUS_ZOMBIE:
-                found.append(proc)
-        except psutil.Error:
-            continue
-    return found
 
 
 def test_joins_an_outside_torchrun_and_rank_0_records(tmp_path):

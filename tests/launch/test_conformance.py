@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import signal
 import threading
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 
@@ -99,9 +98,7 @@ def test_a_crash_is_recorded_failed_with_its_cause(name, tmp_path, faulty):
     assert store.get(record["id"])["status"] == "failed"
 
 
-def test_sigterm_records_aborted_and_leaves_no_process(name, tmp_path, monkeypatch):
-    marker = uuid.uuid4().hex
-    monkeypatch.setenv("DLBENCH_TEST_MARKER", marker)
+def test_sigterm_records_aborted_and_leaves_no_process(name, tmp_path, left_running):
     store = open_store(str(tmp_path / "runs.db"))
     run = CASES[name](steps=10_000_000)
     timer = threading.Timer(8.0, os.kill, (os.getpid(), signal.SIGTERM))
@@ -113,12 +110,4 @@ def test_sigterm_records_aborted_and_leaves_no_process(name, tmp_path, monkeypat
         timer.cancel()
     (record,) = store.records()
     assert record["status"] == "aborted" and record["error"].startswith("stopped by SIGTERM")
-    left = []
-    for proc in psutil.process_iter():
-        try:
-            if proc.pid != os.getpid() and proc.environ().get("DLBENCH_TEST_MARKER") == marker \
-                    and proc.status() != psutil.STATUS_ZOMBIE:
-                left.append(proc)
-        except psutil.Error:
-            continue
-    assert left == []
+    assert left_running() == []

@@ -1,6 +1,6 @@
 import pytest
 
-from dlbench.report.compare import GroupEstimate, compare, config_key, estimate, verdict
+from dlbench.report.compare import GroupEstimate, compare, config_key, critical_value, estimate, verdict, welch_df
 
 
 def record(samples_per_s, workload="resnet50", sem=0.01, mean=1.0, status="ok", batch_size=16, **spec):
@@ -37,6 +37,22 @@ def test_estimate_propagates_step_time_spread_for_one_run():
 )
 def test_verdict_depends_on_spread_not_a_fixed_percentage(a, b, expected):
     assert verdict(a, b) == expected
+
+
+def test_few_runs_need_a_larger_difference():
+    # 6% apart with 2% standard errors: beyond 1.96 se, but not beyond t(2 df) = 4.30 se
+    a, b = GroupEstimate(2, 100.0, 2.0, df=1), GroupEstimate(2, 94.0, 2.0, df=1)
+    assert verdict(a, b, z=1.96) == "slower"
+    assert welch_df(a, b) == pytest.approx(2.0)
+    assert verdict(a, b) == "within noise"
+    many = GroupEstimate(30, 100.0, 2.0, df=29), GroupEstimate(30, 94.0, 2.0, df=29)
+    assert verdict(*many) == "slower"
+
+
+@pytest.mark.parametrize("df, expected", [(1, 12.706), (2, 4.303), (4, 2.776), (2.5, (4.303 + 3.182) / 2), (30, 2.042), (None, 1.96)])
+def test_critical_values(df, expected):
+    assert critical_value(df) == pytest.approx(expected, abs=1e-3)
+    assert critical_value(1000) == pytest.approx(1.96, abs=0.01)
 
 
 def test_compare_groups_by_configuration_and_ignores_failed_runs():

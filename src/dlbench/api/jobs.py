@@ -7,9 +7,8 @@ one line there (HPO trials and MLPerf runs plug in the same way).
 
 from __future__ import annotations
 
-import contextlib
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 import torch
@@ -17,7 +16,7 @@ import torch
 from dlbench.api.resolve import resolve_train
 from dlbench.catalog import registry
 from dlbench.engine.comm import run_comm_rank
-from dlbench.engine.devices import resolve_device
+from dlbench.engine.devices import resolve_device, torch_threads
 from dlbench.engine.dist import LaunchEnv, destroy_process_group, init_process_group, rank_device
 from dlbench.engine.loop import OnStep, Progress, measure
 from dlbench.engine.run import ResolvedRun
@@ -67,18 +66,6 @@ class Job(ABC):
             status, error = failure(outcome)
             raise RunFailed(status, error)
         return main.get("result")
-
-
-@contextlib.contextmanager
-def torch_threads(threads: int | None) -> Iterator[None]:
-    """``threads`` intra-op threads inside the block, torch's previous setting after it."""
-    previous = torch.get_num_threads()
-    if threads:
-        torch.set_num_threads(threads)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)
 
 
 class TrainJob(Job):

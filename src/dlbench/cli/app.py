@@ -18,6 +18,7 @@ from dlbench.cli import catalog, results, run, scale
 from dlbench.cli import monitor, plot
 from dlbench.cli import mlperf
 from dlbench.cli import store
+from dlbench.cli import report
 
 app = typer.Typer(
     name="dlbench",
@@ -58,6 +59,9 @@ app.add_typer(mlperf.mlperf_app, name="mlperf")
 app.command("scale")(scale.scale)
 app.command("comm")(scale.comm)
 app.add_typer(store.store_app, name="store")
+app.command("report")(report.report)
+app.command("trend")(report.trend)
+app.command("regress")(report.regress)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -23,14 +23,18 @@ def results(
     db: str = DB_OPTION,
     as_json: bool = JSON_OPTION,
     as_csv: bool = typer.Option(False, "--csv", help="Print CSV (one row per run, raw numbers) for pandas or a spreadsheet."),
+    fmt: str = typer.Option(None, "--format", help="Export full runs, parameters and environment flattened into columns: csv | json | parquet."),
+    out: str = typer.Option(None, "--out", "-o", help="Write the --format export to this file (required for parquet; default stdout)."),
 ) -> None:
-    """List stored runs, newest first, with filters."""
+    """List stored runs, newest first, with filters; or export them (--format) for pandas, R or a spreadsheet."""
     from dlbench.spec import parse_key_values
     from dlbench.store import RunFilter
     from dlbench.store._base import parse_date
 
-    if as_json and as_csv:
-        raise UsageError("choose one of --json and --csv.")
+    if sum(map(bool, (as_json, as_csv, fmt))) > 1:
+        raise UsageError("choose one of --json, --csv and --format.")
+    if out and not fmt:
+        raise UsageError("--out goes with --format; e.g. --format parquet --out runs.parquet.")
     if limit < 0:
         raise UsageError(f"--limit {limit} must be 0 (all) or a positive number.")
     flt = RunFilter(
@@ -40,6 +44,8 @@ def results(
         until=parse_date(until, "--until") if until else None,
         limit=limit or None,
     )
+    if fmt:
+        return _export(db, flt, fmt, out)
     store = open_store(db, create=False)
     try:
         rows = store.query(flt)
@@ -55,6 +61,29 @@ def results(
         render(summary_table(rows), title=f"{len(rows)} run(s)")
         if limit and len(rows) == limit:
             info(f"showing the newest {limit}; --limit 0 lists all.")
+
+
+def _export(db: str | None, flt, fmt: str, out: str | None) -> None:
+    """Full records flattened (see ``dlbench.report.frame``) in the chosen format."""
+    from dlbench.report.frame import FORMATS, flatten, write_rows
+
+    if fmt not in FORMATS:
+        raise UsageError(f"--format {fmt!r} is not an export format; choose one of {', '.join(FORMATS)}.")
+    if fmt == "parquet" and not out:
+        raise UsageError("Parquet is binary; give a file with --out runs.parquet.")
+    store = open_store(db, create=False)
+    try:
+        rows = [flatten(r) for r in store.records(flt)]
+    finally:
+        store.close()
+    try:
+        write_rows(rows, fmt, out or sys.stdout)
+    except OSError as exc:
+        raise UsageError(f"cannot write {out!r} ({exc.strerror}); choose a writable path with --out.") from None
+    if out:
+        info(f"{fmt}: {out} ({len(rows)} runs)")
+    if flt.limit and len(rows) == flt.limit:
+        info(f"exported the newest {flt.limit}; --limit 0 exports all.")
 
 
 def _write_csv(rows: list[dict]) -> None:

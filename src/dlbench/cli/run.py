@@ -9,6 +9,7 @@ import typer
 
 from dlbench.cli._common import DB_OPTION, JSON_OPTION, StepProgress, emit_json, info, open_store
 from dlbench.errors import BenchmarkFailed, UsageError
+from dlbench.report.tables import render, run_table
 
 
 def _overrides(**options: Any) -> dict[str, Any]:
@@ -115,7 +116,6 @@ def execute(specs, db: str | None, no_store: bool, as_json: bool, single: bool) 
     """
     from dlbench.api.resolve import joined_launch  # imports torch: only when running
     from dlbench.api.runs import run_specs
-    from dlbench.report.tables import render, run_table
 
     joined = joined_launch()
     # under torchrun/srun every rank runs this command: rank 0 alone stores and reports

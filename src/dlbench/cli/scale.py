@@ -7,7 +7,10 @@ import re
 import typer
 
 from dlbench.cli._common import DB_OPTION, JSON_OPTION, emit_json, info, open_store
-from dlbench.errors import BenchmarkFailed, UsageError
+from dlbench.errors import BenchmarkFailed, UsageError, unknown_name
+from dlbench.report.charts import render_bandwidth, render_scaling, scaling_series  # matplotlib only when drawing
+from dlbench.report.scaling import scale_rows
+from dlbench.report.tables import render
 
 
 def scale(
@@ -32,7 +35,6 @@ def scale(
 ) -> None:
     """Run WORKLOAD at several process counts; print throughput, speed-up and efficiency T_N/(N·T_1); plot it."""
     from dlbench.api.runs import parse_counts, run_scale  # imports torch: only when running
-    from dlbench.report.scaling import scale_rows
     from dlbench.spec import make_spec, parse_key_values
 
     counts = parse_counts(nproc)
@@ -51,8 +53,6 @@ def scale(
     rows = scale_rows(records)
     png = None
     if not no_plot and any(r["status"] == "ok" for r in records):
-        from dlbench.report.charts import render_scaling, scaling_series
-
         png = str(render_scaling({f"{workload} ({scaling})": scaling_series(records)},
                                  plot or f"dlbench-scale-{workload}-{series}.png",
                                  f"{workload}: {scaling} scaling on {records[0]['spec']['device_name']}"))
@@ -73,8 +73,6 @@ def scale(
 
 
 def _render_scale(rows, series: str) -> None:
-    from dlbench.report.tables import render
-
     def num(value, fmt):
         return "-" if value is None else format(value, fmt)
 
@@ -123,7 +121,6 @@ def comm(
     from pydantic import ValidationError
 
     from dlbench.api.runs import run_comm  # imports torch: only when running
-    from dlbench.errors import unknown_name
     from dlbench.spec import COLLECTIVES, CommSpec, describe_validation_error, parse_key_values
 
     for name in collective or ():
@@ -144,8 +141,6 @@ def comm(
     finally:
         store.close()
     if plot and any(r["result"] for r in records):
-        from dlbench.report.charts import render_bandwidth
-
         backend_used = records[0]["spec"]["backend"]
         info(f"plot: {render_bandwidth(records, plot, f'{spec.world_size} processes, {backend_used}')}")
     if as_json:
@@ -158,8 +153,6 @@ def comm(
 
 
 def _render_comm(records) -> None:
-    from dlbench.report.tables import render
-
     for r in records:
         if not r["result"]:
             continue

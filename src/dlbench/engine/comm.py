@@ -21,7 +21,7 @@ import torch.distributed as dist
 
 from dlbench.engine.devices import resolve_device
 from dlbench.engine.dist import LaunchEnv, default_backend, destroy_process_group, init_process_group, rank_device
-from dlbench.spec import COLLECTIVES, CommSpec
+from dlbench.spec import CommSpec
 
 
 def bus_factor(collective: str, world_size: int) -> float:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 import torch
 
 from dlbench.env import cpu_model
@@ -52,3 +55,15 @@ def peak_flops_per_s(name: str, precision: str) -> float | None:
             value = peaks.get(precision)
             return value * 1e12 if value else None
     return None
+
+
+@contextlib.contextmanager
+def torch_threads(threads: int | None) -> Iterator[None]:
+    """``threads`` intra-op threads inside the block (when given), torch's previous setting after it."""
+    previous = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)

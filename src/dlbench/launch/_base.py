@@ -52,6 +52,7 @@ class LaunchPlan:
     ranks_here: tuple[int, ...] = (0,)
     start_timeout_s: float | None = None
     boot_timeout_s: float = 600.0
+    launcher_rendezvous: bool = False
     grace_s: float = 300.0
     describe: str = ""
 

@@ -130,6 +130,8 @@ def _watch(proc: subprocess.Popen, tree: ProcessTree, plan: LaunchPlan, out_dir:
         if waiting_start:
             if booted is None and ranks <= marked_ranks(out_dir, "started"):
                 booted = now
+            elif booted is None and plan.launcher_rendezvous and now - launched > plan.boot_timeout_s:
+                booted = now  # the launchers meet before ranks start: from here, the rendezvous is what waits
             if ranks <= marked_ranks(out_dir, "joined"):
                 waiting_start = False
             elif booted is None and now - launched > plan.boot_timeout_s:

@@ -18,6 +18,8 @@ from dlbench.launch.process import run_plan
 
 #: Seconds the rendezvous may take beyond the run's timeout, once every rank is up.
 START_SLACK_S = 5.0
+#: Seconds torchrun gets to start (import torch) before its multi-node rendezvous is timed.
+LAUNCHER_BOOT_S = 5.0
 
 
 def torchrun_argv(run: ResolvedRun, workdir: Path, python: str = sys.executable) -> tuple[str, ...]:
@@ -55,6 +57,7 @@ class TorchrunLauncher(Launcher):
             launcher=self.name, argv=torchrun_argv(run, workdir), env=rank_env(run),
             files={JOB_FILE: job_document(run)}, ranks_here=run.ranks_here,
             start_timeout_s=run.timeout_s + START_SLACK_S, grace_s=run.timeout_s,
+            **({"launcher_rendezvous": True, "boot_timeout_s": LAUNCHER_BOOT_S} if run.nnodes > 1 else {}),
             describe=describe_rendezvous(run),
         )
 

@@ -40,6 +40,7 @@ from dlbench.mlperf.folder import (
     result_path,
     system_description,
 )
+from dlbench.engine.devices import torch_threads
 from dlbench.engine.run import ResolvedRun, frozen
 from dlbench.mlperf.log import ResultLog, is_rank_zero, open_result_log
 
@@ -107,7 +108,7 @@ class TaskSession:
                 self.on_epoch(spec["result_index"], epoch, quality, reached)
 
         try:
-            with _torch_threads(self.options.threads):
+            with torch_threads(self.options.threads):
                 result = train_to_target(self.task, self.datasets, log, dict(spec), self.options, self.device, report)
         finally:
             log.close()
@@ -159,19 +160,6 @@ def prepare_task(name: str, out_dir: str | Path, options: RunOptions, env: dict[
     if is_rank_zero():
         _write_system(out, system, env, spec)
     return TaskSession(task, datasets, out, options, device, spec, on_epoch, joined)
-
-
-@contextlib.contextmanager
-def _torch_threads(threads: int | None) -> Iterator[None]:
-    import torch
-
-    previous = torch.get_num_threads()
-    if threads:
-        torch.set_num_threads(threads)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)
 
 
 def _write_system(out: Path, system: str, env: dict, spec: dict) -> None:

@@ -1,12 +1,16 @@
 """Two groups of runs side by side: per-workload throughput ratio and a verdict from the runs' spread.
 
-The verdict is a two-sided test at about 95%: B is "faster" (or "slower") than A when the difference
-of mean throughputs exceeds ``Z`` standard errors of that difference; otherwise "within noise".
-The standard error of each side comes from the runs themselves:
+The verdict is a two-sided test at 95% (Welch's t-test): B is "faster" (or "slower") than A when
+the difference of mean throughputs exceeds the critical value of Student's t — with the
+Welch–Satterthwaite degrees of freedom — times the standard error of that difference; otherwise
+"within noise". The critical value is 1.96 (``Z``) for many runs but 4.30 with two runs a side and
+2.78 with three: with so few runs a 1.96 rule would call one comparison in five or eight "slower"
+on noise alone. The standard error of each side comes from the runs themselves:
 
-* two or more runs: the spread between runs (sample standard deviation / sqrt(n));
-* one run: the spread of its own step times, propagated to throughput
-  (relative error of throughput = relative standard error of the mean step time).
+* two or more runs: the spread between runs (sample standard deviation / sqrt(n)), n − 1 degrees
+  of freedom;
+* one run: the spread of its own step times, propagated to throughput (relative error of
+  throughput = relative standard error of the mean step time), steps − 1 degrees of freedom.
 
 Run-to-run noise is usually larger than step-to-step noise, so repeat runs for a firm verdict.
 """
@@ -18,8 +22,20 @@ import statistics
 from dataclasses import asdict, dataclass
 from typing import Any
 
-#: Standard errors a difference must exceed to count (two-sided, ~95% for a normal estimate).
+#: Standard errors a difference must exceed to count with many degrees of freedom (two-sided 95%).
 Z = 1.96
+#: Two-sided 95% critical values of Student's t for 1..30 degrees of freedom (any statistics table).
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+
+
+def critical_value(df: float | None) -> float:
+    """Two-sided 95% critical value of t with ``df`` degrees of freedom (None: many, i.e. ``Z``)."""
+    if df is None or df > 30:
+        return Z if df is None else Z + (_T975[-1] - Z) * 30 / df  # t approaches 1.96 as ~1/df
+    low = max(1, math.floor(df))
+    high = min(30, low + 1)
+    return _T975[low - 1] + (_T975[high - 1] - _T975[low - 1]) * (df - low)
 
 
 @dataclass(frozen=True)
@@ -29,6 +45,7 @@ class GroupEstimate:
     runs: int
     samples_per_s: float
     sem: float
+    df: float | None = None  # degrees of freedom of ``sem``; None: many
 
 
 @dataclass(frozen=True)
@@ -54,32 +71,52 @@ def config_key(record: dict[str, Any]) -> str:
     return " ".join(parts) + (f" [{params}]" if params else "")
 
 
+def comparable(record: dict[str, Any]) -> bool:
+    """A successful run with a throughput and step times: what :func:`estimate` can use."""
+    result = record.get("result") or {}
+    return record["status"] == "ok" and bool(result.get("samples_per_s")) and bool(result.get("step_time_s"))
+
+
 def estimate(records: list[dict[str, Any]]) -> GroupEstimate:
     """Mean samples/s of successful runs and its standard error (see the module docstring)."""
     values = [r["result"]["samples_per_s"] for r in records]
     mean = statistics.fmean(values)
     if len(values) >= 2:
         sem = statistics.stdev(values) / math.sqrt(len(values))
+        df = len(values) - 1
     else:
         step = records[0]["result"]["step_time_s"]
         sem = mean * (step["sem"] / step["mean"]) if step["mean"] else 0.0
-    return GroupEstimate(runs=len(values), samples_per_s=mean, sem=sem)
+        df = step["n"] - 1 if step.get("n", 0) > 1 else None
+    return GroupEstimate(runs=len(values), samples_per_s=mean, sem=sem, df=df)
 
 
-def verdict(a: GroupEstimate, b: GroupEstimate, z: float = Z) -> str:
+def welch_df(a: GroupEstimate, b: GroupEstimate) -> float | None:
+    """Welch–Satterthwaite degrees of freedom of the difference (None when both sides have many)."""
+    if a.df is None and b.df is None:
+        return None
+    terms = [(e.sem ** 2) ** 2 / e.df for e in (a, b) if e.df]
+    variance = a.sem ** 2 + b.sem ** 2
+    return variance ** 2 / sum(terms) if sum(terms) > 0 else None
+
+
+def verdict(a: GroupEstimate, b: GroupEstimate, z: float | None = None) -> str:
+    """faster | slower | within noise, for B against A (``z`` overrides the t critical value)."""
     diff = b.samples_per_s - a.samples_per_s
     se = math.hypot(a.sem, b.sem)
-    if abs(diff) <= z * se or diff == 0:
+    limit = z if z is not None else critical_value(welch_df(a, b))
+    if abs(diff) <= limit * se or diff == 0:
         return "within noise"
     return "faster" if diff > 0 else "slower"
 
 
 def compare(group_a: list[dict[str, Any]], group_b: list[dict[str, Any]]) -> list[CompareRow]:
-    """Rows per configuration key; only successful runs count."""
+    """Rows per configuration key; only successful throughput runs count (a collective benchmark or
+    a time-to-train run has no step times to compare)."""
     by_key: dict[str, tuple[list, list]] = {}
     for side, records in ((0, group_a), (1, group_b)):
         for record in records:
-            if record["status"] == "ok" and record.get("result"):
+            if comparable(record):
                 by_key.setdefault(config_key(record), ([], []))[side].append(record)
     rows = []
     for key in sorted(by_key):

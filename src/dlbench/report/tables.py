@@ -33,17 +33,21 @@ def _rate(value: float | None) -> str:
 
 
 def run_table(records: Sequence[dict[str, Any]]) -> Table:
-    """One row per run just made: throughput, step-time spread, FLOP/s."""
-    columns = ["workload", "device", "prec", "batch", "samples/s", "step ms (median±MAD)", "FLOP/s", "MFU", "status"]
+    """One row per run just made: what tells runs apart (parameters, processes, threads), throughput,
+    step-time spread, FLOP/s."""
+    columns = ["workload", "params", "device", "prec", "batch", "procs×threads", "samples/s", "step ms (median±MAD)",
+               "FLOP/s", "MFU", "status"]
     rows = []
     for r in records:
         spec, result = r["spec"], r.get("result") or {}
         step = result.get("step_time_s") or {}
         spread = f"{_ms(step.get('median'))} ± {_ms(step.get('mad'))}" if step else "-"
         mfu = result.get("mfu")
+        params = ",".join(f"{k}={v}" for k, v in sorted((spec.get("params") or {}).items()) if v is not None)
+        procs = f"{spec.get('world_size') or spec.get('nproc', 1)}×{spec.get('threads') or '?'}"
         rows.append([
-            spec["workload"], spec.get("device_name") or spec.get("device", "?"), spec.get("precision", ""),
-            str(spec.get("batch_size", "")), _rate(result.get("samples_per_s")), spread,
+            spec["workload"], params or "-", spec.get("device_name") or spec.get("device", "?"), spec.get("precision", ""),
+            str(spec.get("batch_size", "")), procs, _rate(result.get("samples_per_s")), spread,
             si(result.get("achieved_flops_per_s"), "FLOP/s"), "-" if mfu is None else f"{mfu:.1%}",
             r["status"] if r["status"] == "ok" else f"{r['status']}: {(r.get('error') or '')[:60]}",
         ])

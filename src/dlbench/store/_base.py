@@ -21,6 +21,8 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any
 
+from dlbench.errors import UsageError
+
 
 @dataclass(frozen=True)
 class RunFilter:
@@ -89,8 +91,6 @@ _FIELD_KEYS = ("workload", "device", "host", "status", "torch", "since", "until"
 
 def parse_date(text: str, what: str) -> dt.datetime:
     """``2026-11-30`` or a full ISO 8601 time; naive times are taken as UTC."""
-    from dlbench.errors import UsageError
-
     try:
         moment = dt.datetime.fromisoformat(text)
     except ValueError:
@@ -105,8 +105,6 @@ def parse_selector(text: str) -> RunFilter:
     workload, device, host, status, torch (version prefix), since, until — any other key is a tag.
     Example: ``torch=2.4,container=docker`` or ``3f2a1c,9b0e77``.
     """
-    from dlbench.errors import UsageError
-
     ids: list[str] = []
     workloads: list[str] = []
     fields: dict[str, object] = {}

@@ -1,0 +1,228 @@
+"""``dlbench report``: one self-contained HTML page built from stored runs.
+
+Data first (:mod:`dlbench.report.sections`, :mod:`dlbench.report.trend`), then this module lays it
+out with inline SVG charts (:mod:`dlbench.report.svg`) in the page frame (:mod:`dlbench.report.page`).
+Sections with nothing to show are left out; every section says how its figures were measured.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+from html import escape
+from typing import Any
+
+from dlbench import __version__
+from dlbench.report import sections
+from dlbench.report.compare import Z
+from dlbench.report.page import method, page, runs_table, section, table
+from dlbench.report.svg import bar_chart, line_chart
+from dlbench.report.trend import is_change_point, trend
+
+_MAX_LINE_POINTS = 200  # telemetry lines are thinned to this many points: the page stays small
+
+
+def _env_section(data: dict[str, Any]) -> str:
+    envs, fields, differs = data["environments"], data["fields"], set(data["differs"])
+    columns = ["field"] + [f"env {i + 1} ({e['runs']} runs)" for i, e in enumerate(envs)]
+    rows = [[f + (" (differs)" if f in differs else "")] + [e["env"][f] for e in envs] for f in fields]
+    note = (f"The environments differ in: <b>{escape(', '.join(data['differs']))}</b>." if differs
+            else "All runs share one environment.")
+    return (f"<p>{note}</p>" + table(columns, rows, row_class=lambda i: "diff" if fields[i] in differs else "")
+            + method("Captured by each run at its start (<code>dlbench env</code> shows the same): hostname, CPU, "
+                     "GPUs and driver through NVML, torch with its CUDA, cuDNN and NCCL versions, the container runtime "
+                     "(from /.dockerenv, /run/.containerenv, cgroups, Apptainer/Shifter/Kubernetes variables) and the "
+                     "scheduler job (Slurm or Kubernetes variables)."))
+
+
+def _est(est) -> str:
+    return f"{est.samples_per_s:,.1f} ± {est.sem:,.1f}"
+
+
+def _workloads_section(rows: list[dict[str, Any]]) -> str:
+    columns = ["configuration", "device", "runs", "failed", "samples/s (mean ± sem)", "min – max", "median step ms", "MFU"]
+    body = []
+    for r in rows:
+        est = r.get("estimate")
+        body.append([r["configuration"], ", ".join(r.get("device", [])), r["runs"], r["failed"],
+                     _est(est) if est else "-", f"{r['min']:,.1f} – {r['max']:,.1f}" if est else "-",
+                     f"{r['step_median_s'] * 1e3:.3f}" if r.get("step_median_s") else "-",
+                     f"{r['mfu']:.1%}" if r.get("mfu") is not None else "-"])
+    charts = []
+    for workload in sorted({r["workload"] for r in rows if r.get("estimate")}):
+        bars = [(r["configuration"].removeprefix(workload).strip() or workload, r["estimate"].samples_per_s,
+                 interval_half_width(r["estimate"].sem), f"{r['configuration']}: {_est(r['estimate'])} samples/s, n={r['runs']}")
+                for r in rows if r["workload"] == workload and r.get("estimate")]
+        charts.append(bar_chart(bars, f"{workload}: throughput (whiskers: ±{Z} sem)", "samples/s"))
+    return (table(columns, body, numeric={2, 3, 4, 5, 6, 7}) + f'<div class="charts">{"".join(charts)}</div>'
+            + method("Throughput = batch × timed steps / wall time of the timed window, after warm-up steps that are "
+                     "not timed; the device is synchronised at both ends of the window. Runs of one configuration "
+                     "(workload, mode, precision, batch size, processes, parameters) are averaged; the spread is the "
+                     "standard error of the mean between runs (one run: from its step-time spread). MFU = achieved "
+                     "FLOP/s (FLOPs counted by torch.utils.flop_counter) / the GPU's published peak; blank on CPUs "
+                     "and unknown GPUs."))
+
+
+def interval_half_width(sem: float) -> float:
+    """Half-width of the ~95 % interval drawn as whiskers (``Z`` standard errors, as compare uses)."""
+    return Z * sem
+
+
+def _scaling_section(series: list[dict[str, Any]], comm: list[dict[str, Any]]) -> str:
+    out = []
+    if series:
+        rows = [[s["series"], s["workload"], s["scaling"], r["nproc"], f"{r['samples_per_s']:,.1f}",
+                 f"{r['speedup']:.2f}", f"{r['efficiency']:.1%}"] for s in series for r in s["rows"]]
+        out.append(table(["series", "workload", "scaling", "procs", "samples/s", "speed-up", "efficiency"], rows, numeric={3, 4, 5, 6}))
+
+        def chart(key: str, title: str, ylabel: str) -> str:
+            lines = [{"label": f"{s['workload']} {s['series'][:6]}", "points": [
+                (r["nproc"], r[key], None, f"{s['workload']} ×{r['nproc']}: {r[key]:,.3g}") for r in s["rows"]]} for s in series]
+            return line_chart(lines, title, "processes", ylabel, logx=2)
+
+        out.append('<div class="charts">' + chart("samples_per_s", "scaling: throughput", "samples/s (global)")
+                   + chart("speedup", "scaling: speed-up", "T_N / T_base") + chart("efficiency", "scaling: efficiency", "T_N / (N·T_1)") + "</div>")
+        out.append(method("One tagged series per <code>dlbench scale</code> (tag scale_series). Global throughput is all "
+                          "ranks' samples over the slowest rank's timed window (a barrier opens every window together). "
+                          "Speed-up = T_N / T_base and efficiency = (T_N / T_base) / (N / base), base = the smallest count."))
+    if comm:
+        lines = [{"label": f"{c['collective']} ×{c['nproc']} {c['id'][:6]}", "points": [
+            (s["size_bytes"], s["busbw_bytes_per_s"] / 1e9, None,
+             f"{c['collective']} {s['size_bytes']} B: busbw {s['busbw_bytes_per_s'] / 1e9:.3g} GB/s, algbw "
+             f"{s['algbw_bytes_per_s'] / 1e9:.3g} GB/s, {s['time_s'] * 1e6:.1f} µs") for s in c["sizes"]]} for c in comm]
+        out.append('<div class="charts">' + line_chart(lines, "collectives: bus bandwidth vs message size",
+                                                        "message size (bytes)", "GB/s", logx=2, logy=True) + "</div>")
+        out.append(method("As nccl-tests: warm-up iterations, then timed iterations between device synchronisations; the "
+                          "time is the slowest rank's mean. algbw = bytes / time; busbw = algbw × 2(n−1)/n for all-reduce, "
+                          "(n−1)/n for all-gather, 1 for broadcast. Every size's result is checked on known values."))
+    return "".join(out)
+
+
+def _thin(values: list, limit: int = _MAX_LINE_POINTS) -> list:
+    step = max(1, -(-len(values) // limit))
+    return values[::step]
+
+
+def _telemetry_section(timelines: list[dict[str, Any]], limit: int) -> str:
+    blocks = []
+    for data in timelines:
+        charts = []
+        for panel in data["panels"]:
+            lines = [{"label": line["label"], "points": _thin([(t, v, None, f"{line['label']} at {t:.1f} s: {v:.3g} {panel['ylabel']}")
+                                                              for t, v in zip(line["t_s"], line["values"])])}
+                     for line in panel["lines"] if line["values"]]
+            charts.append(line_chart(lines, panel["title"], "seconds since the run started", panel["ylabel"], band=data["window"]))
+        blocks.append(f"<h3>{escape(data['title'])}</h3><div class=\"charts\">{''.join(charts)}</div>")
+    return ("".join(blocks) + method(
+        f"Sampled on a background thread every --telemetry-interval seconds (plus one sample at the start and one at the "
+        f"end of the timed window) through NVML for GPUs and psutil for the host; the measured window is shaded. "
+        f"The newest {limit} runs with a stored series are shown (--telemetry-runs)."))
+
+
+def _compare_section(items: list[dict[str, Any]]) -> str:
+    out = []
+    for item in items:
+        rows = [[r.key, _est(r.a) + f" (n={r.a.runs})" if r.a else "-", _est(r.b) + f" (n={r.b.runs})" if r.b else "-",
+                 f"{r.ratio:.3f}" if r.ratio else "-", ("html", f'<span class="{r.verdict.split()[0]}">{escape(r.verdict)}</span>')]
+                for r in item["rows"]]
+        out.append(f"<h3>{escape(item['label'])}{' (automatic)' if item['auto'] else ''}</h3>"
+                   + table(["configuration", "A samples/s", "B samples/s", "B/A", "verdict"], rows, numeric={1, 2, 3}))
+    return "".join(out) + method(
+        f"As <code>dlbench compare</code>: runs are paired by configuration; B is faster or slower when the difference of "
+        f"mean throughputs passes Welch's t-test at 95 % (it exceeds t standard errors of the difference: {Z} with many "
+        f"runs, 2.78 with three a side), else within noise. Automatic "
+        f"comparisons appear when the selected runs take exactly two values of {', '.join(sections.AUTO_COMPARE)}.")
+
+
+def trend_chart(configuration: str, points: list, by: str) -> str:
+    """One configuration's trend: means with ±Z sem whiskers, change points in red."""
+    line = {"label": configuration.split()[0], "points": [
+        (i, p.estimate.samples_per_s, interval_half_width(p.estimate.sem),
+         f"{p.group}: {_est(p.estimate)} (n={p.estimate.runs}) {p.change}") for i, p in enumerate(points)]}
+    flagged = {"label": "change point", "color": "#b00020", "points": [
+        (i, p.estimate.samples_per_s, None, f"change point: {p.change} {p.change_percent:+.1f}%")
+        for i, p in enumerate(points) if is_change_point(p)]}
+    return line_chart([line] + ([flagged] if flagged["points"] else []), configuration[:70], by, "samples/s",
+                      xlabels=[p.group for p in points])
+
+
+def _trend_section(records: list[dict[str, Any]], by: str) -> str:
+    points = trend(records, by)
+    by_config: dict[str, list] = {}
+    for p in points:
+        by_config.setdefault(p.configuration, []).append(p)
+    shown = {k: v for k, v in by_config.items() if len(v) >= 2}
+    if not shown:
+        return ""
+    charts, rows = [], []
+    for key, pts in shown.items():
+        charts.append(trend_chart(key, pts, by))
+        rows += [[key, p.group, p.estimate.runs, _est(p.estimate), "-" if p.change_percent is None else f"{p.change_percent:+.1f}%",
+                  p.change or "-"] for p in pts]
+    return (table(["configuration", by, "runs", "samples/s", "vs previous", "verdict"], rows, numeric={2, 3, 4},
+                  row_class=lambda i: "changed" if rows[i][5] in ("faster", "slower") else "")
+            + f'<div class="charts">{"".join(charts)}</div>'
+            + method(f"Runs grouped by configuration and by {by} ({'version order' if by in ('torch', 'cuda') else 'time order'}); "
+                     f"each point is the mean with ±{Z} sem whiskers. A change point is flagged when compare's verdict on two "
+                     f"consecutive groups is faster or slower (<code>dlbench trend WORKLOAD --by {by}</code>)."))
+
+
+def _mlperf_section(rows: list[dict[str, Any]]) -> str:
+    def minutes(value):
+        return "-" if value is None else f"{value:.2f}"
+
+    body = [[r["system"], r["benchmark"], r["runs"], r["reached"], minutes(r["median_minutes"]),
+             f"{minutes(r['min_minutes'])} – {minutes(r['max_minutes'])}",
+             "; ".join(f"{name}: {m:g} min" for name, m in r["references"].items()) or "-"] for r in rows]
+    return table(["system", "benchmark", "runs", "reached target", "median minutes", "min – max", "published references"],
+                 body, numeric={2, 3, 4}) + method(
+        "MLPerf-style time to train: the clock runs from run_start to run_stop, with an evaluation after every epoch on "
+        "the clock; only runs that reached the target count. References are published results (dlbench/data/references.yaml, "
+        "or --references FILE). dlbench's own tasks are shrunken, so their ratio to a DGX-1 says nothing about the "
+        "hardware; <code>dlbench mlperf score</code> gives MLPerf's olympic score of a results folder.")
+
+
+def _hpo_section(studies: list[dict[str, Any]]) -> str:
+    out = []
+    for s in studies:
+        rows = [[t["trial"], t["id"], t["status"], " ".join(f"{k}={v}" for k, v in sorted(t["params"].items())),
+                 t["batch_size"], "-" if t["samples_per_s"] is None else f"{t['samples_per_s']:,.1f}"] for t in s["best"]]
+        out.append(f"<h3>study {escape(s['study'])}: {s['trials']} trials, {s['ok']} ok</h3>"
+                   + table(["trial", "run", "status", "parameters", "batch", "samples/s"], rows, numeric={4, 5}))
+    return "".join(out) + method("Trials are stored runs tagged hpo_study (and hpo_trial); the ten best by throughput are listed.")
+
+
+def build_report(records: list[dict[str, Any]], *, title: str, selectors: list[str],
+                 series_of: Callable[[str], list[dict[str, Any]]], references: dict[str, dict[str, Any]] | None = None,
+                 explicit: list[tuple[str, list, list]] = (), telemetry_runs: int = 12, trend_by: str = "torch") -> str:
+    """The whole HTML document for ``records`` (newest first, as the store returns them)."""
+    parts: list[tuple[str, str, str]] = [
+        ("environments", "Environments", _env_section(sections.environments(records))),
+        ("runs", "Runs", runs_table(records) + method("Every selected run, failed ones too, with the settings that tell runs apart.")),
+    ]
+    workloads = sections.workload_rows(records)
+    if workloads:
+        parts.append(("workloads", "Throughput per workload", _workloads_section(workloads)))
+    scaling = _scaling_section(sections.scaling(records), sections.bandwidth(records))
+    if scaling:
+        parts.append(("scaling", "Scaling and collectives", scaling))
+    trend_html = _trend_section(records, trend_by)
+    if trend_html:
+        parts.append(("trend", f"Trend by {trend_by}", trend_html))
+    comparisons = [c for c in sections.comparisons(records, explicit) if c["rows"]]
+    if comparisons:
+        parts.append(("compare", "Comparisons", _compare_section(comparisons)))
+    timelines = sections.telemetry(records, series_of, telemetry_runs) if telemetry_runs else []
+    if timelines:
+        parts.append(("telemetry", "Telemetry timelines", _telemetry_section(timelines, telemetry_runs)))
+    mlperf = sections.mlperf(records, references or {})
+    if mlperf:
+        parts.append(("mlperf", "MLPerf-style time to train", _mlperf_section(mlperf)))
+    studies = sections.hpo(records)
+    if studies:
+        parts.append(("hpo", "Hyperparameter studies", _hpo_section(studies)))
+    now = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    span = f"{min(r['created_at'] for r in records)[:10]} to {max(r['created_at'] for r in records)[:10]}"
+    meta = (f"{len(records)} runs from {span}; selection: {escape(' | '.join(selectors) or 'all runs')}; "
+            f"generated {now} by dlbench {escape(__version__)}. Hover over a chart mark for its value; click a chart to enlarge it.")
+    return page(title, meta, [(a, t) for a, t, _ in parts], "".join(section(a, t, c) for a, t, c in parts))

@@ -1,0 +1,129 @@
+"""The frame of the HTML report: one self-contained page (inline CSS, a few lines of inline
+JavaScript for the runs table, inline SVG charts), and the sortable, filterable runs table.
+
+No resource is loaded from anywhere: the page opens offline and can be attached to an e-mail.
+"""
+
+from __future__ import annotations
+
+from html import escape
+from typing import Any
+
+from dlbench.report.frame import environment, world_size
+
+CSS = """
+body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:0 auto;max-width:1180px;padding:0 18px 40px;color:#222}
+h1{font-size:1.5em;margin:18px 0 4px}h2{font-size:1.2em;margin-top:34px;border-bottom:2px solid #1f77b4;padding-bottom:3px}
+h3{font-size:1em;margin:18px 0 6px}nav a{margin-right:12px}.meta{color:#555;font-size:.9em}
+table{border-collapse:collapse;font-size:.82em;margin:6px 0}th,td{border:1px solid #ccc;padding:3px 6px;text-align:left;vertical-align:top}
+th{background:#f0f4f8}td.num{text-align:right;font-variant-numeric:tabular-nums}.diff{background:#fff3cd}
+.method{background:#f6f8fa;border-left:3px solid #888;padding:6px 10px;font-size:.85em;color:#333;margin:8px 0}
+.charts{display:grid;grid-template-columns:repeat(auto-fill,minmax(460px,1fr));gap:10px}
+.slower,.regression{color:#b00020;font-weight:bold}.faster{color:#087f23;font-weight:bold}.changed{background:#fde2e1}
+#runs-table th{cursor:pointer;user-select:none}#runs-table th.asc:after{content:' \\25B2'}#runs-table th.desc:after{content:' \\25BC'}
+.scroll{max-height:520px;overflow:auto;border:1px solid #ddd}input#filter{padding:4px;width:320px}
+svg.chart{cursor:zoom-in}svg.chart.zoomed{position:fixed;left:2vw;top:2vh;width:96vw;height:96vh;background:#fff;
+z-index:10;box-shadow:0 0 0 100vmax rgba(0,0,0,.45);cursor:zoom-out}
+"""
+
+# Click a chart to see it full-window (again to close); sort the runs table by a column (numbers
+# by data-v, text otherwise) and filter its rows by text. No library.
+JS = """
+Array.prototype.forEach.call(document.querySelectorAll('svg.chart'),function(svg){
+  svg.addEventListener('click',function(){svg.classList.toggle('zoomed');});});
+(function(){
+var table=document.getElementById('runs-table');if(!table)return;
+var body=table.tBodies[0],heads=table.tHead.rows[0].cells;
+function key(row,i){var c=row.cells[i],v=c.getAttribute('data-v');return v!==null?parseFloat(v):c.textContent.toLowerCase();}
+Array.prototype.forEach.call(heads,function(th,i){th.addEventListener('click',function(){
+  var asc=!th.classList.contains('asc');Array.prototype.forEach.call(heads,function(h){h.classList.remove('asc','desc');});
+  th.classList.add(asc?'asc':'desc');var rows=Array.prototype.slice.call(body.rows);
+  rows.sort(function(a,b){var x=key(a,i),y=key(b,i);if(typeof x==='number'&&isNaN(x))return 1;if(typeof y==='number'&&isNaN(y))return -1;
+    return (x<y?-1:x>y?1:0)*(asc?1:-1);});
+  rows.forEach(function(r){body.appendChild(r);});});});
+var input=document.getElementById('filter'),count=document.getElementById('shown');
+input.addEventListener('input',function(){var terms=input.value.toLowerCase().split(/\\s+/).filter(Boolean),n=0;
+  Array.prototype.forEach.call(body.rows,function(r){var t=r.textContent.toLowerCase();
+    var ok=terms.every(function(w){return t.indexOf(w)>=0;});r.style.display=ok?'':'none';if(ok)n++;});
+  count.textContent=n;});
+})();
+"""
+
+
+def page(title: str, meta: str, nav: list[tuple[str, str]], body: str) -> str:
+    """The whole document."""
+    links = "".join(f'<a href="#{anchor}">{escape(label)}</a>' for anchor, label in nav)
+    return (
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        "<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">"
+        # Nothing may be fetched: the policy makes a stray reference fail loudly instead of leaking a request.
+        "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; "
+        "script-src 'unsafe-inline'; img-src data:\">"
+        f"<title>{escape(title)}</title><style>{CSS}</style></head><body>"
+        f"<h1>{escape(title)}</h1><p class=\"meta\">{meta}</p><nav>{links}</nav>{body}"
+        f"<script>{JS}</script></body></html>\n"
+    )
+
+
+def method(text: str) -> str:
+    """A short note on how the section's figures were measured."""
+    return f'<div class="method"><b>Method.</b> {text}</div>'
+
+
+def section(anchor: str, title: str, content: str) -> str:
+    return f'<section id="{anchor}"><h2>{escape(title)}</h2>{content}</section>'
+
+
+def table(columns: list[str], rows: list[list[Any]], numeric: set[int] = frozenset(), row_class=None) -> str:
+    """A plain table; cells are escaped text unless given as ``("html", markup)``."""
+    head = "".join(f"<th>{escape(c)}</th>" for c in columns)
+    out = []
+    for i, row in enumerate(rows):
+        cells = []
+        for j, cell in enumerate(row):
+            text = cell[1] if isinstance(cell, tuple) and cell[0] == "html" else escape("-" if cell is None else str(cell))
+            cells.append(f'<td class="num">{text}</td>' if j in numeric else f"<td>{text}</td>")
+        cls = f' class="{row_class(i)}"' if row_class and row_class(i) else ""
+        out.append(f"<tr{cls}>{''.join(cells)}</tr>")
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(out)}</tbody></table>"
+
+
+def _num(value: float | None, text: str) -> str:
+    return f'<td class="num" data-v="{"NaN" if value is None else repr(float(value))}">{escape(text)}</td>'
+
+
+def _params(spec: dict[str, Any]) -> str:
+    return " ".join(f"{k}={v}" for k, v in sorted((spec.get("params") or {}).items()) if v is not None)
+
+
+def runs_table(records: list[dict[str, Any]]) -> str:
+    """Every selected run, sortable by any column (click a header) and filterable by text."""
+    columns = ["id", "created (UTC)", "workload", "parameters", "mode", "prec", "batch", "procs", "threads",
+               "device", "status", "samples/s", "median step ms", "torch", "container", "host", "tags"]
+    rows = []
+    for r in records:
+        spec, result, env = r["spec"], r.get("result") or {}, environment(r)
+        step = (result.get("step_time_s") or {}).get("median")
+        rate = result.get("samples_per_s")
+        status = r["status"] + (f": {r['error'][:80]}" if r.get("error") else "")
+        rows.append(
+            f"<tr><td>{escape(r['id'])}</td><td>{escape(r['created_at'][:19].replace('T', ' '))}</td>"
+            f"<td>{escape(spec['workload'])}</td><td>{escape(_params(spec))}</td><td>{escape(str(spec.get('mode', '')))}</td>"
+            f"<td>{escape(str(spec.get('precision', '')))}</td>"
+            + _num(spec.get("batch_size"), str(spec.get("batch_size") or "-"))
+            + _num(world_size(r), str(world_size(r)))
+            + _num(spec.get("threads"), str(spec.get("threads") or "-"))
+            + f"<td>{escape(str(spec.get('device_name') or spec.get('device', '')))}</td><td>{escape(status)}</td>"
+            + _num(rate, "-" if rate is None else f"{rate:,.1f}")
+            + _num(None if step is None else step * 1e3, "-" if step is None else f"{step * 1e3:.3f}")
+            + f"<td>{escape(str(env['torch']))}</td><td>{escape(env['container'] + (' ' + env['image'] if env['image'] else ''))}</td>"
+            f"<td>{escape(str(env['host']))}</td>"
+            f"<td>{escape(' '.join(f'{k}={v}' for k, v in sorted((spec.get('tags') or {}).items())))}</td></tr>"
+        )
+    head = "".join(f"<th>{escape(c)}</th>" for c in columns)
+    return (
+        f'<p><input id="filter" type="search" placeholder="filter: words that must all appear in a row" '
+        f'aria-label="filter runs"> <span id="shown">{len(records)}</span> of {len(records)} runs shown; '
+        "click a column header to sort.</p>"
+        f'<div class="scroll"><table id="runs-table"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table></div>'
+    )

@@ -1,0 +1,124 @@
+"""A regression gate for CI: is the candidate slower than the baseline beyond noise *and* beyond a threshold?
+
+Runs are paired by configuration (:func:`dlbench.report.compare.config_key`: workload, mode,
+precision, batch size, process count, parameters). For each configuration present on both sides the
+statistics are those of ``dlbench compare`` (:mod:`dlbench.report.compare`): mean throughput per
+side with its standard error, and "slower" only when Welch's t-test at 95 % says so (the difference
+exceeds t standard errors of the difference). A configuration is a **regression** only when it is slower by that test *and* its
+throughput ratio candidate/baseline is below ``1 - threshold``: a statistically clear 1 % slowdown
+on a quiet machine is not worth failing a pipeline for, and a 10 % drop on one noisy run is not
+clear. Both conditions keep the gate from crying wolf (TorchBench had to widen its fixed 7 % rule
+for noisy benchmarks; here the noise test adapts to each benchmark's own spread).
+
+A side with a single run has only its step-to-step spread as error, which misses run-to-run noise
+entirely; so by default a configuration needs two runs on each side to be decided (``min_runs``;
+three or more, baseline and candidate alternating, is the protocol that kept false alarms at zero in
+``bench/regress_false_alarm.py``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from dlbench.errors import UsageError
+from dlbench.report.compare import GroupEstimate, compare
+
+DEFAULT_THRESHOLD = 0.05
+#: Fewer runs than this on a side leave a configuration undecided: one run's error is its step-time
+#: spread, blind to run-to-run noise (bench/RESULTS.md: single runs cry wolf on a shared machine).
+DEFAULT_MIN_RUNS = 2
+
+
+@dataclass(frozen=True)
+class RegressRow:
+    """The decision for one configuration."""
+
+    configuration: str
+    baseline: GroupEstimate | None
+    candidate: GroupEstimate | None
+    ratio: float | None  # candidate / baseline throughput
+    change_percent: float | None  # (ratio - 1) * 100
+    statistical: str  # compare's verdict: faster | slower | within noise | only in baseline | only in candidate
+    decision: str  # regression | ok | improved | too few runs | not compared
+    note: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def parse_threshold(text: str) -> float:
+    """``"5%"``, ``"5"`` or ``"0.05"`` → 0.05; anything else, or outside [0, 100) %, is a usage error."""
+    raw = text.strip()
+    try:
+        value = float(raw.rstrip("%"))
+    except ValueError:
+        raise UsageError(f"--threshold {text!r} is not a number; write a percentage such as 5% or 0.05.") from None
+    fraction = value / 100 if raw.endswith("%") or value >= 1 else value
+    if not 0 <= fraction < 1:
+        raise UsageError(f"--threshold {text!r} must be between 0% and 100%, e.g. 5%.")
+    return fraction
+
+
+def _decide(statistical: str, ratio: float, threshold: float) -> str:
+    if statistical == "slower" and ratio < 1 - threshold:
+        return "regression"
+    if statistical == "faster" and ratio > 1 + threshold:
+        return "improved"
+    return "ok"
+
+
+def regress(baseline: list[dict[str, Any]], candidate: list[dict[str, Any]], threshold: float = DEFAULT_THRESHOLD,
+            min_runs: int = DEFAULT_MIN_RUNS) -> list[RegressRow]:
+    """One :class:`RegressRow` per configuration seen on either side (successful runs only).
+
+    A configuration with fewer than ``min_runs`` runs on a side is not decided ("too few runs").
+    """
+    rows = []
+    for row in compare(baseline, candidate):
+        if row.a is None or row.b is None or row.ratio is None:
+            side = "baseline" if row.a else "candidate"
+            rows.append(RegressRow(row.key, row.a, row.b, None, None, f"only in {side}", "not compared",
+                                   f"no successful run of this configuration in the {'candidate' if row.a else 'baseline'}"))
+            continue
+        fewest = min(row.a.runs, row.b.runs)
+        decision, note = _decide(row.verdict, row.ratio, threshold), ""
+        if fewest < min_runs:
+            decision = "too few runs"
+            note = (f"{fewest} run(s) on a side, fewer than --min-runs {min_runs}: repeat the runs, baseline and "
+                    "candidate alternating (3+ each)")
+        elif fewest < 2:
+            note = "one run on a side: its error is the step-time spread only, which misses run-to-run noise"
+        rows.append(RegressRow(row.key, row.a, row.b, row.ratio, (row.ratio - 1) * 100, row.verdict, decision, note))
+    return rows
+
+
+def gate(rows: list[RegressRow]) -> int:
+    """The exit code for CI: 1 when any configuration regressed, else 0; nothing decidable is bad input."""
+    if not any(r.decision in ("regression", "ok", "improved") for r in rows):
+        if any(r.decision == "too few runs" for r in rows):
+            raise UsageError(
+                "no configuration has enough runs on both sides to decide (see --min-runs); repeat the runs "
+                "(3 or more each, baseline and candidate alternating) or pass --min-runs 1 to decide on single runs."
+            )
+        keys = ", ".join(sorted({r.configuration for r in rows})[:3]) or "none"
+        raise UsageError(
+            "the baseline and the candidate share no configuration with successful runs "
+            f"(seen: {keys}); select runs of the same workload, batch size, precision and parameters."
+        )
+    return 1 if any(r.decision == "regression" for r in rows) else 0
+
+
+def regress_table(rows: list[RegressRow]) -> tuple[list[str], list[list[str]]]:
+    """Columns and rows of text for the terminal."""
+
+    def side(est: GroupEstimate | None) -> str:
+        return "-" if est is None else f"{est.samples_per_s:,.1f} ± {est.sem:,.1f} (n={est.runs})"
+
+    columns = ["configuration", "baseline samples/s", "candidate samples/s", "change", "noise test", "decision"]
+    return columns, [
+        [r.configuration, side(r.baseline), side(r.candidate),
+         "-" if r.change_percent is None else f"{r.change_percent:+.1f}%", r.statistical,
+         r.decision.upper() if r.decision == "regression" else r.decision]
+        for r in rows
+    ]

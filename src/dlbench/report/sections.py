@@ -1,0 +1,185 @@
+"""The data of each report section, computed from run records (pure; rendering is in :mod:`html`).
+
+Statistics are those of ``dlbench compare`` (:mod:`dlbench.report.compare`); nothing here
+re-derives them.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from typing import Any
+
+from dlbench.report.charts import scaling_series
+from dlbench.report.compare import CompareRow, comparable, compare, config_key, estimate
+from dlbench.report.frame import environment, world_size
+from dlbench.report.telemetry import _host_panels, timeline_data
+
+#: Environment fields that, when they take exactly two values among the runs, get an automatic comparison.
+AUTO_COMPARE = ("container", "torch", "gpu", "cuda", "host")
+
+
+def environments(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Distinct environments (with their run counts) and the fields in which they differ."""
+    distinct: dict[tuple, dict[str, Any]] = {}
+    for record in records:
+        env = environment(record)
+        key = tuple(sorted((k, str(v)) for k, v in env.items()))
+        entry = distinct.setdefault(key, {"env": env, "runs": 0, "first": record["created_at"], "last": record["created_at"]})
+        entry["runs"] += 1
+        entry["first"] = min(entry["first"], record["created_at"])
+        entry["last"] = max(entry["last"], record["created_at"])
+    envs = sorted(distinct.values(), key=lambda e: e["first"])
+    fields = list(envs[0]["env"]) if envs else []
+    differs = [f for f in fields if len({str(e["env"][f]) for e in envs}) > 1]
+    return {"environments": envs, "fields": fields, "differs": differs}
+
+
+def workload_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per configuration (training/inference runs with a throughput): runs, mean ± sem, range, MFU, failures."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    failed: dict[str, int] = {}
+    for record in records:
+        if record["spec"].get("mode") in ("collective", "time_to_train"):
+            continue
+        key = config_key(record)
+        if comparable(record):
+            groups.setdefault(key, []).append(record)
+        else:
+            failed[key] = failed.get(key, 0) + 1
+    rows = []
+    for key in sorted(set(groups) | set(failed)):
+        runs = groups.get(key, [])
+        row: dict[str, Any] = {"configuration": key, "workload": key.split()[0], "failed": failed.get(key, 0), "runs": len(runs)}
+        if runs:
+            rates = [r["result"]["samples_per_s"] for r in runs]
+            mfus = [r["result"]["mfu"] for r in runs if r["result"].get("mfu") is not None]
+            medians = [(r["result"].get("step_time_s") or {}).get("median") for r in runs]
+            medians = [m for m in medians if m is not None]
+            row.update(estimate=estimate(runs), min=min(rates), max=max(rates),
+                       mfu=statistics.fmean(mfus) if mfus else None,
+                       step_median_s=statistics.median(medians) if medians else None,
+                       device=sorted({r["spec"].get("device_name") or r["spec"].get("device", "?") for r in runs}))
+        rows.append(row)
+    return rows
+
+
+def _speedup(by_n: dict[int, float]) -> list[dict[str, float]]:
+    """Speed-up and efficiency against the smallest count, as ``dlbench scale`` reports them:
+    efficiency = (T_N / T_b) / (N / b), i.e. T_N / (N·T_1) with a one-process base."""
+    base_n = min(by_n)
+    return [{"nproc": n, "samples_per_s": rate, "speedup": rate / by_n[base_n],
+             "efficiency": (rate / by_n[base_n]) / (n / base_n)} for n, rate in sorted(by_n.items())]
+
+
+def scaling(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One entry per scaling series (runs tagged ``scale_series``) with at least one successful run."""
+    series: dict[str, list[dict[str, Any]]] = {}
+    for record in records:
+        name = (record["spec"].get("tags") or {}).get("scale_series")
+        if name:
+            series.setdefault(name, []).append(record)
+    out = []
+    for name, runs in sorted(series.items(), key=lambda kv: min(r["created_at"] for r in kv[1])):
+        by_n = scaling_series(runs)
+        if by_n:
+            spec = runs[0]["spec"]
+            out.append({"series": name, "workload": spec["workload"], "scaling": spec.get("scaling", "weak"),
+                        "device": spec.get("device_name") or spec.get("device"), "rows": _speedup(by_n)})
+    return out
+
+
+def bandwidth(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Collective benchmark runs: per run, bus/algorithm bandwidth per message size."""
+    out = []
+    for record in records:
+        result = record.get("result") or {}
+        if record["spec"].get("mode") == "collective" and result.get("sizes"):
+            out.append({"id": record["id"], "collective": record["spec"].get("collective", record["spec"]["workload"]),
+                        "nproc": world_size(record), "backend": record["spec"].get("backend"),
+                        "device": record["spec"].get("device_name"), "status": record["status"], "sizes": result["sizes"]})
+    return out
+
+
+def _subsets(records: list[dict[str, Any]], field: str) -> dict[str, list[dict[str, Any]]]:
+    out: dict[str, list[dict[str, Any]]] = {}
+    for record in records:
+        out.setdefault(str(environment(record)[field]), []).append(record)
+    return out
+
+
+def comparisons(records: list[dict[str, Any]], explicit: list[tuple[str, list, list]] = ()) -> list[dict[str, Any]]:
+    """Explicit ``(label, group A, group B)`` comparisons, then automatic ones: for each field of
+    :data:`AUTO_COMPARE` that takes exactly two values, the runs of one value against the other.
+    Only configurations present on both sides are kept."""
+    out = []
+    for label, runs_a, runs_b in explicit:
+        out.append({"label": label, "auto": False, "rows": compare(runs_a, runs_b)})
+    for field in AUTO_COMPARE:
+        subsets = _subsets([r for r in records if comparable(r)], field)
+        if len(subsets) != 2:
+            continue
+        (name_a, runs_a), (name_b, runs_b) = sorted(subsets.items(), key=lambda kv: min(r["created_at"] for r in kv[1]))
+        rows: list[CompareRow] = [row for row in compare(runs_a, runs_b) if row.ratio is not None]
+        if rows:
+            out.append({"label": f"{field}: A = {name_a}, B = {name_b}", "auto": True, "rows": rows})
+    return out
+
+
+def mlperf(records: list[dict[str, Any]], references: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Time-to-train per system and benchmark, beside the published references for that benchmark.
+
+    ``references``: name → ``{"description", "minutes": {benchmark: minutes}}`` (plain data).
+    """
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for record in records:
+        spec = record["spec"]
+        if spec.get("mode") == "time_to_train":
+            benchmark = spec.get("benchmark") or spec["workload"].removeprefix("mlperf/")
+            groups.setdefault((spec.get("system") or environment(record)["host"] or "?", benchmark), []).append(record)
+    out = []
+    for (system, benchmark), runs in sorted(groups.items()):
+        reached = [r["result"]["time_to_train_s"] / 60 for r in runs
+                   if r["status"] == "ok" and (r.get("result") or {}).get("time_to_train_s") is not None]
+        refs = {name: ref["minutes"][benchmark] for name, ref in references.items() if benchmark in ref.get("minutes", {})}
+        out.append({"system": system, "benchmark": benchmark, "runs": len(runs), "reached": len(reached),
+                    "median_minutes": statistics.median(reached) if reached else None,
+                    "min_minutes": min(reached) if reached else None, "max_minutes": max(reached) if reached else None,
+                    "references": refs})
+    return out
+
+
+def hpo(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """HPO studies: runs tagged ``hpo_study`` (trial number in tag ``hpo_trial``), best throughput first."""
+    studies: dict[str, list[dict[str, Any]]] = {}
+    for record in records:
+        study = (record["spec"].get("tags") or {}).get("hpo_study")
+        if study:
+            studies.setdefault(study, []).append(record)
+    out = []
+    for study, runs in sorted(studies.items()):
+        trials = sorted(runs, key=lambda r: -((r.get("result") or {}).get("samples_per_s") or 0))
+        out.append({"study": study, "trials": len(runs), "ok": sum(comparable(r) for r in runs), "best": [
+            {"id": r["id"], "trial": (r["spec"].get("tags") or {}).get("hpo_trial"), "status": r["status"],
+             "params": r["spec"].get("params") or {}, "batch_size": r["spec"].get("batch_size"),
+             "samples_per_s": (r.get("result") or {}).get("samples_per_s")} for r in trials[:10]]})
+    return out
+
+
+def telemetry(records: list[dict[str, Any]], series_of: Callable[[str], list[dict[str, Any]]], limit: int) -> list[dict[str, Any]]:
+    """Timeline data (:func:`dlbench.report.telemetry.timeline_data`) of the newest ``limit`` runs that have a series."""
+    out = []
+    for record in sorted(records, key=lambda r: r["created_at"], reverse=True):
+        if len(out) >= limit:
+            break
+        if not record.get("telemetry"):
+            continue
+        series = series_of(record["id"])
+        if series:
+            data = timeline_data(record, series)
+            if data["panels"] and not data["panels"][0]["title"].startswith("CPU"):
+                # a GPU run: its host CPU still tells whether the input pipeline kept up
+                data["panels"] += [p for p in _host_panels(series)[:1] if any(line["values"] for line in p["lines"])]
+            if data["panels"]:
+                out.append(data | {"id": record["id"]})
+    return out

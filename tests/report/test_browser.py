@@ -1,0 +1,106 @@
+"""The report in a real browser (Debian's headless Chromium): it renders without console errors,
+every chart drew something, the runs table sorts and filters, and the page requests nothing.
+
+Chromium is installed with apt-get when missing (``.ci/run`` installs it); the test is skipped only
+when that is impossible. The screenshot is kept: in $DLBENCH_TEST_ARTIFACTS when set, else in the
+test's temporary folder (its path is printed).
+"""
+
+import os
+from pathlib import Path
+
+import pytest
+
+from _chromium import find_or_install, open_page
+from dlbench.cli.app import main
+
+CHARTS = """Array.from(document.querySelectorAll('svg.chart')).map(function(svg){
+  var marks=Array.from(svg.querySelectorAll('.mark')).filter(function(m){var b=m.getBBox();return b.width>0||b.height>0;});
+  var r=svg.getBoundingClientRect();return {title:svg.querySelector('title').textContent,marks:marks.length,w:r.width,h:r.height};})"""
+COLUMN = """(function(name){var t=document.getElementById('runs-table'),i=Array.from(t.tHead.rows[0].cells).findIndex(
+  function(c){return c.textContent.trim()===name;});return Array.from(t.tBodies[0].rows).map(function(r){
+  var c=r.cells[i];return c.hasAttribute('data-v')?parseFloat(c.getAttribute('data-v')):c.textContent;});})"""
+CLICK = """(function(name){Array.from(document.getElementById('runs-table').tHead.rows[0].cells).find(
+  function(c){return c.textContent.trim()===name;}).click();return true;})"""
+
+
+@pytest.fixture(scope="module")
+def chromium():
+    binary = find_or_install()
+    if binary is None:
+        pytest.skip("Debian's chromium is not installed and apt-get could not install it (no root or no package source)")
+    return binary
+
+
+@pytest.fixture
+def browser_page(chromium, report_db, tmp_path):
+    out = tmp_path / "report.html"
+    assert main(["report", "--db", report_db, "--out", str(out), "--compare", "torch=2.4 vs torch=2.5"]) == 0
+    proc, page = open_page(chromium, tmp_path / "profile", out.as_uri())
+    try:
+        yield out, page
+    finally:
+        page.ws.close()
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def _sorted_numbers(values, reverse=False):
+    """Numbers in order, then the cells without a value (NaN arrives as None) at the end."""
+    numbers = [v for v in values if v is not None]
+    return numbers == sorted(numbers, reverse=reverse) and values[len(numbers):] == [None] * (len(values) - len(numbers))
+
+
+def test_report_renders_in_chromium(browser_page, tmp_path):
+    out, page = browser_page
+    charts = page.evaluate(CHARTS)
+    assert len(charts) >= 8
+    empty = [c["title"] for c in charts if c["marks"] == 0 or c["w"] < 100 or c["h"] < 50]
+    assert empty == [], f"charts that drew nothing: {empty}"
+
+    zoom = "(function(){var s=document.querySelector('svg.chart');s.dispatchEvent(new MouseEvent('click'));return s.getBoundingClientRect().width;})()"
+    assert page.evaluate(zoom) > 1.5 * charts[0]["w"]  # click: full window
+    assert page.evaluate(zoom) == pytest.approx(charts[0]["w"], abs=1)  # click again: back in place
+
+    page.evaluate(f"{CLICK}('samples/s')")
+    ascending = page.evaluate(f"{COLUMN}('samples/s')")
+    page.evaluate(f"{CLICK}('samples/s')")
+    descending = page.evaluate(f"{COLUMN}('samples/s')")
+    assert _sorted_numbers(ascending) and _sorted_numbers(descending, reverse=True)
+    assert ascending != descending
+    page.evaluate(f"{CLICK}('workload')")
+    workloads = page.evaluate(f"{COLUMN}('workload')")
+    assert workloads == sorted(workloads, key=str.lower)
+
+    shown = page.evaluate("""(function(){var f=document.getElementById('filter');f.value='comm/all_reduce';
+      f.dispatchEvent(new Event('input'));return [document.getElementById('shown').textContent,
+      Array.from(document.querySelectorAll('#runs-table tbody tr')).filter(function(r){return r.style.display!=='none';}).length];})()""")
+    assert shown == ["1", 1]
+
+    shot = Path(os.environ.get("DLBENCH_TEST_ARTIFACTS", tmp_path)) / "report-screenshot.png"
+    shot.parent.mkdir(parents=True, exist_ok=True)
+    page.evaluate("document.getElementById('filter').value='';document.getElementById('filter').dispatchEvent(new Event('input'));")
+    page.screenshot(shot)
+    assert shot.stat().st_size > 10_000
+    print(f"screenshot: {shot}")
+
+    assert page.console_errors == []
+    assert [u for u in page.requests if u != out.as_uri()] == []
+
+
+def test_a_stray_network_reference_would_be_caught(chromium, tmp_path):
+    """The checks above can fail: a page that loads an image from another host shows a request
+    and a console error (blocked by the report's content policy)."""
+    from dlbench.report.page import page as make_page
+
+    out = tmp_path / "stray.html"
+    out.write_text(make_page("t", "m", [], '<img src="http://192.0.2.1/x.png">'))
+    proc, page = open_page(chromium, tmp_path / "profile", out.as_uri())
+    try:
+        page.evaluate("new Promise(function(r){setTimeout(r,300);})")
+        assert page.console_errors  # the CSP violation is reported on the console
+    finally:
+        page.ws.close()
+        proc.terminate()
+        proc.wait(timeout=30)
+
