@@ -19,11 +19,12 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import sys
 import time
 import urllib.request
 from pathlib import Path
 
-FAKE_NVML = Path(__file__).resolve().parents[1] / "tests" / "telemetry" / "fake_nvml.py"
+TESTS_TELEMETRY = Path(__file__).resolve().parents[1] / "tests" / "telemetry"  # the NVML test double
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -50,8 +51,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gpus", type=int, default=8)
     parser.add_argument("--scrapes", type=int, default=1000)
+    parser.add_argument("--baseline", action="store_true", help="also serve case 3 with prometheus_client's server")
     args = parser.parse_args()
-    os.environ["DLBENCH_FAKE_NVML"] = str(FAKE_NVML)  # dlbench's test hook: simulated GPUs
+    sys.path.insert(0, str(TESTS_TELEMETRY))
+    import fake_nvml
+
     os.environ["FAKE_NVML_GPUS"] = str(args.gpus)
 
     from prometheus_client import generate_latest
@@ -60,7 +64,7 @@ def main() -> None:
     from dlbench.telemetry.host import HostSource
     from dlbench.telemetry.nvml import NVMLSource
 
-    gpu = NVMLSource()
+    gpu = NVMLSource(nvml=fake_nvml.make_nvml())  # simulated GPUs through dlbench's real NVML code
     assert len(gpu.devices()) == args.gpus, gpu.health()
     every = NodeCollector(gpu, HostSource(), interval_s=0.0)
     registry = make_registry(every)
@@ -76,14 +80,23 @@ def main() -> None:
     finally:
         monitor.stop()
     report(f"3. HTTP, as dlbench monitor serves (background reads every 1 s), {args.gpus} GPUs", times, len(body))
+    if args.baseline:  # the same, served by prometheus_client's start_http_server (dlbench's server before issue 14)
+        monitor.start()
+        try:
+            base = http_times(make_registry(monitor), args.scrapes, baseline=True)
+        finally:
+            monitor.stop()
+        report(f"3b. same over prometheus_client's start_http_server, {args.gpus} GPUs", base, len(body))
     p99 = percentile(times, 99) * 1e3
     print(f"target p99 < 10 ms (3.): {'met' if p99 < 10 else 'NOT met'} ({p99:.2f} ms)")
 
 
-def http_times(registry, scrapes: int) -> list[float]:
+def http_times(registry, scrapes: int, baseline: bool = False) -> list[float]:
+    from prometheus_client import start_http_server
+
     from dlbench.telemetry.exporter import serve, stop_server
 
-    server = serve(registry, "127.0.0.1", 0)
+    server = start_http_server(0, addr="127.0.0.1", registry=registry)[0] if baseline else serve(registry, "127.0.0.1", 0)
     url = f"http://127.0.0.1:{server.server_address[1]}/metrics"
     try:
         fetch = lambda: urllib.request.urlopen(url, timeout=5).read()  # noqa: E731

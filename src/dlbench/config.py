@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 from importlib import resources
 from pathlib import Path
@@ -38,20 +39,95 @@ _NERSC_IGNORED = {"output_dir", "trainer", "name", "model_type", "loss", "optimi
                   "input_size"}
 
 
-def load_yaml(path: str | Path) -> Any:
-    """Parse a YAML file safely; a missing or malformed file is a usage error naming it."""
-    path = Path(path)
+#: Largest config file read: configs are a few KiB; this stops ``/dev/zero`` or a huge file.
+MAX_CONFIG_BYTES = 4 * 1024 * 1024
+#: Deepest nesting of mappings and lists accepted (real configs nest 3 or 4 levels).
+MAX_DEPTH = 64
+#: Most nodes a document may expand to once aliases are followed ("billion laughs" stops here).
+MAX_EXPANDED_NODES = 100_000
+
+
+class _TooComplex(Exception):
+    """Raised by :class:`_BoundedLoader`; turned into a usage error naming the file."""
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses documents nested deeper than :data:`MAX_DEPTH`.
+
+    The composer recurses once per level: without a bound, a file of 50,000 ``[`` ends in a
+    RecursionError deep inside PyYAML.
+    """
+
+    _depth = 0
+
+    def compose_node(self, parent, index):  # noqa: D102 - PyYAML's hook
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                raise _TooComplex(f"it nests more than {MAX_DEPTH} levels deep")
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+
+def _expanded_size(node: yaml.Node, memo: dict[int, int]) -> int:
+    """Nodes in ``node`` with every alias followed; shared nodes (aliases) are counted each time
+    they are used, so a few hundred bytes of nested aliases show their exponential size here."""
+    known = memo.get(id(node))
+    if known is not None:
+        return known
+    size = 1
+    if isinstance(node, yaml.SequenceNode):
+        size += sum(_expanded_size(child, memo) for child in node.value)
+    elif isinstance(node, yaml.MappingNode):
+        size += sum(_expanded_size(k, memo) + _expanded_size(v, memo) for k, v in node.value)
+    memo[id(node)] = size = min(size, MAX_EXPANDED_NODES + 1)  # capped: the sum cannot explode either
+    return size
+
+
+def parse_yaml(text: str, where: str) -> Any:
+    """Parse YAML safely and within bounds (depth, alias expansion); problems name ``where``."""
+    loader = None
     try:
-        text = path.read_text()
-    except OSError as exc:
-        raise UsageError(f"cannot read config file {str(path)!r} ({exc.strerror}); check the path.") from None
-    try:
-        return yaml.safe_load(text)
+        loader = _BoundedLoader(text)  # its reader already refuses control characters
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        if _expanded_size(node, {}) > MAX_EXPANDED_NODES:
+            raise _TooComplex(f"its aliases expand to more than {MAX_EXPANDED_NODES:,} values")
+        return loader.construct_document(node)
+    except _TooComplex as exc:
+        raise UsageError(f"{where} is too complex to be a config file ({exc}); simplify it.") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or "malformed YAML"
-        raise UsageError(f"config file {str(path)!r} is not valid YAML{where}: {problem}; fix the file.") from None
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or getattr(exc, "reason", None) or "malformed YAML"
+        raise UsageError(f"{where} is not valid YAML{at}: {problem}; fix the file.") from None
+    finally:
+        if loader is not None:
+            loader.dispose()
+
+
+def read_text_file(path: str | Path, what: str = "config file", limit_bytes: int = MAX_CONFIG_BYTES) -> str:
+    """A small UTF-8 text file's content; unreadable, oversized or non-UTF-8 files are usage errors."""
+    shown = repr(str(path))
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(limit_bytes + 1)  # never more: the "file" may be /dev/zero
+    except OSError as exc:
+        raise UsageError(f"cannot read {what} {shown} ({exc.strerror or exc}); check the path.") from None
+    if len(data) > limit_bytes:
+        raise UsageError(f"{what} {shown} is larger than {limit_bytes // 2**20} MiB; give a config file, not a data file.")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{what} {shown} is not UTF-8 text (byte {data[exc.start]:#04x} at offset {exc.start}); "
+                         "save it as UTF-8.") from None
+
+
+def load_yaml(path: str | Path) -> Any:
+    """Parse a YAML file safely; a missing, malformed, huge or hostile file is a usage error naming it."""
+    return parse_yaml(read_text_file(path), f"config file {str(path)!r}")
 
 
 def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> list[RunSpec]:
@@ -70,9 +146,11 @@ def builtin_suite(name: str, overrides: dict[str, Any] | None = None) -> list[Ru
 
 
 def specs_from_document(doc: Any, where: str, overrides: dict[str, Any] | None = None) -> list[RunSpec]:
+    """The runs of a parsed config document (one run, a suite, or a NERSC config)."""
     overrides = overrides or {}
     if not isinstance(doc, dict):
         raise UsageError(f"{where}: expected a mapping of run settings or a suite with 'runs:', got {type(doc).__name__}.")
+    _require_string_keys(doc, where)
     if "model_config" in doc or "data_config" in doc:
         entries = [from_nersc(doc, where)]
     elif "runs" in doc:
@@ -83,11 +161,27 @@ def specs_from_document(doc: Any, where: str, overrides: dict[str, Any] | None =
         if not isinstance(runs, list) or not runs or not all(isinstance(r, dict) for r in runs):
             raise UsageError(f"{where}: 'runs' must be a non-empty list of mappings.")
         defaults = doc.get("defaults") or {}
+        if not isinstance(defaults, dict):
+            raise UsageError(f"{where}: 'defaults' must be a mapping of run settings, got {type(defaults).__name__}.")
+        for i, run in enumerate([defaults, *runs]):
+            _require_string_keys(run, where if i == 0 else f"{where}, run {i}")
         entries = [merge(defaults, run) for run in runs]
     else:
         entries = [doc]
     return [make_spec(merge(entry, overrides), f"{where}, run {i + 1}" if len(entries) > 1 else where)
             for i, entry in enumerate(entries)]
+
+
+def _require_string_keys(mapping: dict[Any, Any], where: str) -> None:
+    bad = next((key for key in mapping if not isinstance(key, str)), None)
+    if bad is not None:
+        raise UsageError(f"{where}: key {short_repr(bad)} is not a name; config keys are words such as 'workload'.")
+
+
+def short_repr(value: Any, limit: int = 60) -> str:
+    """``repr(value)`` cut to ``limit`` characters, for messages about values from a file."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
@@ -106,12 +200,11 @@ def from_nersc(doc: dict[str, Any], where: str) -> dict[str, Any]:
 
     The work it describes is kept: ``steps = n_epochs * n_train // batch_size``.
     """
-    data = doc.get("data_config") or {}
-    model = doc.get("model_config") or {}
-    train = doc.get("train_config") or {}
+    data, model, train = (_nersc_section(doc, name, where) for name in ("data_config", "model_config", "train_config"))
     model_type = str(model.get("model_type") or model.get("name") or "").lower()
     if model_type not in _NERSC_MODELS:
-        raise UsageError(f"{where}: NERSC model_type {model_type!r} has no dlbench workload; known: {', '.join(sorted(_NERSC_MODELS))}.")
+        raise UsageError(f"{where}: NERSC model_type {short_repr(model_type)} has no dlbench workload; "
+                         f"known: {', '.join(sorted(_NERSC_MODELS))}.")
     workload = _NERSC_MODELS[model_type]
     params = _nersc_shape_params(workload, data.get("input_shape"), where)
     if "n_classes" in data and workload not in ("cnn3d", "dcgan"):
@@ -125,22 +218,44 @@ def from_nersc(doc: dict[str, Any], where: str) -> dict[str, Any]:
         print(f"dlbench: {where}: ignoring NERSC keys with no dlbench meaning: {', '.join(ignored)}", file=sys.stderr)
     spec: dict[str, Any] = {"workload": workload, "params": params}
     if "batch_size" in data:
-        spec["batch_size"] = int(data["batch_size"])
+        spec["batch_size"] = _nersc_number(data, "data_config", "batch_size", int, where)
     if "optimizer" in model:
         spec["optimizer"] = str(model["optimizer"]).lower()
     if "learning_rate" in model:
-        spec["learning_rate"] = float(model["learning_rate"])
+        spec["learning_rate"] = _nersc_number(model, "model_config", "learning_rate", float, where)
     if "n_train" in data and spec.get("batch_size"):
-        spec["steps"] = max(1, int(train.get("n_epochs", 1)) * int(data["n_train"]) // spec["batch_size"])
+        epochs = _nersc_number(train, "train_config", "n_epochs", int, where) if "n_epochs" in train else 1
+        samples = _nersc_number(data, "data_config", "n_train", int, where)
+        spec["steps"] = max(1, epochs * samples // spec["batch_size"])
     spec["tags"] = {"config": "nersc"}
     return spec
+
+
+def _nersc_section(doc: dict[str, Any], name: str, where: str) -> dict[str, Any]:
+    section = doc.get(name) or {}
+    if not isinstance(section, dict):
+        raise UsageError(f"{where}: {name} must be a mapping of settings (key: value lines), "
+                         f"not {type(section).__name__} {short_repr(section)}; fix the config file.")
+    _require_string_keys(section, f"{where}: {name}")
+    return section
+
+
+def _nersc_number(section: dict[str, Any], name: str, key: str, kind: type, where: str) -> Any:
+    """``section[key]`` as an int or float; a word, a list or a fraction for an int is a usage error."""
+    value = section[key]
+    ok = (isinstance(value, (int, float)) and not isinstance(value, bool)
+          and (kind is float or float(value).is_integer()) and math.isfinite(value))
+    if not ok:
+        article = "an integer" if kind is int else "a number"
+        raise UsageError(f"{where}: {name}.{key}={short_repr(value)} must be {article}; fix the config file.")
+    return kind(value)
 
 
 def _nersc_shape_params(workload: str, shape: Any, where: str) -> dict[str, Any]:
     if shape is None:
         return {}
-    if not isinstance(shape, list) or not all(isinstance(n, int) for n in shape):
-        raise UsageError(f"{where}: data_config.input_shape must be a list of integers, got {shape!r}.")
+    if not isinstance(shape, list) or not shape or not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in shape):
+        raise UsageError(f"{where}: data_config.input_shape must be a list of positive integers, got {short_repr(shape)}.")
     if workload in ("resnet50", "alexnet", "vgg11", "inception_v3", "dcgan"):
         if len(shape) != 3 or shape[1] != shape[2]:
             raise UsageError(f"{where}: input_shape {shape} must be [channels, size, size] for {workload}.")

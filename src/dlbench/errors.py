@@ -31,6 +31,9 @@ def unknown_name(kind: str, name: str, known: Iterable[str], hint: str = "") -> 
     "unknown workload 'resnet5'; did you mean 'resnet50'? ..."
     """
     known = sorted(known)
+    if len(name) > 60:  # a name from a file or a variable can be megabytes long: quote its start only
+        return UsageError(f"unknown {kind} {name[:40]!r}... ({len(name):,} characters); choose one of: "
+                          + ", ".join(known) + "." + (f" {hint}" if hint else ""))
     close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
     if close:
         suggestion = "did you mean " + " or ".join(repr(c) for c in close) + "?"

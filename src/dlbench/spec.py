@@ -202,4 +202,7 @@ def describe_validation_error(exc: ValidationError, where: str = "") -> str:
     if not loc:  # a check across fields
         return f"{prefix}{err['msg'].removeprefix('Value error, ')}."
     message = err["msg"][0].lower() + err["msg"][1:]
-    return f"{prefix}{loc}={err.get('input')!r}: {message}."
+    shown = repr(err.get("input"))
+    if len(shown) > 60:  # a value from a file can be megabytes long
+        shown = shown[:57] + "..."
+    return f"{prefix}{loc}={shown}: {message}."

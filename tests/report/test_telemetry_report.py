@@ -39,8 +39,17 @@ def test_cpu_run_timeline_shows_host_and_process():
     data = timeline_data({"id": "c1", "spec": {"workload": "lstm"}}, series)
     cpu, memory = data["panels"]
     assert cpu["lines"][1]["values"] == [50.0, 50.0]  # 200 % of one core = 50 % of four
+    assert cpu["ylabel"] == "% of all 4 cores" and cpu["ylim"] == (0, 105)  # one scale for host and process
     assert memory["lines"][0]["values"] == [2.0, 2.0] and memory["lines"][1]["values"] == [1.0, 1.0]
     assert data["window"] is None
+
+
+def test_cpu_panel_never_exceeds_the_node():
+    """A stored tick-quantised spike (860 % on a 4-core node) cannot show as 215 % of all cores."""
+    series = [{"t_s": t, "host": {"cpu_util_percent": 100.0, "cpu_count": 4}, "process": {"cpu_percent": v}}
+              for t, v in ((0.0, 380.0), (0.01, 860.0))]
+    cpu = timeline_data({"id": "c2", "spec": {"workload": "lstm"}}, series)["panels"][0]
+    assert cpu["lines"][1]["values"] == [95.0, 100.0]
 
 
 def test_png_is_written(tmp_path):

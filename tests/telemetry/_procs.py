@@ -10,7 +10,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-FAKE_NVML = str(Path(__file__).with_name("fake_nvml.py"))
+FAKE_NVML_MAIN = str(Path(__file__).with_name("fake_nvml_main.py"))  # dlbench with the NVML double
 
 
 def free_port() -> int:
@@ -21,10 +21,10 @@ def free_port() -> int:
 
 def start_monitor(port: int, metrics_dir: Path, gpus: int = 2, extra_env: dict | None = None, *args: str):
     """``dlbench monitor`` in a subprocess with the NVML double (``gpus`` simulated GPUs)."""
-    env = os.environ | {"DLBENCH_FAKE_NVML": FAKE_NVML, "FAKE_NVML_GPUS": str(gpus), "NODE_NAME": "testnode"}
+    env = os.environ | {"FAKE_NVML_GPUS": str(gpus), "NODE_NAME": "testnode"}
     env |= extra_env or {}
     return subprocess.Popen(
-        [sys.executable, "-m", "dlbench", "monitor", "--port", str(port), "--interval", "0.5",
+        [sys.executable, FAKE_NVML_MAIN, "monitor", "--port", str(port), "--interval", "0.5",
          "--metrics-dir", str(metrics_dir), *args],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )

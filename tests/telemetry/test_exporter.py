@@ -114,6 +114,30 @@ def test_nvml_down_still_serves_host_and_health():
     assert samples["dlbench_host_memory_used_bytes"][0].value > 0
 
 
+@pytest.mark.parametrize("code", [pynvml.NVML_ERROR_DRIVER_NOT_LOADED, pynvml.NVML_ERROR_LIBRARY_NOT_FOUND])
+def test_a_node_without_gpus_counts_no_error_however_often_it_is_scraped(code):
+    collector = NodeCollector(NVMLSource(nvml=FakeNVML(0, init_error=code), retry_init_s=0), HostSource(), interval_s=0)
+    for _ in range(3):
+        _, samples = scrape(collector)
+    errors = {s.labels["source"]: s.value for s in samples["dlbench_exporter_errors_total"]}
+    assert errors == {"gpus": 0.0, "host": 0.0, "training": 0.0}
+    assert samples["dlbench_nvml_up"][0].value == 0.0
+
+
+def test_real_nvml_on_this_gpu_less_machine_counts_no_error():
+    """The production path: pynvml itself, on a machine without an NVIDIA driver."""
+    try:
+        pynvml.nvmlInit()
+        pynvml.nvmlShutdown()
+        pytest.skip("this machine has an NVIDIA driver")
+    except pynvml.NVMLError:
+        pass
+    collector = NodeCollector(NVMLSource(retry_init_s=0), interval_s=0)
+    for _ in range(3):
+        _, samples = scrape(collector)
+    assert {s.labels["source"]: s.value for s in samples["dlbench_exporter_errors_total"]}["gpus"] == 0.0
+
+
 def test_readings_are_reused_within_the_interval():
     now = [0.0]
     nvml = FakeNVML(1)

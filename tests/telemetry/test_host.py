@@ -42,6 +42,18 @@ def test_host_readings_match_the_system():
     assert source.health()["errors"] == 0
 
 
+def test_process_cpu_share_is_bounded_and_not_read_over_a_few_milliseconds():
+    """A CPU share over a few ms is one 10 ms accounting tick read as 200 % or more: not reported."""
+    source = ProcessSource()
+    _spin(0.2)
+    first = source.sample()
+    assert 0.0 < first["cpu_percent"] <= 100.0 * psutil.cpu_count()
+    _spin(0.01)
+    assert "cpu_percent" not in source.sample()  # too soon after the first: the older start is kept
+    _spin(0.1)
+    assert 0.0 < source.sample()["cpu_percent"] <= 100.0 * psutil.cpu_count()  # measured from the first
+
+
 def test_process_readings_with_children():
     source = ProcessSource()
     _spin(0.3)

@@ -2,10 +2,13 @@
 
 import json
 import os
+import stat
+import tempfile
 import time
 
 import pytest
 
+from dlbench.errors import UsageError
 from dlbench.telemetry.training import (
     METRICS_DIR_ENV, TrainingState, TrainingTracker, metrics_dir, prune_stale, publish, read_published,
 )
@@ -60,3 +63,33 @@ def test_metrics_dir_default_and_override(monkeypatch, tmp_path):
     assert metrics_dir().name == f"dlbench-metrics-{os.getuid()}"
     monkeypatch.setenv(METRICS_DIR_ENV, str(tmp_path))
     assert metrics_dir() == tmp_path
+
+
+@pytest.fixture
+def tmpdir_default(monkeypatch, tmp_path):
+    """The default metrics directory, under a temporary directory of the test's own."""
+    monkeypatch.delenv(METRICS_DIR_ENV, raising=False)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    return tmp_path / f"dlbench-metrics-{os.getuid()}"
+
+
+def test_default_metrics_dir_is_created_private(tmpdir_default):
+    assert metrics_dir() == tmpdir_default
+    assert stat.S_IMODE(tmpdir_default.stat().st_mode) == 0o700
+    tmpdir_default.chmod(0o777)  # ours but open (an older dlbench, a umask): tightened, not refused
+    assert metrics_dir() == tmpdir_default and stat.S_IMODE(tmpdir_default.stat().st_mode) == 0o700
+
+
+def test_default_metrics_dir_planted_as_a_link_is_refused(tmpdir_default, tmp_path):
+    (tmp_path / "elsewhere").mkdir()
+    tmpdir_default.symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(UsageError, match="is not a directory"):
+        metrics_dir()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a directory to another user needs root (CI runs as root)")
+def test_default_metrics_dir_of_another_user_is_refused(tmpdir_default):
+    tmpdir_default.mkdir(mode=0o700)
+    os.chown(tmpdir_default, 54321, 54321)
+    with pytest.raises(UsageError, match="belongs to another user \\(uid 54321\\)"):
+        metrics_dir()

@@ -10,6 +10,10 @@ Adding a workload is one module and one registry line:
    and :meth:`build_model`, :meth:`sample` and :meth:`loss`;
 2. add ``"name": "dlbench.catalog.module:ClassName"`` to ``WORKLOADS`` in ``catalog/registry.py``.
 
+The module must not import torch at its top (``dlbench list`` reads the class attributes and must
+stay fast): bind ``torch = lazy_import("torch")`` (:mod:`dlbench.catalog._lazy`) and put ``nn.Module``
+subclasses in :mod:`dlbench.catalog.networks`, which is imported when a model is built.
+
 Contract:
 
 * ``params`` declares every size parameter with its default; ``__init__`` receives the resolved
@@ -31,12 +35,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-import torch
-from torch import nn
+# torch appears here in annotations only (strings under ``from __future__ import annotations``):
+# this contract, the registry and ``dlbench list`` must not import torch (2-6 s).
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
 
-Batch = tuple[torch.Tensor, ...]
+Batch = tuple["torch.Tensor", ...]
 
 
 @dataclass(frozen=True)

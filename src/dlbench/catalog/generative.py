@@ -5,11 +5,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-import torch
-import torch.nn.functional as F
-from torch import nn
-
 from dlbench.catalog._base import Batch, Param, StepContext, Workload
+from dlbench.catalog._lazy import lazy_import
+
+torch = lazy_import("torch")
+F = lazy_import("torch.nn.functional")
+nn = lazy_import("torch.nn")
+networks = lazy_import("dlbench.catalog.networks")
 
 
 def _generator(noise_dim: int, channels: int, features: int, n_up: int) -> nn.Sequential:
@@ -59,18 +61,6 @@ def _dcgan_init(module: nn.Module) -> None:
         nn.init.zeros_(module.bias)
 
 
-class _GAN(nn.Module):
-    """Holds the two networks; calling it runs the generator."""
-
-    def __init__(self, generator: nn.Module, discriminator: nn.Module):
-        super().__init__()
-        self.generator = generator
-        self.discriminator = discriminator
-
-    def forward(self, noise: torch.Tensor) -> torch.Tensor:
-        return self.generator(noise)
-
-
 def _d_loss(d: nn.Module, real: torch.Tensor, fake: torch.Tensor) -> torch.Tensor:
     real_logits, fake_logits = d(real), d(fake)  # (B,) each; D sees real and fake separately
     return F.binary_cross_entropy_with_logits(
@@ -106,7 +96,7 @@ class DCGAN(Workload):
 
     def build_model(self) -> nn.Module:
         p = self.params
-        model = _GAN(
+        model = networks.GAN(
             _generator(p["noise_dim"], p["channels"], p["features"], self.n_blocks),
             _discriminator(p["channels"], p["features"], self.n_blocks),
         )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import math
 import os
 from typing import Any
 
@@ -33,15 +34,22 @@ def _all() -> dict[str, str]:
     dlbench (the modules must be importable); launched ranks inherit the variable.
     """
     extra = {}
-    for entry in filter(None, os.environ.get("DLBENCH_WORKLOADS", "").split(",")):
-        name, sep, target = entry.partition("=")
-        if not sep or ":" not in target:
-            raise UsageError(f"DLBENCH_WORKLOADS entry {entry!r} must look like name=module:Class.")
-        extra[name.strip()] = target.strip()
+    for entry in filter(None, (e.strip() for e in os.environ.get("DLBENCH_WORKLOADS", "").split(","))):
+        name, _, target = (part.strip() for part in entry.partition("="))
+        module_name, colon, class_name = target.partition(":")
+        if not (name and colon and _dotted(module_name) and class_name.isidentifier()):
+            raise UsageError(f"DLBENCH_WORKLOADS entry {entry[:80]!r} must look like name=module:Class, "
+                             "e.g. DLBENCH_WORKLOADS=mymodel=mypkg.bench:MyModel.")
+        extra[name] = target
     return WORKLOADS | extra
 
 
+def _dotted(module_name: str) -> bool:
+    return all(part.isidentifier() for part in module_name.split("."))
+
+
 def names() -> list[str]:
+    """Every workload name, built-in first, then those of ``DLBENCH_WORKLOADS``."""
     return list(_all())
 
 
@@ -52,9 +60,14 @@ def get_class(name: str) -> type[Workload]:
         raise unknown_name("workload", name, known, "Run 'dlbench list' to see the catalogue.")
     module_name, class_name = known[name].split(":")
     try:
-        return getattr(importlib.import_module(module_name), class_name)
-    except (ImportError, AttributeError) as exc:
-        raise UsageError(f"workload {name!r} points at {known[name]!r}, which cannot be imported ({exc}).") from None
+        found = getattr(importlib.import_module(module_name), class_name)
+    except Exception as exc:  # noqa: BLE001 - a user's module may fail in any way while importing
+        raise UsageError(f"workload {name!r} points at {known[name]!r}, which cannot be imported "
+                         f"({type(exc).__name__}: {str(exc)[:200]}); fix DLBENCH_WORKLOADS or that module.") from None
+    if not (isinstance(found, type) and issubclass(found, Workload)):
+        raise UsageError(f"workload {name!r} points at {known[name]!r}, which is not a subclass of "
+                         "dlbench.catalog._base.Workload; point DLBENCH_WORKLOADS at a Workload class.")
+    return found
 
 
 def _coerce(workload: str, key: str, param: Param, value: Any) -> Any:
@@ -74,6 +87,9 @@ def _coerce(workload: str, key: str, param: Param, value: Any) -> Any:
             f"parameter {key}={value!r} of workload {workload!r} must be {_ARTICLE.get(kind, 'a ' + kind.__name__)} "
             f"(default {param.default!r})."
         ) from None
+    if isinstance(coerced, float) and not math.isfinite(coerced):
+        raise UsageError(f"parameter {key}={value!r} of workload {workload!r} must be a finite number "
+                         f"(default {param.default!r}).")
     if param.choices is not None and coerced not in param.choices:
         raise UsageError(
             f"parameter {key}={coerced!r} of workload {workload!r} must be one of "

@@ -2,80 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-import torch
-import torch.nn.functional as F
-from torch import nn
+from typing import TYPE_CHECKING, Any
 
 from dlbench.catalog._base import Batch, Param, Workload
+from dlbench.catalog._lazy import lazy_import
 from dlbench.errors import UsageError
 
-# Keras' LeakyReLU default, which the TensorFlow reference uses unchanged.
-_LEAKY_SLOPE = 0.3
+torch = lazy_import("torch")
+F = lazy_import("torch.nn.functional")
+networks = lazy_import("dlbench.catalog.networks")
 
-
-def _same_conv(in_channels: int, out_channels: int, kernel_size: int) -> nn.Module:
-    """Conv3d with Keras 'same' padding: for even kernels the extra zero goes after the data.
-
-    Explicit, so PyTorch does not warn about the padded copy its own padding='same' makes.
-    """
-    before = (kernel_size - 1) // 2
-    after = kernel_size - 1 - before
-    conv = nn.Conv3d(in_channels, out_channels, kernel_size, padding=before)
-    if before == after:
-        return conv
-    pad = nn.ConstantPad3d((0, after - before) * 3, 0.0)  # (W, H, D) ends of the volume
-    return nn.Sequential(pad, conv)
-
-
-class _CosmoFlowNet(nn.Module):
-    """The MLPerf HPC CosmoFlow reference network (mlcommons/hpc, cosmoflow/models/cosmoflow.py).
-
-    ``n_conv_layers`` blocks of Conv3d('same') + LeakyReLU + MaxPool3d(2) with 32, 64, 128, ...
-    filters, then dense 128 -> 64 with dropout 0.5, then ``n_targets`` outputs through tanh scaled
-    by 1.2 (the targets are normalised to [-1, 1]; 1.2 leaves headroom at the edges).
-    """
-
-    def __init__(
-        self,
-        in_channels: int,
-        volume_size: int,
-        n_conv_layers: int,
-        kernel_size: int,
-        n_targets: int,
-        conv_size: int = 32,
-        dropout: float = 0.5,
-    ):
-        super().__init__()
-        blocks: list[nn.Module] = []
-        channels = in_channels
-        for i in range(n_conv_layers):
-            out_channels = conv_size * 2**i  # the reference doubles the filters at every block
-            blocks += [
-                _same_conv(channels, out_channels, kernel_size),
-                nn.LeakyReLU(_LEAKY_SLOPE),
-                nn.MaxPool3d(2),
-            ]
-            channels = out_channels
-        self.features = nn.Sequential(*blocks)
-        side = volume_size // 2**n_conv_layers
-        self.head = nn.Sequential(
-            nn.Flatten(),
-            nn.Linear(channels * side**3, 128),
-            nn.LeakyReLU(_LEAKY_SLOPE),
-            nn.Dropout(dropout),
-            nn.Linear(128, 64),
-            nn.LeakyReLU(_LEAKY_SLOPE),
-            nn.Dropout(dropout),
-            nn.Linear(64, n_targets),
-            nn.Tanh(),
-        )
-
-    def forward(self, volumes: torch.Tensor) -> torch.Tensor:
-        x = self.features(volumes)  # (B, 32*2**(L-1), V/2**L, V/2**L, V/2**L)
-        return 1.2 * self.head(x)  # (B, n_targets)
-
+if TYPE_CHECKING:  # annotations only: nn is imported when a model is built
+    from torch import nn
 
 class CNN3D(Workload):
     """CosmoFlow (Mathuriya et al. 2018; MLPerf HPC): regress cosmological parameters from
@@ -109,7 +47,7 @@ class CNN3D(Workload):
 
     def build_model(self) -> nn.Module:
         p = self.params
-        return _CosmoFlowNet(
+        return networks.CosmoFlowNet(
             p["in_channels"], p["volume_size"], p["n_conv_layers"], p["kernel_size"], p["n_targets"]
         )
 

@@ -6,16 +6,19 @@ initialised network is the same as a pretrained one's.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
-
-import torch
-import torch.nn.functional as F
-import torchvision
-from torch import nn
-from torchvision.models.inception import InceptionOutputs
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from dlbench.catalog._base import Batch, Param, Workload
+from dlbench.catalog._lazy import lazy_import
 from dlbench.errors import UsageError
+
+torch = lazy_import("torch")
+F = lazy_import("torch.nn.functional")
+tv_models = lazy_import("torchvision.models")
+tv_inception = lazy_import("torchvision.models.inception")
+
+if TYPE_CHECKING:  # annotations only: nn is imported when a model is built
+    from torch import nn
 
 
 def _image_params(default_size: int, minimum_size: int) -> dict[str, Param]:
@@ -40,7 +43,7 @@ class _ImageClassifier(Workload):
         return {}
 
     def build_model(self) -> nn.Module:
-        builder = getattr(torchvision.models, self.arch)
+        builder = getattr(tv_models, self.arch)
         return builder(weights=None, num_classes=self.params["num_classes"], **self.model_kwargs())
 
     def sample(self, batch_size: int, generator: torch.Generator) -> Batch:
@@ -128,7 +131,7 @@ class InceptionV3(_ImageClassifier):
     def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
         images, labels = batch
         out = model(images)
-        if isinstance(out, InceptionOutputs):  # train mode with aux: (logits, aux_logits), (B, C)
+        if isinstance(out, tv_inception.InceptionOutputs):  # train mode with aux: (logits, aux_logits), (B, C)
             # Weight 0.4 on the auxiliary loss, as in torchvision's reference training script.
             return F.cross_entropy(out.logits, labels) + 0.4 * F.cross_entropy(
                 out.aux_logits, labels

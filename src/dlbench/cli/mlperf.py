@@ -19,8 +19,9 @@ mlperf_app = typer.Typer(
 def list_tasks(as_json: bool = JSON_OPTION) -> None:
     """List the time-to-train tasks with their metric, target and the MLPerf benchmark each models."""
     from dlbench.mlperf import tasks
+    from dlbench.mlperf.tasks.metadata import describe  # reads the task modules without importing torch
 
-    described = [tasks.get_class(name).describe() for name in tasks.names()]
+    described = [describe(tasks.TASKS[name]) for name in tasks.names()]
     if as_json:
         emit_json(described)
         return
@@ -174,7 +175,11 @@ def compare(
         names = ", ".join(load_references(references or []))
         raise UsageError(f"--reference NAME is required; known references: {names}.")
     chosen = get_reference(reference, references or [])
-    rows = compare_scores(score_folder(folder), chosen)
+    entries = score_folder(folder)
+    if all(set(e["formats"]) <= {"unknown"} for e in entries):  # nothing parsed: not MLPerf logs at all
+        raise UsageError(f"{folder!r} holds no MLPerf result log (no ':::MLLOG', ':::MLL' or ':::MLPv0.5.0' lines); "
+                         "point at an MLPerf results folder or result file.")
+    rows = compare_scores(entries, chosen)
     if as_json:
         emit_json(rows)
         return

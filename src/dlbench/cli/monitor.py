@@ -16,10 +16,14 @@ def monitor(
     metrics_dir: list[Path] = typer.Option(None, "--metrics-dir", help="Where dlbench runs publish training metrics (repeatable; default: $DLBENCH_METRICS_DIR, else /tmp/dlbench-metrics-UID)."),
 ) -> None:
     """Serve GPU (NVML), host and training metrics on http://HOST:PORT/metrics until Ctrl-C."""
+    from dlbench.telemetry.http import exposure_warning
     from dlbench.telemetry.monitor import run_monitor
 
     def ready(bound_host: str, bound_port: int) -> None:
         info(f"dlbench monitor: serving http://{bound_host}:{bound_port}/metrics (Ctrl-C to stop)")
+        warning = exposure_warning(bound_host, bound_port)
+        if warning:
+            info(f"dlbench monitor: {warning}")
 
     run_monitor(host=host, port=port, interval_s=interval, metrics_dirs=metrics_dir or None, on_ready=ready)
     info("dlbench monitor: stopped")

@@ -9,7 +9,7 @@ from dlbench.errors import UsageError
 
 plot_app = typer.Typer(
     name="plot",
-    help="PNG charts of stored runs (needs matplotlib, the 'plot' extra of dlbench).",
+    help="PNG charts of stored runs.",
     no_args_is_help=True,
 )
 

@@ -1,6 +1,6 @@
 """PNG charts: scaling curves and collective bandwidth. Data first (pure), then matplotlib.
 
-matplotlib is an optional dependency (``pip install 'dlbench[plot]'``), imported only to render.
+matplotlib (a dependency of dlbench) is imported only to render: it is slow to import.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ def _pyplot():
         matplotlib.use("Agg")  # files only: no display on cluster nodes
         import matplotlib.pyplot as plt
     except ImportError:
-        raise UsageError("plots need matplotlib; install it with: pip install 'dlbench[plot]'") from None
+        raise UsageError("plots need matplotlib, which is missing from this environment; "
+                         "install it with: pip install 'matplotlib>=3.7'.") from None
     return plt
 
 
@@ -92,8 +93,25 @@ def _human_bytes(size: int) -> str:
 
 
 def _save(fig, plt, path: str | Path) -> Path:
+    """Write ``fig`` to ``path`` (its folder is created); a path that cannot be written is a usage error."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    if path.is_dir():
+        raise UsageError(f"--out {str(path)!r} is a directory; give a file path such as {str(path / 'plot.png')!r}.")
+    if not path.suffix:  # matplotlib would append ".png" itself and the reported path would be wrong
+        path = path.with_name(path.name + ".png")
+    folder = next((p for p in path.parents if p.exists()), None)
+    if folder is not None and not folder.is_dir():
+        raise UsageError(f"cannot write the plot to {str(path)!r}: {str(folder)!r} is a file, not a folder; "
+                         "choose another --out path.")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=110)
+    except OSError as exc:
+        raise UsageError(f"cannot write the plot to {str(path)!r} ({exc.strerror or exc}); "
+                         "choose another --out path.") from None
+    except ValueError:  # matplotlib: an extension it has no writer for
+        raise UsageError(f"cannot write the plot to {str(path)!r}: matplotlib cannot write {path.suffix!r} files; "
+                         "use a .png --out path.") from None
+    finally:
+        plt.close(fig)
     return path

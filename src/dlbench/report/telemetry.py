@@ -51,19 +51,23 @@ def _gpu_panels(series: list[dict[str, Any]], indices: list[int]) -> list[dict[s
 
 
 def _host_panels(series: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    def points(source: str, key: str, scale: float = 1.0, per_core: bool = False):
+    cores = max([(s.get("host") or {}).get("cpu_count") or 0 for s in series] + [1])
+
+    def points(source: str, key: str, scale: float = 1.0, cap: float | None = None):
         out = []
         for s in series:
             value = (s.get(source) or {}).get(key)
-            cores = (s.get("host") or {}).get("cpu_count") or 1
             if value is not None:
-                out.append((s["t_s"], value * scale / (cores if per_core else 1)))
+                out.append((s["t_s"], value * scale if cap is None else min(value * scale, cap)))
         return out
 
+    # One scale for both lines: percent of all the node's cores (host: 0-100 already; the process
+    # reports 100 per busy core). Series stored before readings were bounded could hold
+    # tick-quantised spikes above the node's capacity: capped at 100, the most the node can do.
     return [
-        {"title": "CPU utilisation (no GPU readings)", "ylabel": "% of all cores", "lines": [
+        {"title": "CPU utilisation (no GPU readings)", "ylabel": f"% of all {cores} cores", "ylim": (0, 105), "lines": [
             _line("host", points("host", "cpu_util_percent")),
-            _line("this run's process", points("process", "cpu_percent", per_core=True)),
+            _line("this run's process", points("process", "cpu_percent", 1 / cores, cap=100.0)),
         ]},
         {"title": "Memory", "ylabel": "GiB", "lines": [
             _line("host used", points("host", "memory_used_bytes", 1 / GIB)),
@@ -97,6 +101,8 @@ def render_timeline(data: dict[str, Any], path: str | Path) -> Path:
             ax.axvspan(*data["window"], color="tab:green", alpha=0.12, label="measured steps")
         ax.set_title(panel["title"], fontsize="medium", loc="left")
         ax.set_ylabel(panel["ylabel"])
+        if panel.get("ylim"):
+            ax.set_ylim(*panel["ylim"])
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize="small", loc="upper right")
     axes[-1, 0].set_xlabel("seconds since the run started")

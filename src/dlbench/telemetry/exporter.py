@@ -28,6 +28,7 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import CollectorRegistry
 
+from dlbench.telemetry.http import MetricsServer
 from dlbench.telemetry.nvml import GPUInfo
 from dlbench.telemetry.training import TrainingState, hostname
 
@@ -299,13 +300,11 @@ def make_registry(collector: NodeCollector) -> CollectorRegistry:
     return registry
 
 
-def serve(registry: CollectorRegistry, host: str = "127.0.0.1", port: int = 9400):
-    """Serve ``registry`` on ``http://host:port/metrics`` from a daemon thread; returns the server
-    (``shutdown()`` and ``server_close()`` it to stop). Raises OSError when the port is taken."""
-    from prometheus_client import start_http_server
-
-    server, _thread = start_http_server(port, addr=host, registry=registry)
-    return server
+def serve(registry: CollectorRegistry, host: str = "127.0.0.1", port: int = 9400, idle_timeout_s: float = 10.0):
+    """Serve ``registry`` on ``http://host:port/metrics`` from a daemon thread; returns the
+    :class:`~dlbench.telemetry.http.MetricsServer` (``shutdown()`` and ``server_close()`` it to
+    stop). Raises OSError when the port is taken."""
+    return MetricsServer(registry, host, port, idle_timeout_s=idle_timeout_s)
 
 
 def stop_server(server) -> None:

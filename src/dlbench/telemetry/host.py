@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from typing import Any
 
 import psutil
@@ -92,9 +93,14 @@ class ProcessSource(Source):
     name = "process"
     CHILDREN_EVERY = 10
 
+    #: Shortest interval a CPU share is computed over. The kernel accounts CPU time in 10 ms ticks,
+    #: so over a few milliseconds (the sample taken just before the timed window, right after a
+    #: periodic one) a single tick reads as 200 % or more; a shorter interval keeps the older start.
+    MIN_CPU_INTERVAL_S = 0.05
+
     def __init__(self, pid: int | None = None, cuda_device: int | None = None) -> None:
         self._process = psutil.Process(pid)
-        self._process.cpu_percent(None)  # the first call only starts the interval
+        self._cpu_before = (time.monotonic(), self._cpu_seconds())
         self._cuda_device = cuda_device
         self._is_self = pid is None or pid == os.getpid()
         self._samples = 0
@@ -106,7 +112,7 @@ class ProcessSource(Source):
         reading: Reading = {}
         try:
             with self._process.oneshot():
-                reading["cpu_percent"] = self._process.cpu_percent(None)
+                reading.update(self._cpu())
                 reading["rss_bytes"] = self._process.memory_info().rss
                 reading["threads"] = self._process.num_threads()
             reading["children_rss_bytes"] = sum(_rss(c) for c in self._children())
@@ -119,6 +125,20 @@ class ProcessSource(Source):
 
     def health(self) -> dict[str, Any]:
         return {"up": self._error is None, "error": self._error, "errors": self._errors}
+
+    def _cpu_seconds(self) -> float:
+        times = self._process.cpu_times()
+        return times.user + times.system
+
+    def _cpu(self) -> Reading:
+        """``cpu_percent`` since the previous reading: 100 = one core, at most 100 x the node's cores."""
+        now, used = time.monotonic(), self._cpu_seconds()
+        started, used_before = self._cpu_before
+        if now - started < self.MIN_CPU_INTERVAL_S:
+            return {}
+        self._cpu_before = (now, used)
+        share = 100.0 * (used - used_before) / (now - started)
+        return {"cpu_percent": max(0.0, min(share, 100.0 * (psutil.cpu_count() or 1)))}
 
     def _children(self) -> list[psutil.Process]:
         # Listing children scans every process in /proc (most of a sample's cost); workers are

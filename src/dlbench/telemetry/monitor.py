@@ -13,7 +13,7 @@ import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from dlbench.errors import UsageError
+from dlbench.errors import Terminated, UsageError
 
 
 def check_settings(port: int, interval_s: float) -> None:
@@ -55,8 +55,8 @@ def run_monitor(host: str = "127.0.0.1", port: int = 9400, interval_s: float = 1
             on_ready(host, server.server_address[1])
         while not stop.wait(0.5):
             pass
-    except KeyboardInterrupt:
-        pass  # Ctrl-C is how an exporter is stopped by hand: a normal exit
+    except (KeyboardInterrupt, Terminated):
+        pass  # Ctrl-C (raised as Terminated under the CLI's signal handling) stops an exporter: a normal exit
     finally:
         stop_server(server)
         collector.stop()

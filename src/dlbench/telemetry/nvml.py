@@ -4,17 +4,15 @@
 field, and learns which groups a device does not support (``NVML_ERROR_NOT_SUPPORTED``, no
 permission, a function the driver lacks) so it stops asking. A lost GPU (``GPU_IS_LOST``) is
 reported as ``{"index", "uuid", "lost": True}`` and asked again next time. No library, no driver or
-no GPU gives zero devices and ``health()["up"] == False``: never an exception.
+no GPU gives zero devices and ``health()["up"] == False``: never an exception, and not an error
+either (``health()["errors"]`` stays 0): a CPU-only node is a normal node.
 
-Test hook: ``DLBENCH_FAKE_NVML=/path/to/module.py`` makes :func:`load_nvml` import that file instead
-of pynvml (its ``make_nvml()`` result, or the module itself). The test suite uses it to drive
-``dlbench monitor`` in a subprocess with simulated GPUs; it is not meant for production use.
+Tests inject an NVML double through the ``nvml`` argument of :class:`NVMLSource`, or in place of
+the ``pynvml`` module; dlbench itself always imports the real ``pynvml``.
 """
 
 from __future__ import annotations
 
-import importlib.util
-import os
 import threading
 import time
 from collections.abc import Callable, Collection
@@ -23,29 +21,22 @@ from typing import Any
 
 from dlbench.telemetry._base import Reading, Source
 
-FAKE_NVML_ENV = "DLBENCH_FAKE_NVML"
-
 # NVML return codes (nvml.h); literal so the classification also works with an injected module.
 _NOT_SUPPORTED, _NO_PERMISSION, _FUNCTION_NOT_FOUND, _GPU_IS_LOST = 3, 4, 13, 15
 _SKIP_FOREVER = {_NOT_SUPPORTED, _NO_PERMISSION, _FUNCTION_NOT_FOUND}
+# nvmlInit's answers on a node without NVIDIA GPUs: no driver loaded, no libnvidia-ml.so.
+_DRIVER_NOT_LOADED, _LIBRARY_NOT_FOUND = 9, 12
+_NO_GPU_CODES = {_DRIVER_NOT_LOADED, _LIBRARY_NOT_FOUND}
 # NVML's PCIe throughput is in KB/s with KB = 1024 bytes (the unit NVML uses for memory sizes too).
 _KIB = 1024
 MHZ = 1e6
 
 
 def load_nvml() -> Any:
-    """pynvml, or the NVML-like module named by ``$DLBENCH_FAKE_NVML`` (test hook)."""
-    path = os.environ.get(FAKE_NVML_ENV)
-    if not path:
-        import pynvml
+    """The ``pynvml`` module (nvidia-ml-py)."""
+    import pynvml  # imported when first needed: a CPU-only command never loads it
 
-        return pynvml
-    spec = importlib.util.spec_from_file_location("dlbench_fake_nvml", path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"{FAKE_NVML_ENV}={path!r} is not a Python file")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.make_nvml() if hasattr(module, "make_nvml") else module
+    return pynvml
 
 
 @dataclass(frozen=True)
@@ -114,6 +105,11 @@ def _field_groups(nvml: Any) -> dict[str, Callable[[Any], Reading]]:
     }
 
 
+def _no_gpu(exc: BaseException) -> bool:
+    """Whether ``exc`` says this node has no NVIDIA GPU stack (no pynvml, no driver, no library)."""
+    return isinstance(exc, ImportError) or _code(exc) in _NO_GPU_CODES
+
+
 def _code(exc: BaseException) -> int | None:
     """The NVML return code of an error (pynvml's NVMLError carries it as ``value``)."""
     if isinstance(exc, AttributeError):  # an older pynvml without this function: unsupported
@@ -180,7 +176,9 @@ class NVMLSource(Source):
             self._initialised = False
         self._up = False
         error = f"{type(exc).__name__}: {exc}"
-        if error != self._error:  # a node without GPUs retries forever: count the condition, not each retry
+        # No NVIDIA driver or library is how a CPU-only node answers: a state (nvml_up 0), not an
+        # error. Other failures count once per condition: the source retries forever.
+        if error != self._error and not _no_gpu(exc):
             self._errors += 1
         self._error = error
         self._handles, self._devices = [], []
@@ -265,4 +263,4 @@ class NVMLSource(Source):
         return {index: sorted(groups) for index, groups in self._unsupported.items()}
 
 
-__all__ = ["GPUInfo", "NVMLSource", "load_nvml", "FAKE_NVML_ENV"]
+__all__ = ["GPUInfo", "NVMLSource", "load_nvml"]

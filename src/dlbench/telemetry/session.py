@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from dlbench.telemetry.host import HostSource, ProcessSource
+from dlbench.telemetry.http import exposure_warning
 from dlbench.telemetry.sampler import Sampler, summarise
 from dlbench.telemetry.training import TrainingState, TrainingTracker, metrics_dir, prune_stale, publish
 
@@ -170,6 +171,9 @@ class RunTelemetry:
                 f"--metrics-port {self.metrics_port} cannot be served on {self.metrics_host} ({exc}); "
                 "choose a free port or leave --metrics-port out."
             ) from None
+        warning = exposure_warning(self.metrics_host, self.metrics_port)
+        if warning:
+            log.warning("run metrics endpoint: %s", warning)
 
 
 class NoTelemetry:

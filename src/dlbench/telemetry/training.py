@@ -10,7 +10,8 @@ loss is known only when the run ends (reading it per step would synchronise the 
 Publishing: the run's sampler thread writes the state as JSON to ``<metrics dir>/<run id>.json``
 once per telemetry interval (atomically: write, then rename); ``dlbench monitor`` reads every file
 of its metrics directories at scrape time. The directory is ``$DLBENCH_METRICS_DIR``, else
-``/tmp/dlbench-metrics-<uid>``; on a node shared by several users point both at one directory.
+``/tmp/dlbench-metrics-<uid>`` (private to the user, see :func:`metrics_dir`); on a node shared by
+several users point both at one directory.
 A state not updated for ``stale_s`` (or three of the run's intervals, if longer) is ignored, and
 removed by the next run that publishes to the directory.
 """
@@ -20,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import stat
 import tempfile
 import time
 from collections import deque
@@ -27,6 +29,8 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
+
+from dlbench.errors import UsageError
 
 METRICS_DIR_ENV = "DLBENCH_METRICS_DIR"
 STALE_S = 60.0
@@ -103,12 +107,40 @@ def hostname() -> str:
 
 
 def metrics_dir() -> Path:
-    """``$DLBENCH_METRICS_DIR``, else ``/tmp/dlbench-metrics-<uid>``."""
+    """``$DLBENCH_METRICS_DIR``, else this user's private ``<tmp>/dlbench-metrics-<uid>``.
+
+    The default's name is predictable, so another user could create it first: it is created
+    private (0700) and refused (a usage error) when it is not a real directory owned by this user.
+    A directory named in ``$DLBENCH_METRICS_DIR`` is the user's choice (several users of a node
+    may share one on purpose) and is used as it is.
+    """
     configured = os.environ.get(METRICS_DIR_ENV)
     if configured:
         return Path(configured)
-    uid = os.getuid() if hasattr(os, "getuid") else "user"
-    return Path(tempfile.gettempdir()) / f"dlbench-metrics-{uid}"
+    if not hasattr(os, "getuid"):  # no POSIX owners (Windows): the user's temporary directory is private
+        return Path(tempfile.gettempdir()) / "dlbench-metrics"
+    return private_dir(Path(tempfile.gettempdir()) / f"dlbench-metrics-{os.getuid()}")
+
+
+def private_dir(path: Path) -> Path:
+    """``path`` as a directory only this user can enter: created 0700, or checked (and tightened)."""
+    try:
+        path.mkdir(mode=0o700)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise UsageError(f"cannot create the metrics directory {path} ({exc.strerror}); "
+                         f"set {METRICS_DIR_ENV} to a directory of your own.") from None
+    info = os.lstat(path)
+    fix = f"remove it, or set {METRICS_DIR_ENV} to a directory of your own"
+    if not stat.S_ISDIR(info.st_mode):  # a symbolic link or a file planted under the expected name
+        raise UsageError(f"metrics directory {path} is not a directory (it may have been planted); {fix}.")
+    if info.st_uid != os.getuid():
+        raise UsageError(f"metrics directory {path} belongs to another user (uid {info.st_uid}), who could read "
+                         f"or forge your runs' metrics; {fix}.")
+    if stat.S_IMODE(info.st_mode) & 0o077:
+        os.chmod(path, 0o700)  # ours, but left open by an older dlbench or a umask: close it
+    return path
 
 
 def publish(state: TrainingState, directory: Path) -> Path:
@@ -168,5 +200,5 @@ def prune_stale(directory: Path, now: float | None = None, stale_s: float = STAL
     return removed
 
 
-__all__ = ["TrainingState", "TrainingTracker", "metrics_dir", "publish", "read_published", "prune_stale",
+__all__ = ["TrainingState", "TrainingTracker", "metrics_dir", "private_dir", "publish", "read_published", "prune_stale",
            "METRICS_DIR_ENV", "STALE_S"]

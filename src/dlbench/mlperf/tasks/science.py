@@ -79,7 +79,7 @@ class CosmoFlow(Task):
         return train, TensorDataset(*cosmology_volumes(self.eval_samples, gen))
 
     def build_model(self) -> nn.Module:
-        from dlbench.catalog.science import _CosmoFlowNet
+        from dlbench.catalog.networks import CosmoFlowNet as _CosmoFlowNet
 
         # The reference network: 'same' conv + LeakyReLU + max-pool blocks, dense head, 1.2*tanh.
         # Dropout off: at this size it only slows convergence.

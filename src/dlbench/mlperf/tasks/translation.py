@@ -165,7 +165,7 @@ class TransformerTranslation(_Translation):
     epsilon = 1e-9
 
     def build_model(self) -> nn.Module:
-        from dlbench.catalog.sequence import _TransformerNet
+        from dlbench.catalog.networks import TransformerNet as _TransformerNet
 
         return _TransformerNet(self.corpus.vocab_size, 64, 4, 2, 128, max_len=MAX_TARGET + 1)
 

@@ -1,0 +1,47 @@
+"""``dlbench --help`` and ``dlbench list`` must not import torch (2-6 s): the catalogue's metadata is
+readable without it. Checked in a fresh interpreter with ``-X importtime``, which names every module
+imported; nothing here is timed."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+
+def imported_modules(*args: str) -> tuple[set[str], str]:
+    out = subprocess.run([sys.executable, "-X", "importtime", "-m", "dlbench", *args],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    modules = {line.split("|")[-1].strip() for line in out.stderr.splitlines() if line.startswith("import time:")}
+    return modules, out.stdout
+
+
+@pytest.mark.parametrize("args", [["--help"], ["list"], ["list", "--json"], ["run", "--help"], ["mlperf", "--help"],
+                                  ["mlperf", "list"], ["mlperf", "list", "--json"]])
+def test_no_torch_imported(args):
+    modules, _ = imported_modules(*args)
+    assert "dlbench.cli.app" in modules  # the probe sees dlbench's own imports
+    heavy = sorted(m for m in modules if m.split(".")[0] in ("torch", "torchvision", "matplotlib"))
+    assert heavy == [], f"dlbench {' '.join(args)} imported {heavy[:5]}"
+
+
+def test_list_still_describes_every_parameter_without_torch():
+    _, stdout = imported_modules("list", "--json")
+    described = {d["name"]: d for d in json.loads(stdout)}
+    assert described["resnet50"]["params"]["image_size"] == {
+        "default": 224, "type": "int", "help": "height and width of the square input images (at least 32)",
+        "minimum": 32}
+    assert described["dcgan"]["params"]["image_size"]["choices"] == [32, 64, 128]
+
+
+def test_mlperf_list_without_torch_says_what_the_task_classes_say():
+    from dlbench.mlperf import tasks
+    from dlbench.mlperf.tasks.metadata import describe
+
+    _, stdout = imported_modules("mlperf", "list", "--json")
+    listed = {d["name"]: d for d in json.loads(stdout)}
+    assert set(listed) == set(tasks.names())
+    for name in tasks.names():
+        assert listed[name] == tasks.get_class(name).describe()  # imports torch here, in the test only
+        assert describe(tasks.TASKS[name]) == listed[name]
