@@ -218,8 +218,25 @@ CASES: list[Case] = [
     Case("mlperf-score-missing", ["mlperf", "score", "{tmp}/nothing"], "neither a results folder nor a result file"),
     Case("mlperf-score-empty-dir", ["mlperf", "score", "{tmp}/empty"], "no result_*.txt files",
          files={"empty": lambda folder: (folder / "empty").mkdir()}),
-    # -- pipeline cases (launcher variables such as RANK=abc WORLD_SIZE=2, rendezvous ports out of range)
-    # are appended here by the run pipeline's owners, with env={...} and in_process=False.
+    # -- the run pipeline: launcher variables and rendezvous endpoints
+    Case("rank-not-a-number", ["run", *TINY], "RANK='abc'", env={"RANK": "abc", "WORLD_SIZE": "2"}, in_process=False),
+    Case("world-size-zero", ["run", *TINY], "WORLD_SIZE='0'", env={"RANK": "0", "WORLD_SIZE": "0"}, in_process=False),
+    Case("rank-beyond-world", ["run", *TINY], "RANK='5'", env={"RANK": "5", "WORLD_SIZE": "2"}, in_process=False),
+    Case("master-port-out-of-range", ["run", *TINY], "MASTER_PORT='70000'",
+         env={"RANK": "0", "WORLD_SIZE": "2", "MASTER_PORT": "70000"}, in_process=False),
+    Case("slurm-procid-garbage", ["run", *TINY], "SLURM_PROCID='x'",
+         env={"SLURM_PROCID": "x", "SLURM_STEP_NUM_TASKS": "2"}, in_process=False),
+    Case("rdzv-port-out-of-range", ["run", *TINY, "--nnodes", "2", "--node-rank", "1", "--rdzv-endpoint", "node0:99999"],
+         "port from 1 to 65535"),
+    Case("rdzv-no-port", ["run", *TINY, "--nnodes", "2", "--rdzv-endpoint", "node0"], "HOST:PORT"),
+    Case("comm-port-out-of-range", ["comm", "--nproc", "1", "--nnodes", "2", "--node-rank", "1",
+                                    "--rdzv-endpoint", "n0:0"], "port from 1 to 65535"),
+    Case("steps-not-a-number", ["run", *TINY, "--steps", "abc"], "Invalid value for '--steps'"),
+    Case("unknown-option", ["run", *TINY, "--nosuch"], "No such option"),
+    Case("unknown-command", ["benchmark"], "No such command"),
+    Case("store-import-garbage", ["store", "import", "{tmp}/junk.json"], "not a dlbench run file",
+         files={"junk.json": b"[1, 2"}),
+    Case("store-import-missing", ["store", "import", "{tmp}/nothing.json"], "not a dlbench run file"),
 ]
 
 
