@@ -87,6 +87,9 @@ def test_compare_end_to_end(capsys, db):
     assert row["a"]["runs"] == 2 and row["b"]["runs"] == 2
     assert row["verdict"] in ("faster", "slower", "within noise")
     assert row["ratio"] == pytest.approx(row["b"]["samples_per_s"] / row["a"]["samples_per_s"])
+    # overlapping groups (a run against itself) are refused, not compared
+    assert main(["compare", "group=a", "workload=lstm"]) == 2
+    assert "share 2 run(s)" in capsys.readouterr().err
 
 
 def test_oom_run_exits_1_and_is_recorded(capsys, db):

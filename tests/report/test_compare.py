@@ -68,3 +68,12 @@ def test_compare_groups_by_configuration_and_ignores_failed_runs():
 
 def test_config_key_separates_batch_sizes():
     assert config_key(record(1.0, batch_size=16)) != config_key(record(1.0, batch_size=32))
+
+
+def test_config_key_tells_apart_settings_that_change_the_number():
+    plain = config_key(record(1.0))
+    assert config_key(record(1.0, channels_last=True)) != plain
+    assert config_key(record(1.0, compile=True)) != plain
+    assert config_key(record(1.0, optimizer="adam")) != plain
+    assert config_key(record(1.0, data="loader")) != plain
+    assert config_key(record(1.0, optimizer="sgd", channels_last=False)) == plain  # defaults add nothing

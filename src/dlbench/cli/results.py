@@ -131,6 +131,12 @@ def compare(
     for label, runs, text in (("A", runs_a, group_a), ("B", runs_b, group_b)):
         if not runs:
             raise UsageError(f"group {label} ({text!r}) matches no stored run; check it with 'dlbench results'.")
+    shared = sorted({r["id"] for r in runs_a} & {r["id"] for r in runs_b})
+    if shared:
+        raise UsageError(
+            f"groups A and B share {len(shared)} run(s) ({', '.join(shared[:3])}{', …' if len(shared) > 3 else ''}); "
+            "a run cannot be compared with itself — make the groups disjoint, e.g. add a tag or torch= to each."
+        )
     rows = compare_groups(runs_a, runs_b)
     if as_json:
         emit_json({"a": group_a, "b": group_b, "rows": [r.as_dict() for r in rows]})

@@ -68,6 +68,11 @@ def config_key(record: dict[str, Any]) -> str:
     world = spec.get("world_size") or spec.get("nproc", 1)
     if world != 1:
         parts.append(f"x{world}")
+    # settings that change the number even at one batch size: shown (and matched) when not the default
+    for key, default in (("channels_last", False), ("compile", False), ("optimizer", "sgd"), ("data", "synthetic")):
+        value = spec.get(key, default)
+        if value != default:
+            parts.append(key if value is True else f"{key}={value}")
     return " ".join(parts) + (f" [{params}]" if params else "")
 
 
