@@ -103,10 +103,6 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"dlbench: error: {exc}", file=sys.stderr)
         code = 2
-    except Exception as exc:
-        if not _is_parser_error(exc) or debug:
-            raise
-        code = _parser_error(exc)
     except BenchmarkFailed as exc:
         if debug:
             raise
@@ -118,6 +114,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"dlbench: {what}; a run in progress was recorded as aborted with the steps it measured",
               file=sys.stderr)
         code = 128 + signum
+    except Exception as exc:
+        if not _is_parser_error(exc) or debug:
+            raise
+        code = _parser_error(exc)
     if argv is None:
         sys.exit(code)
     return code
