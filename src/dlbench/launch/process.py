@@ -32,7 +32,10 @@ from dlbench.launch._base import LaunchPlan, Outcome, marked_ranks, read_statuse
 
 #: Seconds between SIGTERM and SIGKILL when a signal stops a run (schedulers allow ~30 s in all).
 STOP_GRACE_S = 5.0
-POLL_S = 0.2
+POLL_S = 0.2  # while the run starts
+#: Once every rank has joined, the watcher looks less often: on a busy node it must not take the ranks' CPU.
+POLL_RUNNING_S = 1.0
+TREE_REFRESH_S = 5.0
 
 
 class ProcessTree:
@@ -43,12 +46,14 @@ class ProcessTree:
         self.known: dict[int, psutil.Process] = {pid: self.root}
 
     def refresh(self) -> None:
-        for proc in list(self.known.values()):
-            try:
-                for child in proc.children(recursive=True):
-                    self.known.setdefault(child.pid, child)
-            except psutil.Error:
-                continue
+        """Add the root's current descendants (one scan of the process table); processes seen before
+        stay known even when their parent died and they were re-parented."""
+        try:
+            children = self.root.children(recursive=True)
+        except psutil.Error:
+            return
+        for child in children:
+            self.known.setdefault(child.pid, child)
 
     def alive(self) -> list[psutil.Process]:
         return [p for p in self.known.values() if _running(p)]
@@ -124,9 +129,12 @@ def _watch(proc: subprocess.Popen, tree: ProcessTree, plan: LaunchPlan, out_dir:
     failed_since = None
     waiting_start = plan.start_timeout_s is not None
     ranks = set(plan.ranks_here)
+    refreshed = 0.0
     while proc.poll() is None:
-        tree.refresh()
         now = time.monotonic()
+        if waiting_start or now - refreshed > TREE_REFRESH_S:
+            tree.refresh()
+            refreshed = now
         if waiting_start:
             if booted is None and ranks <= marked_ranks(out_dir, "started"):
                 booted = now
@@ -148,7 +156,7 @@ def _watch(proc: subprocess.Popen, tree: ProcessTree, plan: LaunchPlan, out_dir:
             outcome.timed_out = True
             tree.kill()
             return
-        time.sleep(POLL_S)
+        time.sleep(POLL_S if waiting_start else POLL_RUNNING_S)
 
 
 def _start_failure(plan: LaunchPlan, joined: set[int], waited_s: float) -> str:
