@@ -98,14 +98,16 @@ def score(
     """Olympic score per system and benchmark from result logs of any MLPerf format.
 
     A run's time is run_stop - run_start; the fastest and slowest runs are dropped (a failed run
-    counts as the slowest). Unparsable lines are counted and reported, never fatal. Exit code 1 when
-    an entry has more failed runs than MLPerf allows.
+    counts as the slowest). A run succeeded only when its log says so in its format's way; bad logs
+    are scored as failed or invalid with the reason, never fatal. HPC folders with strong/ and weak/
+    are scored per system, weak scaling in models per minute. An energy column appears when the logs
+    carry energy_j. Exit code 1 when an entry has more failed runs than MLPerf allows.
     """
     from dlbench.mlperf.score import score_folder
 
     entries = score_folder(folder)
     if as_json:
-        emit_json([{k: v for k, v in e.items() if k != "files"} for e in entries])
+        emit_json(entries)
     else:
         from dlbench.mlperf.report import score_table
         from dlbench.report.tables import render
@@ -123,7 +125,9 @@ def _report_unparsed(entries: list[dict]) -> None:
             if f["unparsed_lines"]:
                 info(f"note: {f['path']}: {f['unparsed_lines']} MLPerf line(s) could not be parsed and were skipped")
             if f["problem"]:
-                info(f"note: {f['path']}: run did not succeed ({f['problem']})")
+                info(f"note: {f['path']}: run {f['status']} ({f['problem']})")
+            if f["note"]:
+                info(f"note: {f['path']}: {f['note']}")
 
 
 @mlperf_app.command("check")

@@ -41,15 +41,27 @@ def runs_table(records: Sequence[dict[str, Any]]) -> Table:
     return columns, rows
 
 
+def _score(entry: dict[str, Any]) -> str:
+    if entry.get("scaling") == "weak":
+        return "-" if entry["models_per_minute"] is None else f"{entry['models_per_minute']:.4f} models/min"
+    return _num(entry["score_minutes"])
+
+
 def score_table(entries: Sequence[dict[str, Any]]) -> Table:
-    """One row per system and benchmark (``score.score_entry``)."""
-    columns = ["system", "benchmark", "runs", "failed", "run minutes", "score minutes", "status"]
+    """One row per system, scaling and benchmark (``score.score_entry``/``weak_scaling_entry``);
+    an energy column only when some entry has one."""
+    with_energy = any(e.get("energy_j") is not None for e in entries)
+    columns = ["system", "benchmark", "scaling", "accelerators", "runs", "failed", "run minutes", "score"]
+    columns += ["energy kJ"] * with_energy + ["status"]
     rows = []
     for e in entries:
-        minutes = ", ".join("fail" if m is None else f"{m:.2f}" for m in e["run_minutes"])
+        files = e.get("files") or [{"status": "failed" if m is None else "success"} for m in e["run_minutes"]]
+        minutes = ", ".join(f["status"] if m is None else f"{m:.2f}" for m, f in zip(e["run_minutes"], files))
         status = e["status"] if not e.get("message") else f"{e['status']}: {e['message']}"
-        rows.append([e["system"], e["benchmark"], f"{e['runs']}/{e['required_runs'] or '?'}",
-                     str(e["failed_runs"]), minutes, _num(e["score_minutes"]), status])
+        row = [e["system"], e["benchmark"], e.get("scaling") or "-", str(e.get("accelerators") or "-"),
+               f"{e['runs']}/{e['required_runs'] or '?'}", str(e["failed_runs"]), minutes, _score(e)]
+        row += [_num(None if e.get("energy_j") is None else e["energy_j"] / 1000)] * with_energy
+        rows.append(row + [status])
     return columns, rows
 
 
