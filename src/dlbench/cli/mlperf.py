@@ -139,8 +139,10 @@ def check(
 ) -> None:
     """Run MLCommons' official compliance checker on every result log: pass/fail per file.
 
-    The ruleset follows each log's format and benchmark unless --ruleset is given. Exit code 1 when
-    any file fails.
+    The ruleset follows each log's format, round (from a folder such as hpc_results_v0.7) and
+    benchmark unless --ruleset is given; a round the installed mlperf-logging has no ruleset for is
+    reported as skipped. Compliance is about the log's format: whether each run reached its quality
+    target is a separate column. Exit code 1 when any file fails compliance.
     """
     from dlbench.mlperf.check import check_folder
 
@@ -155,6 +157,10 @@ def check(
         for r in results:
             if r["status"] == "fail":
                 info(f"--- {r['file']} ({r['usage']} {r['ruleset']}):\n{r['messages']}")
+    missed = [r for r in results if not r["target_reached"]]
+    if missed:
+        info(f"{len(missed)} of {len(results)} run(s) did not reach their quality target "
+             "(compliance checks the log's format, not the outcome).")
     failed = [r for r in results if r["status"] == "fail"]
     if failed:
         raise BenchmarkFailed(f"{len(failed)} of {len(results)} file(s) failed the compliance check.")

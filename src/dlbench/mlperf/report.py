@@ -67,8 +67,9 @@ def score_table(entries: Sequence[dict[str, Any]]) -> Table:
 
 def check_table(results: Sequence[dict[str, Any]]) -> Table:
     """One row per checked file."""
-    columns = ["file", "format", "ruleset", "status", "messages"]
+    columns = ["file", "format", "ruleset", "compliance", "target reached", "last quality", "messages"]
     rows = [[r["file"], r["format"], f"{r['usage']} {r['ruleset']}" if r["ruleset"] else "-", r["status"],
+             "yes" if r["target_reached"] else f"no: {r['run_problem']}", _num(r["last_quality"], 4),
              (r["messages"] or "").splitlines()[0][:100] if r["messages"] else ""] for r in results]
     return columns, rows
 
