@@ -162,3 +162,54 @@ def test_bad_logs_through_the_cli_relative_path(tmp_path, capsys, monkeypatch):
     [entry] = json.loads(captured.out)
     assert code == 1 and "Traceback" not in captured.err
     assert entry["status"] == "invalid" and entry["files"][5]["problem"].startswith("unreadable: it is a directory")
+
+
+# -- compare: what a practitioner needs before trusting a ratio ------------------------------------
+
+
+def test_compare_shows_status_division_scale_and_source(tmp_path):
+    from dlbench.mlperf.compare import compare_scores
+    from dlbench.mlperf.references import get_reference
+
+    extra = [mllog(1_000_100, "number_of_nodes", 1), mllog(1_000_200, "accelerators_per_node", 8),
+             mllog(999_000, "submission_org", "ExampleCorp")]
+    for i in range(5):
+        write(tmp_path / "results" / "dgx" / "mask" / f"result_{i}.txt", good_lines("mask", minutes=205 + i, extra=extra))
+    for i in range(3):  # only 3 of the 5 runs ssd needs
+        write(tmp_path / "results" / "dgx" / "ssd" / f"result_{i}.txt", good_lines("ssd", minutes=20 + i, extra=extra))
+    reference = get_reference("dgx1-v0.6")
+    rows = {r["benchmark"]: r for r in compare_scores(score_folder(tmp_path), reference)}
+    mask = rows["maskrcnn"]
+    assert mask["reference_minutes"] == 207.48 and mask["valid"] and mask["warnings"] == []
+    assert (mask["division"], mask["accelerators"], mask["reference_accelerators"]) == ("closed", 8, 8)
+    assert mask["accelerator_minutes"] == pytest.approx(207.0 * 8)
+    assert mask["reference_source"].startswith("mlcommons/training_results_v0.6")
+    ssd = rows["ssd"]
+    assert ssd["status"] == "incomplete" and ssd["valid"] is False
+    assert any(w.startswith("not a valid result (incomplete") for w in ssd["warnings"])
+
+
+def test_compare_warns_about_a_toy_run_beside_a_cluster(tmp_path):
+    from dlbench.mlperf.compare import compare_scores
+    from dlbench.mlperf.references import get_reference
+
+    extra = [mllog(999_000, "submission_org", "dlbench"), mllog(1_000_100, "number_of_nodes", 1),
+             mllog(1_000_200, "accelerators_per_node", 1)]
+    for i in range(10):
+        write(tmp_path / "results" / "laptop" / "cosmoflow" / f"result_{i}.txt", good_lines("cosmoflow", minutes=1 + i / 10, extra=extra))
+    [row] = compare_scores(score_folder(tmp_path), get_reference("cori-gpu-64xV100-closed"))
+    assert row["valid"] and row["time_ratio"] < 0.01
+    assert row["warnings"][0].startswith("toy-sized: a dlbench CPU-sized cosmoflow task")
+    assert row["warnings"][1].startswith("scale differs: 1 accelerator(s) here, 64 in cori-gpu-64xV100-closed")
+
+
+def test_compare_cli_labels_the_ratio_plainly(tmp_path, capsys):
+    from dlbench.cli.app import main
+
+    for i in range(5):
+        write(tmp_path / "results" / "s" / "resnet" / f"result_{i}.txt", good_lines(minutes=100 + i))
+    assert main(["mlperf", "compare", str(tmp_path), "--reference", "dgx1-v0.6"]) == 0
+    captured = capsys.readouterr()
+    assert "normalisation" not in captured.out + captured.err
+    assert "plain ratio" in captured.out and "reference source: mlcommons/training_results_v0.6" in captured.err
+    assert "scale unknown" in captured.err

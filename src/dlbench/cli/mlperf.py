@@ -173,7 +173,12 @@ def compare(
     references: list[str] = typer.Option(None, "--references", help="Your own reference YAML file (repeatable); format in the README."),
     as_json: bool = JSON_OPTION,
 ) -> None:
-    """The folder's scores beside a published reference, as a ratio per benchmark."""
+    """The folder's scores beside a published reference, as a ratio per benchmark.
+
+    Each row shows the entry's status (incomplete entries are marked), division and scale
+    (accelerators, with accelerator-minutes), and warnings when a dlbench CPU-sized task or a far
+    smaller system is set beside a cluster result. The ratio is a plain ratio of times.
+    """
     from dlbench.mlperf.compare import compare_scores
     from dlbench.mlperf.references import get_reference, load_references
     from dlbench.mlperf.score import score_folder
@@ -190,5 +195,7 @@ def compare(
     from dlbench.report.tables import render
 
     render(compare_table(rows), title=f"{folder} vs {chosen.name}: {chosen.description}")
-    if chosen.source:
-        info(f"reference source: {chosen.source}")
+    info(f"reference source: {chosen.source or '(none given)'}")
+    for row in rows:
+        for warning in row["warnings"]:
+            info(f"warning: {row['system']}/{row['benchmark']}: {warning}")

@@ -75,8 +75,16 @@ def check_table(results: Sequence[dict[str, Any]]) -> Table:
 
 
 def compare_table(rows_in: Sequence[dict[str, Any]]) -> Table:
-    """One row per system and benchmark beside the reference."""
-    columns = ["system", "benchmark", "score minutes", "reference", "reference minutes", "time ratio", "speedup", "note"]
-    rows = [[r["system"], r["benchmark"], _num(r["score_minutes"]), r["reference"], _num(r["reference_minutes"]),
-             _num(r["time_ratio"], 3), _num(r["speedup"], 3), r["note"] or ""] for r in rows_in]
+    """One row per system and benchmark beside the reference; warnings are rendered separately."""
+    columns = ["system", "benchmark", "status", "division", "accelerators", "score minutes", "accel-minutes",
+               "reference minutes", "ref accelerators", "time ratio", "ref/score (plain ratio)",
+               "accel-minutes ratio", "note"]
+    rows = []
+    for r in rows_in:
+        status = r["status"] if r["valid"] else f"{(r['status'] or '?').upper()} (not a valid result)"
+        rows.append([r["system"], r["benchmark"] + (f" ({r['scaling']})" if r.get("scaling") else ""), status,
+                     r["division"] or "-", str(r["accelerators"] or "-"), _num(r["score_minutes"]),
+                     _num(r["accelerator_minutes"]), _num(r["reference_minutes"]),
+                     str(r["reference_accelerators"] or "-"), _num(r["time_ratio"], 3), _num(r["speedup"], 3),
+                     _num(r["accelerator_minutes_ratio"], 3), r["note"] or ""])
     return columns, rows

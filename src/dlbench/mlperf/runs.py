@@ -52,6 +52,7 @@ class RunTime:
     nodes: int | None = None
     accelerators_per_node: int | None = None
     division: str | None = None
+    org: str | None = None
     note: str | None = None
 
     @property
@@ -117,9 +118,10 @@ def _scale(log: ParsedLog) -> tuple[int | None, int | None]:
 def run_time(log: ParsedLog, path: str = "") -> RunTime:
     """The verdict on one run from its events (pure)."""
     nodes, per_node = _scale(log)
-    division = log.first("submission_division")
+    division, org = log.first("submission_division"), log.first("submission_org")
     run = RunTime(path, log.format, None, None, log.unparsed, log.unparsed_examples, nodes=nodes,
-                  accelerators_per_node=per_node, division=str(division.value) if division else None)
+                  accelerators_per_node=per_node, division=str(division.value) if division else None,
+                  org=str(org.value) if org else None)
     if log.unreadable:
         return _set(run, INVALID, f"unreadable: {log.unreadable}")
     if not log.events:

@@ -94,7 +94,9 @@ def _files(runs: Sequence[RunTime]) -> list[dict[str, Any]]:
 def _common(system: str, benchmark: str, scaling: str | None, runs: Sequence[RunTime]) -> dict[str, Any]:
     scales = sorted({r.accelerators for r in runs if r.accelerators is not None})
     divisions = sorted({r.division for r in runs if r.division})
+    orgs = sorted({r.org for r in runs if r.org})
     return {
+        "submitter": ", ".join(orgs) or None,
         "system": system, "benchmark": benchmark, "scaling": scaling, "runs": len(runs),
         "division": divisions[0] if len(divisions) == 1 else ("mixed: " + ", ".join(divisions) if divisions else None),
         "accelerators": scales[-1] if scales else None,
