@@ -125,6 +125,7 @@ class InstanceSegmentation(Task):
         scheduler = torch.optim.lr_scheduler.LambdaLR(
             optimizer, lambda step: factor + (1 - factor) * step / steps if step < steps else 1.0)
         hyperparameters = {
+            "opt_name": "sgd",
             "opt_base_learning_rate": self.base_lr,
             "opt_learning_rate_warmup_steps": steps,
             "opt_learning_rate_warmup_factor": factor,
