@@ -17,10 +17,14 @@ mlperf_app = typer.Typer(
 
 @mlperf_app.command("list")
 def list_tasks(as_json: bool = JSON_OPTION) -> None:
-    """List the time-to-train tasks with their metric, target and the MLPerf benchmark each models."""
-    from dlbench.mlperf import tasks
+    """List the time-to-train tasks with their metric, target, the MLPerf benchmark each models, the
+    best of its trivial baselines (constant, untrained, closed-form fit) and the epochs it takes."""
+    from dlbench.mlperf import convergence, tasks
+    from dlbench.mlperf.baselines import shipped
 
-    described = [tasks.get_class(name).describe() for name in tasks.names()]
+    described = [tasks.get_class(name).describe() | {"baselines": shipped().get(name, {}).get("baselines"),
+                                                     "convergence": convergence.references().get(name)}
+                 for name in tasks.names()]
     if as_json:
         emit_json(described)
         return
@@ -121,6 +125,8 @@ def score(
 
 def _report_unparsed(entries: list[dict]) -> None:
     for entry in entries:
+        for flag in (entry.get("convergence") or {}).get("flags", []):
+            info(f"warning: {entry['system']}/{entry['benchmark']}: implausible convergence: {flag}")
         for f in entry["files"]:
             if f["unparsed_lines"]:
                 info(f"note: {f['path']}: {f['unparsed_lines']} MLPerf line(s) could not be parsed and were skipped")

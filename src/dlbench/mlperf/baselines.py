@@ -20,13 +20,25 @@ measures them into ``bench/RESULTS.md`` and a test keeps the rule true.
 from __future__ import annotations
 
 from collections import Counter
+from functools import cache
+from importlib import resources
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader
+import yaml
+from torch.utils.data import DataLoader, Subset
 
 from dlbench.mlperf import tasks
-from dlbench.mlperf.tasks.metrics import COCO_IOU_THRESHOLDS, confusion_counts, corpus_bleu, mask_iou, mean_average_precision, mean_iou
+from dlbench.mlperf.tasks._base import seeded_generator
+from dlbench.mlperf.tasks.metrics import (
+    COCO_IOU_THRESHOLDS,
+    confusion_counts,
+    corpus_bleu,
+    mask_iou,
+    mean_average_precision,
+    mean_iou,
+)
+from dlbench.mlperf.tasks.shapes import detection_images
 
 MARGIN = 0.2  # higher is better: baseline <= (1 - MARGIN) x target; lower: baseline >= target / (1 - MARGIN)
 
@@ -113,19 +125,16 @@ def _constant_detections(train_truth, eval_count: int, masks: bool):
 
 
 def _ssd(task, train, evaluation) -> dict[str, float | None]:
-    from dlbench.mlperf.tasks.detection import IMAGE_SIZE, match  # noqa: F401 - the task's geometry
-    from dlbench.mlperf.tasks.shapes import detection_images
-    from dlbench.mlperf.tasks._base import seeded_generator
-    from dlbench.mlperf.tasks import detection
+    from dlbench.mlperf.tasks import detection  # the task's own geometry and draw
 
     gen = seeded_generator(task.data_seed)  # the same draw as the task's datasets()
-    _, boxes, labels = detection_images(detection.TRAIN_SAMPLES, IMAGE_SIZE, 3, gen, classes=detection.CLASSES)
+    _, boxes, labels = detection_images(detection.TRAIN_SAMPLES, detection.IMAGE_SIZE, 3, gen, classes=detection.CLASSES)
     predictions = _constant_detections(list(zip(boxes, labels)), len(task.eval_truth), masks=False)
     return {"constant": mean_average_precision(predictions, task.eval_truth, COCO_IOU_THRESHOLDS), "closed_form": None}
 
 
 def _maskrcnn(task, train, evaluation) -> dict[str, float | None]:
-    from dlbench.mlperf.tasks.instance import IMAGE_SIZE
+    from dlbench.mlperf.tasks.instance import IMAGE_SIZE  # imports torchvision: only for this task
 
     train_truth = [(t["boxes"], t["labels"]) for _, t in train]
     eval_truth = [(t["boxes"], t["labels"]) for _, t in evaluation]
@@ -146,7 +155,7 @@ def _translation(task, train, evaluation) -> dict[str, float | None]:
         for s in set(src):
             counts.setdefault(s, Counter()).update(set(tgt))
     # the target word that co-occurs with s most often relative to its own frequency
-    dictionary = {s: max(c, key=lambda t: c[t] / target_totals[t] ** 0.5) for s, c in counts.items()}
+    dictionary = {s: max(sorted(c), key=lambda t: c[t] / target_totals[t] ** 0.5) for s, c in counts.items()}
     eval_sources, _ = task.corpus.sample(len(evaluation))
     hypotheses = [" ".join(dictionary.get(w, "") for w in sentence) for sentence in eval_sources]
     common = Counter(" ".join(t) for t in targets).most_common(1)[0][0]
@@ -158,22 +167,28 @@ _SPECIFIC = {"resnet": _classification, "cosmoflow": _cosmoflow, "deepcam": _dee
              "maskrcnn": _maskrcnn, "transformer": _translation, "gnmt": _translation}
 
 
-def untrained(task, evaluation) -> float:
-    """The task's quality with its model at random initialisation (seed 0)."""
+def untrained(task, evaluation, limit: int | None = None) -> float:
+    """The task's quality with its model at random initialisation (seed 0), on the first ``limit``
+    eval samples (all when None: an untrained detector's thousands of boxes make the full set slow)."""
     torch.manual_seed(0)
     model = task.build_model().eval()
-    loader = DataLoader(evaluation, batch_size=256, collate_fn=task.collate_fn)
+    subset = evaluation if limit is None else Subset(evaluation, range(min(limit, len(evaluation))))
+    loader = DataLoader(subset, batch_size=256, collate_fn=task.collate_fn)
     return task.evaluate(model, loader, torch.device("cpu"))
 
 
-def measure(name: str) -> dict[str, Any]:
-    """Every baseline of task ``name`` with the target beside it."""
+def measure(name: str, untrained_limit: int | None = None) -> dict[str, Any]:
+    """Every baseline of task ``name`` (on the task's scale: BLEU 0-100) with the target beside it."""
     task = tasks.create(name)
     train, evaluation = task.datasets()
-    scores = _SPECIFIC[name](task, train, evaluation) | {"untrained": untrained(task, evaluation)}
+    scores = _SPECIFIC[name](task, train, evaluation) | {"untrained": untrained(task, evaluation, untrained_limit)}
     cls = type(task)
-    if name in ("transformer", "gnmt"):
-        scores = {k: v for k, v in scores.items()}  # BLEU 0-100, the task's own scale
-    return {"task": name, "metric": cls.metric, "target": cls.target, "higher_is_better": cls.higher_is_better,
-            "baselines": scores,
-            "well_beyond": {k: well_beyond(cls, v) for k, v in scores.items() if v is not None}}
+    return {"metric": cls.metric, "target": cls.target, "higher_is_better": cls.higher_is_better,
+            "baselines": scores, "well_beyond": all(well_beyond(cls, v) for v in scores.values() if v is not None)}
+
+
+@cache
+def shipped() -> dict[str, dict[str, Any]]:
+    """Task name → its measured baselines (``dlbench/data/mlperf_baselines.yaml``)."""
+    text = resources.files("dlbench.data").joinpath("mlperf_baselines.yaml").read_text()
+    return (yaml.safe_load(text) or {}).get("tasks", {})

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from dlbench.mlperf.convergence import DLBENCH_ORG
 from dlbench.mlperf.references import Reference
 
 SCALE_GAP = 8  # warn when one side has this many times the other's accelerators
-DLBENCH_ORG = "dlbench"  # submission_org of dlbench's own time-to-train tasks
 
 
 def _per_accelerator(minutes: float | None, accelerators: int | None) -> float | None:

@@ -27,6 +27,7 @@ import yaml
 
 from dlbench.mlperf.parse import ParsedLog
 
+DLBENCH_ORG = "dlbench"  # submission_org of the logs dlbench writes
 SLOW_SIGMAS = 3.0
 MIN_SIGMA_EPOCHS = 1.0  # whole epochs: a spread below one epoch is quantisation, not a distribution
 ALPHA = 0.05  # the rcp_checker's significance level
@@ -55,7 +56,7 @@ def min_acceptable_mean(mean: float, stdev: float, reference_runs: int, submissi
     if stdev == 0:
         return mean
     low, high, n_subm = 0.0, mean, max(submission_runs - 2, 2)
-    while high - low > 1e-3:
+    while high - low > 1e-4:  # the rcp_checker's tolerance
         mid = (low + high) / 2
         t_stat, p_value = stats.ttest_ind_from_stats(mid, stdev, max(reference_runs, 2), mean, stdev, n_subm, equal_var=True)
         p_value = p_value / 2 if t_stat < 0 else 1 - p_value / 2

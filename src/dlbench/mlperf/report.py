@@ -17,12 +17,25 @@ def _target(task: dict[str, Any]) -> str:
     return f"{'>=' if task['higher_is_better'] else '<='} {task['target']:g}"
 
 
+def _best_baseline(task: dict[str, Any]) -> str:
+    scores = [v for v in (task.get("baselines") or {}).values() if v is not None]
+    if not scores:
+        return "-"
+    return f"{(max if task['higher_is_better'] else min)(scores):.3g}"
+
+
+def _epochs(task: dict[str, Any]) -> str:
+    point = task.get("convergence")
+    return "-" if not point else f"{point['olympic_mean_epochs']:.1f} ± {point['stdev_epochs']:.1f}"
+
+
 def tasks_table(tasks: Sequence[dict[str, Any]]) -> Table:
-    """One row per task (``Task.describe()``)."""
-    columns = ["task", "MLPerf benchmark", "metric", "target", "max epochs", "batch", "real data", "models the MLPerf benchmark"]
-    rows = [[t["name"], f"{t['usage']}/{t['benchmark']}", t["metric"], _target(t), str(t["max_epochs"]),
-             str(t["batch_size"]), "--data-dir" if t["accepts_data_dir"] else "generated", t["mlperf_reference"]]
-            for t in tasks]
+    """One row per task (``Task.describe()`` with its shipped baselines and convergence point)."""
+    columns = ["task", "MLPerf benchmark", "metric", "target", "best trivial baseline", "epochs to target",
+               "max epochs", "batch", "real data", "models the MLPerf benchmark"]
+    rows = [[t["name"], f"{t['usage']}/{t['benchmark']}", t["metric"], _target(t), _best_baseline(t), _epochs(t),
+             str(t["max_epochs"]), str(t["batch_size"]), "--data-dir" if t["accepts_data_dir"] else "generated",
+             t["mlperf_reference"]] for t in tasks]
     return columns, rows
 
 

@@ -24,6 +24,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from dlbench.mlperf.convergence import epochs_to_target
 from dlbench.mlperf.parse import Event, ParsedLog
 
 SUCCESS, FAILED, INVALID = "success", "failed", "invalid"
@@ -53,6 +54,7 @@ class RunTime:
     accelerators_per_node: int | None = None
     division: str | None = None
     org: str | None = None
+    epochs: int | None = None  # epochs trained, when the log says (run_stop's or the last eval's epoch_num)
     note: str | None = None
 
     @property
@@ -141,6 +143,7 @@ def run_time(log: ParsedLog, path: str = "") -> RunTime:
     if failure is not None:
         return _set(run, FAILED, failure)
     run.minutes = (stop.time_s - start.time_s) / 60.0
+    run.epochs = epochs_to_target(log)
     energy = next((e for key in ENERGY_KEYS for e in log.all(key)), None)
     run.energy_j = _number(energy.value) if energy is not None else None
     return run

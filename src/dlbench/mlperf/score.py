@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from dlbench.errors import UsageError
+from dlbench.mlperf import convergence
 from dlbench.mlperf.parse import canonical_benchmark, parse_file
 from dlbench.mlperf.runs import SUCCESS, RunTime, run_time
 
@@ -115,7 +116,8 @@ def score_entry(system: str, benchmark: str, runs: Sequence[RunTime], scaling: s
     when every successful run logged one, else None."""
     minutes = [r.minutes for r in runs]
     required, per_side = required_runs(benchmark), DROPPED_PER_SIDE.get(benchmark, 1)
-    entry = _common(system, benchmark, scaling, runs) | {"metric": "minutes", "score_minutes": None, "energy_j": None}
+    entry = _common(system, benchmark, scaling, runs) | {"metric": "minutes", "score_minutes": None, "energy_j": None,
+                                                         "convergence": None}
     try:
         entry["score_minutes"] = olympic_mean(minutes, per_side)
     except TooManyFailures as exc:
@@ -124,6 +126,8 @@ def score_entry(system: str, benchmark: str, runs: Sequence[RunTime], scaling: s
     except ValueError as exc:
         entry.update(status="incomplete", message=f"{exc}; MLPerf requires {required or 'more'} runs")
         return entry
+    if convergence.DLBENCH_ORG in (entry["submitter"] or "").split(", "):  # dlbench's own tasks only
+        entry["convergence"] = convergence.check(benchmark, [r.epochs for r in runs if r.status == SUCCESS])
     energies = [runs[i].energy_j for i in _kept_indices(minutes, per_side)]
     if energies and all(e is not None for e in energies):
         entry["energy_j"] = sum(energies) / len(energies)
