@@ -196,3 +196,12 @@ def test_compare_cli_labels_the_ratio_plainly(tmp_path, capsys):
     assert "normalisation" not in captured.out + captured.err
     assert "plain ratio" in captured.out and "reference source: mlcommons/training_results_v0.6" in captured.err
     assert "scale unknown" in captured.err
+
+
+def test_data_staging_outside_the_timed_run_is_noted():
+    inside = run_time(parse_lines([mllog(0, "run_start"), mllog(10, "staging_start"), mllog(20, "staging_stop"),
+                                   mllog(60_000, "run_stop", metadata={"status": "success"})]))
+    assert inside.note is None and inside.minutes == pytest.approx(1.0)
+    before = run_time(parse_lines([mllog(0, "staging_start"), mllog(5, "staging_stop"), mllog(10, "run_start"),
+                                   mllog(60_010, "run_stop", metadata={"status": "success"})]))
+    assert before.minutes == pytest.approx(1.0) and "MLPerf HPC v1.0-v2.0 count staging inside" in before.note

@@ -130,8 +130,14 @@ def run_time(log: ParsedLog, path: str = "") -> RunTime:
         why = f"{log.unparsed} malformed MLPerf line(s), none parsable" if log.unparsed else "no MLPerf log lines"
         return _set(run, INVALID, why)
     start, stop, starts = run_window(log)
+    notes = []
     if starts > 1:
-        run.note = f"{starts} run_start lines before run_stop: the last one counts, as in MLCommons' summarizer"
+        notes.append(f"{starts} run_start lines before run_stop: the last one counts, as in MLCommons' summarizer")
+    staging = log.first("staging_start")
+    if staging is not None and start is not None and staging.time_s < start.time_s:
+        notes.append("data staging began before run_start, outside the timed run: MLPerf HPC v1.0-v2.0 count "
+                     "staging inside time-to-train (v3.0 no longer requires it)")
+    run.note = "; ".join(notes) or None
     if start is None:
         return _set(run, FAILED, "no run_start")
     if stop is None:
