@@ -205,3 +205,17 @@ def test_data_staging_outside_the_timed_run_is_noted():
     before = run_time(parse_lines([mllog(0, "staging_start"), mllog(5, "staging_stop"), mllog(10, "run_start"),
                                    mllog(60_010, "run_stop", metadata={"status": "success"})]))
     assert before.minutes == pytest.approx(1.0) and "MLPerf HPC v1.0-v2.0 count staging inside" in before.note
+
+
+def test_check_reports_the_outcome_apart_and_never_a_nan(tmp_path):
+    from dlbench.mlperf.check import check_file
+
+    folder = tmp_path / "hpc_results_v0.7" / "org" / "results" / "s" / "deepcam"  # no ruleset: no subprocess
+    nan = write(folder / "result_0.txt", good_lines("deepcam", status="aborted", extra=[
+        ':::MLLOG {"time_ms": 1000100, "key": "eval_accuracy", "value": NaN, "metadata": {"epoch_num": 1}}']))
+    result = check_file(nan)
+    assert result["status"] == "skipped" and result["target_reached"] is False
+    assert result["last_quality"] is None and result["run_problem"] == "run_stop status aborted"
+    json.dumps(result, allow_nan=False)
+    mask = write(folder / "result_1.txt", good_lines("maskrcnn", extra=[mllog(1_000_100, "eval_accuracy", {"BBOX": 0.4, "SEGM": 0.3})]))
+    assert check_file(mask)["last_quality"] == 0.3 and check_file(mask)["target_reached"] is True

@@ -21,6 +21,7 @@ run reached its quality target (``target_reached``, judged by :mod:`dlbench.mlpe
 
 from __future__ import annotations
 
+import math
 import re
 import subprocess
 import sys
@@ -111,9 +112,12 @@ def _outcome(log: ParsedLog, path: Path) -> dict[str, Any]:
     run = run_time(log, str(path))
     qualities = [e for e in log.events if e.key in ("eval_accuracy", "eval_error")]
     last = qualities[-1].value if qualities else None
-    last = last.get("value") if isinstance(last, dict) else last
+    if isinstance(last, dict):  # mllog's {"value": x}, or Mask R-CNN's {"BBOX": x, "SEGM": y}: the lower
+        numbers = [v for v in last.values() if isinstance(v, (int, float))]
+        last = min(numbers) if numbers else None
+    finite = isinstance(last, (int, float)) and not isinstance(last, bool) and math.isfinite(last)
     return {"target_reached": run.status == SUCCESS, "run_status": run.status, "run_problem": run.problem,
-            "last_quality": last if isinstance(last, (int, float)) and not isinstance(last, bool) else None}
+            "last_quality": last if finite else None}
 
 
 def check_file(path: Path, usage: str | None = None, ruleset: str | None = None) -> dict[str, Any]:
