@@ -24,6 +24,8 @@ TINY: dict[str, dict] = {
     "vgg11": {"image_size": 32, "num_classes": 10},
     # The auxiliary head needs the full 299 px; test_minimum_image_sizes covers 75 px without it.
     "inception_v3": {"image_size": 299, "num_classes": 10},
+    "maskrcnn": {"image_size": 64, "num_classes": 3, "objects_per_image": 2},
+    "ssd": {"num_classes": 3, "objects_per_image": 2},  # SSD300: always 300x300
     "cnn3d": {"volume_size": 16, "n_conv_layers": 2},
     "lstm": {"seq_len": 5, "input_size": 8, "hidden_size": 16, "num_layers": 2},
     "transformer": {
@@ -128,9 +130,23 @@ def test_inference_keeps_batch_dim(name):
     workload, model = built(name)
     model.eval()
     with torch.inference_mode():
-        out = first_tensor(workload.inference(model, batch_of(workload)))
+        out = workload.inference(model, batch_of(workload))
     model.train()
-    assert out.shape[0] == BATCH
+    if isinstance(out, list):  # detectors: one dict of detections per image
+        assert len(out) == BATCH and all({"boxes", "scores", "labels"} <= set(d) for d in out)
+    else:
+        assert first_tensor(out).shape[0] == BATCH
+
+
+def test_detection_batches_hold_boxes_inside_the_image_and_box_masks():
+    workload, _ = built("maskrcnn")
+    images, boxes, labels, masks = batch_of(workload)
+    size = workload.params["image_size"]
+    assert boxes.shape == (BATCH, 2, 4) and masks.shape == (BATCH, 2, size, size)
+    assert bool((boxes[..., :2] >= 0).all() and (boxes[..., 2:] <= size).all() and (boxes[..., 2:] > boxes[..., :2]).all())
+    assert bool((labels >= 1).all() and (labels < workload.params["num_classes"]).all())
+    area = (boxes[..., 2] - boxes[..., 0]) * (boxes[..., 3] - boxes[..., 1])
+    assert torch.allclose(masks.flatten(2).sum(2).float(), area, rtol=0.35)  # pixel grid vs real box
 
 
 def test_dcgan_trains_both_networks():

@@ -22,7 +22,9 @@ def test_list(capsys):
     code, tasks, _ = run_json(capsys, "mlperf", "list")
     assert code == 0
     by_name = {t["name"]: t for t in tasks}
-    assert set(by_name) == {"resnet", "ssd", "transformer", "gnmt", "cosmoflow", "deepcam"}
+    assert set(by_name) == {"resnet", "ssd", "maskrcnn", "transformer", "gnmt", "cosmoflow", "deepcam"}
+    assert by_name["cosmoflow"]["baselines"]["closed_form"] > 0.124 / 0.8  # the fit without a network misses
+    assert by_name["maskrcnn"]["targets"] == {"bbox_mAP": 0.5, "segm_mAP": 0.5}
     assert (by_name["cosmoflow"]["metric"], by_name["cosmoflow"]["target"], by_name["cosmoflow"]["higher_is_better"]) == ("MAE", 0.124, False)
     assert by_name["deepcam"]["usage"] == "hpc" and by_name["resnet"]["accepts_data_dir"] is True
 

@@ -47,7 +47,8 @@ def test_mllog_events_of_an_aborted_run(two_short_runs):
     _, records, _ = two_short_runs
     log = parse_file(records[1]["spec"]["result_file"])
     keys = [e.key for e in log.events]
-    assert keys[:5] == ["submission_benchmark", "submission_org", "submission_division", "submission_status", "submission_platform"]
+    assert keys[:7] == ["submission_benchmark", "submission_org", "submission_division", "submission_status",
+                        "submission_platform", "number_of_nodes", "accelerators_per_node"]
     assert keys.index("cache_clear") < keys.index("init_start") < keys.index("init_stop") < keys.index("run_start")
     in_run = keys[keys.index("run_start") + 1:]
     assert in_run == ["block_start", "epoch_start", "epoch_stop", "eval_start", "eval_accuracy", "eval_stop",
@@ -57,6 +58,17 @@ def test_mllog_events_of_an_aborted_run(two_short_runs):
     assert log.first("opt_name").value == "sgd" and log.first("opt_base_learning_rate").value == 0.1
     assert log.first("run_stop").metadata["status"] == "aborted"
     assert log.first("eval_accuracy").metadata["epoch_num"] == 1
+    # the scale, as MLCommons' summarizer reads it: one node, no accelerators on a CPU run
+    assert (log.first("number_of_nodes").value, log.first("accelerators_per_node").value) == (1, 0)
+
+
+def test_run_scale_from_the_launcher():
+    from dlbench.mlperf.runner import run_scale
+
+    assert run_scale("cuda", 16, {"LOCAL_WORLD_SIZE": "8"}) == (2, 8)
+    assert run_scale("cuda", 16, {"LOCAL_WORLD_SIZE": "4", "SLURM_NNODES": "4"}) == (4, 4)
+    assert run_scale("cuda", 1, {}) == (1, 1)
+    assert run_scale("cpu", 2, {"LOCAL_WORLD_SIZE": "2"}) == (1, 0)
 
 
 def test_run_records_are_stored(two_short_runs):

@@ -112,7 +112,7 @@ def test_v05_success_needs_the_target():
             ":::MLPv0.5.0 resnet 220.0 (x.py:1) run_stop",
         ])
     assert run_time(v05(0.75)).minutes == pytest.approx(2.0)
-    assert run_time(v05(0.70)).problem == "run_stop status no target reached"
+    assert run_time(v05(0.70)).problem == "target not reached (last eval_accuracy 0.7 < eval_target 0.749)"
 
 
 def test_truncated_and_malformed_files_in_a_folder(tmp_path, write_run):
@@ -146,4 +146,5 @@ def test_missing_folder_and_empty_folder_are_usage_errors(tmp_path):
 def _run(minutes):
     from dlbench.mlperf.score import RunTime
 
-    return RunTime("x", "mllog", minutes, None if minutes is not None else "failed", 0)
+    return RunTime("x", "mllog", minutes, None if minutes is not None else "failed", 0,
+                   status="success" if minutes is not None else "failed")

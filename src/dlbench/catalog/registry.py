@@ -16,6 +16,8 @@ WORKLOADS: dict[str, str] = {
     "alexnet": "dlbench.catalog.vision:AlexNet",
     "vgg11": "dlbench.catalog.vision:VGG11",
     "inception_v3": "dlbench.catalog.vision:InceptionV3",
+    "maskrcnn": "dlbench.catalog.detection:MaskRCNN",
+    "ssd": "dlbench.catalog.detection:SSD300",
     "cnn3d": "dlbench.catalog.science:CNN3D",
     "lstm": "dlbench.catalog.sequence:LSTMClassifier",
     "transformer": "dlbench.catalog.sequence:TransformerTranslation",

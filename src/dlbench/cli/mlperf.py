@@ -17,11 +17,15 @@ mlperf_app = typer.Typer(
 
 @mlperf_app.command("list")
 def list_tasks(as_json: bool = JSON_OPTION) -> None:
-    """List the time-to-train tasks with their metric, target and the MLPerf benchmark each models."""
-    from dlbench.mlperf import tasks
+    """List the time-to-train tasks with their metric, target, the MLPerf benchmark each models, the
+    best of its trivial baselines (constant, untrained, closed-form fit) and the epochs it takes."""
+    from dlbench.mlperf import convergence, tasks
+    from dlbench.mlperf.baselines import shipped
     from dlbench.mlperf.tasks.metadata import describe  # reads the task modules without importing torch
 
-    described = [describe(tasks.TASKS[name]) for name in tasks.names()]
+    described = [describe(tasks.TASKS[name]) | {"baselines": shipped().get(name, {}).get("baselines"),
+                                                 "convergence": convergence.references().get(name)}
+                 for name in tasks.names()]
     if as_json:
         emit_json(described)
         return
@@ -101,14 +105,16 @@ def score(
     """Olympic score per system and benchmark from result logs of any MLPerf format.
 
     A run's time is run_stop - run_start; the fastest and slowest runs are dropped (a failed run
-    counts as the slowest). Unparsable lines are counted and reported, never fatal. Exit code 1 when
-    an entry has more failed runs than MLPerf allows.
+    counts as the slowest). A run succeeded only when its log says so in its format's way; bad logs
+    are scored as failed or invalid with the reason, never fatal. HPC folders with strong/ and weak/
+    are scored per system, weak scaling in models per minute. An energy column appears when the logs
+    carry energy_j. Exit code 1 when an entry has more failed runs than MLPerf allows.
     """
     from dlbench.mlperf.score import score_folder
 
     entries = score_folder(folder)
     if as_json:
-        emit_json([{k: v for k, v in e.items() if k != "files"} for e in entries])
+        emit_json(entries)
     else:
         from dlbench.mlperf.report import score_table
         from dlbench.report.tables import render
@@ -122,11 +128,15 @@ def score(
 
 def _report_unparsed(entries: list[dict]) -> None:
     for entry in entries:
+        for flag in (entry.get("convergence") or {}).get("flags", []):
+            info(f"warning: {entry['system']}/{entry['benchmark']}: implausible convergence: {flag}")
         for f in entry["files"]:
             if f["unparsed_lines"]:
                 info(f"note: {f['path']}: {f['unparsed_lines']} MLPerf line(s) could not be parsed and were skipped")
             if f["problem"]:
-                info(f"note: {f['path']}: run did not succeed ({f['problem']})")
+                info(f"note: {f['path']}: run {f['status']} ({f['problem']})")
+            if f["note"]:
+                info(f"note: {f['path']}: {f['note']}")
 
 
 @mlperf_app.command("check")
@@ -138,8 +148,10 @@ def check(
 ) -> None:
     """Run MLCommons' official compliance checker on every result log: pass/fail per file.
 
-    The ruleset follows each log's format and benchmark unless --ruleset is given. Exit code 1 when
-    any file fails.
+    The ruleset follows each log's format, round (from a folder such as hpc_results_v0.7) and
+    benchmark unless --ruleset is given; a round the installed mlperf-logging has no ruleset for is
+    reported as skipped. Compliance is about the log's format: whether each run reached its quality
+    target is a separate column. Exit code 1 when any file fails compliance.
     """
     from dlbench.mlperf.check import check_folder
 
@@ -154,6 +166,10 @@ def check(
         for r in results:
             if r["status"] == "fail":
                 info(f"--- {r['file']} ({r['usage']} {r['ruleset']}):\n{r['messages']}")
+    missed = [r for r in results if not r["target_reached"]]
+    if missed:
+        info(f"{len(missed)} of {len(results)} run(s) did not reach their quality target "
+             "(compliance checks the log's format, not the outcome).")
     failed = [r for r in results if r["status"] == "fail"]
     if failed:
         raise BenchmarkFailed(f"{len(failed)} of {len(results)} file(s) failed the compliance check.")
@@ -166,7 +182,12 @@ def compare(
     references: list[str] = typer.Option(None, "--references", help="Your own reference YAML file (repeatable); format in the README."),
     as_json: bool = JSON_OPTION,
 ) -> None:
-    """The folder's scores beside a published reference, as a ratio per benchmark."""
+    """The folder's scores beside a published reference, as a ratio per benchmark.
+
+    Each row shows the entry's status (incomplete entries are marked), division and scale
+    (accelerators, with accelerator-minutes), and warnings when a dlbench CPU-sized task or a far
+    smaller system is set beside a cluster result. The ratio is a plain ratio of times.
+    """
     from dlbench.mlperf.compare import compare_scores
     from dlbench.mlperf.references import get_reference, load_references
     from dlbench.mlperf.score import score_folder
@@ -187,5 +208,7 @@ def compare(
     from dlbench.report.tables import render
 
     render(compare_table(rows), title=f"{folder} vs {chosen.name}: {chosen.description}")
-    if chosen.source:
-        info(f"reference source: {chosen.source}")
+    info(f"reference source: {chosen.source or '(none given)'}")
+    for row in rows:
+        for warning in row["warnings"]:
+            info(f"warning: {row['system']}/{row['benchmark']}: {warning}")

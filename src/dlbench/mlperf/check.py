@@ -5,15 +5,23 @@ The checker runs in a subprocess per file (``python -m mlperf_logging.compliance
 configures the root logger, so running it in-process would leak between files and into dlbench's
 own output.
 
-The ruleset follows the log: v0.6 logs (``:::MLL``) are checked against training 0.6.0; current
-``:::MLLOG`` logs against the newest installed ruleset that has rules for the log's division and
-benchmark (HPC rulesets for cosmoflow, deepcam, oc20, openfold) — for dlbench's own logs that is
-training 4.0.0 (resnet), 4.1.0 (ssd), 0.7.0 (transformer, gnmt) and hpc 3.0.0. v0.5 logs predate
-the checker: they are reported as not checkable. ``--ruleset``/``--usage`` override the choice.
+The ruleset follows the log: v0.6 logs (``:::MLL``) are checked against training 0.6.0. A current
+``:::MLLOG`` log does not name its round, but MLCommons' result folders do
+(``hpc_results_v0.7/…``, ``training_results_v1.0/…``): when a folder in the path names one, the
+ruleset of that round is used, and when the installed mlperf-logging has none (HPC v0.7, for
+example) the file is reported as "no ruleset for this version" rather than failed against another
+round's rules. Without a round in the path (dlbench's own folders), the newest installed ruleset
+that has rules for the log's division and benchmark is used (HPC rulesets for cosmoflow, deepcam,
+oc20, openfold). v0.5 logs predate the checker. ``--ruleset``/``--usage`` override the choice.
+
+Compliance is about the log's format, not its outcome: a run that stopped at the epoch limit
+(status aborted) writes a compliant log. So every file's result also says, separately, whether the
+run reached its quality target (``target_reached``, judged by :mod:`dlbench.mlperf.runs`).
 """
 
 from __future__ import annotations
 
+import math
 import re
 import subprocess
 import sys
@@ -21,10 +29,14 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from dlbench.mlperf.parse import parse_file
+from dlbench.errors import UsageError
+from dlbench.mlperf.parse import ParsedLog, parse_file
+from dlbench.mlperf.runs import SUCCESS, run_time
+from dlbench.mlperf.score import find_result_files
 
 HPC_BENCHMARKS = frozenset({"cosmoflow", "deepcam", "oc20", "openfold"})
 CHECK_TIMEOUT_S = 120.0
+_ROUND = re.compile(r"(?:^|[_-])(training|hpc)?[_-]?(?:results[_-])?v(\d+)\.(\d+)(?:\.\d+)?$", re.IGNORECASE)
 
 
 def _checker_dir() -> Path:
@@ -43,27 +55,49 @@ def installed_rulesets() -> dict[str, list[str]]:
     return {usage: sorted(v, key=lambda s: tuple(map(int, s.split(".")))) for usage, v in out.items()}
 
 
-def pick_ruleset(fmt: str, benchmark: str | None, division: str | None) -> tuple[str, str] | None:
-    """(usage, ruleset) for a log, or None when no installed ruleset can check it."""
+def round_from_path(path: Path) -> tuple[str | None, str] | None:
+    """(usage or None, "X.Y.0") when a folder in ``path`` names an MLPerf round
+    (``hpc_results_v0.7``, ``training_v1.0``, ``v2.1``), the innermost one winning; else None."""
+    for part in reversed(Path(path).absolute().parts[:-1]):
+        match = _ROUND.search(part)
+        if match:
+            return (match.group(1).lower() if match.group(1) else None), f"{match.group(2)}.{match.group(3)}.0"
+    return None
+
+
+def pick_ruleset(fmt: str, benchmark: str | None, division: str | None,
+                 version: str | None = None, usage: str | None = None) -> tuple[str, str] | str:
+    """(usage, ruleset) for a log, or the sentence saying why no installed ruleset can check it.
+    ``version`` ("0.7.0") is the round the log belongs to, when known."""
+    if fmt == "v0.5":
+        return "v0.5 logs predate MLCommons' checker"
     if fmt == "v0.6":
         return ("training", "0.6.0")
     if fmt != "mllog" or not benchmark:
-        return None
-    usage = "hpc" if benchmark in HPC_BENCHMARKS else "training"
+        return f"no installed ruleset has rules for {division or '?'} {benchmark or '(no submission_benchmark)'}"
+    usage = usage or ("hpc" if benchmark in HPC_BENCHMARKS else "training")
+    installed = installed_rulesets().get(usage, [])
+    if version is not None:
+        if version not in installed:
+            return (f"no ruleset for this version: the log is from {usage} {version}, and the installed "
+                    f"mlperf-logging has {usage} {', '.join(installed) or 'none'}; pass --ruleset to force one")
+        candidates = [version]
+    else:
+        candidates = [r for r in reversed(installed) if r != "0.6.0"]  # the 0.6 parser reads ':::MLL' only
     checker = _checker_dir()
-    for ruleset in reversed(installed_rulesets().get(usage, [])):
-        if ruleset == "0.6.0":
-            continue  # the v0.6 parser reads ':::MLL' lines only
+    for ruleset in candidates:
         if (checker / f"{usage}_{ruleset}" / f"{division or 'closed'}_{benchmark}.yaml").exists():
             return (usage, ruleset)
-    return None
+    where = f"{usage} {version}" if version else "installed ruleset"
+    return f"no {where} has rules for {division or 'closed'} {benchmark}"
 
 
 def run_checker(path: Path, usage: str, ruleset: str) -> tuple[bool, str]:
     """Run the official checker on one file: (passed, its messages)."""
     with tempfile.TemporaryDirectory() as tmp:
+        # The checker runs in the temporary directory, so a relative path must be made absolute.
         argv = [sys.executable, "-m", "mlperf_logging.compliance_checker", "--usage", usage,
-                "--ruleset", ruleset, "--log_output", str(Path(tmp) / "checker.log"), str(path)]
+                "--ruleset", ruleset, "--log_output", str(Path(tmp) / "checker.log"), str(Path(path).absolute())]
         try:
             done = subprocess.run(argv, capture_output=True, text=True, timeout=CHECK_TIMEOUT_S, cwd=tmp, check=False)
         except subprocess.TimeoutExpired:
@@ -73,30 +107,42 @@ def run_checker(path: Path, usage: str, ruleset: str) -> tuple[bool, str]:
     return done.returncode == 0, messages
 
 
+def _outcome(log: ParsedLog, path: Path) -> dict[str, Any]:
+    """Whether the run reached its quality target, apart from format compliance."""
+    run = run_time(log, str(path))
+    qualities = [e for e in log.events if e.key in ("eval_accuracy", "eval_error")]
+    last = qualities[-1].value if qualities else None
+    if isinstance(last, dict):  # mllog's {"value": x}, or Mask R-CNN's {"BBOX": x, "SEGM": y}: the lower
+        numbers = [v for v in last.values() if isinstance(v, (int, float))]
+        last = min(numbers) if numbers else None
+    finite = isinstance(last, (int, float)) and not isinstance(last, bool) and math.isfinite(last)
+    return {"target_reached": run.status == SUCCESS, "run_status": run.status, "run_problem": run.problem,
+            "last_quality": last if finite else None}
+
+
 def check_file(path: Path, usage: str | None = None, ruleset: str | None = None) -> dict[str, Any]:
-    """The checker's verdict on one log: ``status`` is pass, fail or skipped (no ruleset fits)."""
+    """The checker's verdict on one log: ``status`` is pass, fail or skipped (no ruleset fits),
+    and, separately, whether the run reached its target."""
     log = parse_file(path)
+    base = {"file": str(path), "format": log.format, "benchmark": log.benchmark} | _outcome(log, path)
+    if log.unreadable:
+        return base | {"usage": None, "ruleset": None, "status": "fail", "messages": f"unreadable: {log.unreadable}"}
     division = next((e.value for e in log.events if e.key == "submission_division"), None)
     if ruleset is None:
-        picked = pick_ruleset(log.format, log.benchmark, division)
-        if picked is None:
-            why = ("v0.5 logs predate MLCommons' checker" if log.format == "v0.5"
-                   else f"no installed ruleset has rules for {division or '?'} {log.benchmark or '(no submission_benchmark)'}")
-            return {"file": str(path), "format": log.format, "benchmark": log.benchmark, "usage": None,
-                    "ruleset": None, "status": "skipped", "messages": why}
+        found = round_from_path(path)
+        picked = pick_ruleset(log.format, log.benchmark, division, found[1] if found else None,
+                              usage or (found[0] if found else None))
+        if isinstance(picked, str):
+            return base | {"usage": None, "ruleset": None, "status": "skipped", "messages": picked}
         usage, ruleset = picked
     else:
         usage = usage or ("hpc" if log.benchmark in HPC_BENCHMARKS else "training")
     passed, messages = run_checker(path, usage, ruleset)
-    return {"file": str(path), "format": log.format, "benchmark": log.benchmark, "usage": usage,
-            "ruleset": ruleset, "status": "pass" if passed else "fail", "messages": messages}
+    return base | {"usage": usage, "ruleset": ruleset, "status": "pass" if passed else "fail", "messages": messages}
 
 
 def check_folder(folder: str | Path, usage: str | None = None, ruleset: str | None = None) -> list[dict[str, Any]]:
     """:func:`check_file` on every ``result_*.txt`` under ``folder`` (or on ``folder`` if a file)."""
-    from dlbench.errors import UsageError
-    from dlbench.mlperf.score import find_result_files
-
     known = installed_rulesets()
     if usage is not None and usage not in known:
         raise UsageError(f"--usage {usage!r} is not one of {', '.join(sorted(known))}.")

@@ -1,39 +1,83 @@
-"""Scores beside a published reference, as a ratio per benchmark (pure)."""
+"""Scores beside a published reference (pure).
+
+Each row carries what a reader needs before trusting a ratio: the entry's status (an incomplete or
+invalid entry is marked, never shown as a plain result), its division, its scale (accelerators)
+and the reference's, the time in accelerator-minutes (minutes x accelerators) on both sides, the
+reference's source, and warnings when the two are not the same kind of thing: a dlbench CPU-sized
+task (a shrunken model on generated data) beside a real MLPerf result, or scales 8x or more apart.
+
+``speedup`` is a plain ratio of times, reference / score. It is not an MLPerf score: only MLPerf
+Training v0.5 published results normalised to a reference implementation's time; from v0.6 on
+MLPerf publishes minutes only.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
+from dlbench.mlperf.convergence import DLBENCH_ORG
 from dlbench.mlperf.references import Reference
+
+SCALE_GAP = 8  # warn when one side has this many times the other's accelerators
+
+
+def _per_accelerator(minutes: float | None, accelerators: int | None) -> float | None:
+    if minutes is None or not accelerators:
+        return None
+    return minutes * accelerators
+
+
+def _warnings(entry: dict[str, Any], reference: Reference) -> list[str]:
+    warnings = []
+    if DLBENCH_ORG in (entry.get("submitter") or "").split(", "):
+        warnings.append(f"toy-sized: a dlbench CPU-sized {entry['benchmark']} task (shrunken model, generated data) "
+                        f"is not the MLPerf workload {reference.name} trained; the ratio is not a speed comparison")
+    ours, theirs = entry.get("accelerators"), reference.accelerators
+    if ours and theirs and max(ours, theirs) >= SCALE_GAP * min(ours, theirs):
+        warnings.append(f"scale differs: {ours} accelerator(s) here, {theirs} in {reference.name}; "
+                        "compare accelerator-minutes, not minutes")
+    elif theirs and not ours:
+        warnings.append(f"scale unknown: the logs do not say how many accelerators ran; {reference.name} used {theirs}")
+    if entry.get("status") != "ok":
+        warnings.append(f"not a valid result ({entry.get('status')}: {entry.get('message')})")
+    return warnings
 
 
 def compare_scores(scores: list[dict[str, Any]], reference: Reference) -> list[dict[str, Any]]:
-    """One row per scored system and benchmark: its score, the reference's minutes, and
+    """One row per scored entry beside ``reference``: the score and the reference's minutes,
 
     * ``time_ratio`` = score / reference: how many times the reference's time this took (< 1 faster);
-    * ``speedup`` = reference / score: MLPerf's own normalisation (higher is better).
+    * ``speedup`` = reference / score: the same, inverted (a plain ratio, see the module docstring);
+    * ``accelerator_minutes`` on both sides and their ratio, when both scales are known;
 
-    Benchmarks the reference does not list, or entries without a score, get None with a note.
+    with the status, division, scale, the reference's source and the warnings. Weak-scaling
+    entries and benchmarks the reference lacks get no ratio, with a note.
     """
     rows = []
     for entry in scores:
         reference_minutes = reference.minutes.get(entry["benchmark"])
         score = entry.get("score_minutes")
         note = None
-        if reference_minutes is None:
+        if entry.get("scaling") == "weak":
+            note, score = "weak scaling is scored in models per minute; no minutes to compare", None
+        elif reference_minutes is None:
             note = f"{reference.name} has no figure for {entry['benchmark']}"
         elif score is None:
             note = f"no score ({entry.get('status')}: {entry.get('message')})"
         both = reference_minutes is not None and score is not None
+        ours = _per_accelerator(score, entry.get("accelerators"))
+        theirs = _per_accelerator(reference_minutes, reference.accelerators)
         rows.append({
-            "system": entry["system"],
-            "benchmark": entry["benchmark"],
-            "score_minutes": score,
-            "status": entry.get("status"),
-            "reference": reference.name,
-            "reference_minutes": reference_minutes,
+            "system": entry["system"], "benchmark": entry["benchmark"], "scaling": entry.get("scaling"),
+            "status": entry.get("status"), "valid": entry.get("status") == "ok", "division": entry.get("division"),
+            "accelerators": entry.get("accelerators"), "score_minutes": score,
+            "accelerator_minutes": ours,
+            "reference": reference.name, "reference_minutes": reference_minutes,
+            "reference_division": reference.division or None, "reference_accelerators": reference.accelerators,
+            "reference_accelerator_minutes": theirs, "reference_source": reference.source,
             "time_ratio": score / reference_minutes if both else None,
             "speedup": reference_minutes / score if both and score > 0 else None,
-            "note": note,
+            "accelerator_minutes_ratio": ours / theirs if ours is not None and theirs else None,
+            "warnings": _warnings(entry, reference) if both else [], "note": note,
         })
     return rows

@@ -14,13 +14,16 @@
 
 A line may carry a prefix before the token (a rank number, a launcher's tag): it is ignored, as
 the MLCommons checker does. Lines without a token are ordinary output and are skipped. A line with
-a token that does not parse (truncated, malformed JSON, a bad timestamp) is counted in
-``ParsedLog.unparsed`` and never raises.
+a token that does not parse (truncated, malformed or absurdly nested JSON, a list where an object
+belongs, a time that is not a finite number, a line longer than :data:`MAX_LINE_CHARS`) is counted
+in ``ParsedLog.unparsed`` and never raises. A file that cannot be read at all (a directory, a
+dangling link, no permission) gives a ParsedLog whose ``unreadable`` says why.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -28,9 +31,19 @@ from pathlib import Path
 from typing import Any
 
 TOKEN = ":::ML"
+#: Other names for a benchmark → the name MLCommons' tools score it under. ``mask`` is the alias
+#: mlperf-logging's result_summarizer applies (``_benchmark_alias``); the rest are the v0.5
+#: reference-implementation folder names, which some v0.5 logs and folders carry.
+BENCHMARK_ALIASES = {
+    "mask": "maskrcnn", "mask_rcnn": "maskrcnn", "object_detection": "maskrcnn",
+    "image_classification": "resnet", "single_stage_detector": "ssd", "rnn_translator": "gnmt",
+    "translation": "transformer", "recommendation": "ncf", "reinforcement": "minigo",
+}
 _V06 = re.compile(r":::MLL (\d+(?:\.\d+)?) ([A-Za-z0-9_]+): (.*)$")
 _V05 = re.compile(r":::MLPv0\.5\.0 (\S+) (\d+(?:\.\d+)?) \(([^)]*)\) ([A-Za-z0-9_]+)(?:: (.*))?$")
 MAX_EXAMPLES = 3  # unparsable lines kept for the report
+MAX_LINE_CHARS = 1 << 20  # a longer "line" is not a log event (a 300 MB line must not fill memory)
+TOO_LONG = ":::ML line longer than 1 MiB, skipped"
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +66,7 @@ class ParsedLog:
     benchmark: str | None = None
     unparsed: int = 0
     unparsed_examples: list[str] = field(default_factory=list)
+    unreadable: str | None = None  # why the file could not be read, when it could not
 
     def first(self, key: str) -> Event | None:
         """The first event with ``key`` (MLCommons' summarizer also takes the first)."""
@@ -62,12 +76,24 @@ class ParsedLog:
         return [e for e in self.events if e.key == key]
 
 
+def _seconds(raw: Any, scale: float = 1.0) -> float:
+    """A finite timestamp in seconds; NaN, infinities, booleans and non-numbers are malformed."""
+    if isinstance(raw, bool) or not isinstance(raw, (int, float, str)):
+        raise ValueError(f"timestamp {raw!r} is not a number")
+    value = float(raw) / scale
+    if not math.isfinite(value):
+        raise ValueError(f"timestamp {raw!r} is not a finite number")
+    return value
+
+
 def _mllog(text: str) -> tuple[Event, str | None]:
     doc = json.loads(text[len(":::MLLOG "):])
+    if not isinstance(doc, dict):
+        raise ValueError("the :::MLLOG payload is not a JSON object")
     metadata = doc.get("metadata") or {}
     if not isinstance(metadata, dict):
         raise ValueError("metadata is not an object")
-    event = Event(float(doc["time_ms"]) / 1000.0, str(doc["key"]), doc.get("value"), metadata)
+    event = Event(_seconds(doc["time_ms"], 1000.0), str(doc["key"]), doc.get("value"), metadata)
     benchmark = event.value if event.key == "submission_benchmark" else None
     return event, benchmark
 
@@ -80,7 +106,7 @@ def _v06(text: str) -> tuple[Event, str | None]:
     if not isinstance(payload, dict):
         raise ValueError("v0.6 payload is not an object")
     metadata = payload.get("metadata") or {}
-    event = Event(float(match.group(1)), match.group(2), payload.get("value"), metadata if isinstance(metadata, dict) else {})
+    event = Event(_seconds(match.group(1)), match.group(2), payload.get("value"), metadata if isinstance(metadata, dict) else {})
     benchmark = event.value if event.key == "submission_benchmark" else None
     return event, benchmark
 
@@ -91,10 +117,16 @@ def _v05(text: str) -> tuple[Event, str | None]:
         raise ValueError("not a v0.5 line")
     raw = match.group(5)
     value = json.loads(raw) if raw is not None else None
-    return Event(float(match.group(2)), match.group(4), value, {"where": match.group(3)}), match.group(1)
+    return Event(_seconds(match.group(2)), match.group(4), value, {"where": match.group(3)}), match.group(1)
 
 
 _FORMATS = ((":::MLLOG ", "mllog", _mllog), (":::MLL ", "v0.6", _v06), (":::MLPv0.5.0 ", "v0.5", _v05))
+
+
+def canonical_benchmark(name: str) -> str:
+    """``name`` lower-cased and with MLCommons' aliases resolved (``mask`` → ``maskrcnn``)."""
+    lowered = name.strip().lower()
+    return BENCHMARK_ALIASES.get(lowered, lowered)
 
 
 def parse_lines(lines: Iterable[str]) -> ParsedLog:
@@ -112,7 +144,8 @@ def parse_lines(lines: Iterable[str]) -> ParsedLog:
                     break
             else:
                 raise ValueError("unknown MLPerf token")
-        except (ValueError, KeyError, TypeError):  # json.JSONDecodeError is a ValueError
+        # json.JSONDecodeError is a ValueError; absurd nesting exhausts the recursion limit
+        except (ValueError, KeyError, TypeError, RecursionError):
             log.unparsed += 1
             if len(log.unparsed_examples) < MAX_EXAMPLES:
                 log.unparsed_examples.append(text[:200])
@@ -120,12 +153,33 @@ def parse_lines(lines: Iterable[str]) -> ParsedLog:
         if log.format == "unknown":
             log.format = name
         if benchmark and log.benchmark is None and isinstance(benchmark, str):
-            log.benchmark = benchmark.lower()
+            log.benchmark = canonical_benchmark(benchmark)
         log.events.append(event)
     return log
 
 
+def _bounded_lines(handle) -> Iterable[str]:
+    """The lines of ``handle``, read at most :data:`MAX_LINE_CHARS` at a time. An over-long line
+    that holds a token becomes :data:`TOO_LONG` (an unparsed line that says why); the rest of it is
+    skipped without ever being held in memory whole."""
+    while line := handle.readline(MAX_LINE_CHARS):
+        if len(line) < MAX_LINE_CHARS or line.endswith("\n"):
+            yield line
+            continue
+        while (more := handle.readline(MAX_LINE_CHARS)) and not more.endswith("\n"):
+            pass
+        yield TOO_LONG if TOKEN in line else ""
+
+
 def parse_file(path: str | Path) -> ParsedLog:
-    """:func:`parse_lines` over a file; bytes that are not UTF-8 are replaced, not fatal."""
-    with open(path, encoding="utf-8", errors="replace") as handle:
-        return parse_lines(handle)
+    """:func:`parse_lines` over a file; bytes that are not UTF-8 are replaced, not fatal, and a
+    file that cannot be read gives an empty log whose ``unreadable`` says why."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return parse_lines(_bounded_lines(handle))
+    except IsADirectoryError:
+        return ParsedLog(unreadable="it is a directory, not a result file")
+    except FileNotFoundError:
+        return ParsedLog(unreadable="the file does not exist (a dangling symbolic link?)")
+    except OSError as exc:
+        return ParsedLog(unreadable=f"it cannot be read ({exc.strerror or exc})")

@@ -8,6 +8,8 @@ user may copy the shipped file or write the short one::
       my-cluster-2026:
         description: "16x H100, NGC 25.01"
         source: "our own runs, olympic means"
+        accelerators: 16           # optional: the scale, for accelerator-minutes
+        division: closed           # optional
         minutes: {resnet: 12.5, ssd: 3.1}
 
     results_minutes:              # benchmark -> name -> minutes (MLPerf HPC style)
@@ -23,7 +25,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError
 
 from dlbench.errors import UsageError, unknown_name
 
@@ -36,6 +38,8 @@ class Reference(BaseModel):
     name: str = Field(min_length=1)
     description: str = ""
     source: str = ""
+    accelerators: PositiveInt | None = None  # the system's scale, for accelerator-minutes
+    division: str = ""  # closed | open, as published
     minutes: dict[str, PositiveFloat] = Field(default_factory=dict)
     origin: str = ""  # the file it was read from
 
@@ -65,17 +69,17 @@ def parse_references(doc: Any, origin: str) -> dict[str, Reference]:
     merged: dict[str, dict[str, Any]] = {}
     for entry in _entries(doc):
         into = merged.setdefault(entry["name"], {"name": entry["name"], "minutes": {}, "origin": origin})
-        for key in ("description", "source"):
+        for key in ("description", "source", "accelerators", "division"):
             if entry.get(key) and not into.get(key):
                 into[key] = entry[key]
         minutes = entry.get("minutes")
         if not isinstance(minutes, dict):
             raise UsageError(f"{origin}: reference {entry['name']!r} needs 'minutes: {{benchmark: minutes}}', got {minutes!r}.")
         into["minutes"].update(minutes)
-        extra = set(entry) - {"name", "description", "source", "minutes"}
+        extra = set(entry) - {"name", "description", "source", "accelerators", "division", "minutes"}
         if extra:
             raise UsageError(f"{origin}: reference {entry['name']!r} has unknown key {min(extra)!r}; "
-                             "a reference has description, source and minutes.")
+                             "a reference has description, source, accelerators, division and minutes.")
     out = {}
     for name, fields in merged.items():
         try:

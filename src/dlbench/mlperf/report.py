@@ -17,12 +17,25 @@ def _target(task: dict[str, Any]) -> str:
     return f"{'>=' if task['higher_is_better'] else '<='} {task['target']:g}"
 
 
+def _best_baseline(task: dict[str, Any]) -> str:
+    scores = [v for v in (task.get("baselines") or {}).values() if v is not None]
+    if not scores:
+        return "-"
+    return f"{(max if task['higher_is_better'] else min)(scores):.3g}"
+
+
+def _epochs(task: dict[str, Any]) -> str:
+    point = task.get("convergence")
+    return "-" if not point else f"{point['olympic_mean_epochs']:.1f} ± {point['stdev_epochs']:.1f}"
+
+
 def tasks_table(tasks: Sequence[dict[str, Any]]) -> Table:
-    """One row per task (``Task.describe()``)."""
-    columns = ["task", "MLPerf benchmark", "metric", "target", "max epochs", "batch", "real data", "models the MLPerf benchmark"]
-    rows = [[t["name"], f"{t['usage']}/{t['benchmark']}", t["metric"], _target(t), str(t["max_epochs"]),
-             str(t["batch_size"]), "--data-dir" if t["accepts_data_dir"] else "generated", t["mlperf_reference"]]
-            for t in tasks]
+    """One row per task (``Task.describe()`` with its shipped baselines and convergence point)."""
+    columns = ["task", "MLPerf benchmark", "metric", "target", "best trivial baseline", "epochs to target",
+               "max epochs", "batch", "real data", "models the MLPerf benchmark"]
+    rows = [[t["name"], f"{t['usage']}/{t['benchmark']}", t["metric"], _target(t), _best_baseline(t), _epochs(t),
+             str(t["max_epochs"]), str(t["batch_size"]), "--data-dir" if t["accepts_data_dir"] else "generated",
+             t["mlperf_reference"]] for t in tasks]
     return columns, rows
 
 
@@ -41,29 +54,50 @@ def runs_table(records: Sequence[dict[str, Any]]) -> Table:
     return columns, rows
 
 
+def _score(entry: dict[str, Any]) -> str:
+    if entry.get("scaling") == "weak":
+        return "-" if entry["models_per_minute"] is None else f"{entry['models_per_minute']:.4f} models/min"
+    return _num(entry["score_minutes"])
+
+
 def score_table(entries: Sequence[dict[str, Any]]) -> Table:
-    """One row per system and benchmark (``score.score_entry``)."""
-    columns = ["system", "benchmark", "runs", "failed", "run minutes", "score minutes", "status"]
+    """One row per system, scaling and benchmark (``score.score_entry``/``weak_scaling_entry``);
+    an energy column only when some entry has one."""
+    with_energy = any(e.get("energy_j") is not None for e in entries)
+    columns = ["system", "benchmark", "scaling", "accelerators", "runs", "failed", "run minutes", "score"]
+    columns += ["energy kJ"] * with_energy + ["status"]
     rows = []
     for e in entries:
-        minutes = ", ".join("fail" if m is None else f"{m:.2f}" for m in e["run_minutes"])
+        files = e.get("files") or [{"status": "failed" if m is None else "success"} for m in e["run_minutes"]]
+        minutes = ", ".join(f["status"] if m is None else f"{m:.2f}" for m, f in zip(e["run_minutes"], files))
         status = e["status"] if not e.get("message") else f"{e['status']}: {e['message']}"
-        rows.append([e["system"], e["benchmark"], f"{e['runs']}/{e['required_runs'] or '?'}",
-                     str(e["failed_runs"]), minutes, _num(e["score_minutes"]), status])
+        row = [e["system"], e["benchmark"], e.get("scaling") or "-", str(e.get("accelerators") or "-"),
+               f"{e['runs']}/{e['required_runs'] or '?'}", str(e["failed_runs"]), minutes, _score(e)]
+        row += [_num(None if e.get("energy_j") is None else e["energy_j"] / 1000)] * with_energy
+        rows.append(row + [status])
     return columns, rows
 
 
 def check_table(results: Sequence[dict[str, Any]]) -> Table:
     """One row per checked file."""
-    columns = ["file", "format", "ruleset", "status", "messages"]
+    columns = ["file", "format", "ruleset", "compliance", "target reached", "last quality", "messages"]
     rows = [[r["file"], r["format"], f"{r['usage']} {r['ruleset']}" if r["ruleset"] else "-", r["status"],
+             "yes" if r["target_reached"] else f"no: {r['run_problem']}", _num(r["last_quality"], 4),
              (r["messages"] or "").splitlines()[0][:100] if r["messages"] else ""] for r in results]
     return columns, rows
 
 
 def compare_table(rows_in: Sequence[dict[str, Any]]) -> Table:
-    """One row per system and benchmark beside the reference."""
-    columns = ["system", "benchmark", "score minutes", "reference", "reference minutes", "time ratio", "speedup", "note"]
-    rows = [[r["system"], r["benchmark"], _num(r["score_minutes"]), r["reference"], _num(r["reference_minutes"]),
-             _num(r["time_ratio"], 3), _num(r["speedup"], 3), r["note"] or ""] for r in rows_in]
+    """One row per system and benchmark beside the reference; warnings are rendered separately."""
+    columns = ["system", "benchmark", "status", "division", "accelerators", "score minutes", "accel-minutes",
+               "reference minutes", "ref accelerators", "time ratio", "ref/score (plain ratio)",
+               "accel-minutes ratio", "note"]
+    rows = []
+    for r in rows_in:
+        status = r["status"] if r["valid"] else f"{(r['status'] or '?').upper()} (not a valid result)"
+        rows.append([r["system"], r["benchmark"] + (f" ({r['scaling']})" if r.get("scaling") else ""), status,
+                     r["division"] or "-", str(r["accelerators"] or "-"), _num(r["score_minutes"]),
+                     _num(r["accelerator_minutes"]), _num(r["reference_minutes"]),
+                     str(r["reference_accelerators"] or "-"), _num(r["time_ratio"], 3), _num(r["speedup"], 3),
+                     _num(r["accelerator_minutes_ratio"], 3), r["note"] or ""])
     return columns, rows

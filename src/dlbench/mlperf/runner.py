@@ -216,6 +216,19 @@ def _log_submission(log: ResultLog, task, spec: dict, options: RunOptions) -> No
     log.event(c.SUBMISSION_DIVISION, DIVISION)
     log.event(c.SUBMISSION_STATUS, SUBMISSION_STATUS)
     log.event(c.SUBMISSION_PLATFORM, spec["system"])
+    # The system's scale, as MLCommons' summarizer reads it (number_of_nodes x accelerators_per_node).
+    nodes, per_node = run_scale(spec["device"], spec["nproc"])
+    log.event("number_of_nodes", nodes)
+    log.event("accelerators_per_node", per_node)
+
+
+def run_scale(device_type: str, world: int, environ: dict | None = None) -> tuple[int, int]:
+    """(nodes, accelerators per node) of this run: torchrun's LOCAL_WORLD_SIZE (or Slurm's
+    SLURM_NNODES) gives the ranks per node; CPU ranks are not accelerators (0 per node)."""
+    environ = os.environ if environ is None else environ
+    per_node = int(environ.get("LOCAL_WORLD_SIZE") or 0) or world
+    nodes = int(environ.get("SLURM_NNODES") or 0) or max(1, world // max(per_node, 1))
+    return nodes, (per_node if device_type == "cuda" else 0)
 
 
 def _epoch(task, model, loader, sampler, eval_set, optimizer, scheduler, log, epoch, device, clock):

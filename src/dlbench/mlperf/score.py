@@ -7,9 +7,15 @@ and dropped. A benchmark result is invalid if there is more than one non-converg
 (mlcommons/training_policies, training_rules.adoc). MLCommons' result_summarizer drops four at each
 end for unet3d (40 runs) and one for every other benchmark, which :data:`DROPPED_PER_SIDE` mirrors.
 
-A run's time is run_stop − run_start. A run succeeded when its run_stop says status success (v0.6
-and later); v0.5 logs carry no status, so there the last eval_accuracy must reach eval_target when
-both are logged. A run without run_start or run_stop (crashed, truncated) did not succeed.
+A run's time is run_stop − run_start, and whether it succeeded is decided in its own format's way
+(:mod:`dlbench.mlperf.runs`); a failed or invalid run counts as non-converging.
+
+HPC results from v1.0 on sit in ``results/<system>/strong/<benchmark>/`` and
+``results/<system>/weak/<benchmark>/``. Strong scaling is scored per system like training. Weak
+scaling has its own metric (MLPerf HPC rules, "Weak-scaling metric"): many models are trained at
+once, and the score is the throughput, models trained per minute = number of models that reached
+the target / (last run_stop − first run_start), as mlperf-logging's summarizer times it
+(``time_to_train_all``); it needs at least the benchmark's required number of converged models.
 """
 
 from __future__ import annotations
@@ -17,12 +23,13 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from dlbench.errors import UsageError
-from dlbench.mlperf.parse import ParsedLog, parse_file
+from dlbench.mlperf import convergence
+from dlbench.mlperf.parse import canonical_benchmark, parse_file
+from dlbench.mlperf.runs import SUCCESS, RunTime, run_time
 
 #: Runs per entry, from MLCommons' benchmark_meta (training and HPC) and the v0.6 rules; used when
 #: mlperf-logging is not installed, and for benchmarks it no longer lists.
@@ -71,61 +78,46 @@ def olympic_mean(minutes: Sequence[float | None], dropped_per_side: int = 1) -> 
     return sum(kept) / len(kept)
 
 
-@dataclass
-class RunTime:
-    """One result file: its time in minutes when it succeeded, else why not."""
-
-    path: str
-    format: str
-    minutes: float | None
-    problem: str | None
-    unparsed: int
-    unparsed_examples: list[str] = field(default_factory=list)
+def _kept_indices(minutes: Sequence[float | None], dropped_per_side: int) -> list[int]:
+    """Indices of the runs :func:`olympic_mean` averages (the energy column drops the same runs,
+    as MLCommons' summarizer does for power: ``_index_olympic_average``)."""
+    failed = sum(m is None for m in minutes)
+    done = sorted((m, i) for i, m in enumerate(minutes) if m is not None)
+    return [i for _, i in done[dropped_per_side: len(done) - (dropped_per_side - failed)]]
 
 
-def run_time(log: ParsedLog, path: str = "") -> RunTime:
-    """The time of one run from its events (pure)."""
-    start, stop = log.first("run_start"), log.first("run_stop")
-    problem = None
-    if start is None:
-        problem = "no run_start"
-    elif stop is None:
-        problem = "no run_stop (crashed or truncated)"
-    elif not _succeeded(log, stop):
-        status = stop.metadata.get("status") or "no target reached"
-        problem = f"run_stop status {status}"
-    minutes = (stop.time_s - start.time_s) / 60.0 if problem is None else None
-    return RunTime(path, log.format, minutes, problem, log.unparsed, log.unparsed_examples)
+def _files(runs: Sequence[RunTime]) -> list[dict[str, Any]]:
+    return [{"path": r.path, "status": r.status, "minutes": r.minutes, "problem": r.problem, "note": r.note,
+             "energy_j": r.energy_j, "accelerators": r.accelerators, "unparsed_lines": r.unparsed,
+             "unparsed_examples": r.unparsed_examples} for r in runs]
 
 
-def _succeeded(log: ParsedLog, stop) -> bool:
-    status = stop.metadata.get("status")
-    if status is not None:
-        return str(status).lower() == "success"
-    if isinstance(stop.value, dict) and "success" in stop.value:
-        return bool(stop.value["success"])
-    target, accuracies = log.first("eval_target"), log.all("eval_accuracy")
-    if target is None or not accuracies:
-        return True  # v0.5 run_stop without a verdict: it stopped because it was done
-    last = accuracies[-1].value
-    last = last.get("value") if isinstance(last, dict) else last
-    return isinstance(last, (int, float)) and isinstance(target.value, (int, float)) and last >= target.value
-
-
-def score_entry(system: str, benchmark: str, runs: Sequence[RunTime]) -> dict[str, Any]:
-    """The score of one system and benchmark from its runs, as plain data (``--json``)."""
-    minutes = [r.minutes for r in runs]
-    required = required_runs(benchmark)
-    per_side = DROPPED_PER_SIDE.get(benchmark, 1)
-    entry: dict[str, Any] = {
-        "system": system, "benchmark": benchmark, "runs": len(runs), "run_minutes": minutes,
-        "score_minutes": None, "status": "ok", "required_runs": required,
-        "failed_runs": sum(m is None for m in minutes), "message": None,
+def _common(system: str, benchmark: str, scaling: str | None, runs: Sequence[RunTime]) -> dict[str, Any]:
+    scales = sorted({r.accelerators for r in runs if r.accelerators is not None})
+    divisions = sorted({r.division for r in runs if r.division})
+    orgs = sorted({r.org for r in runs if r.org})
+    return {
+        "submitter": ", ".join(orgs) or None,
+        "system": system, "benchmark": benchmark, "scaling": scaling, "runs": len(runs),
+        "division": divisions[0] if len(divisions) == 1 else ("mixed: " + ", ".join(divisions) if divisions else None),
+        "accelerators": scales[-1] if scales else None,
+        "run_minutes": [r.minutes for r in runs], "status": "ok", "message": None,
+        "required_runs": required_runs(benchmark),
+        "failed_runs": sum(r.status != SUCCESS for r in runs),
+        "invalid_runs": sum(r.status == "invalid" for r in runs),
         "unparsed_lines": sum(r.unparsed for r in runs),
-        "formats": sorted({r.format for r in runs}),
-        "files": [{"path": r.path, "minutes": r.minutes, "problem": r.problem, "unparsed_lines": r.unparsed}
-                  for r in runs],
+        "formats": sorted({r.format for r in runs}), "files": _files(runs),
     }
+
+
+def score_entry(system: str, benchmark: str, runs: Sequence[RunTime], scaling: str | None = None) -> dict[str, Any]:
+    """The olympic score of one system and benchmark (training, or HPC strong scaling) from its
+    runs, as plain data (``--json``). ``energy_j`` is the same olympic mean over the runs' energy
+    when every successful run logged one, else None."""
+    minutes = [r.minutes for r in runs]
+    required, per_side = required_runs(benchmark), DROPPED_PER_SIDE.get(benchmark, 1)
+    entry = _common(system, benchmark, scaling, runs) | {"metric": "minutes", "score_minutes": None, "energy_j": None,
+                                                         "convergence": None}
     try:
         entry["score_minutes"] = olympic_mean(minutes, per_side)
     except TooManyFailures as exc:
@@ -134,13 +126,40 @@ def score_entry(system: str, benchmark: str, runs: Sequence[RunTime]) -> dict[st
     except ValueError as exc:
         entry.update(status="incomplete", message=f"{exc}; MLPerf requires {required or 'more'} runs")
         return entry
+    if convergence.DLBENCH_ORG in (entry["submitter"] or "").split(", "):  # dlbench's own tasks only
+        entry["convergence"] = convergence.check(benchmark, [r.epochs for r in runs if r.status == SUCCESS])
+    energies = [runs[i].energy_j for i in _kept_indices(minutes, per_side)]
+    if energies and all(e is not None for e in energies):
+        entry["energy_j"] = sum(energies) / len(energies)
     if required is not None and len(runs) < required:
         entry.update(status="incomplete", message=f"MLPerf requires {required} runs of {benchmark}; scored {len(runs)}")
     return entry
 
 
+def weak_scaling_entry(system: str, benchmark: str, runs: Sequence[RunTime]) -> dict[str, Any]:
+    """HPC weak scaling: models trained per minute over the whole set of concurrent runs (module
+    docstring). Runs that did not converge are not counted as models."""
+    done = [r for r in runs if r.status == SUCCESS]
+    required = required_runs(benchmark)
+    entry = _common(system, benchmark, "weak", runs) | {
+        "metric": "models_per_minute", "score_minutes": None, "time_to_train_all_minutes": None,
+        "number_of_models": len(done), "models_per_minute": None, "energy_j": None,
+    }
+    if not done:
+        entry.update(status="invalid", message="no weak-scaling run reached its target")
+        return entry
+    all_minutes = (max(r.stop_s for r in done) - min(r.start_s for r in done)) / 60.0
+    entry.update(time_to_train_all_minutes=all_minutes, models_per_minute=len(done) / all_minutes)
+    if required is not None and len(done) < required:
+        entry.update(status="incomplete", message=f"MLPerf HPC requires at least {required} converged models of "
+                     f"{benchmark} for weak scaling; {len(done)} converged")
+    return entry
+
+
 def find_result_files(folder: str | Path) -> list[Path]:
-    """``result_*.txt`` files under ``folder`` (or ``folder`` itself when it is a file), sorted."""
+    """``result_*.txt`` entries under ``folder`` (or ``folder`` itself when it is a file), sorted.
+    Entries that are not files (a directory so named, a dangling link) are kept: they score as
+    invalid runs with the reason, rather than vanishing."""
     root = Path(folder)
     if root.is_file():
         return [root]
@@ -159,8 +178,15 @@ def _parse_one(path: Path) -> tuple[str | None, RunTime]:
     return log.benchmark, run_time(log, str(path))
 
 
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size if path.is_file() else 0
+    except OSError:
+        return 0
+
+
 def _parse_all(files: list[Path]) -> list[tuple[str | None, RunTime]]:
-    total = sum(p.stat().st_size for p in files)
+    total = sum(_size(p) for p in files)
     workers = min(len(files), os.cpu_count() or 1)
     if total < PARALLEL_BYTES or workers < 2:
         return [_parse_one(p) for p in files]
@@ -168,16 +194,28 @@ def _parse_all(files: list[Path]) -> list[tuple[str | None, RunTime]]:
         return list(pool.map(_parse_one, files, chunksize=max(1, len(files) // (4 * workers))))
 
 
+def entry_key(path: Path, named: str | None) -> tuple[str, str | None, str]:
+    """(system, scaling, benchmark) of a result file from its place in the folder:
+    ``<system>/<benchmark>/result_i.txt`` (training, HPC v0.7) or
+    ``<system>/{strong,weak}/<benchmark>/result_i.txt`` (HPC v1.0 on). The benchmark is the one the
+    log names, else the folder's name, with MLCommons' aliases resolved."""
+    benchmark = canonical_benchmark(named or path.parent.name)
+    above = path.parent.parent
+    if above.name in ("strong", "weak"):
+        return above.parent.name, above.name, benchmark
+    return above.name, None, benchmark
+
+
 def score_folder(folder: str | Path) -> list[dict[str, Any]]:
-    """Score every system and benchmark under an MLPerf results folder
-    (``…/results/<system>/<benchmark>/result_<i>.txt``): the system is the folder above the
-    benchmark's. The benchmark is the one the log names (``submission_benchmark``, or v0.5's
-    benchmark field), else the folder's name."""
+    """Score every system and benchmark under an MLPerf results folder (see :func:`entry_key` for
+    the layouts read): strong scaling and training by olympic mean, weak scaling by models/min."""
     files = find_result_files(folder)
     if not files:
         raise UsageError(f"no result_*.txt files under {str(folder)!r}; point at an MLPerf results folder.")
-    groups: dict[tuple[str, str], list[RunTime]] = {}
+    groups: dict[tuple[str, str, str], list[RunTime]] = {}
     for path, (named, run) in zip(files, _parse_all(files)):
-        benchmark, system = named or path.parent.name, path.parent.parent.name
-        groups.setdefault((system, benchmark), []).append(run)
-    return [score_entry(system, benchmark, runs) for (system, benchmark), runs in sorted(groups.items())]
+        system, scaling, benchmark = entry_key(path, named)
+        groups.setdefault((system, scaling or "", benchmark), []).append(run)
+    return [weak_scaling_entry(system, benchmark, runs) if scaling == "weak"
+            else score_entry(system, benchmark, runs, scaling or None)
+            for (system, scaling, benchmark), runs in sorted(groups.items())]

@@ -10,6 +10,7 @@ from dlbench.errors import unknown_name
 TASKS: dict[str, str] = {
     "resnet": "dlbench.mlperf.tasks.vision:ImageClassification",
     "ssd": "dlbench.mlperf.tasks.detection:ObjectDetection",
+    "maskrcnn": "dlbench.mlperf.tasks.instance:InstanceSegmentation",
     "transformer": "dlbench.mlperf.tasks.translation:TransformerTranslation",
     "gnmt": "dlbench.mlperf.tasks.translation:GNMTTranslation",
     "cosmoflow": "dlbench.mlperf.tasks.science:CosmoFlow",

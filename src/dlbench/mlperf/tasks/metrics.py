@@ -1,7 +1,8 @@
 """Quality metrics of the time-to-train tasks, as pure functions on tensors.
 
 * :func:`mean_average_precision` — detection mAP at one IoU threshold (PASCAL VOC's all-point
-  interpolated AP, averaged over classes);
+  interpolated AP, averaged over classes), over boxes or, with ``iou=mask_iou``, instance masks
+  (COCO's segm mAP, Mask R-CNN's second metric);
 * :func:`mean_iou` — segmentation IoU per class from a confusion count, averaged over classes
   (DeepCAM's quality metric);
 * :func:`corpus_bleu` — BLEU of detokenised sentences through sacrebleu (both MLPerf translation
@@ -10,7 +11,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -23,6 +24,14 @@ def box_iou(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     area_a = (a[:, 2:] - a[:, :2]).clamp(min=0).prod(dim=1)
     area_b = (b[:, 2:] - b[:, :2]).clamp(min=0).prod(dim=1)
     union = area_a[:, None] + area_b[None, :] - inter
+    return torch.where(union > 0, inter / union.clamp(min=1e-12), torch.zeros_like(inter))
+
+
+def mask_iou(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """IoU of every mask in ``a`` (N, H, W) with every mask in ``b`` (M, H, W), masks boolean."""
+    a_flat, b_flat = a.flatten(1).float(), b.flatten(1).float()  # (N, HW), (M, HW)
+    inter = a_flat @ b_flat.T  # (N, M)
+    union = a_flat.sum(1)[:, None] + b_flat.sum(1)[None, :] - inter
     return torch.where(union > 0, inter / union.clamp(min=1e-12), torch.zeros_like(inter))
 
 
@@ -67,11 +76,12 @@ def mean_average_precision(
     predictions: Sequence[tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
     ground_truth: Sequence[tuple[torch.Tensor, torch.Tensor]],
     iou_thresholds: Sequence[float] = (0.5,),
+    iou: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = box_iou,
 ) -> float:
     """mAP over images, averaged over classes and over ``iou_thresholds`` (``(0.5,)``: VOC's
     mAP@0.5; ``0.5, 0.55, … 0.95``: COCO's mAP). ``predictions[i]`` is (boxes (D, 4), scores (D,),
-    labels (D,)) and ``ground_truth[i]`` is (boxes (G, 4), labels (G,)). Classes without objects
-    are left out."""
+    labels (D,)) and ``ground_truth[i]`` is (boxes (G, 4), labels (G,)); with ``iou=mask_iou`` the
+    boxes are masks (D, H, W) and (G, H, W). Classes without objects are left out."""
     classes = sorted({int(c) for _, labels in ground_truth for c in labels.tolist()})
     per_class = []
     for c in classes:
@@ -82,7 +92,7 @@ def mean_average_precision(
             n_gt += int(g_sel.sum())
             image_scores = p_scores[p_sel]
             scores.append(image_scores)
-            ious = box_iou(p_boxes[p_sel], g_boxes[g_sel]).tolist()  # (D, G) as lists: the loop is Python
+            ious = iou(p_boxes[p_sel], g_boxes[g_sel]).tolist()  # (D, G) as lists: the loop is Python
             order = image_scores.argsort(descending=True).tolist()
             for t in iou_thresholds:
                 matched[t] += _match_image(ious, order, t)

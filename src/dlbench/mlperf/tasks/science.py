@@ -3,8 +3,11 @@ segmentation to an IoU target, both on generated fields.
 
 * CosmoFlow: a 3D CNN (the catalogue's CosmoFlow network at 16^3) regresses the four parameters
   that generated a volume — mean level, fluctuation amplitude, correlation length and a gradient
-  along one axis — normalised to [-1, 1] like the reference's cosmological parameters. Quality is
-  the mean absolute error; the target is MLPerf HPC's own, 0.124.
+  along an axis drawn per volume — normalised to [-1, 1] like the reference's cosmological
+  parameters. Quality is the mean absolute error; the target is MLPerf HPC's own, 0.124. The axis is
+  random so that the target needs the network: with the gradient always along z, a quadratic
+  least-squares fit on four summary statistics (mean, std, lag-1 autocorrelation, z-gradient)
+  reached MAE 0.122 without any network; now it gets 0.19 (``dlbench.mlperf.baselines``).
 * DeepCAM: a small U-Net labels every pixel of 4-channel 32x32 "climate" fields as background,
   atmospheric river (long thin bands of high water vapour) or tropical cyclone (discs of low
   pressure ringed by wind). Quality is the IoU averaged over the three classes; the target is
@@ -45,11 +48,14 @@ def cosmology_volumes(n: int, generator: torch.Generator) -> tuple[torch.Tensor,
     params = torch.rand(n, 4, generator=generator) * 2 - 1
     mean_level, amplitude, correlation, gradient = params.unbind(dim=1)
     field = _smooth_noise((n, VOLUME, VOLUME, VOLUME), 0.8 + 0.6 * (correlation + 1), generator)
-    z = torch.linspace(-1, 1, VOLUME).view(1, -1, 1, 1)
+    axis = torch.randint(0, 3, (n,), generator=generator)  # the gradient runs along z, y or x
+    line = torch.linspace(-1, 1, VOLUME)
+    ramps = torch.stack([line.view(shape).expand(VOLUME, VOLUME, VOLUME)
+                         for shape in ((-1, 1, 1), (1, -1, 1), (1, 1, -1))])  # (3, V, V, V)
     volumes = (
         mean_level.view(-1, 1, 1, 1)
         + (0.6 + 0.4 * amplitude).view(-1, 1, 1, 1) * field
-        + 0.5 * gradient.view(-1, 1, 1, 1) * z
+        + 0.5 * gradient.view(-1, 1, 1, 1) * ramps[axis]
         + 0.05 * torch.randn(field.shape, generator=generator)
     )
     return volumes.unsqueeze(1), params
@@ -82,8 +88,9 @@ class CosmoFlow(Task):
         from dlbench.catalog.networks import CosmoFlowNet as _CosmoFlowNet
 
         # The reference network: 'same' conv + LeakyReLU + max-pool blocks, dense head, 1.2*tanh.
-        # Dropout off: at this size it only slows convergence.
-        return _CosmoFlowNet(1, VOLUME, n_conv_layers=3, kernel_size=2, n_targets=4, conv_size=8, dropout=0.0)
+        # Dropout off: at this size it only slows convergence. Kernel 3 and 16 channels: with the
+        # reference's kernel 2 (or 8 channels) the net plateaus near MAE 0.127 on these volumes.
+        return _CosmoFlowNet(1, VOLUME, n_conv_layers=3, kernel_size=3, n_targets=4, conv_size=16, dropout=0.0)
 
     def build_optimizer(self, model: nn.Module, steps_per_epoch: int) -> Optimizer:
         optimizer = torch.optim.Adam(model.parameters(), lr=self.base_lr)

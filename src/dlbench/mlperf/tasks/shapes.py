@@ -69,6 +69,15 @@ def detection_images(
     Returns images (N, 3, S, S), boxes per image (M_i, 4) as (x0, y0, x1, y1) in pixels (the tight
     box of the drawn pixels), and labels per image (M_i,) numbered 1.. (0 is a detector's background).
     """
+    images, boxes, labels, _ = instance_images(n, image_size, max_objects, generator, noise, classes)
+    return images, boxes, labels
+
+
+def instance_images(
+    n: int, image_size: int, max_objects: int, generator: torch.Generator, noise: float = 0.1,
+    classes: tuple[int, ...] = (0, 1),
+) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor], list[torch.Tensor]]:
+    """:func:`detection_images` plus each object's pixel mask: masks per image (M_i, S, S) bool."""
     cells = 4
     count = torch.randint(1, max_objects + 1, (n, 1), generator=generator)  # (N, 1)
     # a random subset of `count` cells: rank the cells by a random key, keep the first `count`
@@ -96,7 +105,8 @@ def detection_images(
     images = images + noise * torch.randn(images.shape, generator=generator)
     boxes = _tight_boxes(masks)  # (N, 4, 4)
     labels = kind + 1
-    return images, [boxes[i][present[i]] for i in range(n)], [labels[i][present[i]] for i in range(n)]
+    return (images, [boxes[i][present[i]] for i in range(n)], [labels[i][present[i]] for i in range(n)],
+            [masks[i][present[i]] for i in range(n)])
 
 
 def _tight_boxes(masks: torch.Tensor) -> torch.Tensor:
