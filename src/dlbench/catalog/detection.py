@@ -13,12 +13,16 @@ about 7); the detectors' transform keeps the given image size (``min_size = max_
 
 from __future__ import annotations
 
-from typing import Any
-
-import torch
-from torch import nn
+from typing import TYPE_CHECKING, Any
 
 from dlbench.catalog._base import Batch, Param, Workload
+from dlbench.catalog._lazy import lazy_import
+
+torch = lazy_import("torch")  # imported when a model is built: 'dlbench list' stays torch-free
+tv_detection = lazy_import("torchvision.models.detection")
+
+if TYPE_CHECKING:  # annotations only
+    from torch import nn
 
 
 def _boxes(batch_size: int, objects: int, size: int, generator: torch.Generator) -> torch.Tensor:
@@ -83,10 +87,8 @@ class MaskRCNN(_Detector):
     }
 
     def build_model(self) -> nn.Module:
-        from torchvision.models.detection import maskrcnn_resnet50_fpn  # heavy: detection models only
-
         size = self.params["image_size"]
-        return maskrcnn_resnet50_fpn(weights=None, weights_backbone=None, num_classes=self.params["num_classes"],
+        return tv_detection.maskrcnn_resnet50_fpn(weights=None, weights_backbone=None, num_classes=self.params["num_classes"],
                                      min_size=size, max_size=size)
 
 
@@ -106,6 +108,4 @@ class SSD300(_Detector):
         return 300
 
     def build_model(self) -> nn.Module:
-        from torchvision.models.detection import ssd300_vgg16  # heavy: detection models only
-
-        return ssd300_vgg16(weights=None, weights_backbone=None, num_classes=self.params["num_classes"])
+        return tv_detection.ssd300_vgg16(weights=None, weights_backbone=None, num_classes=self.params["num_classes"])

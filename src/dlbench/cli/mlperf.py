@@ -20,10 +20,9 @@ def list_tasks(as_json: bool = JSON_OPTION) -> None:
     """List the time-to-train tasks with their metric, target, the MLPerf benchmark each models, the
     best of its trivial baselines (constant, untrained, closed-form fit) and the epochs it takes."""
     from dlbench.mlperf import convergence, tasks
-    from dlbench.mlperf.baselines import shipped
-    from dlbench.mlperf.tasks.metadata import describe  # reads the task modules without importing torch
+    from dlbench.mlperf.tasks.metadata import describe, shipped_baselines  # the task facts without torch
 
-    described = [describe(tasks.TASKS[name]) | {"baselines": shipped().get(name, {}).get("baselines"),
+    described = [describe(tasks.TASKS[name]) | {"baselines": shipped_baselines().get(name, {}).get("baselines"),
                                                  "convergence": convergence.references().get(name)}
                  for name in tasks.names()]
     if as_json:

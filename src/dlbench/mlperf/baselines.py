@@ -21,15 +21,14 @@ from __future__ import annotations
 
 from collections import Counter
 from functools import cache
-from importlib import resources
 from typing import Any
 
 import torch
-import yaml
 from torch.utils.data import DataLoader, Subset
 
 from dlbench.mlperf import tasks
 from dlbench.mlperf.tasks._base import seeded_generator
+from dlbench.mlperf.tasks.metadata import shipped_baselines
 from dlbench.mlperf.tasks.metrics import (
     COCO_IOU_THRESHOLDS,
     confusion_counts,
@@ -190,5 +189,4 @@ def measure(name: str, untrained_limit: int | None = None) -> dict[str, Any]:
 @cache
 def shipped() -> dict[str, dict[str, Any]]:
     """Task name → its measured baselines (``dlbench/data/mlperf_baselines.yaml``)."""
-    text = resources.files("dlbench.data").joinpath("mlperf_baselines.yaml").read_text()
-    return (yaml.safe_load(text) or {}).get("tasks", {})
+    return shipped_baselines()

@@ -61,6 +61,7 @@ class Task:
     max_epochs: ClassVar[int]
     batch_size: ClassVar[int]
     accepts_data_dir: ClassVar[bool] = False
+    targets: ClassVar[dict[str, float] | None] = None  # several targets that must all be met, by metric
     clip_grad_norm: ClassVar[float | None] = None  # clip the gradient norm before each step
 
     def __init__(self, data_seed: int = 0, data_dir: str | None = None):
@@ -116,6 +117,7 @@ class Task:
             "max_epochs": cls.max_epochs,
             "batch_size": cls.batch_size,
             "accepts_data_dir": cls.accepts_data_dir,
+            "targets": cls.targets,
         }
 
 

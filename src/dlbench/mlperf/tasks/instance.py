@@ -16,7 +16,6 @@ the mask mAP of the same evaluation, which :meth:`reached` and :meth:`logged_qua
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import torch
 from torch import nn
@@ -96,6 +95,7 @@ class InstanceSegmentation(Task):
     metric = "bbox mAP"
     target = 0.5
     segm_target = 0.5  # mask mAP, the second target
+    targets = {"bbox_mAP": 0.5, "segm_mAP": 0.5}  # both must be met (as target and segm_target)
     max_epochs = 15
     batch_size = 16
     base_lr = 0.04
@@ -159,6 +159,3 @@ class InstanceSegmentation(Task):
     def logged_quality(self, quality: float) -> dict[str, float]:
         return {"BBOX": quality, "SEGM": self.last_segm}
 
-    @classmethod
-    def describe(cls) -> dict[str, Any]:
-        return super().describe() | {"targets": {"bbox_mAP": cls.target, "segm_mAP": cls.segm_target}}

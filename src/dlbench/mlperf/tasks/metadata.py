@@ -15,20 +15,31 @@ import importlib
 import importlib.util
 from functools import lru_cache
 from pathlib import Path
+from importlib import resources
 from typing import Any
 
+import yaml
+
 _FIELDS = ("name", "benchmark", "usage", "description", "mlperf_reference", "metric", "target",
-           "higher_is_better", "max_epochs", "batch_size", "accepts_data_dir")
+           "higher_is_better", "max_epochs", "batch_size", "accepts_data_dir", "targets")
 _BASE = "dlbench.mlperf.tasks._base:Task"
 
 
 def describe(target: str) -> dict[str, Any]:
     """``Task.describe()`` of the class at ``"module:Class"``, read without importing it when possible."""
     values = _literals(target)
-    if values is None or any(field not in values for field in _FIELDS):
+    if values is None or any(field not in values for field in _FIELDS) or _own_describe(target):
         module_name, class_name = target.split(":")
         return getattr(importlib.import_module(module_name), class_name).describe()
     return {field: values[field] for field in _FIELDS}
+
+
+def _own_describe(target: str) -> bool:
+    """Whether the class itself defines ``describe`` (it adds fields: only the class can say which)."""
+    module_name, class_name = target.split(":")
+    node = (_module_classes(module_name) or {}).get(class_name)
+    return node is not None and any(
+        isinstance(item, ast.FunctionDef) and item.name == "describe" for item in node.body)
 
 
 @lru_cache(maxsize=None)
@@ -76,3 +87,9 @@ def _own_literals(node: ast.ClassDef) -> dict[str, Any]:
             except ValueError:  # not a literal: describe() imports the class instead
                 own.pop(name.id, None)
     return own
+
+
+def shipped_baselines() -> dict[str, dict[str, Any]]:
+    """Task name → its measured trivial baselines (``dlbench/data/mlperf_baselines.yaml``), without torch."""
+    text = resources.files("dlbench.data").joinpath("mlperf_baselines.yaml").read_text()
+    return (yaml.safe_load(text) or {}).get("tasks", {})
