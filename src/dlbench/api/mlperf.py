@@ -10,6 +10,7 @@ from dlbench.api.pipeline import execute
 from dlbench.api.resolve import joined_launch
 from dlbench.api.runs import run_env
 from dlbench.env import capture_env
+from dlbench.mlperf.log import log_energy
 from dlbench.mlperf.runner import OnEpoch, RunOptions, launcher_group, prepare_task
 
 
@@ -27,5 +28,9 @@ def run_task(name: str, out_dir: str | Path, options: RunOptions, store=None, en
         env = run_env(env)  # the load just before the runs, once the task is validated and built
         records = []
         for _ in range(options.runs):
-            records += execute(session.next_run(), store, env)
+            for record in execute(session.next_run(), store, env):
+                energy_j = (record.get("telemetry") or {}).get("energy_j")
+                if energy_j is not None:  # GPU runs: NVML's energy counter (or power) over the run window
+                    log_energy(Path(record["spec"]["result_file"]), energy_j)
+                records.append(record)
     return records

@@ -32,7 +32,7 @@ class ResultLog:
     """Thin wrapper over one ``mllog.MLLogger``: ``event``, ``start``, ``end`` as in mllog, and
     :meth:`close` to release the file. ``constants`` is ``mllog.constants``."""
 
-    def __init__(self, path: Path | None):
+    def __init__(self, path: Path | None, mode: str = "w"):
         from dlbench.mlperf import require
 
         mllog = require("mlperf_logging.mllog", "mlperf-logging")
@@ -46,7 +46,7 @@ class ResultLog:
         logger = logging.getLogger(f"dlbench.mlperf.run{next(_counter)}")
         logger.propagate = False  # the root logger must not echo MLPerf lines to the console
         logger.setLevel(logging.INFO)
-        handler = logging.FileHandler(path, mode="w", encoding="utf-8")
+        handler = logging.FileHandler(path, mode=mode, encoding="utf-8")  # "a": add to a finished log
         handler.setFormatter(logging.Formatter("%(message)s"))
         logger.addHandler(handler)
         self._logger = logger
@@ -83,3 +83,14 @@ class ResultLog:
 def open_result_log(path: Path) -> ResultLog:
     """The result log of one run at ``path``; a silent one on ranks other than 0."""
     return ResultLog(path if is_rank_zero() else None)
+
+
+#: The key under which dlbench logs a run's energy to train (joules, run_start to run_stop).
+ENERGY_KEY = "dlbench_energy_j"
+
+
+def log_energy(path: Path, energy_j: float) -> None:
+    """Add the run's energy to train to its finished result log (known only once telemetry has
+    summarised the run window, after run_stop); ``dlbench mlperf score`` averages it like the time."""
+    with ResultLog(path if is_rank_zero() else None, mode="a") as log:
+        log.event(ENERGY_KEY, float(energy_j), metadata={"unit": "J", "window": "run_start to run_stop"})
