@@ -27,11 +27,18 @@ def hpo(tmp_path):
         return subprocess.run([sys.executable, "-m", "dlbench", *args, "--db", str(db)], capture_output=True,
                               text=True, env=cli_env(), timeout=timeout, cwd=tmp_path)
 
-    def run(doc, *args):
+    def write(doc) -> str:
         path = tmp_path / f"{doc['name']}.yaml"
         path.write_text(yaml.safe_dump(doc))
-        return cli("hpo", "run", "--config", str(path), *args), db
+        return str(path)
 
-    run.cli, run.db, run.tmp = cli, db, tmp_path
+    def run(doc, *args):
+        return cli("hpo", "run", "--config", write(doc), *args), db
+
+    def popen(*args):
+        return subprocess.Popen([sys.executable, "-m", "dlbench", *args, "--db", str(db)], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env=cli_env(), cwd=tmp_path)
+
+    run.cli, run.db, run.tmp, run.write, run.popen = cli, db, tmp_path, write, popen
     return run
 

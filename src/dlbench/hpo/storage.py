@@ -14,6 +14,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -45,16 +47,34 @@ def open_storage(url: str, heartbeat_s: int = 30, on_dead: OnDead | None = None)
         path = url.removeprefix(JOURNAL)
         return JournalStorage(JournalFileBackend(path, lock_obj=JournalFileOpenLock(path)))
     retry = _Retry(on_dead)
+    path = sqlite_path(url)
     try:
-        storage = RDBStorage(url, engine_kwargs={"connect_args": {"timeout": BUSY_TIMEOUT_S}} if sqlite_path(url) else {},
-                             heartbeat_interval=heartbeat_s, grace_period=2 * heartbeat_s,
-                             heartbeat_stale_trial_callback=retry)
-    except (sa.exc.SQLAlchemyError, ImportError, ValueError) as exc:
+        with _init_lock(path):
+            storage = RDBStorage(url, engine_kwargs={"connect_args": {"timeout": BUSY_TIMEOUT_S}} if path else {},
+                                 heartbeat_interval=heartbeat_s, grace_period=2 * heartbeat_s,
+                                 heartbeat_stale_trial_callback=retry)
+    except (sa.exc.SQLAlchemyError, ImportError, ValueError, OSError) as exc:
         raise UsageError(f"cannot open the study storage {display(url)} ({str(exc).splitlines()[0]}); give "
                          "--storage a writable SQLite file, a PostgreSQL URL or journal:PATH.") from None
-    if sqlite_path(url) is not None:
+    if path is not None:
         _immediate(storage.engine)
     return storage
+
+
+@contextlib.contextmanager
+def _init_lock(path):
+    """One process at a time opens a SQLite storage: Optuna's first open creates tables and stamps
+    versions in separate transactions, which race ("table already exists") when workers start at once."""
+    if path is None:
+        yield
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(f"{path}.hpo-lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def _immediate(engine: sa.Engine) -> None:
@@ -91,12 +111,12 @@ def fail_worker_trials(study: optuna.Study, worker: str, why: str, on_dead: OnDe
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         if trial.user_attrs.get(WORKER_ATTR) != worker:
             continue
-        try:
+        try:  # the reason first: a finished trial takes no attributes
+            study._storage.set_trial_user_attr(trial._trial_id, "error", why)
             if not study._storage.set_trial_state_values(trial._trial_id, state=TrialState.FAIL):
                 continue
         except optuna.exceptions.UpdateFinishedTrialError:
             continue  # it ended meanwhile
-        study._storage.set_trial_user_attr(trial._trial_id, "error", why)
         if on_dead is not None:
             on_dead(trial, why)
         if retry:
@@ -108,11 +128,11 @@ def fail_worker_trials(study: optuna.Study, worker: str, why: str, on_dead: OnDe
 def requeue_interrupted(study: optuna.Study, trial_id: int, why: str) -> None:
     """A trial stopped by a signal: failed now, queued again with the same parameters for ``--resume``."""
     storage = study._storage
-    try:
+    try:  # the reason first: a finished trial takes no attributes
+        storage.set_trial_user_attr(trial_id, "error", why)
         storage.set_trial_state_values(trial_id, state=TrialState.FAIL)
     except optuna.exceptions.UpdateFinishedTrialError:
         return
-    storage.set_trial_user_attr(trial_id, "error", why)
     RetryHeartbeatStaleTrialCallback(max_retry=None)(study, storage.get_trial(trial_id))
 
 
