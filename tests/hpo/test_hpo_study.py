@@ -100,3 +100,23 @@ def test_a_study_name_in_use_is_refused_and_resumed_explicitly(hpo):
     assert len(status(hpo, "twice")["trials"]) == 1
     listed = json.loads(hpo.cli("hpo", "list", "--json").stdout)
     assert [s["name"] for s in listed] == ["twice"]
+
+
+def test_workload_throughput_study_records_train_runs_and_plots(hpo):
+    doc = {"name": "tput", "objective": {"workload": "lstm", "fixed": {
+        "device": "cpu", "steps": 2, "warmup": 1, "telemetry": False, "threads": 1,
+        "params": {"seq_len": 4, "input_size": 8, "hidden_size": 8}}},
+        "sampler": "grid", "space": {"batch_size": {"type": "categorical", "choices": [2, 4]}}}
+    out, db = hpo(doc)
+    assert out.returncode == 0, out.stderr
+    records = records_of(db, "tput")
+    assert {r["spec"]["batch_size"] for r in records} == {2, 4} and all(r["status"] == "ok" for r in records)
+    best = json.loads(hpo.cli("hpo", "best", "tput", "--json").stdout)
+    fastest = max(records, key=lambda r: r["result"]["samples_per_s"])
+    assert best["value"] == pytest.approx(fastest["result"]["samples_per_s"])  # maximised by default
+    plots = hpo.cli("hpo", "plot", "tput", "--out", str(hpo.tmp / "plots"))
+    assert plots.returncode == 0, plots.stderr
+    assert (hpo.tmp / "plots" / "tput-history.png").stat().st_size > 1000
+    compare = hpo.cli("hpo", "compare", "tput", "--out", str(hpo.tmp / "cmp.png"), "--json")
+    assert compare.returncode == 0 and (hpo.tmp / "cmp.png").stat().st_size > 1000
+    assert json.loads(compare.stdout)["tput"][-1]["best"] == pytest.approx(best["value"])

@@ -12,7 +12,7 @@ from pathlib import Path
 import typer
 
 from dlbench.cli._common import DB_OPTION, JSON_OPTION, emit_json, info
-from dlbench.errors import UsageError
+from dlbench.errors import BenchmarkFailed, UsageError
 
 hpo_app = typer.Typer(
     name="hpo",
@@ -66,7 +66,10 @@ def run(
     with progress:
         study = hpo.run_study(spec, db, storage, resume, progress.update)
     _, spec = hpo.open_study(study.study_name, db, storage or (spec.storage if spec else None))
-    _print_status(study, spec, as_json, final=True)
+    _print_status(study, spec, as_json)
+    if not any(t.value is not None for t in study.get_trials(deepcopy=False) if t.state.name == "COMPLETE"):
+        raise BenchmarkFailed(f"study {spec.name!r} has no successful trial; each trial's reason is in "
+                              f"'dlbench hpo status {spec.name}' (and its run record).")
 
 
 @hpo_app.command("worker", hidden=True)
@@ -160,7 +163,7 @@ def compare(names: list[str] = typer.Argument(..., help="Study names."),
             print(f"{n:<24} " + (f"best {c[-1][1]:.6g} after {c[-1][0]} epochs" if c else "no finished trial"))
 
 
-def _print_status(study, spec, as_json: bool, final: bool = False) -> None:
+def _print_status(study, spec, as_json: bool) -> None:
     from dlbench.hpo.summary import best_trial, counts, table_rows
 
     trials = study.get_trials(deepcopy=False)

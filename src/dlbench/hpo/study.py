@@ -10,7 +10,7 @@
       # workload: resnet50               #  a catalogue workload's throughput (samples/s, maximised)
       # fixed: {device: cpu, steps: 20}  #   RunSpec fields kept for every trial; the space names others
     space: {lr: {type: float, low: 1.0e-4, high: 0.1, log: true}}
-    direction: minimize                  # or maximize
+    direction: minimize                  # or maximize (the default for a workload's throughput)
     trials: 40                           # trials to finish (pruned and failed ones count)
     timeout_s: null                      # stop starting trials after this many seconds of one 'hpo run'
     sampler: tpe                         # random | grid | tpe | cmaes | nsga2 (the genetic option)
@@ -99,9 +99,10 @@ def parse_study(doc: Any, where: str, overrides: dict[str, Any] | None = None) -
     name = str(doc["name"])
     if not _NAME.match(name):
         raise UsageError(f"{where}: study name {name!r} must start with a letter or digit and use only letters, digits, '-', '_' or '.'.")
-    spec = StudySpec(
-        name=name, objective=_objective(doc["objective"], where), space=parse_space(doc["space"], where),
-        direction=_choice(doc, "direction", DIRECTIONS, where, "minimize"),
+    objective = _objective(doc["objective"], where)
+    spec = StudySpec(  # throughput is maximised unless the file says otherwise
+        name=name, objective=objective, space=parse_space(doc["space"], where),
+        direction=_choice(doc, "direction", DIRECTIONS, where, "maximize" if objective.kind == "workload" else "minimize"),
         trials=_positive(doc, "trials", where, 20), timeout_s=_number(doc, "timeout_s", where),
         sampler=_choice(doc, "sampler", SAMPLERS, where, "tpe"), pruner=_choice(doc, "pruner", PRUNERS, where, "none"),
         pruner_options=_pruner_options(doc.get("pruner_options"), where), seed=_positive(doc, "seed", where, 0, 0),
