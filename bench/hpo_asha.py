@@ -5,7 +5,7 @@ three studies through ``dlbench hpo run`` (one worker, so the order of trials is
 
 * random  — random search, 40 trials, every trial trains its 27 epochs;
 * asha    — random sampling with the ASHA pruner (successive halving, reduction factor 3, min 1 epoch), 120 trials;
-* tpe+asha — TPE with the same pruner, 120 trials.
+* tpe-asha — TPE with the same pruner, 120 trials.
 
 For each, the best value found against the epochs spent by all trials (``dlbench hpo compare``). The target
 of the issue: ASHA reaches random search's best within ±1 % using ≤ 40 % of random search's epochs.
@@ -33,7 +33,7 @@ TASK = str(Path(__file__).with_name("hpo_task.py"))
 SPACE = {"lr": {"type": "float", "low": 1.0e-4, "high": 10.0, "log": True},
          "momentum": {"type": "float", "low": 0.0, "high": 0.99},
          "l2": {"type": "float", "low": 1.0e-6, "high": 0.1, "log": True}}
-STRATEGIES = {"random": ("random", "none", 40), "asha": ("random", "asha", 120), "tpe+asha": ("tpe", "asha", 120)}
+STRATEGIES = {"random": ("random", "none", 40), "asha": ("random", "asha", 120), "tpe-asha": ("tpe", "asha", 120)}
 
 
 def run_study(db: Path, name: str, sampler: str, pruner: str, trials: int, seed: int) -> list[tuple[int, float]]:
@@ -66,7 +66,7 @@ def main() -> None:
             curves = {k: run_study(db, f"{k}-s{seed}", *v, seed) for k, v in STRATEGIES.items()}
             random_epochs, random_best = curves["random"][-1]
             row = {"seed": seed, "random_best": random_best, "random_epochs": random_epochs}
-            for k in ("asha", "tpe+asha"):
+            for k in ("asha", "tpe-asha"):
                 reach = epochs_to_reach(curves[k], random_best)
                 row |= {f"{k}_best": curves[k][-1][1], f"{k}_epochs": curves[k][-1][0],
                         f"{k}_reach": reach, f"{k}_share": None if reach is None else reach / random_epochs}
@@ -88,8 +88,8 @@ def print_table(rows: list[dict]) -> None:
 
     for r in rows:
         print(f"| {r['seed']} | {r['random_best']:.4f} ({r['random_epochs']}) | {r['asha_best']:.4f} ({r['asha_epochs']}) "
-              f"| {reach(r, 'asha')} | {r['tpe+asha_best']:.4f} ({r['tpe+asha_epochs']}) | {reach(r, 'tpe+asha')} |")
-    for k in ("asha", "tpe+asha"):
+              f"| {reach(r, 'asha')} | {r['tpe-asha_best']:.4f} ({r['tpe-asha_epochs']}) | {reach(r, 'tpe-asha')} |")
+    for k in ("asha", "tpe-asha"):
         shares = [r[f"{k}_share"] for r in rows]
         reached = [s for s in shares if s is not None]
         median = f"{statistics.median(reached):.0%}" if reached else "-"
