@@ -100,6 +100,8 @@ def test_a_study_name_in_use_is_refused_and_resumed_explicitly(hpo):
     assert len(status(hpo, "twice")["trials"]) == 1
     listed = json.loads(hpo.cli("hpo", "list", "--json").stdout)
     assert [s["name"] for s in listed] == ["twice"]
+    unknown = hpo.cli("hpo", "status", "nope")
+    assert unknown.returncode == 2 and "there is no study 'nope'" in unknown.stderr and "Traceback" not in unknown.stderr
 
 
 def test_workload_throughput_study_records_train_runs_and_plots(hpo):

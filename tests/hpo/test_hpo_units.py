@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import optuna
 import psutil
 import pytest
 
@@ -13,6 +14,7 @@ from dlbench.hpo.command import run_command, trial_argv
 from dlbench.hpo.engine import pinning
 from dlbench.hpo.fom import BadFom, Fom, parse_line
 from dlbench.hpo.search import trial_budget
+from dlbench.hpo.storage import open_storage
 from dlbench.hpo.study import parse_study
 
 OBJECTIVE = str(Path(__file__).with_name("objective.py"))
@@ -104,3 +106,12 @@ def test_timeout_and_pruning_kill_the_whole_process_tree(left_running):
         run_command([sys.executable, OBJECTIVE, "--epochs", "50", "--sleep", "0.2"], 60, prune)
     assert left_running() == []  # it would run 10 s more: it was killed
     assert not [p for p in psutil.Process().children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE]
+
+
+def test_journal_storage_keeps_a_study_across_openings(tmp_path):
+    url = f"journal:{tmp_path / 'study.log'}"
+    study = optuna.create_study(study_name="j", storage=open_storage(url))
+    study.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=3)
+    again = optuna.load_study(study_name="j", storage=open_storage(url))
+    assert [t.number for t in again.get_trials()] == [0, 1, 2]
+    assert again.best_value == min(t.value for t in study.get_trials())

@@ -38,7 +38,8 @@ EXAMPLE = """Example study.yaml:
 """
 
 
-@hpo_app.command("run", help="Run a study (see the example below), or carry one on with --resume.\n\n" + EXAMPLE.replace("\n", "\n\n"))
+@hpo_app.command("run", help="Run a study (see the example below), or carry one on with --resume (give --storage "
+                 "again when the study file named one).\n\n" + EXAMPLE.replace("[", "\\[").replace("\n", "\n\n"))
 def run(
     config: str = typer.Option(None, "--config", "-c", help="The study file (YAML)."),
     resume: str = typer.Option(None, "--resume", help="Carry study NAME on: queued and interrupted trials first, then the rest of its budget."),
