@@ -17,6 +17,7 @@ import socket
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import optuna
@@ -40,6 +41,10 @@ from dlbench.store import default_location, open_store, to_url
 from dlbench.store._engine import display
 
 log = logging.getLogger("dlbench")
+
+
+#: The environment variable that gives workers the study storage's URL.
+STORAGE_ENV = "DLBENCH_HPO_STORAGE"
 
 
 class TrialFailed(Exception):
@@ -69,10 +74,11 @@ def run_study(spec: StudySpec | None, db: str | None = None, storage: str | None
     backend = hpo_storage.open_storage(url, spec.heartbeat_s, saver)
     study = hpo_storage.create_or_load(spec, backend, make_sampler(spec), make_pruner(spec), resume is not None, display(url))
     deadline = time.time() + spec.timeout_s if spec.timeout_s else None
-    argv = ["-m", "dlbench", "hpo", "worker", spec.name, "--storage", url, "--db", store.location]
-    argv += ["--deadline", str(deadline)] if deadline else []
+    argv = ["-m", "dlbench", "hpo", "worker", spec.name] + (["--deadline", str(deadline)] if deadline else [])
     engine = LocalEngine(torch.cuda.device_count(), sorted(os.sched_getaffinity(0)))
-    plans = engine.plan([sys.executable, *argv], spec.workers)
+    # the URLs go through the environment: a password never shows in the process list
+    plans = [replace(p, env=p.env | {"DLBENCH_DB": store.url, STORAGE_ENV: url})
+             for p in engine.plan([sys.executable, *argv], spec.workers)]
     engine.run(plans, study, lambda: work_left(study, spec, deadline),
                lambda worker, why: hpo_storage.fail_worker_trials(study, worker, why, saver),
                (lambda: on_poll(study, spec)) if on_poll else None)
@@ -89,8 +95,9 @@ def work_left(study: optuna.Study, spec: StudySpec, deadline: float | None) -> b
     return originals < trial_budget(spec) and (deadline is None or time.time() < deadline)
 
 
-def run_worker(name: str, url: str, db: str, index: int = 0, deadline: float | None = None) -> None:
+def run_worker(name: str, url: str | None, db: str | None, index: int = 0, deadline: float | None = None) -> None:
     """One worker: take trials of study ``name`` one after the other until none is left."""
+    url = storage_url(url or os.environ.get(STORAGE_ENV), db)
     apply_pinning()
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # the engine shows progress, not each worker
     store = open_store(db)

@@ -75,7 +75,7 @@ def run(
 
 @hpo_app.command("worker", hidden=True)
 def worker(
-    name: str = typer.Argument(...), storage: str = typer.Option(..., "--storage"), db: str = DB_OPTION,
+    name: str = typer.Argument(...), storage: str = STORAGE_OPTION, db: str = DB_OPTION,
     index: int = typer.Option(0, "--index"), deadline: float = typer.Option(None, "--deadline"),
 ) -> None:
     """One worker of a study (started by the engine)."""
