@@ -15,6 +15,7 @@ from dlbench.hpo.engine import pinning
 from dlbench.hpo.fom import BadFom, Fom, parse_line
 from dlbench.hpo.search import trial_budget
 from dlbench.hpo.storage import open_storage
+from dlbench.report.sections import hpo as hpo_section
 from dlbench.hpo.study import parse_study
 
 OBJECTIVE = str(Path(__file__).with_name("objective.py"))
@@ -115,3 +116,14 @@ def test_journal_storage_keeps_a_study_across_openings(tmp_path):
     again = optuna.load_study(study_name="j", storage=open_storage(url))
     assert [t.number for t in again.get_trials()] == [0, 1, 2]
     assert again.best_value == min(t.value for t in study.get_trials())
+
+
+def test_report_lists_command_trials_best_figure_first():
+    def trial(n, status, value, direction="minimize"):
+        return {"id": f"r{n}", "status": status, "result": {"value": value, "epochs": 3},
+                "spec": {"tags": {"hpo_study": "s", "hpo_trial": str(n)}, "direction": direction, "params": {"x": n}}}
+
+    [study] = hpo_section([trial(0, "ok", 0.5), trial(1, "pruned", None), trial(2, "ok", 0.2), trial(3, "failed", None)])
+    assert [t["trial"] for t in study["best"]][:2] == ["2", "0"] and study["ok"] == 2
+    [study] = hpo_section([trial(0, "ok", 0.5, "maximize"), trial(1, "ok", 0.9, "maximize")])
+    assert [t["value"] for t in study["best"]] == [0.9, 0.5]
