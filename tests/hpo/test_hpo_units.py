@@ -9,9 +9,9 @@ import optuna
 import psutil
 import pytest
 
-from dlbench.errors import RunFailed, UsageError
+from dlbench.errors import BenchmarkFailed, RunFailed, UsageError
 from dlbench.hpo.command import run_command, trial_argv
-from dlbench.hpo.engine import pinning
+from dlbench.hpo.engine import LocalEngine, pinning
 from dlbench.hpo.fom import BadFom, Fom, parse_line
 from dlbench.hpo.search import trial_budget
 from dlbench.hpo.storage import open_storage
@@ -127,3 +127,14 @@ def test_report_lists_command_trials_best_figure_first():
     assert [t["trial"] for t in study["best"]][:2] == ["2", "0"] and study["ok"] == 2
     [study] = hpo_section([trial(0, "ok", 0.5, "maximize"), trial(1, "ok", 0.9, "maximize")])
     assert [t["value"] for t in study["best"]] == [0.9, 0.5]
+
+
+def test_local_engine_gives_up_on_workers_that_cannot_start(left_running):
+    engine = LocalEngine(0, [0, 1])
+    plans = engine.plan([sys.executable, "-c", "import sys; sys.exit(3)"], 2)
+    assert [p.argv[-2:] for p in plans] == [("--index", "0"), ("--index", "1")]
+    deaths = []
+    with pytest.raises(BenchmarkFailed, match=r"keep exiting \(code 3\) before running a trial"):
+        engine.run(plans, None, lambda: True, lambda worker, why: deaths.append(worker) and [])
+    assert len(deaths) == 5 and set(deaths) == {p.name for p in plans}
+    assert left_running() == []

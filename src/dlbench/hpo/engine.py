@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from dlbench.errors import Terminated, UsageError
+from dlbench.errors import BenchmarkFailed, Terminated, UsageError
 
 CORES_ENV = "DLBENCH_HPO_CORES"
 WORKER_ENV = "DLBENCH_HPO_WORKER"
@@ -54,8 +54,9 @@ class Engine(ABC):
 
     @abstractmethod
     def run(self, plans: list[WorkerPlan], study, work_left: Callable[[], bool],
-            on_dead: Callable[[str, str], None], on_poll: Callable[[], Any] | None = None) -> None:
-        """Run the workers until ``work_left()`` is false and none is running (see the module docstring)."""
+            on_dead: Callable[[str, str], list], on_poll: Callable[[], Any] | None = None) -> None:
+        """Run the workers until ``work_left()`` is false and none is running (see the module docstring).
+        ``on_dead(worker, why)`` fails the dead worker's trials and returns them."""
 
 
 def pinning(workers: int, gpus: int, cpus: Sequence[int]) -> list[dict[str, str]]:
@@ -104,6 +105,7 @@ class LocalEngine(Engine):
     def run(self, plans, study, work_left, on_dead, on_poll=None):
         running: dict[int, subprocess.Popen] = {}
         idle: set[int] = set()  # workers that ended finding no work: started again only if work appears
+        barren = 0  # deaths in a row without a trial: workers that cannot start are not restarted forever
         try:
             while True:
                 for i, proc in list(running.items()):
@@ -112,8 +114,13 @@ class LocalEngine(Engine):
                     del running[i]
                     if proc.returncode == 0:
                         idle.add(i)
-                    else:  # died: its trial fails and is queued again
-                        on_dead(plans[i].name, f"its worker exited with code {proc.returncode}")
+                        continue
+                    # died: its trial fails and is queued again
+                    barren = 0 if on_dead(plans[i].name, f"its worker exited with code {proc.returncode}") else barren + 1
+                    if barren > 2 * len(plans):
+                        _stop(running.values())
+                        raise BenchmarkFailed(f"the study's workers keep exiting (code {proc.returncode}) before "
+                                              "running a trial; their messages are above.")
                 more = work_left()
                 for i, plan in enumerate(plans):
                     if i not in running and more and (i not in idle or not running):
