@@ -135,3 +135,23 @@ def test_a_dead_worker_fails_its_trial_which_is_retried_once(hpo):
     assert statuses == ["failed", "ok", "ok"]
     status = json.loads(hpo.cli("hpo", "status", "die", "--json").stdout)
     assert status["counts"] == {"failed": 1, "ok": 2}
+
+
+def test_a_study_whose_processes_all_died_is_recovered_by_the_heartbeat(hpo, left_running):
+    doc = {"name": "crash", "objective": command("--epochs", "20", "--sleep", "0.5"), "sampler": "random",
+           "trials": 1, "workers": 1, "heartbeat_s": 1, "space": SPACE}
+    proc = hpo.popen("hpo", "run", "--config", hpo.write(doc))
+    assert wait_for(lambda: hpo.db.exists() and _running_with_epochs(hpo.db, "crash"))
+    for p in left_running():  # the node went down: engine, worker and trial killed at once, nothing recorded
+        p.kill()
+    proc.wait(30)
+    [stale] = load(hpo.db, "crash").get_trials()
+    assert stale.state == TrialState.RUNNING
+    out = hpo.cli("hpo", "run", "--resume", "crash")
+    assert out.returncode == 0, out.stderr
+    trials = sorted(load(hpo.db, "crash").get_trials(), key=lambda t: t.number)
+    assert [t.state for t in trials] == [TrialState.FAIL, TrialState.COMPLETE]
+    assert trials[1].system_attrs["failed_trial"] == 0 and trials[1].params == stale.params
+    by_status = {r["status"]: r for r in records_of(hpo.db, "crash")}
+    assert sorted(by_status) == ["failed", "ok"]
+    assert "stopped sending heartbeats" in by_status["failed"]["error"]
