@@ -43,7 +43,7 @@ def unknown_name(kind: str, name: str, known: Iterable[str], hint: str = "") -> 
 
 
 class RunFailed(DlbenchError):
-    """A run ended without a result: ``status`` (failed | oom | aborted) and the reason for the record.
+    """A run ended without a result: ``status`` (failed | oom | aborted | pruned) and the reason for the record.
 
     Raised inside the run pipeline's recording block, which turns it into the record's status.
     """

@@ -1,6 +1,6 @@
 """The run record: one JSON document per run (contract in DESIGN.md).
 
-Top-level keys: ``schema_version``, ``id``, ``created_at``, ``status`` (ok | failed | oom | aborted),
+Top-level keys: ``schema_version``, ``id``, ``created_at``, ``status`` (ok | failed | oom | aborted | pruned),
 ``error``, ``spec`` (resolved), ``env``, ``result``, ``telemetry``. Bump :data:`SCHEMA_VERSION` on any
 incompatible change and teach :func:`upgrade` to read the old shape.
 """
@@ -12,7 +12,7 @@ import uuid
 from typing import Any
 
 SCHEMA_VERSION = 1
-STATUSES = ("ok", "failed", "oom", "aborted")
+STATUSES = ("ok", "failed", "oom", "aborted", "pruned")  # pruned: an HPO trial stopped early
 
 
 def new_id() -> str:

@@ -160,4 +160,20 @@ class MlperfJob(Job):
         return [run.spec.ending(result)]
 
 
-JOBS: dict[str, Job] = {job.kind: job for job in (TrainJob(), CommJob(), MlperfJob())}
+class TrialJob(Job):
+    """One HPO trial of an external-command objective (``run.spec`` is its ``hpo.trial.TrialSession``):
+    ``ok`` with the figure of merit, ``pruned`` or ``failed`` with the reason."""
+
+    kind = "trial"
+
+    def run_here(self, run, progress, on_step):
+        return run.spec.run()
+
+    def run_rank(self, doc, launch, progress, on_joined):
+        raise UsageError("HPO trials run in their worker process; they are not launched as ranks.")
+
+    def endings(self, run, result):
+        return [run.spec.ending(result)]
+
+
+JOBS: dict[str, Job] = {job.kind: job for job in (TrainJob(), CommJob(), MlperfJob(), TrialJob())}

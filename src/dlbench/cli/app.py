@@ -19,6 +19,7 @@ from dlbench.cli import monitor, plot
 from dlbench.cli import mlperf
 from dlbench.cli import store
 from dlbench.cli import report
+from dlbench.cli import hpo
 
 app = typer.Typer(
     name="dlbench",
@@ -62,6 +63,7 @@ app.add_typer(store.store_app, name="store")
 app.command("report")(report.report)
 app.command("trend")(report.trend)
 app.command("regress")(report.regress)
+app.add_typer(hpo.hpo_app, name="hpo")
 
 
 def _is_parser_error(exc: Exception) -> bool:

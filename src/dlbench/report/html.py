@@ -186,10 +186,12 @@ def _hpo_section(studies: list[dict[str, Any]]) -> str:
     out = []
     for s in studies:
         rows = [[t["trial"], t["id"], t["status"], " ".join(f"{k}={v}" for k, v in sorted(t["params"].items())),
-                 t["batch_size"], "-" if t["samples_per_s"] is None else f"{t['samples_per_s']:,.1f}"] for t in s["best"]]
+                 t["batch_size"], "-" if t["samples_per_s"] is None else f"{t['samples_per_s']:,.1f}",
+                 "-" if t.get("value") is None else f"{t['value']:.6g}"] for t in s["best"]]
         out.append(f"<h3>study {escape(s['study'])}: {s['trials']} trials, {s['ok']} ok</h3>"
-                   + table(["trial", "run", "status", "parameters", "batch", "samples/s"], rows, numeric={4, 5}))
-    return "".join(out) + method("Trials are stored runs tagged hpo_study (and hpo_trial); the ten best by throughput are listed.")
+                   + table(["trial", "run", "status", "parameters", "batch", "samples/s", "FoM"], rows, numeric={4, 5, 6}))
+    return "".join(out) + method("Trials are stored runs tagged hpo_study (and hpo_trial); the ten best are listed: "
+                                 "by figure of merit (FoM, in the study's direction) for command objectives, else by throughput.")
 
 
 def build_report(records: list[dict[str, Any]], *, title: str, selectors: list[str],

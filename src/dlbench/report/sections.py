@@ -158,12 +158,25 @@ def hpo(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
             studies.setdefault(study, []).append(record)
     out = []
     for study, runs in sorted(studies.items()):
-        trials = sorted(runs, key=lambda r: -((r.get("result") or {}).get("samples_per_s") or 0))
-        out.append({"study": study, "trials": len(runs), "ok": sum(comparable(r) for r in runs), "best": [
+        trials = sorted(runs, key=_hpo_rank)
+        out.append({"study": study, "trials": len(runs), "ok": sum(comparable(r) or _fom(r) is not None for r in runs), "best": [
             {"id": r["id"], "trial": (r["spec"].get("tags") or {}).get("hpo_trial"), "status": r["status"],
              "params": r["spec"].get("params") or {}, "batch_size": r["spec"].get("batch_size"),
-             "samples_per_s": (r.get("result") or {}).get("samples_per_s")} for r in trials[:10]]})
+             "samples_per_s": (r.get("result") or {}).get("samples_per_s"), "value": _fom(r)} for r in trials[:10]]})
     return out
+
+
+def _fom(record: dict[str, Any]) -> float | None:
+    """The figure of merit of an ``dlbench hpo`` command trial that ended ok (None otherwise)."""
+    return (record.get("result") or {}).get("value") if record["status"] == "ok" else None
+
+
+def _hpo_rank(record: dict[str, Any]) -> tuple:
+    """Best first: a command trial by its figure of merit in its study's direction, else by throughput."""
+    value = _fom(record)
+    if value is not None:
+        return (0, value if record["spec"].get("direction") != "maximize" else -value)
+    return (1, -((record.get("result") or {}).get("samples_per_s") or 0))
 
 
 def telemetry(records: list[dict[str, Any]], series_of: Callable[[str], list[dict[str, Any]]], limit: int) -> list[dict[str, Any]]:

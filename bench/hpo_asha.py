@@ -1,0 +1,103 @@
+"""Early stopping versus random search under a fixed task (issue 10's headline plot).
+
+On bench/hpo_task.py (softmax regression, 27 epochs, lower validation loss is better) run, for each seed,
+three studies through ``dlbench hpo run`` (one worker, so the order of trials is the seed's alone):
+
+* random  — random search, 40 trials, every trial trains its 27 epochs;
+* asha    — random sampling with the ASHA pruner (successive halving, reduction factor 3, min 1 epoch), 300 trials;
+* tpe-asha — TPE with the same pruner, 300 trials.
+
+For each, the best value found against the epochs spent by all trials (``dlbench hpo compare``). The target
+of the issue: ASHA reaches random search's best within ±1 % using ≤ 40 % of random search's epochs.
+
+    python bench/hpo_asha.py [--seeds 3] [--out bench/hpo_asha.png]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import optuna
+import yaml
+
+from dlbench.api.hpo import open_study
+from dlbench.hpo.summary import best_vs_epochs
+
+TASK = str(Path(__file__).with_name("hpo_task.py"))
+SPACE = {"lr": {"type": "float", "low": 1.0e-4, "high": 10.0, "log": True},
+         "momentum": {"type": "float", "low": 0.0, "high": 0.99},
+         "l2": {"type": "float", "low": 1.0e-6, "high": 0.1, "log": True}}
+# ASHA gets more trials (configurations) for about the epochs random search spends on its 40: the question
+# is how many epochs it needs to match random search's best, not what it finds with fewer configurations
+STRATEGIES = {"random": ("random", "none", 40), "asha": ("random", "asha", 300), "tpe-asha": ("tpe", "asha", 300)}
+
+
+def run_study(db: Path, name: str, sampler: str, pruner: str, trials: int, seed: int) -> list[tuple[int, float]]:
+    doc = {"name": name, "objective": {"command": [sys.executable, TASK, "--epochs", "27"], "timeout_s": 120},
+           "space": SPACE, "direction": "minimize", "trials": trials, "sampler": sampler, "pruner": pruner,
+           "pruner_options": {"min_resource": 1, "reduction_factor": 3}, "seed": seed, "workers": 1}
+    path = db.parent / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    subprocess.run([sys.executable, "-m", "dlbench", "hpo", "run", "--config", str(path), "--db", str(db), "--json"],
+                   check=True, stdout=subprocess.DEVNULL, env=os.environ)
+    study, spec = open_study(name, str(db))
+    return best_vs_epochs(study.get_trials(deepcopy=False), spec.direction)
+
+
+def epochs_to_reach(curve: list[tuple[int, float]], target: float) -> int | None:
+    """Epochs spent when the best value first came within 1 % of ``target`` (minimising)."""
+    return next((e for e, b in curve if b <= target * 1.01), None)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--out", default=str(Path(__file__).with_name("hpo_asha.png")))
+    args = parser.parse_args()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        db = Path(tmp) / "runs.db"
+        for seed in range(args.seeds):
+            curves = {k: run_study(db, f"{k}-s{seed}", *v, seed) for k, v in STRATEGIES.items()}
+            random_epochs, random_best = curves["random"][-1]
+            row = {"seed": seed, "random_best": random_best, "random_epochs": random_epochs}
+            for k in ("asha", "tpe-asha"):
+                reach = epochs_to_reach(curves[k], random_best)
+                row |= {f"{k}_best": curves[k][-1][1], f"{k}_epochs": curves[k][-1][0],
+                        f"{k}_reach": reach, f"{k}_share": None if reach is None else reach / random_epochs}
+            rows.append(row)
+            print(row, flush=True)
+        names = [f"{k}-s0" for k in STRATEGIES]
+        subprocess.run([sys.executable, "-m", "dlbench", "hpo", "compare", *names, "--db", str(db), "--out", args.out],
+                       check=True, stdout=subprocess.DEVNULL)
+    print_table(rows)
+
+
+def print_table(rows: list[dict]) -> None:
+    print("\n| seed | random best (epochs) | ASHA best (epochs) | ASHA epochs to random's best ±1 % (share) "
+          "| TPE+ASHA best (epochs) | TPE+ASHA epochs to it (share) |")
+    print("|---|---|---|---|---|---|")
+
+    def reach(r, k):
+        return "never" if r[f"{k}_reach"] is None else f"{r[f'{k}_reach']} ({r[f'{k}_share']:.0%})"
+
+    for r in rows:
+        print(f"| {r['seed']} | {r['random_best']:.4f} ({r['random_epochs']}) | {r['asha_best']:.4f} ({r['asha_epochs']}) "
+              f"| {reach(r, 'asha')} | {r['tpe-asha_best']:.4f} ({r['tpe-asha_epochs']}) | {reach(r, 'tpe-asha')} |")
+    for k in ("asha", "tpe-asha"):
+        shares = [r[f"{k}_share"] for r in rows]
+        reached = [s for s in shares if s is not None]
+        median = f"{statistics.median(reached):.0%}" if reached else "-"
+        print(f"\n{k}: reached random search's best within 1 % in {len(reached)}/{len(rows)} seeds; "
+              f"median share of random search's epochs when it did: {median}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,129 @@
+"""Running an external command as one trial (the Cray HPO contract; the grammar is in :mod:`.fom`).
+
+The command is started from an argv list (never through a shell) in its own session, with each
+hyperparameter appended as ``--name value``. Its stdout is read line by line: intermediate figures go
+to ``on_intermediate`` as they appear — which raises to prune the trial — and whatever ends the trial
+early (pruning, the timeout, a signal to dlbench) kills the command's whole process tree.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from dlbench.errors import RunFailed
+from dlbench.hpo.fom import BadFom, parse_line
+
+#: Seconds a command gets to end after SIGTERM before SIGKILL (pruned or stopped trials).
+KILL_GRACE_S = 5.0
+
+
+@dataclass
+class CommandResult:
+    """What the command printed: the final figure and the intermediate ones by step."""
+
+    value: float
+    intermediate: dict[int, float] = field(default_factory=dict)
+    returncode: int = 0
+
+
+def trial_argv(argv: tuple[str, ...], params: Mapping[str, Any]) -> list[str]:
+    """The command line of a trial: the fixed argv, then ``--name value`` per hyperparameter.
+
+    >>> trial_argv(("python", "train.py"), {"lr": 0.01, "act": "relu"})
+    ['python', 'train.py', '--lr', '0.01', '--act', 'relu']
+    """
+    out = list(argv)
+    for name, value in params.items():
+        out += [f"--{name}", str(value)]
+    return out
+
+
+def run_command(argv: list[str], timeout_s: float, on_intermediate: Callable[[int, float], None],
+                env: Mapping[str, str] | None = None) -> CommandResult:
+    """Run ``argv`` to its end and return its final figure; a trial that fails raises
+    :class:`~dlbench.errors.RunFailed` with the reason (pruning raises what ``on_intermediate`` raised)."""
+    with tempfile.TemporaryFile(mode="w+") as stderr:
+        try:
+            proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=stderr, stdin=subprocess.DEVNULL, text=True,
+                                    env={**os.environ, **(env or {})}, start_new_session=True)
+        except OSError as exc:
+            raise RunFailed("failed", f"cannot start {argv[0]!r}: {exc.strerror}") from None
+        try:
+            final, intermediate = _read(proc, timeout_s, on_intermediate)
+            proc.wait()
+        finally:
+            kill_tree(proc)
+        if proc.returncode != 0:
+            stderr.seek(0)
+            tail = stderr.read()[-300:].strip().replace("\n", " | ")
+            raise RunFailed("failed", f"the command exited with code {proc.returncode}" + (f": {tail}" if tail else ""),
+                            {"intermediate": intermediate})
+    if final is None:
+        raise RunFailed("failed", "the command printed no final 'FoM: <value>' line", {"intermediate": intermediate})
+    return CommandResult(final, intermediate, proc.returncode)
+
+
+def _read(proc: subprocess.Popen, timeout_s: float, on_intermediate) -> tuple[float | None, dict[int, float]]:
+    """Read stdout until it closes; (final value, intermediate values)."""
+    deadline = time.monotonic() + timeout_s
+    lines: queue.Queue[str | None] = queue.Queue()
+
+    def pump() -> None:  # a thread, so that the timeout and signals are seen while the command is silent
+        for line in proc.stdout:
+            lines.put(line)
+        lines.put(None)
+
+    threading.Thread(target=pump, daemon=True).start()
+    final, intermediate = None, {}
+    while True:
+        try:
+            line = lines.get(timeout=max(0.0, min(0.2, deadline - time.monotonic())))
+        except queue.Empty:
+            if time.monotonic() >= deadline:
+                raise RunFailed("failed", f"the command ran past its timeout_s of {timeout_s:g} s",
+                                {"intermediate": intermediate}) from None
+            continue
+        if line is None:
+            return final, intermediate
+        try:
+            fom = parse_line(line)
+        except BadFom as exc:
+            raise RunFailed("failed", f"the command {exc}", {"intermediate": intermediate}) from None
+        if fom is None:
+            continue
+        if fom.step is None:
+            final = fom.value
+        elif fom.step not in intermediate:
+            intermediate[fom.step] = fom.value
+            on_intermediate(fom.step, fom.value)
+
+
+def kill_tree(proc: subprocess.Popen) -> None:
+    """End the command and everything it started (its session): SIGTERM, then SIGKILL after a grace."""
+    if proc.poll() is None:
+        _signal_group(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(KILL_GRACE_S)
+        except subprocess.TimeoutExpired:
+            pass
+    _signal_group(proc.pid, signal.SIGKILL)  # children that outlived their parent too
+    if proc.poll() is None:
+        proc.wait()
+    if proc.stdout is not None:
+        proc.stdout.close()
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass

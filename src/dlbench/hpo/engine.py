@@ -1,0 +1,152 @@
+"""HPO engines: how a study's trials get their workers.
+
+The contract (what ``slurm`` and ``ray`` engines implement later): a study runs as N **workers**, each
+an ordinary process running ``dlbench hpo worker STUDY`` against the shared study storage; each worker
+takes trials one after the other until the budget is spent. An :class:`Engine`
+
+* :meth:`Engine.plan` — **pure** — gives each worker's argv and environment (the device it is pinned to);
+* :meth:`Engine.run` starts them, keeps the study going until its budget is spent (replacing workers
+  that die; their running trials are failed and retried once), calls ``on_poll`` about once a second
+  for the live table, and on a signal stops every worker (their trials are queued again for
+  ``--resume``) and re-raises.
+
+The local engine pins worker i to GPU i through ``CUDA_VISIBLE_DEVICES`` when there are GPUs, else to its
+own share of the CPU cores (``DLBENCH_HPO_CORES``, applied by the worker with ``sched_setaffinity``).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from dlbench.errors import BenchmarkFailed, Terminated, UsageError
+
+CORES_ENV = "DLBENCH_HPO_CORES"
+WORKER_ENV = "DLBENCH_HPO_WORKER"
+#: Seconds workers get to record their trials after SIGTERM before SIGKILL.
+STOP_GRACE_S = 30.0
+
+
+@dataclass(frozen=True)
+class WorkerPlan:
+    """One worker: its command line, the environment set on top of ours, and its name in the study."""
+
+    argv: tuple[str, ...]
+    env: dict[str, str] = field(default_factory=dict)
+    name: str = ""
+
+
+class Engine(ABC):
+    """Base class of HPO engines (see the module docstring)."""
+
+    name: str
+
+    @abstractmethod
+    def plan(self, worker_argv: Sequence[str], workers: int) -> list[WorkerPlan]:
+        """Each worker's plan; ``worker_argv`` is the worker command without ``--index``."""
+
+    @abstractmethod
+    def run(self, plans: list[WorkerPlan], study, work_left: Callable[[], bool],
+            on_dead: Callable[[str, str], list], on_poll: Callable[[], Any] | None = None) -> None:
+        """Run the workers until ``work_left()`` is false and none is running (see the module docstring).
+        ``on_dead(worker, why)`` fails the dead worker's trials and returns them."""
+
+
+def pinning(workers: int, gpus: int, cpus: Sequence[int]) -> list[dict[str, str]]:
+    """Each worker's device environment: its own GPU, or its own cores (shared round-robin when
+    there are more workers than cores).
+
+    >>> pinning(2, 4, [0, 1, 2, 3])
+    [{'CUDA_VISIBLE_DEVICES': '0'}, {'CUDA_VISIBLE_DEVICES': '1'}]
+    >>> pinning(2, 0, [0, 1, 2, 3])
+    [{'DLBENCH_HPO_CORES': '0,1', 'CUDA_VISIBLE_DEVICES': ''}, {'DLBENCH_HPO_CORES': '2,3', 'CUDA_VISIBLE_DEVICES': ''}]
+    """
+    if gpus:
+        if workers > gpus:
+            raise UsageError(f"{workers} workers need {workers} GPUs (one each) but this node has {gpus}; "
+                             f"use workers: {gpus} or fewer.")
+        return [{"CUDA_VISIBLE_DEVICES": str(i)} for i in range(workers)]
+    cpus = list(cpus)
+    if workers <= len(cpus):
+        share = len(cpus) // workers
+        groups = [cpus[i * share:(i + 1) * share] for i in range(workers)]
+    else:
+        groups = [[cpus[i % len(cpus)]] for i in range(workers)]
+    return [{CORES_ENV: ",".join(map(str, g)), "CUDA_VISIBLE_DEVICES": ""} for g in groups]
+
+
+def apply_pinning() -> None:
+    """In a worker: keep to the cores the engine gave it (inherited by its trials' processes)."""
+    cores = os.environ.get(CORES_ENV)
+    if cores and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {int(c) for c in cores.split(",")})
+
+
+class LocalEngine(Engine):
+    """N workers on this node."""
+
+    name = "local"
+
+    def __init__(self, gpus: int, cpus: Sequence[int]):
+        self.gpus, self.cpus = gpus, list(cpus)
+
+    def plan(self, worker_argv, workers):
+        host = socket.gethostname()
+        return [WorkerPlan(tuple(worker_argv) + ("--index", str(i)), env | {WORKER_ENV: f"{host}:w{i}"}, f"{host}:w{i}")
+                for i, env in enumerate(pinning(workers, self.gpus, self.cpus))]
+
+    def run(self, plans, study, work_left, on_dead, on_poll=None):
+        running: dict[int, subprocess.Popen] = {}
+        idle: set[int] = set()  # workers that ended finding no work: started again only if work appears
+        barren = 0  # deaths in a row without a trial: workers that cannot start are not restarted forever
+        try:
+            while True:
+                for i, proc in list(running.items()):
+                    if proc.poll() is None:
+                        continue
+                    del running[i]
+                    if proc.returncode == 0:
+                        idle.add(i)
+                        continue
+                    # died: its trial fails and is queued again
+                    barren = 0 if on_dead(plans[i].name, f"its worker exited with code {proc.returncode}") else barren + 1
+                    if barren > 2 * len(plans):
+                        _stop(running.values())
+                        raise BenchmarkFailed(f"the study's workers keep exiting (code {proc.returncode}) before "
+                                              "running a trial; their messages are above.")
+                more = work_left()
+                for i, plan in enumerate(plans):
+                    if i not in running and more and (i not in idle or not running):
+                        idle.discard(i)
+                        running[i] = subprocess.Popen(list(plan.argv), env={**os.environ, **plan.env},
+                                                      start_new_session=True)  # Ctrl-C reaches us only: we stop them
+                if on_poll is not None:
+                    on_poll()
+                if not running and not more:
+                    return
+                time.sleep(0.5)
+        except (Terminated, KeyboardInterrupt):
+            _stop(running.values())
+            raise
+
+
+def _stop(procs) -> None:
+    """SIGTERM every worker (each records its trial and queues it again), SIGKILL after a grace."""
+    procs = list(procs)
+    for proc in procs:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+    deadline = time.monotonic() + STOP_GRACE_S
+    for proc in procs:
+        try:
+            proc.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()

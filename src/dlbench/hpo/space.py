@@ -1,0 +1,109 @@
+"""The search space of a study: named parameters, each a float, an int or a categorical choice.
+
+In the study file::
+
+    space:
+      lr:      {type: float, low: 1.0e-4, high: 0.1, log: true}
+      layers:  {type: int, low: 1, high: 8}            # optional: step: 2, log: true
+      act:     {type: categorical, choices: [relu, gelu]}
+
+Validated once (:func:`parse_space`); a mistake is a :class:`~dlbench.errors.UsageError` naming the
+parameter and the fix.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from dlbench.errors import UsageError
+
+TYPES = ("float", "int", "categorical")
+
+
+@dataclass(frozen=True)
+class Param:
+    """One searched parameter."""
+
+    name: str
+    type: str
+    low: float | None = None
+    high: float | None = None
+    log: bool = False
+    step: float | None = None
+    choices: tuple[Any, ...] = ()
+
+    def as_doc(self) -> dict[str, Any]:
+        if self.type == "categorical":
+            return {"type": self.type, "choices": list(self.choices)}
+        doc = {"type": self.type, "low": self.low, "high": self.high, "log": self.log}
+        return doc | ({"step": self.step} if self.step is not None else {})
+
+    def grid(self) -> list[Any]:
+        """The values grid search visits: the choices, every int in range (by step), or an error for floats."""
+        if self.type == "categorical":
+            return list(self.choices)
+        if self.type == "int" and not self.log:
+            return list(range(int(self.low), int(self.high) + 1, int(self.step or 1)))
+        raise UsageError(f"grid search needs a finite list for parameter {self.name!r}; give it "
+                         f"'type: categorical' with the values to visit (a {self.type} range has no grid).")
+
+
+def parse_space(doc: Any, where: str) -> tuple[Param, ...]:
+    """The parameters of a study file's ``space`` mapping."""
+    if not isinstance(doc, dict) or not doc:
+        raise UsageError(f"{where}: 'space' must be a mapping of parameter names to ranges, e.g. "
+                         "lr: {type: float, low: 1.0e-4, high: 0.1, log: true}.")
+    return tuple(_param(str(name), entry, where) for name, entry in doc.items())
+
+
+def _param(name: str, entry: Any, where: str) -> Param:
+    if not name.replace("_", "").replace("-", "").isalnum():
+        raise UsageError(f"{where}: parameter name {name!r} must be letters, digits, '-' or '_' (it becomes --{name}).")
+    if not isinstance(entry, dict):
+        raise UsageError(f"{where}: parameter {name!r} must be a mapping with 'type', e.g. {{type: float, low: 0.0, high: 1.0}}.")
+    kind = entry.get("type")
+    if kind not in TYPES:
+        raise UsageError(f"{where}: parameter {name!r} has type {kind!r}; use one of {', '.join(TYPES)}.")
+    allowed = {"type", "choices"} if kind == "categorical" else {"type", "low", "high", "log", "step"}
+    extra = sorted(set(entry) - allowed)
+    if extra:
+        raise UsageError(f"{where}: parameter {name!r} has unknown key {extra[0]!r}; a {kind} takes {', '.join(sorted(allowed))}.")
+    if kind == "categorical":
+        choices = entry.get("choices")
+        if not isinstance(choices, list) or not choices or any(isinstance(c, (dict, list)) for c in choices):
+            raise UsageError(f"{where}: parameter {name!r} needs 'choices', a non-empty list of plain values.")
+        return Param(name, kind, choices=tuple(choices))
+    return _range(name, kind, entry, where)
+
+
+def _range(name: str, kind: str, entry: dict, where: str) -> Param:
+    number = int if kind == "int" else float
+    bounds = {}
+    for key in ("low", "high"):
+        value = entry.get(key)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind == "int" and not float(value).is_integer()):
+            raise UsageError(f"{where}: parameter {name!r} needs '{key}' as a{'n integer' if kind == 'int' else ' number'}, got {value!r}.")
+        bounds[key] = number(value)
+    low, high, log = bounds["low"], bounds["high"], bool(entry.get("log", False))
+    if low > high:
+        raise UsageError(f"{where}: parameter {name!r} has low {low} above high {high}; swap them.")
+    if log and low <= 0:
+        raise UsageError(f"{where}: parameter {name!r} is on a log scale, so 'low' must be above 0 (got {low}).")
+    step = entry.get("step")
+    if step is not None and (isinstance(step, bool) or not isinstance(step, (int, float)) or step <= 0 or log):
+        raise UsageError(f"{where}: parameter {name!r} has step {step!r}; a step must be a positive number and cannot go with log: true.")
+    return Param(name, kind, low, high, log, number(step) if step is not None else None)
+
+
+def suggest(trial, params: tuple[Param, ...]) -> dict[str, Any]:
+    """The trial's values for ``params`` (an Optuna trial: a retried trial gets its old values back)."""
+    values = {}
+    for p in params:
+        if p.type == "categorical":
+            values[p.name] = trial.suggest_categorical(p.name, list(p.choices))
+        elif p.type == "int":
+            values[p.name] = trial.suggest_int(p.name, int(p.low), int(p.high), step=int(p.step or 1), log=p.log)
+        else:
+            values[p.name] = trial.suggest_float(p.name, p.low, p.high, step=p.step, log=p.log)
+    return values

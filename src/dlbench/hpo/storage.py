@@ -1,0 +1,162 @@
+"""Where a study lives, safely shared by N parallel workers.
+
+* **Default: the results store's database** (an SQLite file, or PostgreSQL for teams) through Optuna's
+  ``RDBStorage``, so ``optuna-dashboard <store URL>`` opens the studies beside the runs. On SQLite every
+  transaction starts with ``BEGIN IMMEDIATE`` and waits up to 30 s on a busy database (the store's own
+  locking, :mod:`dlbench.store._engine`): writers queue instead of failing with "database is locked" on a
+  lock upgrade, and the file is in WAL mode, so readers (``hpo status``) never block them. A trial's
+  number is allocated inside such a transaction, so parallel workers never share one. RDB storage has
+  Optuna's heartbeat: a trial whose worker went silent for ``2 × heartbeat_s`` is failed and retried once.
+* ``journal:PATH``: Optuna's journal file with an open-lock (``O_EXCL`` lock file), for a shared file
+  system where SQLite's locks are unsafe (NFS, Lustre). It has no heartbeat; the local engine still fails
+  and retries the trials of a worker it sees die.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import optuna
+import sqlalchemy as sa
+from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
+from optuna.storages.journal import JournalFileBackend, JournalFileOpenLock, JournalStorage
+from optuna.trial import FrozenTrial, TrialState
+
+from dlbench.errors import UsageError
+from dlbench.hpo.study import StudySpec
+from dlbench.store._engine import BUSY_TIMEOUT_S, display, sqlite_path
+
+JOURNAL = "journal:"
+#: User attribute naming the worker that runs a trial (host:pid), to fail its trials if it dies.
+WORKER_ATTR = "dlbench_worker"
+SPEC_ATTR = "dlbench_spec"
+
+OnDead = Callable[[FrozenTrial, str], None]
+
+# Heartbeats and retries are "experimental" in Optuna (since 2.8); dlbench relies on them knowingly.
+warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+
+
+def open_storage(url: str, heartbeat_s: int = 30, on_dead: OnDead | None = None):
+    """The Optuna storage at ``url`` (a SQLAlchemy URL, or ``journal:PATH``)."""
+    if url.startswith(JOURNAL):
+        path = url.removeprefix(JOURNAL)
+        return JournalStorage(JournalFileBackend(path, lock_obj=JournalFileOpenLock(path)))
+    retry = _Retry(on_dead)
+    path = sqlite_path(url)
+    try:
+        with _init_lock(path):
+            storage = RDBStorage(url, engine_kwargs={"connect_args": {"timeout": BUSY_TIMEOUT_S}} if path else {},
+                                 heartbeat_interval=heartbeat_s, grace_period=2 * heartbeat_s,
+                                 heartbeat_stale_trial_callback=retry)
+    except (sa.exc.SQLAlchemyError, ImportError, ValueError, OSError) as exc:
+        raise UsageError(f"cannot open the study storage {display(url)} ({str(exc).splitlines()[0]}); give "
+                         "--storage a writable SQLite file, a PostgreSQL URL or journal:PATH.") from None
+    if path is not None:
+        _immediate(storage.engine)
+    return storage
+
+
+@contextlib.contextmanager
+def _init_lock(path):
+    """One process at a time opens a SQLite storage: Optuna's first open creates tables and stamps
+    versions in separate transactions, which race ("table already exists") when workers start at once."""
+    if path is None:
+        yield
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(f"{path}.hpo-lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _immediate(engine: sa.Engine) -> None:
+    """Every transaction takes the write lock first (why: see the module docstring); fresh connections."""
+    @sa.event.listens_for(engine, "connect")
+    def _connect(dbapi_conn, _record):
+        dbapi_conn.isolation_level = None  # SQLAlchemy's recipe: the driver's own BEGIN off, ours below
+        dbapi_conn.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
+
+    @sa.event.listens_for(engine, "begin")
+    def _begin(conn):
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+    engine.dispose()  # connections made before the listeners (table creation) are not reused
+
+
+class _Retry(RetryHeartbeatStaleTrialCallback):
+    """Optuna's retry (once) of a trial whose worker died, and a record of the failure for the store."""
+
+    def __init__(self, on_dead: OnDead | None):
+        super().__init__(max_retry=1)
+        self.on_dead = on_dead
+
+    def __call__(self, study, trial: FrozenTrial) -> None:
+        if self.on_dead is not None:
+            self.on_dead(trial, "its worker stopped sending heartbeats (it died or hung)")
+        super().__call__(study, trial)
+
+
+def fail_worker_trials(study: optuna.Study, worker: str, why: str, on_dead: OnDead | None = None,
+                       retry: bool = True) -> list[int]:
+    """Fail the running trials of ``worker`` (it is gone) and queue each again once; their numbers."""
+    failed = []
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        if trial.user_attrs.get(WORKER_ATTR) != worker:
+            continue
+        try:  # the reason first: a finished trial takes no attributes
+            study._storage.set_trial_user_attr(trial._trial_id, "error", why)
+            if not study._storage.set_trial_state_values(trial._trial_id, state=TrialState.FAIL):
+                continue
+        except optuna.exceptions.UpdateFinishedTrialError:
+            continue  # it ended meanwhile
+        if on_dead is not None:
+            on_dead(trial, why)
+        if retry:
+            RetryHeartbeatStaleTrialCallback(max_retry=1)(study, study._storage.get_trial(trial._trial_id))
+        failed.append(trial.number)
+    return failed
+
+
+def requeue_interrupted(study: optuna.Study, trial_id: int, why: str) -> None:
+    """A trial stopped by a signal: failed now, queued again with the same parameters for ``--resume``."""
+    storage = study._storage
+    try:  # the reason first: a finished trial takes no attributes
+        storage.set_trial_user_attr(trial_id, "error", why)
+        storage.set_trial_state_values(trial_id, state=TrialState.FAIL)
+    except optuna.exceptions.UpdateFinishedTrialError:
+        return
+    RetryHeartbeatStaleTrialCallback(max_retry=None)(study, storage.get_trial(trial_id))
+
+
+def create_or_load(spec: StudySpec, storage, sampler, pruner, resume: bool, where: str) -> optuna.Study:
+    """The study of ``spec``: created (refusing an existing name) or, with ``resume``, loaded."""
+    exists = spec.name in {s.study_name for s in optuna.get_all_study_summaries(storage, include_best_trial=False)}
+    if exists and not resume:
+        raise UsageError(f"a study named {spec.name!r} already exists in {where}; carry it on with "
+                         f"'dlbench hpo run --resume {spec.name}', or give the study another name.")
+    if resume and not exists:
+        raise UsageError(f"there is no study {spec.name!r} in {where}; see 'dlbench hpo list'.")
+    study = optuna.create_study(study_name=spec.name, storage=storage, sampler=sampler, pruner=pruner,
+                                direction=spec.direction, load_if_exists=resume)
+    if not exists:
+        study.set_user_attr(SPEC_ATTR, spec.as_doc())
+    return study
+
+
+def study_doc(storage, name: str, where: str) -> dict[str, Any]:
+    """The study file kept in study ``name`` (for workers, ``--resume`` and the read commands)."""
+    summaries = {s.study_name: s for s in optuna.get_all_study_summaries(storage, include_best_trial=False)}
+    if name not in summaries:
+        raise UsageError(f"there is no study {name!r} in {where}; see 'dlbench hpo list'.")
+    doc = summaries[name].user_attrs.get(SPEC_ATTR)
+    if doc is None:
+        raise UsageError(f"study {name!r} in {where} was not created by 'dlbench hpo run'; open it with Optuna itself.")
+    return doc

@@ -1,0 +1,180 @@
+"""The study file: what to optimise, over which space, how, and where (validated once, here).
+
+::
+
+    name: lr-search                      # the study's name in the storage (letters, digits, - _ .)
+    objective:                           # one of:
+      command: [python, train.py, --epochs, "9"]   #  any executable (argv list, or one string split
+      timeout_s: 3600                    #   like a shell would, never run by a shell): hyperparameters
+                                         #   are added as --name value; it prints FoM lines (hpo.fom)
+      # workload: resnet50               #  a catalogue workload's throughput (samples/s, maximised)
+      # fixed: {device: cpu, steps: 20}  #   RunSpec fields kept for every trial; the space names others
+    space: {lr: {type: float, low: 1.0e-4, high: 0.1, log: true}}
+    direction: minimize                  # or maximize (the default for a workload's throughput)
+    trials: 40                           # trials to finish (pruned and failed ones count)
+    timeout_s: null                      # stop starting trials after this many seconds of one 'hpo run'
+    sampler: tpe                         # random | grid | tpe | cmaes | nsga2 (the genetic option)
+    pruner: none                         # none | median | asha | hyperband, on the intermediate values
+    pruner_options: {}                   # min_resource, max_resource, reduction_factor, warmup_steps
+    seed: 0
+    engine: local                        # local (slurm and ray: later)
+    workers: 1                           # concurrent trials (one GPU each, or their own cores)
+    storage: null                        # default: the results store's database
+    heartbeat_s: 30                      # a worker silent for 2 × this is dead: its trial fails, retried once
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from dlbench.errors import UsageError, unknown_name
+from dlbench.hpo.space import Param, parse_space
+
+SAMPLERS = ("random", "grid", "tpe", "cmaes", "nsga2")
+PRUNERS = ("none", "median", "asha", "hyperband")
+ENGINES = ("local",)  # slurm and ray plug in later (see hpo.engine)
+DIRECTIONS = ("minimize", "maximize")
+PRUNER_OPTIONS = ("min_resource", "max_resource", "reduction_factor", "warmup_steps")
+KEYS = ("name", "objective", "space", "direction", "trials", "timeout_s", "sampler", "pruner", "pruner_options",
+        "seed", "engine", "workers", "storage", "heartbeat_s")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+
+
+@dataclass(frozen=True)
+class Objective:
+    """What a trial runs: ``kind`` command (``argv``) or workload (``workload`` with ``fixed`` fields)."""
+
+    kind: str
+    argv: tuple[str, ...] = ()
+    timeout_s: float = 3600.0
+    workload: str | None = None
+    fixed: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class StudySpec:
+    """A validated study file (see the module docstring for every field)."""
+
+    name: str
+    objective: Objective
+    space: tuple[Param, ...]
+    direction: str = "minimize"
+    trials: int = 20
+    timeout_s: float | None = None
+    sampler: str = "tpe"
+    pruner: str = "none"
+    pruner_options: dict[str, Any] = field(default_factory=dict)
+    seed: int = 0
+    engine: str = "local"
+    workers: int = 1
+    storage: str | None = None
+    heartbeat_s: int = 30
+
+    def as_doc(self) -> dict[str, Any]:
+        """The study file this spec came from (JSON-able), kept in the study so workers and resume read it."""
+        doc = asdict(self)
+        doc["space"] = {p.name: p.as_doc() for p in self.space}
+        obj = self.objective
+        doc["objective"] = ({"command": list(obj.argv), "timeout_s": obj.timeout_s} if obj.kind == "command"
+                            else {"workload": obj.workload, "fixed": dict(obj.fixed)})
+        return doc
+
+
+def parse_study(doc: Any, where: str, overrides: dict[str, Any] | None = None) -> StudySpec:
+    """A :class:`StudySpec` from a study file's mapping, with command-line ``overrides`` (None values ignored)."""
+    if not isinstance(doc, dict):
+        raise UsageError(f"{where}: a study file is a mapping with name, objective and space; see 'dlbench hpo run --help'.")
+    doc = doc | {k: v for k, v in (overrides or {}).items() if v is not None}
+    extra = sorted(set(doc) - set(KEYS))
+    if extra:
+        raise unknown_name(f"study key in {where}:", extra[0], KEYS)
+    for key in ("name", "objective", "space"):
+        if key not in doc:
+            raise UsageError(f"{where}: the study needs '{key}'; see 'dlbench hpo run --help' for an example.")
+    name = str(doc["name"])
+    if not _NAME.match(name):
+        raise UsageError(f"{where}: study name {name!r} must start with a letter or digit and use only letters, digits, '-', '_' or '.'.")
+    objective = _objective(doc["objective"], where)
+    spec = StudySpec(  # throughput is maximised unless the file says otherwise
+        name=name, objective=objective, space=parse_space(doc["space"], where),
+        direction=_choice(doc, "direction", DIRECTIONS, where, "maximize" if objective.kind == "workload" else "minimize"),
+        trials=_positive(doc, "trials", where, 20), timeout_s=_number(doc, "timeout_s", where),
+        sampler=_choice(doc, "sampler", SAMPLERS, where, "tpe"), pruner=_choice(doc, "pruner", PRUNERS, where, "none"),
+        pruner_options=_pruner_options(doc.get("pruner_options"), where), seed=_positive(doc, "seed", where, 0, 0),
+        engine=_choice(doc, "engine", ENGINES, where, "local", " (slurm and ray engines are not available yet)"),
+        workers=_positive(doc, "workers", where, 1), storage=doc.get("storage"),
+        heartbeat_s=_positive(doc, "heartbeat_s", where, 30),
+    )
+    if spec.sampler == "grid":
+        for p in spec.space:
+            p.grid()  # a float range has no grid: say so now
+    if spec.sampler == "cmaes" and any(p.type == "categorical" for p in spec.space):
+        raise UsageError(f"{where}: the cmaes sampler searches numbers only; drop the categorical parameters or use tpe.")
+    if spec.objective.kind == "workload" and spec.pruner != "none":
+        raise UsageError(f"{where}: a workload's throughput has no intermediate values to prune on; use pruner: none.")
+    return spec
+
+
+def _objective(doc: Any, where: str) -> Objective:
+    if not isinstance(doc, dict) or len({"command", "workload"} & set(doc)) != 1:
+        raise UsageError(f"{where}: 'objective' must have exactly one of 'command' (an executable printing "
+                         "'FoM: <value>') or 'workload' (a catalogue workload's throughput).")
+    if "workload" in doc:
+        extra = sorted(set(doc) - {"workload", "fixed"})
+        if extra:
+            raise UsageError(f"{where}: a workload objective takes 'workload' and 'fixed', not {extra[0]!r}.")
+        fixed = doc.get("fixed") or {}
+        if not isinstance(fixed, dict):
+            raise UsageError(f"{where}: objective 'fixed' must be a mapping of run settings, e.g. {{device: cpu, steps: 20}}.")
+        return Objective("workload", workload=str(doc["workload"]), fixed=dict(fixed))
+    extra = sorted(set(doc) - {"command", "timeout_s"})
+    if extra:
+        raise UsageError(f"{where}: a command objective takes 'command' and 'timeout_s', not {extra[0]!r}.")
+    command = doc["command"]
+    argv = tuple(shlex.split(command) if isinstance(command, str) else (str(a) for a in command or ()))
+    if not argv:
+        raise UsageError(f"{where}: objective 'command' is empty; give the executable and its fixed arguments.")
+    if shutil.which(argv[0]) is None:
+        raise UsageError(f"{where}: the objective's executable {argv[0]!r} is not found or not executable; "
+                         "give a path or a program on PATH.")
+    timeout = _number(doc, "timeout_s", where) or 3600.0
+    return Objective("command", argv=(os.path.abspath(argv[0]) if os.sep in argv[0] else argv[0], *argv[1:]),
+                     timeout_s=timeout)
+
+
+def _choice(doc: dict, key: str, known: tuple[str, ...], where: str, default: str, hint: str = "") -> str:
+    value = str(doc.get(key) or default).lower()
+    if value not in known:
+        raise unknown_name(f"{key} in {where}:", value, known, hint.strip())
+    return value
+
+
+def _positive(doc: dict, key: str, where: str, default: int, minimum: int = 1) -> int:
+    value = doc.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise UsageError(f"{where}: '{key}' must be an integer of at least {minimum}, got {value!r}.")
+    return value
+
+
+def _number(doc: dict, key: str, where: str) -> float | None:
+    value = doc.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise UsageError(f"{where}: '{key}' must be a positive number of seconds, got {value!r}.")
+    return float(value)
+
+
+def _pruner_options(doc: Any, where: str) -> dict[str, Any]:
+    doc = doc or {}
+    if not isinstance(doc, dict) or set(doc) - set(PRUNER_OPTIONS):
+        raise UsageError(f"{where}: 'pruner_options' takes {', '.join(PRUNER_OPTIONS)} (positive integers).")
+    for key, value in doc.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < (0 if key == "warmup_steps" else 1):
+            raise UsageError(f"{where}: pruner option {key!r} must be a positive integer, got {value!r}.")
+    return dict(doc)

@@ -1,0 +1,157 @@
+"""Parallel workers: trials run at once, 8 workers share one SQLite study safely, SIGTERM and --resume,
+a worker that dies."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import signal
+import sys
+import time
+from pathlib import Path
+
+import optuna
+from optuna.trial import TrialState
+
+from dlbench.hpo.storage import open_storage
+from dlbench.store import RunFilter, open_store
+
+OBJECTIVE = str(Path(__file__).with_name("objective.py"))
+SPACE = {"x": {"type": "float", "low": 0.0, "high": 1.0}}
+
+
+def command(*extra: str) -> dict:
+    return {"command": [sys.executable, OBJECTIVE, *extra], "timeout_s": 120}
+
+
+def records_of(db, study):
+    store = open_store(str(db), create=False)
+    try:
+        return store.records(RunFilter(tags={"hpo_study": study}))
+    finally:
+        store.close()
+
+
+def load(db, name):
+    return optuna.load_study(study_name=name, storage=open_storage(f"sqlite:///{db}"))
+
+
+def test_local_engine_runs_trials_in_parallel(hpo):
+    doc = {"name": "par", "objective": command("--epochs", "4", "--sleep", "1"), "sampler": "random", "trials": 2,
+           "workers": 2, "space": SPACE}
+    out, db = hpo(doc)
+    assert out.returncode == 0, out.stderr
+    a, b = sorted(load(db, "par").get_trials(), key=lambda t: t.datetime_start)
+    assert a.state == b.state == TrialState.COMPLETE
+    assert b.datetime_start < a.datetime_complete  # the second started while the first still ran
+    assert sorted(r["spec"]["tags"]["hpo_trial"] for r in records_of(db, "par")) == ["0", "1"]
+    assert len({t.user_attrs["dlbench_worker"] for t in (a, b)}) == 2  # two workers, one trial each
+
+
+def _worker(url: str, log: str, trials: int) -> None:
+    storage = open_storage(url, heartbeat_s=30)
+    study = optuna.load_study(study_name="eight", storage=storage, sampler=optuna.samplers.RandomSampler())
+
+    def objective(trial):
+        x = trial.suggest_float("x", 0, 1)
+        with open(log, "a") as f:  # one line per trial actually run: the ground truth
+            f.write(f"{trial.number}\n")
+        return x
+
+    study.optimize(objective, n_trials=trials)
+
+
+def test_eight_workers_on_one_sqlite_study_lose_no_trial_and_duplicate_none(tmp_path):
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    optuna.create_study(study_name="eight", storage=open_storage(url))
+    log = tmp_path / "ran.txt"
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_worker, args=(url, str(log), 10)) for _ in range(8)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(300)
+    assert [p.exitcode for p in procs] == [0] * 8  # no worker failed on a locked database
+    trials = load(tmp_path / "runs.db", "eight").get_trials()
+    ran = [int(line) for line in log.read_text().split()]
+    assert len(trials) == 80 and all(t.state == TrialState.COMPLETE for t in trials)
+    assert sorted(t.number for t in trials) == list(range(80))  # numbers unique and gap-free
+    assert sorted(ran) == list(range(80))  # every trial ran exactly once
+
+
+def wait_for(predicate, timeout_s=120.0):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.5)
+    return False
+
+
+def test_sigterm_stops_cleanly_and_resume_carries_on(hpo, left_running):
+    doc = {"name": "stop", "objective": command("--epochs", "20", "--sleep", "0.5"), "sampler": "random",
+           "trials": 3, "workers": 1, "space": SPACE}
+    proc = hpo.popen("hpo", "run", "--config", hpo.write(doc))
+    assert wait_for(lambda: hpo.db.exists() and _running_with_epochs(hpo.db, "stop")), proc.stderr
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert left_running() == []  # workers and their trial commands are gone
+    aborted = [r for r in records_of(hpo.db, "stop") if r["status"] == "aborted"]
+    assert len(aborted) == 1 and "SIGTERM" in aborted[0]["error"]
+    interrupted = aborted[0]["spec"]["params"]
+    queued = [t for t in load(hpo.db, "stop").get_trials() if t.state == TrialState.WAITING]
+    assert [t.params for t in queued] == [interrupted]  # queued again with the same parameters
+
+    out = hpo.cli("hpo", "run", "--resume", "stop")
+    assert out.returncode == 0, out.stderr
+    trials = load(hpo.db, "stop").get_trials()
+    done = [t for t in trials if t.state == TrialState.COMPLETE]
+    assert len(done) == 3 and interrupted in [t.params for t in done]
+    assert sum(r["status"] == "ok" for r in records_of(hpo.db, "stop")) == 3
+
+
+def _running_with_epochs(db, name) -> bool:
+    try:
+        return any(t.state == TrialState.RUNNING and t.intermediate_values for t in load(db, name).get_trials())
+    except KeyError:  # the study is not created yet
+        return False
+
+
+def test_a_dead_worker_fails_its_trial_which_is_retried_once(hpo):
+    marker = hpo.tmp / "died-once"
+    doc = {"name": "die", "objective": command("--epochs", "1", "--mode", "die-once", "--marker", str(marker)),
+           "sampler": "random", "trials": 2, "workers": 1, "heartbeat_s": 1, "space": SPACE}
+    out, db = hpo(doc)
+    assert out.returncode == 0, out.stderr
+    assert marker.exists()
+    trials = sorted(load(db, "die").get_trials(), key=lambda t: t.number)
+    failed = [t for t in trials if t.state == TrialState.FAIL]
+    assert len(failed) == 1 and "worker exited with code -9" in failed[0].user_attrs["error"]
+    retry = [t for t in trials if t.system_attrs.get("failed_trial") == failed[0].number]
+    assert len(retry) == 1 and retry[0].state == TrialState.COMPLETE and retry[0].params == failed[0].params
+    assert sum(t.state == TrialState.COMPLETE for t in trials) == 2  # the budget: two trials finished
+    statuses = sorted(r["status"] for r in records_of(db, "die"))
+    assert statuses == ["failed", "ok", "ok"]
+    status = json.loads(hpo.cli("hpo", "status", "die", "--json").stdout)
+    assert status["counts"] == {"failed": 1, "ok": 2}
+
+
+def test_a_study_whose_processes_all_died_is_recovered_by_the_heartbeat(hpo, left_running):
+    doc = {"name": "crash", "objective": command("--epochs", "20", "--sleep", "0.5"), "sampler": "random",
+           "trials": 1, "workers": 1, "heartbeat_s": 1, "space": SPACE}
+    proc = hpo.popen("hpo", "run", "--config", hpo.write(doc))
+    assert wait_for(lambda: hpo.db.exists() and _running_with_epochs(hpo.db, "crash"))
+    for p in left_running():  # the node went down: engine, worker and trial killed at once, nothing recorded
+        p.kill()
+    proc.wait(30)
+    [stale] = load(hpo.db, "crash").get_trials()
+    assert stale.state == TrialState.RUNNING
+    out = hpo.cli("hpo", "run", "--resume", "crash")
+    assert out.returncode == 0, out.stderr
+    trials = sorted(load(hpo.db, "crash").get_trials(), key=lambda t: t.number)
+    assert [t.state for t in trials] == [TrialState.FAIL, TrialState.COMPLETE]
+    assert trials[1].system_attrs["failed_trial"] == 0 and trials[1].params == stale.params
+    by_status = {r["status"]: r for r in records_of(hpo.db, "crash")}
+    assert sorted(by_status) == ["failed", "ok"]
+    assert "stopped sending heartbeats" in by_status["failed"]["error"]
