@@ -17,8 +17,7 @@ def real_db(tmp_path_factory) -> str:
     db = str(tmp_path_factory.mktemp("real") / "runs.db")
     for _ in range(2):
         assert main(["run", *TINY_LSTM, "--db", db, "--tag", "origin=real"]) == 0
-    # Two-process runs on this CPU sometimes abort at exit ("terminate called without an active
-    # exception", in dlbench.distributed, reported); the failure is recorded, and one retry follows.
+    # Two-process runs on a loaded CPU can fail for want of time; the failure is recorded, and one retry follows.
     for argv in (["scale", *TINY_LSTM, "--nproc", "1,2", "--no-plot"], ["comm", "--nproc", "2", "-b", "64", "-e", "4K", "-f", "4"]):
         assert main([*argv, "--db", db]) == 0 or main([*argv, "--db", db]) == 0
     return db
