@@ -93,6 +93,13 @@ class Sampler:
 # -- summary ------------------------------------------------------------------------------------
 
 
+def _mean_inside(inside: list[dict], series: list[dict], source: str, field: str) -> float | None:
+    """Mean of a CPU reading over the window's samples; over the whole series when none in the window
+    has one (a CPU share needs some time since the previous sample, which a short window may not give)."""
+    values = _mean((s.get(source) or {}).get(field) for s in inside)
+    return values if values is not None else _mean((s.get(source) or {}).get(field) for s in series)
+
+
 def summarise(series: Sequence[Sample], samples: int | None = None,
               window: tuple[float, float] | None = None) -> dict[str, Any]:
     """The run record's ``telemetry`` block from a series.
@@ -128,8 +135,8 @@ def summarise(series: Sequence[Sample], samples: int | None = None,
         "energy_j": energy_j,
         "energy_source": energy_source,
         "energy_per_sample_j": energy_j / samples if energy_j is not None and samples else None,
-        "host_cpu_util_percent_mean": _mean((s.get("host") or {}).get("cpu_util_percent") for s in inside),
-        "process_cpu_percent_mean": _mean((s.get("process") or {}).get("cpu_percent") for s in inside),
+        "host_cpu_util_percent_mean": _mean_inside(inside, series, "host", "cpu_util_percent"),
+        "process_cpu_percent_mean": _mean_inside(inside, series, "process", "cpu_percent"),
         "process_rss_peak_bytes": _max((s.get("process") or {}).get("rss_bytes") for s in series),
     }
 
