@@ -88,7 +88,7 @@ class Recording:
             return False
         if exc is not None and not self.ended:
             self._fail(exc)
-        series = self.telemetry.attach(self.records[0]) if self.telemetry is not None else None
+        series = self.telemetry.attach(self.records[0])  # NoTelemetry attaches None
         if self.store is not None:
             for i, record in enumerate(self.records):
                 spooled = self.store.save(record, series=series if i == 0 else None)

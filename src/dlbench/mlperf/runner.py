@@ -32,7 +32,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, DistributedSampler
+
+from dlbench.engine.devices import device_name, resolve_device, torch_threads
+from dlbench.engine.run import ResolvedRun, frozen
 from dlbench.errors import UsageError
+from dlbench.mlperf import tasks
 from dlbench.mlperf.folder import (
     check_system_name,
     default_system_name,
@@ -40,9 +48,8 @@ from dlbench.mlperf.folder import (
     result_path,
     system_description,
 )
-from dlbench.engine.devices import torch_threads
-from dlbench.engine.run import ResolvedRun, frozen
 from dlbench.mlperf.log import ResultLog, is_rank_zero, open_result_log
+from dlbench.mlperf.tasks._base import batches_to
 
 DIVISION = "open"  # shrunken models and generated data: MLPerf's open division, never closed
 SUBMISSION_STATUS = "research"  # mllog's value for "Research, Development, or Internal"
@@ -126,11 +133,6 @@ def prepare_task(name: str, out_dir: str | Path, options: RunOptions, env: dict[
                  on_epoch: OnEpoch | None = None, joined=None) -> TaskSession:
     """Validate ``options`` and make task ``name`` ready for its runs. User mistakes raise
     :class:`UsageError` before anything is written; rank 0 writes the system description."""
-    import torch
-
-    from dlbench.engine.devices import device_name, resolve_device
-    from dlbench.mlperf import tasks
-
     if options.runs < 1:
         raise UsageError(f"--runs {options.runs} must be at least 1.")
     if options.max_epochs is not None and options.max_epochs < 1:
@@ -173,8 +175,6 @@ def train_to_target(task, datasets, log: ResultLog, spec: dict, options: RunOpti
                     on_epoch: Callable[[int, float, bool], Any] | None = None) -> dict[str, Any]:
     """Train ``task`` from scratch with the run's seed until it reaches its target or the epoch
     limit, logging every MLPerf event; returns the run's result (``reached`` says which)."""
-    import torch
-
     c = log.constants
     train_set, eval_set = datasets
     _log_submission(log, task, spec, options)
@@ -233,10 +233,6 @@ def run_scale(device_type: str, world: int, environ: dict | None = None) -> tupl
 
 def _epoch(task, model, loader, sampler, eval_set, optimizer, scheduler, log, epoch, device, clock):
     """One epoch of training then one evaluation; returns (quality or None off rank 0, reached)."""
-    import torch
-
-    from dlbench.mlperf.tasks._base import batches_to
-
     c = log.constants
     log.start(c.BLOCK_START, metadata={c.FIRST_EPOCH_NUM: epoch, c.EPOCH_COUNT: 1})
     log.start(c.EPOCH_START, metadata={c.EPOCH_NUM: epoch})
@@ -326,9 +322,6 @@ def _clear_caches(data_dir: str | None) -> tuple[bool, dict]:
 def launcher_group(device: str) -> Iterator[bool]:
     """Join the process group when a launcher (torchrun, or anything that sets RANK and WORLD_SIZE)
     started this process as one of several ranks, and leave it on exit; yields whether it did."""
-    import torch
-    import torch.distributed as dist
-
     world = int(os.environ.get("WORLD_SIZE", "1") or 1)
     if world <= 1 or "RANK" not in os.environ or dist.is_initialized():
         yield False
@@ -341,23 +334,18 @@ def launcher_group(device: str) -> Iterator[bool]:
         dist.destroy_process_group()
 
 
-
 def _dist():
-    import torch.distributed as dist
-
     return dist if dist.is_available() and dist.is_initialized() else None
 
 
 def _world_size() -> int:
-    dist = _dist()
-    return dist.get_world_size() if dist else 1
+    group = _dist()
+    return group.get_world_size() if group else 1
 
 
 def _distribute(model, device):
     if _dist() is None:
         return model
-    from torch.nn.parallel import DistributedDataParallel
-
     return DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
 
 
@@ -368,9 +356,6 @@ def _unwrapped(model):
 def _train_loader(dataset, task, seed: int, workers: int):
     """A shuffling DataLoader over ``dataset`` (this rank's shard when distributed), seeded by the
     run so that two runs with one seed see the same order."""
-    import torch
-    from torch.utils.data import DataLoader, DistributedSampler
-
     sampler = DistributedSampler(dataset, seed=seed, drop_last=True) if _dist() else None
     generator = torch.Generator().manual_seed(seed)
     loader = DataLoader(
@@ -382,11 +367,8 @@ def _train_loader(dataset, task, seed: int, workers: int):
 
 def _from_rank_zero(value: int, device) -> int:
     """Rank 0's ``value`` on every rank."""
-    dist = _dist()
-    if dist is None:
+    if _dist() is None:
         return value
-    import torch
-
     tensor = torch.tensor([value], dtype=torch.int64, device=device)
     dist.broadcast(tensor, src=0)
     return int(tensor.item())
@@ -399,6 +381,4 @@ def _agree(flag: bool, device) -> bool:
 
 def _synchronize(device) -> None:
     if device.type == "cuda":
-        import torch
-
         torch.cuda.synchronize(device)

@@ -15,14 +15,16 @@ import os
 from pathlib import Path
 from typing import Any
 
+from dlbench.store._engine import sqlite_path
+
 SUFFIX = ".json"
 
 
 def spool_dir(url: str, data_home: str | None = None) -> Path:
     """The spool directory of the store at ``url``."""
-    if url.startswith("sqlite:///"):
-        path = url.removeprefix("sqlite:///").split("?", 1)[0].removeprefix("file:")
-        return Path(path + ".spool")
+    path = sqlite_path(url)
+    if path is not None:
+        return Path(str(path) + ".spool")
     home = data_home or os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
     digest = hashlib.sha256(url.encode()).hexdigest()[:12]  # one folder per store, no password in the name
     return Path(home) / "dlbench" / "spool" / digest
