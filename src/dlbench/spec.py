@@ -206,3 +206,40 @@ def describe_validation_error(exc: ValidationError, where: str = "") -> str:
     if len(shown) > 60:  # a value from a file can be megabytes long
         shown = shown[:57] + "..."
     return f"{prefix}{loc}={shown}: {message}."
+
+
+class LaunchSettings(BaseModel):
+    """Where and how a batch launcher (``slurm``, ``k8s``) submits a run: CLI flags or a config file's
+    ``launcher:`` key, validated once. None of these change the measured number except the process count
+    (``nodes`` × ``gpus_per_node``), which the run's spec records as ``nnodes``/``nproc``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    nodes: int = Field(default=1, gt=0, description="Nodes of the job.")
+    gpus_per_node: int | None = Field(default=None, ge=0, description="GPUs (and ranks) per node; None: the run's nproc.")
+    time: str | None = Field(default=None, description="Wall-clock limit, Slurm's format (MM, HH:MM:SS, D-HH:MM).")
+    wait: bool = Field(default=True, description="Wait for the job and store its records; False: submit and return.")
+    workdir: str | None = Field(
+        default=None, description="Job directory on a filesystem every node sees (Slurm); default under $HOME.")
+    container_image: str | None = Field(default=None, description="Image the ranks run in (pod image on k8s).")
+    container_runtime: Literal["pyxis", "shifter", "apptainer"] | None = Field(
+        default=None, description="Slurm container runtime for container_image (k8s always runs the pod image).")
+    # Slurm
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    constraint: str | None = None
+    reservation: str | None = None
+    requeue: bool = Field(default=False, description="Let Slurm requeue the job after preemption or node failure.")
+    signal_lead_s: int = Field(
+        default=60, ge=0, description="Seconds before the time limit Slurm sends SIGTERM (sbatch --signal).")
+    # Kubernetes / OpenShift
+    namespace: str = "default"
+    image: str | None = Field(default=None, description="Pod image (defaults to container_image).")
+    node_selector: dict[str, str] = Field(default_factory=dict, description="e.g. nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3.")
+    tolerations: tuple[str, ...] = Field(default=(), description="KEY[=VALUE][:EFFECT], e.g. nvidia.com/gpu:NoSchedule.")
+    priority_class: str | None = None
+    store_secret: str | None = Field(
+        default=None, description="Secret (key 'url') holding the PostgreSQL URL the pods record into; never inline.")
+    operator: Literal["auto", "pytorchjob", "job"] = Field(
+        default="auto", description="pytorchjob: Kubeflow training operator; job: Indexed Job + headless Service.")

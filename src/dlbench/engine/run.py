@@ -45,6 +45,7 @@ class ResolvedRun:
     launcher: str = "local"
     joined: LaunchEnv | None = None  # started by an outside launcher (torchrun, srun): this is one rank
     tags: Mapping[str, str] = field(default_factory=dict)
+    settings: Any = None  # dlbench.spec.LaunchSettings of a batch launcher (slurm, k8s); None otherwise
 
     @property
     def is_main(self) -> bool:
