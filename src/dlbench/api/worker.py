@@ -22,6 +22,7 @@ from dlbench.engine.dist import detect_launch_env
 from dlbench.engine.loop import Progress
 from dlbench.errors import Terminated, UsageError
 from dlbench.launch._base import mark_joined, mark_started, write_status
+from dlbench.launch.batch import REPORT_PREFIX
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -43,14 +44,25 @@ def main(argv: list[str] | None = None) -> int:
         try:
             result = job.run_rank(document["spec"], launch, progress, lambda: mark_joined(out, launch.rank))
         except Terminated as exc:
-            write_status(out, launch.rank, {"status": "aborted", "error": f"stopped by {exc.name}",
-                                            "result": progress.partial_result()})
+            report(out, launch.rank, {"status": "aborted", "error": f"stopped by {exc.name}",
+                                      "result": progress.partial_result()})
             return 128 + exc.signum
         except BaseException as exc:  # noqa: BLE001 - every failure is reported to the launcher
-            write_status(out, launch.rank, {"status": "oom" if is_oom(exc) else "failed", "error": error_text(exc)})
+            report(out, launch.rank, {"status": "oom" if is_oom(exc) else "failed", "error": error_text(exc)})
             return 1
-        write_status(out, launch.rank, {"status": "ok", "result": result})
+        report(out, launch.rank, {"status": "ok", "result": result})
     return 0
+
+
+def report(out: Path, rank: int, status: dict) -> None:
+    """The rank's final report: its file, and — where the launcher reads logs instead of a shared
+    filesystem (Kubernetes pods, ``DLBENCH_REPORT_TO_LOG=1``) — one ``DLBENCH-RANK-REPORT {json}`` line."""
+    write_status(out, rank, status)
+    if os.environ.get("DLBENCH_REPORT_TO_LOG") == "1":
+        data = (REPORT_PREFIX + json.dumps({"rank": rank, **status}, default=str) + "\n").encode()
+        sys.stdout.flush()
+        while data:  # few write calls, so the ranks of one pod (one log) seldom cut each other's line
+            data = data[os.write(sys.stdout.fileno(), data):]
 
 
 if __name__ == "__main__":

@@ -1,0 +1,301 @@
+"""The Kubernetes scheduler: manifests rendered by :mod:`.manifests`, applied, watched and read with the
+official ``kubernetes`` Python client (``pip install 'dlbench[k8s]'``, imported only when used).
+
+Job ids are ``NAMESPACE/KIND/NAME`` (``KIND``: ``pytorchjob`` or ``job``), so a later ``dlbench jobs``
+command needs nothing but the id. States come from the job's conditions and its pods: a pod the
+scheduler cannot place (``Unschedulable``, e.g. a node selector no node matches) or an image that
+cannot be pulled keeps the job ``queued`` with that reason, which the launcher's bounded pending wait
+reports. The ranks' reports are read from the pods' logs (``DLBENCH-RANK-REPORT`` lines).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from dlbench.engine.run import ResolvedRun
+from dlbench.errors import UsageError
+from dlbench.launch._base import LaunchPlan
+from dlbench.launch.batch import (CANCELLED, DONE, FAILED, QUEUED, RUNNING, TIMEOUT, JobState, Scheduler,
+                                  parse_reports)
+from dlbench.launch.k8s.manifests import (CONTAINER, INDEXED_JOB, PYTORCHJOB, RUN_LABEL, check_settings, job_name,
+                                          manifests, pod_layout, to_yaml)
+from dlbench.spec import LaunchSettings
+
+MANIFEST_FILE = "manifests.yaml"
+KUBEFLOW = ("kubeflow.org", "v1", "pytorchjobs")
+CRD_NAME = "pytorchjobs.kubeflow.org"
+INSTALL_HINT = "pip install 'dlbench[k8s]'"
+#: Seconds the rendezvous may take beyond the run's timeout once the pods run (image pulls excluded).
+START_SLACK_S = 60.0
+
+
+def connect() -> Any:
+    """An API client from $KUBECONFIG, ~/.kube/config, or the pod's service account (in a cluster)."""
+    try:
+        from kubernetes import client, config  # optional dependency (dlbench[k8s]): only Kubernetes users need it
+    except ImportError:
+        raise UsageError(f"the k8s launcher needs the official Kubernetes client; install it with {INSTALL_HINT}.") from None
+    # read $KUBECONFIG now: the client reads it once, at import
+    path = os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
+    try:
+        if not any(Path(p).is_file() for p in path.split(os.pathsep) if p) and os.environ.get("KUBERNETES_SERVICE_HOST"):
+            configuration = client.Configuration()
+            config.load_incluster_config(client_configuration=configuration)
+            return client.ApiClient(configuration)
+        return config.new_client_from_config(config_file=path)
+    except (config.ConfigException, OSError, ValueError, TypeError, yaml.YAMLError) as exc:
+        raise UsageError(f"no usable kubeconfig at {path} ({str(exc).strip()[:200]}); set KUBECONFIG, write "
+                         "~/.kube/config (e.g. 'oc login' or 'kubectl config'), or run inside the cluster.") from None
+
+
+def api_error(exc: BaseException, doing: str) -> UsageError:
+    """The API server's refusal (or absence) as one sentence, in its own words."""
+    status = getattr(exc, "status", None)
+    if status is None:  # no answer at all (connection refused, DNS, TLS)
+        reason = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+        return UsageError(f"could not reach the Kubernetes API to {doing} ({reason}); check the cluster in your kubeconfig.")
+    try:
+        message = json.loads(exc.body).get("message") or exc.reason
+    except (TypeError, ValueError, AttributeError):
+        message = getattr(exc, "reason", "") or ""
+    fix = {401: "log in again (kubeconfig credentials)", 403: "ask for the rights, or use a namespace you may use",
+           404: "check --namespace", 409: "delete the old object or wait for it to go",
+           422: "fix the setting it names"}.get(status, "see the message")
+    return UsageError(f"the Kubernetes API refused to {doing} (HTTP {status}: {str(message).rstrip('.')}); {fix}.")
+
+
+class KubeScheduler(Scheduler):
+    """Submit a run as a PyTorchJob or an Indexed Job + headless Service (see the package docstring)."""
+
+    name = "k8s"
+
+    def __init__(self) -> None:
+        self._client: Any = None
+        self.operator_found: bool | None = None  # asked in check(); None: not asked (render then uses a Job)
+
+    # -- pure ------------------------------------------------------------------------------------
+
+    def shape(self, settings: LaunchSettings) -> str:
+        if settings.operator != "auto":
+            return PYTORCHJOB if settings.operator == "pytorchjob" else INDEXED_JOB
+        return PYTORCHJOB if self.operator_found else INDEXED_JOB
+
+    def render(self, run: ResolvedRun, workdir: Path) -> LaunchPlan:
+        settings = run.settings or LaunchSettings()
+        name = job_name(run, str(workdir))
+        nodes, per_pod, _ = pod_layout(run, settings)
+        shape = self.shape(settings)
+        text = to_yaml(manifests(run, settings, shape, name))
+        return LaunchPlan(
+            launcher=self.name, argv=("kubectl", "apply", "-n", settings.namespace, "-f", str(workdir / MANIFEST_FILE)),
+            files={MANIFEST_FILE: text}, ranks_here=tuple(range(nodes * per_pod)),
+            start_timeout_s=run.timeout_s + START_SLACK_S, grace_s=run.timeout_s,
+            describe=f"{'PyTorchJob' if shape == PYTORCHJOB else 'Indexed Job'} {settings.namespace}/{name}: "
+                     f"{nodes} pod(s) × {per_pod} rank(s)",
+        )
+
+    # -- the API ---------------------------------------------------------------------------------
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            self._client = connect()
+        return self._client
+
+    def _apis(self):
+        from kubernetes import client  # optional dependency, present once connect() succeeded
+        return (client.CoreV1Api(self.client), client.BatchV1Api(self.client), client.CustomObjectsApi(self.client),
+                client.ApiextensionsV1Api(self.client))
+
+    def _call(self, doing: str, fn, *args, missing_ok: bool = False, **kwargs):
+        from kubernetes.client.exceptions import ApiException  # optional dependency
+        from urllib3.exceptions import HTTPError  # the client's transport
+        try:
+            return fn(*args, **kwargs)
+        except ApiException as exc:
+            if missing_ok and exc.status == 404:
+                return None
+            raise api_error(exc, doing) from None
+        except HTTPError as exc:
+            raise api_error(exc, doing) from None
+
+    def check(self, run: ResolvedRun) -> None:
+        settings = run.settings or LaunchSettings()
+        check_settings(settings)
+        if settings.operator == "job":
+            _ = self.client  # a missing kubeconfig is said before anything else happens
+            return
+        self.operator_found = self._has_operator()
+        if settings.operator == "pytorchjob" and not self.operator_found:
+            raise UsageError("the cluster has no Kubeflow training operator (no PyTorchJob API); install it, "
+                             "or use operator 'job' (an Indexed Job, no operator needed).")
+
+    def _has_operator(self) -> bool:
+        """Whether the PyTorchJob API is served: its CRD, or (users who may not read CRDs) API discovery."""
+        from kubernetes.client.exceptions import ApiException  # optional dependency
+        _, _, custom, extensions = self._apis()
+        try:
+            return self._call("read the PyTorchJob CRD", extensions.read_custom_resource_definition, CRD_NAME,
+                              missing_ok=True) is not None
+        except UsageError:
+            pass
+        try:
+            resources = custom.get_api_resources(KUBEFLOW[0], KUBEFLOW[1])
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise api_error(exc, "discover the kubeflow.org API") from None
+        return any(r.name == KUBEFLOW[2] for r in (resources.resources or []))
+
+    def submit(self, plan: LaunchPlan, workdir: Path) -> str:
+        objects = [o for o in yaml.safe_load_all(plan.files[MANIFEST_FILE]) if o]
+        created: list[dict[str, Any]] = []
+        try:
+            for obj in objects:
+                self._create(obj)
+                created.append(obj)
+        except UsageError:
+            for obj in reversed(created):  # nothing half-submitted stays behind
+                self._delete(obj)
+            raise
+        job = objects[-1]
+        kind = PYTORCHJOB if job["kind"] == "PyTorchJob" else INDEXED_JOB
+        return f"{job['metadata']['namespace']}/{kind}/{job['metadata']['name']}"
+
+    def _create(self, obj: dict[str, Any]) -> None:
+        core, batch, custom, _ = self._apis()
+        ns, kind = obj["metadata"]["namespace"], obj["kind"]
+        doing = f"create {kind} {obj['metadata']['name']} in namespace {ns}"
+        if kind == "ConfigMap":
+            self._call(doing, core.create_namespaced_config_map, ns, obj)
+        elif kind == "Service":
+            self._call(doing, core.create_namespaced_service, ns, obj)
+        elif kind == "Job":
+            self._call(doing, batch.create_namespaced_job, ns, obj)
+        else:
+            self._call(doing, custom.create_namespaced_custom_object, *KUBEFLOW[:2], ns, KUBEFLOW[2], obj)
+
+    def _delete(self, obj: dict[str, Any]) -> None:
+        self._remove(obj["metadata"]["namespace"], obj["kind"], obj["metadata"]["name"])
+
+    def _remove(self, ns: str, kind: str, name: str) -> None:
+        core, batch, custom, _ = self._apis()
+        doing = f"delete {kind} {name} in namespace {ns}"
+        background = {"propagation_policy": "Background"}  # the pods go too (SIGTERM, then SIGKILL after their grace)
+        if kind == "ConfigMap":
+            self._call(doing, core.delete_namespaced_config_map, name, ns, missing_ok=True)
+        elif kind == "Service":
+            self._call(doing, core.delete_namespaced_service, name, ns, missing_ok=True)
+        elif kind == "Job":
+            self._call(doing, batch.delete_namespaced_job, name, ns, missing_ok=True, **background)
+        else:
+            self._call(doing, custom.delete_namespaced_custom_object, *KUBEFLOW[:2], ns, KUBEFLOW[2], name,
+                       missing_ok=True, **background)
+
+    def cancel(self, job_id: str) -> None:
+        ns, kind, name = split_id(job_id)
+        self._remove(ns, "PyTorchJob" if kind == PYTORCHJOB else "Job", name)
+        if kind == INDEXED_JOB:
+            self._remove(ns, "Service", name)
+        self._remove(ns, "ConfigMap", f"{name}-job")
+
+    def _job(self, ns: str, kind: str, name: str) -> dict[str, Any] | None:
+        _, batch, custom, _ = self._apis()
+        doing = f"read {kind} {name} in namespace {ns}"
+        if kind == PYTORCHJOB:
+            return self._call(doing, custom.get_namespaced_custom_object, *KUBEFLOW[:2], ns, KUBEFLOW[2], name,
+                              missing_ok=True)
+        job = self._call(doing, batch.read_namespaced_job, name, ns, missing_ok=True)
+        return None if job is None else self.client.sanitize_for_serialization(job)
+
+    def pods(self, ns: str, name: str) -> list[dict[str, Any]]:
+        """The run's pods (by its run label), sorted by name: node 0 first."""
+        core = self._apis()[0]
+        found = self._call(f"list the pods of {name} in namespace {ns}", core.list_namespaced_pod, ns,
+                           label_selector=f"{RUN_LABEL}={name}")
+        pods = [self.client.sanitize_for_serialization(p) for p in found.items]
+        return sorted(pods, key=lambda p: p["metadata"]["name"])
+
+    def state(self, job_id: str) -> JobState:
+        ns, kind, name = split_id(job_id)
+        job = self._job(ns, kind, name)
+        if job is None:
+            return JobState(CANCELLED, f"the job {name} no longer exists in namespace {ns} (deleted)")
+        ended = job_conditions(job, kind)
+        if ended is not None:
+            if ended.state == FAILED:  # the pod's own words (OOMKilled, exit code) say more than the job's
+                detail = pods_failure(self.pods(ns, name))
+                return JobState(FAILED, f"{ended.reason}; {detail}" if detail else ended.reason)
+            return ended
+        return pods_state(self.pods(ns, name))
+
+    def logs(self, job_id: str, workdir: Path) -> str:
+        ns, _, name = split_id(job_id)
+        core = self._apis()[0]
+        parts = []
+        for pod in self.pods(ns, name):
+            pod_name = pod["metadata"]["name"]
+            if (pod.get("status") or {}).get("phase") == "Pending":
+                continue  # no container has started: no log yet
+            text = self._call(f"read the log of pod {pod_name}", core.read_namespaced_pod_log, pod_name, ns,
+                              container=CONTAINER, missing_ok=True)
+            parts.append(f"==> pod {pod_name} <==\n{text or ''}")
+        return "\n".join(parts)
+
+    def reports(self, job_id: str, workdir: Path) -> dict[int, dict[str, Any]]:
+        return parse_reports(self.logs(job_id, workdir))
+
+
+def split_id(job_id: str) -> tuple[str, str, str]:
+    """``NAMESPACE/KIND/NAME`` → its parts; anything else is a usage error."""
+    parts = job_id.split("/")
+    if len(parts) != 3 or parts[1] not in (PYTORCHJOB, INDEXED_JOB) or not all(parts):
+        raise UsageError(f"{job_id!r} is not a Kubernetes job id of dlbench (NAMESPACE/pytorchjob|job/NAME); "
+                         "see 'dlbench jobs'.")
+    return parts[0], parts[1], parts[2]
+
+
+def job_conditions(job: dict[str, Any], kind: str) -> JobState | None:
+    """The finished state from a Job's or PyTorchJob's conditions; None while it has not ended."""
+    conditions = [c for c in (job.get("status") or {}).get("conditions") or [] if c.get("status") == "True"]
+    by_type = {c["type"]: c for c in conditions}
+    done = "Succeeded" if kind == PYTORCHJOB else "Complete"
+    if done in by_type:
+        return JobState(DONE)
+    failed = by_type.get("Failed")
+    if failed is not None:
+        reason, message = failed.get("reason") or "Failed", failed.get("message") or ""
+        timed_out = "DeadlineExceeded" in reason or "deadline" in message.lower()
+        return JobState(TIMEOUT if timed_out else FAILED, f"{reason}: {message}".rstrip(": "))
+    return None
+
+
+def pods_state(pods: list[dict[str, Any]]) -> JobState:
+    """Running once a pod runs; otherwise queued, with the reason a pod waits (unschedulable, image pull)."""
+    if any((p.get("status") or {}).get("phase") in ("Running", "Succeeded") for p in pods):
+        return JobState(RUNNING)
+    for pod in pods:
+        status = pod.get("status") or {}
+        for condition in status.get("conditions") or []:
+            if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
+                return JobState(QUEUED, f"{condition.get('reason') or 'Unschedulable'}: {condition.get('message') or ''}".strip())
+        for cs in status.get("containerStatuses") or []:
+            waiting = (cs.get("state") or {}).get("waiting") or {}
+            if waiting.get("reason") not in (None, "ContainerCreating", "PodInitializing"):
+                return JobState(QUEUED, f"{waiting['reason']}: {waiting.get('message') or ''}".strip().rstrip(":"))
+    return JobState(QUEUED, "" if pods else "no pod created yet")
+
+
+def pods_failure(pods: list[dict[str, Any]]) -> str:
+    """How the first failed pod's container ended (``OOMKilled``, exit code), or ''."""
+    for pod in pods:
+        for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+            ended = (cs.get("state") or {}).get("terminated") or {}
+            if ended and ended.get("exitCode"):
+                return f"pod {pod['metadata']['name']}: {ended.get('reason') or 'Error'}, exit code {ended['exitCode']}"
+    return ""
