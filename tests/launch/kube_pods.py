@@ -1,0 +1,99 @@
+"""Kubernetes pods as local processes, for the k8s launcher's tests (no cluster can run here).
+
+:func:`start_pod` plays kubelet for one container of a rendered pod template, as faithfully as a
+single machine allows:
+
+* every volume becomes a local directory: ``configMap`` volumes hold the ConfigMap's keys as files,
+  ``emptyDir`` volumes are empty; paths under a mount in the command and environment are moved there
+  (a container has its own filesystem; these processes share one);
+* the environment is the container's ``env`` (``value``; ``secretKeyRef`` from the given Secrets) plus
+  what the pod's controller adds (``extra_env``: the training operator's ``MASTER_ADDR``/``PET_*``,
+  the Job controller's ``JOB_COMPLETION_INDEX``), then ``$(VAR)`` in the command is expanded as
+  Kubernetes does (``$$`` escapes, an unknown name stays as written);
+* ``hosts`` maps cluster DNS names (the master's Service) to 127.0.0.1, and ``ports`` remaps the pods'
+  fixed rendezvous port to a free one (every pod has its own network namespace; these do not).
+
+``python`` in the command is this interpreter (the image's Python in a cluster).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from dlbench.api.resolve import resolve_train
+from dlbench.spec import LaunchSettings, RunSpec
+
+TINY = {"workload": "lstm", "params": {"seq_len": 4, "input_size": 8, "hidden_size": 8}, "batch_size": 4,
+        "warmup": 1, "telemetry": False, "device": "cpu", "threads": 1}
+IMAGE = "ghcr.io/example/dlbench:0.1"
+
+
+def k8s_run(spec: dict[str, Any] | None = None, **settings):
+    """A tiny CPU run resolved for the k8s launcher with ``settings`` (LaunchSettings fields)."""
+    run = resolve_train(RunSpec(**(TINY | (spec or {}))))
+    return dataclasses.replace(run, launcher="k8s", settings=LaunchSettings(**({"image": IMAGE} | settings)))
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def expand(text: str, env: dict[str, str]) -> str:
+    """Kubernetes' ``$(VAR)`` expansion of container command/args (``$$(VAR)`` stays literal)."""
+    return re.sub(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)",
+                  lambda m: "$" if m.group(0) == "$$" else env.get(m.group(1), m.group(0)), text)
+
+
+def container_env(container: dict[str, Any], secrets: dict[str, dict[str, str]]) -> dict[str, str]:
+    """The container's ``env`` list as a mapping (secretKeyRef read from ``secrets``)."""
+    env = {}
+    for var in container.get("env", []):
+        if "value" in var:
+            env[var["name"]] = var["value"]
+        else:
+            ref = var["valueFrom"]["secretKeyRef"]
+            env[var["name"]] = secrets[ref["name"]][ref["key"]]
+    return env
+
+
+def start_pod(template: dict[str, Any], root: Path, config_maps: dict[str, dict[str, str]],
+              extra_env: dict[str, str], hosts: dict[str, str] | None = None, ports: dict[str, str] | None = None,
+              secrets: dict[str, dict[str, str]] | None = None, marker_env: dict[str, str] | None = None,
+              ) -> subprocess.Popen:
+    """Start the pod's (single) container as a local process; its stdout+stderr are the pod's log."""
+    spec = template["spec"]
+    (ctr,) = spec["containers"]
+    mounts = {}
+    for volume in spec["volumes"]:
+        where = root / volume["name"]
+        where.mkdir(parents=True, exist_ok=True)
+        if "configMap" in volume:
+            for key, text in config_maps[volume["configMap"]["name"]].items():
+                (where / key).write_text(text)
+        mounts[volume["name"]] = where
+    moved = {m["mountPath"]: str(mounts[m["name"]]) for m in ctr["volumeMounts"]}
+
+    def local(value: str) -> str:
+        for mount_path, there in sorted(moved.items(), key=lambda kv: -len(kv[0])):
+            if value == mount_path or value.startswith(mount_path + "/"):
+                return there + value[len(mount_path):]
+        for name, address in (hosts or {}).items():
+            value = value.replace(name, address) if value == name else value
+        return (ports or {}).get(value, value)
+
+    env = {k: local(v) for k, v in (container_env(ctr, secrets or {}) | extra_env).items()}
+    argv = [local(expand(arg, env)) for arg in ctr["command"] + ctr.get("args", [])]
+    argv[0] = sys.executable if argv[0] == "python" else argv[0]
+    keep = {k: v for k, v in os.environ.items() if k in ("PATH", "PYTHONPATH", "DLBENCH_WORKLOADS", "LANG")}
+    log = open(root / "log", "w")  # noqa: SIM115 - the pod's log lives as long as the process
+    return subprocess.Popen(argv, env=keep | (marker_env or {}) | env, stdout=log, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL, start_new_session=True)
