@@ -97,3 +97,38 @@ def start_pod(template: dict[str, Any], root: Path, config_maps: dict[str, dict[
     log = open(root / "log", "w")  # noqa: SIM115 - the pod's log lives as long as the process
     return subprocess.Popen(argv, env=keep | (marker_env or {}) | env, stdout=log, stderr=subprocess.STDOUT,
                             stdin=subprocess.DEVNULL, start_new_session=True)
+
+
+def operator_env(job: dict[str, Any], replica_type: str, index: int) -> dict[str, str]:
+    """What the Kubeflow training operator (v1.9, pkg/controller.v1/pytorch/envvar.go and master.go)
+    adds to a PyTorchJob pod's container: master address and port, world size, ranks, PET_* for torchrun."""
+    specs = job["spec"]["pytorchReplicaSpecs"]
+    total = sum(spec.get("replicas", 1) for spec in specs.values())
+    nproc = job["spec"].get("nprocPerNode")
+    (ctr,) = specs["Master"]["template"]["spec"]["containers"]
+    (port,) = [p["containerPort"] for p in ctr["ports"] if p["name"] == "pytorchjob-port"]
+    master = f"{job['metadata']['name']}-master-0"
+    rank = index + (1 if replica_type == "Worker" else 0)
+    env = {"PYTHONUNBUFFERED": "1", "MASTER_PORT": str(port), "PET_MASTER_PORT": str(port),
+           "MASTER_ADDR": master, "PET_MASTER_ADDR": master,
+           "WORLD_SIZE": str(total * (int(nproc) if nproc and nproc.isdigit() else 1)),
+           "RANK": str(rank), "PET_NODE_RANK": str(rank), "PET_NNODES": str(total)}
+    if nproc is not None:
+        env["PET_NPROC_PER_NODE"] = nproc
+    return env
+
+
+def pods_of(job: dict[str, Any]) -> list[tuple[str, dict[str, Any], dict[str, str]]]:
+    """(pod name, template, what its controller adds to the environment) for every pod of a job."""
+    name = job["metadata"]["name"]
+    if job["kind"] == "PyTorchJob":
+        return [(f"{name}-{kind.lower()}-{i}", spec["template"], operator_env(job, kind, i))
+                for kind, spec in job["spec"]["pytorchReplicaSpecs"].items() for i in range(spec.get("replicas", 1))]
+    return [(f"{name}-{i}", job["spec"]["template"], {"JOB_COMPLETION_INDEX": str(i)})
+            for i in range(job["spec"]["completions"])]
+
+
+def cluster_names(job: dict[str, Any]) -> dict[str, str]:
+    """The cluster DNS names of the job's rendezvous, all pointed at this machine."""
+    name = job["metadata"]["name"]
+    return {f"{name}-master-0": "127.0.0.1", f"{name}-0.{name}": "127.0.0.1"}

@@ -39,6 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     document = json.loads(Path(job_path).read_text())
     job = JOBS[document["kind"]]
     progress = Progress()
+    out.mkdir(parents=True, exist_ok=True)  # a pod's ranks start with nobody to make it (no launcher process)
     mark_started(out, launch.rank)
     with stop_on_signals():
         try:
