@@ -93,7 +93,8 @@ def start_pod(template: dict[str, Any], root: Path, config_maps: dict[str, dict[
     env = {k: local(v) for k, v in (container_env(ctr, secrets or {}) | extra_env).items()}
     argv = [local(expand(arg, env)) for arg in ctr["command"] + ctr.get("args", [])]
     argv[0] = sys.executable if argv[0] == "python" else argv[0]
-    keep = {k: v for k, v in os.environ.items() if k in ("PATH", "PYTHONPATH", "DLBENCH_WORKLOADS", "LANG")}
+    keep = {k: v for k, v in os.environ.items() if k in ("PATH", "PYTHONPATH", "DLBENCH_WORKLOADS", "LANG",
+                                                              "DLBENCH_TEST_MARKER")}
     log = open(root / "log", "w")  # noqa: SIM115 - the pod's log lives as long as the process
     return subprocess.Popen(argv, env=keep | (marker_env or {}) | env, stdout=log, stderr=subprocess.STDOUT,
                             stdin=subprocess.DEVNULL, start_new_session=True)

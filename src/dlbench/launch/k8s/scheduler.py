@@ -108,11 +108,14 @@ class KubeScheduler(Scheduler):
         return self._client
 
     def _apis(self):
+        api_client = self.client  # first: connect() names the fix when the package or kubeconfig is missing
         from kubernetes import client  # optional dependency, present once connect() succeeded
-        return (client.CoreV1Api(self.client), client.BatchV1Api(self.client), client.CustomObjectsApi(self.client),
-                client.ApiextensionsV1Api(self.client))
+        return (client.CoreV1Api(api_client), client.BatchV1Api(api_client), client.CustomObjectsApi(api_client),
+                client.ApiextensionsV1Api(api_client))
 
-    def _call(self, doing: str, fn, *args, missing_ok: bool = False, **kwargs):
+    def _call(self, doing: str, fn, *args, missing_ok: bool = False, _raw: bool = False, **kwargs):
+        """``fn(*args, **kwargs)``; the API's refusal or silence becomes one sentence (``_raw``: the
+        refusal is raised as it came, for the caller to read its status)."""
         from kubernetes.client.exceptions import ApiException  # optional dependency
         from urllib3.exceptions import HTTPError  # the client's transport
         try:
@@ -120,6 +123,8 @@ class KubeScheduler(Scheduler):
         except ApiException as exc:
             if missing_ok and exc.status == 404:
                 return None
+            if _raw:
+                raise
             raise api_error(exc, doing) from None
         except HTTPError as exc:
             raise api_error(exc, doing) from None
@@ -137,20 +142,18 @@ class KubeScheduler(Scheduler):
 
     def _has_operator(self) -> bool:
         """Whether the PyTorchJob API is served: its CRD, or (users who may not read CRDs) API discovery."""
-        from kubernetes.client.exceptions import ApiException  # optional dependency
         _, _, custom, extensions = self._apis()
+        from kubernetes.client.exceptions import ApiException  # optional dependency
         try:
             return self._call("read the PyTorchJob CRD", extensions.read_custom_resource_definition, CRD_NAME,
-                              missing_ok=True) is not None
-        except UsageError:
-            pass
-        try:
-            resources = custom.get_api_resources(KUBEFLOW[0], KUBEFLOW[1])
+                              _raw=True) is not None
         except ApiException as exc:
             if exc.status == 404:
                 return False
-            raise api_error(exc, "discover the kubeflow.org API") from None
-        return any(r.name == KUBEFLOW[2] for r in (resources.resources or []))
+            if exc.status != 403:
+                raise api_error(exc, "read the PyTorchJob CRD") from None
+        resources = self._call("discover the kubeflow.org API", custom.get_api_resources, *KUBEFLOW[:2], missing_ok=True)
+        return resources is not None and any(r.name == KUBEFLOW[2] for r in (resources.resources or []))
 
     def submit(self, plan: LaunchPlan, workdir: Path) -> str:
         objects = [o for o in yaml.safe_load_all(plan.files[MANIFEST_FILE]) if o]
