@@ -42,6 +42,15 @@ def unknown_name(kind: str, name: str, known: Iterable[str], hint: str = "") -> 
     return UsageError(f"unknown {kind} {name!r}; {suggestion}" + (f" {hint}" if hint else ""))
 
 
+class Submitted(DlbenchError):
+    """A batch run was submitted without waiting (``--no-wait``): nothing is recorded now; ``dlbench jobs
+    collect JOB`` records it later. Raised by a batch launcher inside the run pipeline, which lets it pass."""
+
+    def __init__(self, job_id: str, launcher: str):
+        super().__init__(f"submitted {launcher} job {job_id}; record it with 'dlbench jobs collect {job_id}'")
+        self.job_id, self.launcher = job_id, launcher
+
+
 class RunFailed(DlbenchError):
     """A run ended without a result: ``status`` (failed | oom | aborted | pruned) and the reason for the record.
 

@@ -6,6 +6,7 @@ Every field that changes the measured number is here, so the record can say exac
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -243,3 +244,37 @@ class LaunchSettings(BaseModel):
         default=None, description="Secret (key 'url') holding the PostgreSQL URL the pods record into; never inline.")
     operator: Literal["auto", "pytorchjob", "job"] = Field(
         default="auto", description="pytorchjob: Kubeflow training operator; job: Indexed Job + headless Service.")
+
+    @field_validator("time")
+    @classmethod
+    def _slurm_time(cls, value: str | None) -> str | None:
+        if value is not None and slurm_time_s(value) is None:
+            raise ValueError("must be a wall-clock limit in Slurm's format: MINUTES, MM:SS, HH:MM:SS, D-HH, D-HH:MM or "
+                             "D-HH:MM:SS, e.g. 30 or 02:00:00")
+        return value
+
+    @property
+    def time_limit_s(self) -> int | None:
+        """``time`` in seconds (None: the scheduler's default limit)."""
+        return slurm_time_s(self.time) if self.time is not None else None
+
+
+_SLURM_TIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
+
+
+def slurm_time_s(text: str) -> int | None:
+    """Slurm's time formats in seconds (``30`` minutes, ``MM:SS``, ``HH:MM:SS``, ``D-HH[:MM[:SS]]``); None if invalid or 0."""
+    match = _SLURM_TIME.match(text.strip())
+    if not match:
+        return None
+    days, a, b, c = match.groups()
+    parts = [int(x) for x in (a, b, c) if x is not None]
+    if days is not None:  # D-HH, D-HH:MM, D-HH:MM:SS
+        seconds = int(days) * 86400 + parts[0] * 3600 + (parts[1] * 60 if len(parts) > 1 else 0) + (parts[2] if len(parts) > 2 else 0)
+    elif len(parts) == 1:  # minutes
+        seconds = parts[0] * 60
+    elif len(parts) == 2:  # MM:SS
+        seconds = parts[0] * 60 + parts[1]
+    else:
+        seconds = parts[0] * 3600 + parts[1] * 60 + parts[2]
+    return seconds or None

@@ -53,6 +53,11 @@ class Job(ABC):
                  on_joined: Callable[[], None]) -> Any:
         """Run the job as one rank a launcher started; ``on_joined`` once the process group formed."""
 
+    def rank_spec(self, doc: Mapping[str, Any], launch: LaunchEnv) -> dict[str, Any] | None:
+        """What the record's ``spec`` says when resolved where the rank runs (a batch job's node, whose
+        device, threads and backend the submitting host cannot know); None: the submitted one stands."""
+        return None
+
     @abstractmethod
     def endings(self, run: ResolvedRun, result: Any) -> list[Ending]:
         """Each record's ending, from the job's result."""
@@ -62,6 +67,10 @@ class Job(ABC):
         main = outcome.statuses.get(min(outcome.ranks_here), {}) if outcome.statuses else {}
         if outcome.signal is not None:
             raise Terminated(outcome.signal, partial=main.get("result"))
+        if outcome.stopped is not None:
+            partial = main.get("result")
+            steps = f" after {partial['steps']} measured step(s)" if partial and partial.get("steps") else " before the measured steps"
+            raise RunFailed("aborted", f"{outcome.stopped}{steps}", partial)
         if not outcome.ok:
             status, error = failure(outcome)
             raise RunFailed(status, error)
@@ -95,6 +104,9 @@ class TrainJob(Job):
         workload = registry.create(run.spec.workload, run.spec.params)
         device = rank_device(resolve_device(run.spec.device), launch)
         return _measure_rank(run, workload, device, None, progress, on_joined)
+
+    def rank_spec(self, doc, launch):
+        return dict(resolve_train(RunSpec(**doc), joined=launch).record_spec)
 
     def endings(self, run, result):
         return [("ok", result, None)]

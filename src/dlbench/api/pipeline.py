@@ -21,10 +21,11 @@ Saving never loses a run: the store waits for a busy database and spools what it
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,8 +35,8 @@ from dlbench.api.jobs import JOBS, Ending
 from dlbench.api.signals import stop_on_signals
 from dlbench.engine.loop import Progress
 from dlbench.engine.run import ResolvedRun
-from dlbench.errors import RunFailed, Terminated, UsageError
-from dlbench.launch import Launcher, get_launcher
+from dlbench.errors import RunFailed, Submitted, Terminated, UsageError
+from dlbench.launch import Launcher, Outcome, get_launcher
 from dlbench.record import finish
 from dlbench.telemetry.session import NoTelemetry
 
@@ -47,22 +48,66 @@ def execute(run: ResolvedRun, store=None, env: dict[str, Any] | None = None, on_
     """Run ``run`` and return its records, each saved to ``store`` (on the process that owns them).
 
     ``show_output`` (or ``--debug``, which sets DLBENCH_DEBUG=1) passes launched processes' own output
-    through; otherwise a failure shows dlbench's one-line diagnosis only.
+    through; otherwise a failure shows dlbench's one-line diagnosis only. A batch launcher submitting
+    with ``--no-wait`` records nothing now and returns ``[]`` (``dlbench jobs collect`` calls :func:`finish_submitted`).
     """
     job = JOBS[run.kind]
     show_output = show_output or os.environ.get("DLBENCH_DEBUG") == "1"
     launcher = launcher or get_launcher(run.launcher, show_output=show_output)
     records = job.records(run, env or {})
+    launcher.prepare(run, records)  # a batch launcher checks the scheduler here: nothing submitted yet
     owner = run.is_main
     telemetry = job.telemetry(run, records[0]) if owner else NoTelemetry()
     progress = Progress()
-    with stop_on_signals(), tempfile.TemporaryDirectory(prefix="dlbench-run-") as tmp:
-        workdir = Path(tmp)
-        with Recording(records, store if owner else None, progress, telemetry) as recording, telemetry:
-            plan = launcher.plan(run, workdir)
-            outcome = launcher.execute(plan, workdir, lambda: job.run_here(run, progress, telemetry.wrap(on_step)))
-            recording.end(job.endings(run, job.result_of(run, outcome)))
+    try:
+        with stop_on_signals(), _workdir(launcher, run) as workdir:
+            with Recording(records, store if owner else None, progress, telemetry) as recording, telemetry:
+                plan = launcher.plan(run, workdir)
+                outcome = launcher.execute(plan, workdir, lambda: job.run_here(run, progress, telemetry.wrap(on_step)))
+                recording.end(job.endings(run, job.result_of(run, adopt_job_env(records, outcome))))
+    except Submitted as submitted:
+        log.info("dlbench: %s", submitted)
+        return []
     return records
+
+
+def finish_submitted(run: ResolvedRun, records: list[dict[str, Any]], store, wait: Callable[[], Outcome]) -> list[dict[str, Any]]:
+    """The second half of :func:`execute` for a job submitted earlier (``--no-wait``, job arrays):
+    ``wait`` gives its outcome; the records end and are saved exactly as :func:`execute` does."""
+    job = JOBS[run.kind]
+    with stop_on_signals(), Recording(records, store, Progress(), NoTelemetry()) as recording:
+        outcome = wait()
+        recording.end(job.endings(run, job.result_of(run, adopt_job_env(records, outcome))))
+    return records
+
+
+def adopt_job_env(records: list[dict[str, Any]], outcome: Outcome) -> Outcome:
+    """A batch job's rank 0 reports the environment and resolved spec of the node it ran on (device,
+    threads, the scheduler's job id): the records say that, not what the submitting host looked like."""
+    main = outcome.statuses.get(min(outcome.ranks_here), {}) if outcome.statuses else {}
+    for record in records:
+        if main.get("env"):
+            record["env"] = main["env"] | {"submitted_from": record["env"].get("hostname")}
+        if main.get("rank_spec"):
+            kept = {k: record["spec"][k] for k in BATCH_SPEC_KEYS if k in record["spec"]}
+            record["spec"] = {**record["spec"], **main["rank_spec"], **kept}
+    return outcome
+
+
+#: What the submitting side knows best about a batch run (the job's nodes and container), kept over the rank's view.
+BATCH_SPEC_KEYS = ("launcher", "nnodes", "nproc", "world_size", "container", "telemetry", "telemetry_note",
+                   "workload", "collective", "tags")
+
+
+@contextlib.contextmanager
+def _workdir(launcher: Launcher, run: ResolvedRun) -> Iterator[Path]:
+    kept = launcher.workdir(run)
+    if kept is not None:
+        kept.mkdir(parents=True, exist_ok=True)
+        yield kept
+        return
+    with tempfile.TemporaryDirectory(prefix="dlbench-run-") as tmp:
+        yield Path(tmp)
 
 
 class Recording:
@@ -84,7 +129,7 @@ class Recording:
         self.ended = True
 
     def __exit__(self, exc_type, exc, tb) -> bool:
-        if exc_type is not None and issubclass(exc_type, UsageError):
+        if exc_type is not None and issubclass(exc_type, (UsageError, Submitted)):
             return False
         if exc is not None and not self.ended:
             self._fail(exc)

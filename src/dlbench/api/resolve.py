@@ -15,7 +15,7 @@ from dlbench.engine.devices import device_name, resolve_device
 from dlbench.engine.dist import LaunchEnv, check_backend, check_endpoint, default_backend, detect_launch_env
 from dlbench.engine.run import ResolvedRun, frozen
 from dlbench.errors import UsageError
-from dlbench.spec import CommSpec, RunSpec
+from dlbench.spec import CommSpec, LaunchSettings, RunSpec
 
 
 def joined_launch(environ: Mapping[str, str] | None = None) -> LaunchEnv | None:
@@ -80,6 +80,55 @@ def resolve_comm(spec: CommSpec) -> ResolvedRun:
         device_type=device.type, world_size=spec.world_size, nproc=spec.nproc, nnodes=spec.nnodes,
         node_rank=spec.node_rank, rdzv_endpoint=spec.rdzv_endpoint, threads=threads, timeout_s=spec.timeout_s,
         launcher="torchrun", tags=frozen(spec.tags),
+    )
+
+
+#: Why a batch run's record has no telemetry: the submitting host is not where the job runs.
+BATCH_TELEMETRY_NOTE = ("not sampled: the run went to a scheduler and this host (where dlbench submitted it) "
+                        "is not where it ran; sample the nodes with 'dlbench monitor' or the exporter")
+
+
+def _batch_processes(spec_device: str, settings: LaunchSettings, nproc: int, launcher: str) -> tuple[str, int]:
+    """(device type, processes per node) of a batch run; checked here since the job's node cannot be asked."""
+    if settings.gpus_per_node:
+        if spec_device == "cpu":
+            raise UsageError(f"--gpus-per-node {settings.gpus_per_node} with --device cpu: drop --gpus-per-node for a "
+                             "CPU run (use --nproc-per-node), or drop --device cpu.")
+        return "cuda", settings.gpus_per_node
+    if spec_device == "cuda":
+        raise UsageError(f"--device cuda with --launcher {launcher} needs --gpus-per-node N (GPUs per node to ask for).")
+    return "cpu", nproc
+
+
+def resolve_batch(spec: RunSpec | CommSpec, settings: LaunchSettings, launcher: str) -> ResolvedRun:
+    """A run submitted to a scheduler (``--launcher slurm|k8s``): checked here (workload, parameters,
+    sizes), resolved where it runs (device name, threads: rank 0 reports them); no local device is asked."""
+    comm = isinstance(spec, CommSpec)
+    device_type, nproc = _batch_processes(spec.device, settings, spec.nproc, launcher)
+    world = settings.nodes * nproc
+    if comm and world < 2:
+        raise UsageError("a collective benchmark needs at least 2 processes; use --nproc-per-node 2 or --nodes 2.")
+    job_spec = spec.model_copy(update={"device": device_type, "nproc": nproc, "nnodes": 1, "node_rank": 0,
+                                       "rdzv_endpoint": None} | ({} if comm else {"telemetry": False}))
+    backend = spec.backend or (default_backend(device_type) if world > 1 else None)
+    record_spec = spec.model_dump(exclude={"collectives"} if comm else set()) | {
+        "device": device_type, "device_name": None, "threads": spec.threads, "world_size": world, "backend": backend,
+        "launcher": launcher, "nnodes": settings.nodes, "nproc": nproc, "joined": False,
+        "container": {"runtime": settings.container_runtime if launcher == "slurm" else "kubernetes",
+                      "image": settings.image or settings.container_image if launcher != "slurm" else settings.container_image},
+        "telemetry": False, "telemetry_note": BATCH_TELEMETRY_NOTE,
+    }
+    if comm:
+        record_spec |= {"precision": "fp32", "mode": "collective", "batch_size": None, "params": {}}
+    else:
+        workload = registry.create(spec.workload, spec.params)
+        batch_size = per_rank_batch(spec.batch_size or workload.default_batch_size, world, spec.scaling)
+        record_spec |= {"params": workload.params, "batch_size": batch_size, "global_batch_size": batch_size * world,
+                        "learning_rate": spec.resolved_learning_rate}
+    return ResolvedRun(
+        kind="comm" if comm else "train", spec=job_spec, record_spec=frozen(record_spec), job=frozen(job_spec.model_dump()),
+        device_type=device_type, world_size=world, nproc=nproc, nnodes=settings.nodes, threads=spec.threads or 1,
+        timeout_s=spec.timeout_s, launcher=launcher, tags=frozen(spec.tags), settings=settings,
     )
 
 

@@ -20,6 +20,7 @@ from dlbench.api.pipeline import error_text, is_oom
 from dlbench.api.signals import stop_on_signals
 from dlbench.engine.dist import detect_launch_env
 from dlbench.engine.loop import Progress
+from dlbench.env import capture_env
 from dlbench.errors import Terminated, UsageError
 from dlbench.launch._base import mark_joined, mark_started, write_status
 from dlbench.launch.batch import REPORT_PREFIX
@@ -45,25 +46,34 @@ def main(argv: list[str] | None = None) -> int:
         try:
             result = job.run_rank(document["spec"], launch, progress, lambda: mark_joined(out, launch.rank))
         except Terminated as exc:
-            report(out, launch.rank, {"status": "aborted", "error": f"stopped by {exc.name}",
-                                      "result": progress.partial_result()})
+            _report(out, launch.rank, document, {"status": "aborted", "error": f"stopped by {exc.name}",
+                                            "result": progress.partial_result()} | _batch_extras(job, document, launch))
             return 128 + exc.signum
         except BaseException as exc:  # noqa: BLE001 - every failure is reported to the launcher
-            report(out, launch.rank, {"status": "oom" if is_oom(exc) else "failed", "error": error_text(exc)})
+            _report(out, launch.rank, document, {"status": "oom" if is_oom(exc) else "failed", "error": error_text(exc)}
+                         | _batch_extras(job, document, launch, spec=False))
             return 1
-        report(out, launch.rank, {"status": "ok", "result": result})
+        _report(out, launch.rank, document, {"status": "ok", "result": result} | _batch_extras(job, document, launch))
     return 0
 
 
-def report(out: Path, rank: int, status: dict) -> None:
-    """The rank's final report: its file, and — where the launcher reads logs instead of a shared
-    filesystem (Kubernetes pods, ``DLBENCH_REPORT_TO_LOG=1``) — one ``DLBENCH-RANK-REPORT {json}`` line."""
+def _report(out: Path, rank: int, document: dict, status: dict) -> None:
+    """The rank's report in OUT_DIR; in a batch job also as one log line (``DLBENCH-RANK-REPORT {json}``)
+    for schedulers whose logs are the way back (Kubernetes pods without a shared filesystem)."""
     write_status(out, rank, status)
-    if os.environ.get("DLBENCH_REPORT_TO_LOG") == "1":
-        data = (REPORT_PREFIX + json.dumps({"rank": rank, **status}, default=str) + "\n").encode()
-        sys.stdout.flush()
-        while data:  # few write calls, so the ranks of one pod (one log) seldom cut each other's line
-            data = data[os.write(sys.stdout.fileno(), data):]
+    if document.get("batch"):
+        print(REPORT_PREFIX + json.dumps({"rank": rank, **status}, default=str), flush=True)
+
+
+def _batch_extras(job, document: dict, launch, spec: bool = True) -> dict:
+    """Rank 0 of a batch job (``"batch": true`` in its document) reports where it ran: the node's
+    environment (the scheduler's job id included) and the spec as resolved there."""
+    if not document.get("batch") or launch.rank != 0:
+        return {}
+    extras: dict = {"env": capture_env()}
+    if spec:  # not after a failure: resolving may be what failed
+        extras["rank_spec"] = job.rank_spec(document["spec"], launch)
+    return extras
 
 
 if __name__ == "__main__":

@@ -7,13 +7,18 @@ from __future__ import annotations
 
 from dlbench.errors import unknown_name
 from dlbench.launch._base import Launcher, LaunchPlan, Outcome
+from dlbench.launch.batch_launcher import BatchLauncher, batch_launcher
 from dlbench.launch.local import LocalLauncher
+from dlbench.launch.slurm import SlurmScheduler
 from dlbench.launch.torchrun import TorchrunLauncher
 
 LAUNCHERS: dict[str, type[Launcher]] = {
     LocalLauncher.name: LocalLauncher,
     TorchrunLauncher.name: TorchrunLauncher,
+    SlurmScheduler.name: batch_launcher(SlurmScheduler),
 }
+#: Launchers that submit to a scheduler (``--launcher slurm|k8s``): their runs resolve with LaunchSettings.
+BATCH_LAUNCHERS = ("slurm", "k8s")
 
 
 def get_launcher(name: str, **options) -> Launcher:
@@ -23,4 +28,4 @@ def get_launcher(name: str, **options) -> Launcher:
     return LAUNCHERS[name](**options)
 
 
-__all__ = ["LAUNCHERS", "Launcher", "LaunchPlan", "Outcome", "get_launcher"]
+__all__ = ["BATCH_LAUNCHERS", "LAUNCHERS", "BatchLauncher", "Launcher", "LaunchPlan", "Outcome", "get_launcher"]

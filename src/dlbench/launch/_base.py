@@ -78,13 +78,14 @@ class Outcome:
     timed_out: bool = False
     signal: int | None = None
     start_failed: str | None = None
+    stopped: str | None = None  # the scheduler stopped the job (time limit, scancel, preemption): the reason
 
     @property
     def ok(self) -> bool:
         """Every rank of this node reported ``ok``. The launcher's exit code is not asked: gloo can abort a
         process at exit (a C++ thread torn down after the rank wrote its report), which is no failure of
         the measurement; a rank that failed says so in its report, or leaves none."""
-        return (self.signal is None and self.start_failed is None and not self.timed_out
+        return (self.signal is None and self.start_failed is None and not self.timed_out and self.stopped is None
                 and set(self.ranks_here) <= set(self.statuses)
                 and all(s.get("status") == "ok" for s in self.statuses.values()))
 
@@ -97,6 +98,18 @@ class Launcher(ABC):
 
     def __init__(self, show_output: bool = False):
         self.show_output = show_output  # pass the processes' own output through (``--debug``)
+
+    def prepare(self, run: ResolvedRun, records: list[dict[str, Any]]) -> None:
+        """Called by the pipeline before :meth:`plan`, with the run's records as created (status ``aborted``).
+
+        Nothing to do for launchers that run here; a batch launcher checks the scheduler (raising
+        ``UsageError`` before anything is recorded or submitted) and remembers the records, so that a
+        job submitted with ``--no-wait`` can be recorded later by ``dlbench jobs collect``."""
+
+    def workdir(self, run: ResolvedRun) -> Path | None:
+        """The run's work directory when it must outlive this process (a batch job's directory on the
+        shared filesystem); None: a temporary directory, removed when the run ends."""
+        return None
 
     @abstractmethod
     def plan(self, run: ResolvedRun, workdir: Path) -> LaunchPlan:

@@ -88,6 +88,28 @@ class Scheduler(ABC):
     def reports(self, job_id: str, workdir: Path) -> dict[int, dict[str, Any]]:
         """Each rank's final report found so far (global rank → report)."""
 
+    # -- optional --------------------------------------------------------------------------------
+
+    def never_starts(self, state: JobState) -> str | None:
+        """One sentence when ``state`` (queued) means the job can never start (an unknown partition, a
+        node selector no node matches); the launcher cancels it after a bounded wait. None: it may start."""
+        return None
+
+    def render_array(self, runs: list[ResolvedRun], workdir: Path) -> LaunchPlan | None:
+        """One submission running ``runs`` as a job array (element i in ``workdir/i``), or None when this
+        scheduler has none: the launcher then submits one job per run. Pure."""
+        return None
+
+    def array_element(self, job_id: str, index: int) -> str:
+        """The job id of element ``index`` of array job ``job_id`` (Slurm: ``123_4``)."""
+        return f"{job_id}_{index}"
+
+
+def batch_job_document(run: ResolvedRun) -> str:
+    """The JSON a batch job's ranks read: the run's job document, marked ``batch`` so that rank 0 reports
+    the node's environment and resolved spec, and every rank also prints its report to the log."""
+    return json.dumps({"kind": run.kind, "spec": dict(run.job), "batch": True}, default=str)
+
 
 def parse_reports(text: str) -> dict[int, dict[str, Any]]:
     """Rank reports printed in a log as ``DLBENCH-RANK-REPORT {json}`` lines (the last one of a rank wins)."""

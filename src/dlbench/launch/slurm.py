@@ -1,0 +1,243 @@
+"""Slurm: one sbatch script per submission; ``srun`` starts one torchrun per node.
+
+The script (rendered purely by :func:`sbatch_script`) asks for ``--nodes`` nodes with one task each
+(``--gpus-per-node`` GPUs, or ``--cpus-per-task`` cores for a CPU run), and runs
+``srun torchrun --nproc-per-node P …`` — ``--standalone`` on one node, a c10d rendezvous on the first
+host of ``scontrol show hostnames $SLURM_JOB_NODELIST`` on several. Containers: Pyxis
+(``srun --container-image``), Shifter (``#SBATCH --image`` + ``shifter``), Apptainer
+(``apptainer exec --nv``). ``--signal=B:TERM@LEAD`` reaches the script before the time limit; it
+passes SIGTERM to the step, so the ranks record ``aborted`` with what they measured before SIGKILL.
+
+Records come back as the ranks' report files in the job directory on the shared filesystem, written
+atomically (never SQLite over NFS). The state comes from ``scontrol show job`` (which needs no
+accounting database), then ``sacct`` once the controller forgot the job, then the job directory.
+A suite or a series with the same node count goes out as one job array (element i in ``JOBDIR/i``).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from dlbench.engine.run import ResolvedRun
+from dlbench.errors import UsageError
+from dlbench.launch._base import JOB_FILE, RANKS_DIR, LaunchPlan, read_statuses
+from dlbench.launch.batch import (CANCELLED, DONE, FAILED, QUEUED, RUNNING, TIMEOUT, UNKNOWN, JobState, Scheduler,
+                                  batch_job_document)
+
+SCRIPT = "job.sbatch"
+#: Slurm job states → dlbench's.
+STATES = {
+    "PENDING": QUEUED, "REQUEUED": QUEUED, "REQUEUE_HOLD": QUEUED, "REQUEUE_FED": QUEUED,
+    "CONFIGURING": RUNNING, "RUNNING": RUNNING, "COMPLETING": RUNNING, "SUSPENDED": RUNNING, "RESIZING": RUNNING,
+    "STOPPED": RUNNING, "SIGNALING": RUNNING, "STAGE_OUT": RUNNING,
+    "COMPLETED": DONE, "CANCELLED": CANCELLED, "PREEMPTED": CANCELLED, "DEADLINE": TIMEOUT, "TIMEOUT": TIMEOUT,
+    "FAILED": FAILED, "NODE_FAIL": FAILED, "BOOT_FAIL": FAILED, "OUT_OF_MEMORY": FAILED, "SPECIAL_EXIT": FAILED,
+}
+#: Pending reasons after which a job never starts without the user changing it.
+HOPELESS = {
+    "BadConstraints": "no node has the requested --constraint",
+    "PartitionNodeLimit": "the partition has fewer nodes than --nodes asks for",
+    "PartitionTimeLimit": "--time is above the partition's limit",
+    "InvalidAccount": "the --account is not valid here",
+    "InvalidQOS": "the --qos is not valid here",
+    "QOSMaxWallDurationPerJobLimit": "--time is above the QOS's limit",
+    "AssocMaxWallDurationPerJobLimit": "--time is above the account's limit",
+    "QOSMaxNodePerJobLimit": "--nodes is above the QOS's limit",
+    "PartitionConfig": "the request does not fit the partition's configuration",
+}
+_FIELD = re.compile(r"(\w+)=(\S*)")
+
+
+def _q(value: Any) -> str:
+    return shlex.quote(str(value))
+
+
+def sbatch_header(run: ResolvedRun, workdir: Path, array: int | None = None, nproc: int | None = None) -> list[str]:
+    """The ``#SBATCH`` lines for ``run`` (``array``: elements of a job array)."""
+    s = run.settings
+    nproc = nproc or run.nproc
+    label = str(run.record_spec.get("workload") or run.kind).replace("/", "-")
+    lines = [f"#SBATCH --job-name=dlbench-{label}", f"#SBATCH --nodes={run.nnodes}", "#SBATCH --ntasks-per-node=1"]
+    if s.gpus_per_node:
+        lines.append(f"#SBATCH --gpus-per-node={s.gpus_per_node}")
+    else:  # a CPU run: one core per process at least
+        lines.append(f"#SBATCH --cpus-per-task={nproc}")
+    for flag, value in (("time", s.time), ("partition", s.partition), ("account", s.account), ("qos", s.qos),
+                        ("constraint", s.constraint), ("reservation", s.reservation)):
+        if value:
+            lines.append(f"#SBATCH --{flag}={value}")
+    lines.append("#SBATCH --requeue" if s.requeue else "#SBATCH --no-requeue")
+    if s.signal_lead_s:
+        lines.append(f"#SBATCH --signal=B:TERM@{s.signal_lead_s}")
+    if s.container_image and s.container_runtime == "shifter":
+        lines.append(f"#SBATCH --image={s.container_image}")
+    if array is not None:
+        lines += [f"#SBATCH --array=0-{array - 1}", f"#SBATCH --output={workdir}/slurm-%A_%a.out"]
+    else:
+        lines.append(f"#SBATCH --output={workdir}/slurm-%j.out")
+    return lines + [f"#SBATCH --chdir={workdir}"]
+
+
+def step_command(run: ResolvedRun, workdir: Path) -> list[str]:
+    """``srun [container] python -m torch.distributed.run … -m dlbench.api.worker JOB OUT`` as shell words
+    (``$JOBDIR``, ``$NPROC`` and ``$RDZV`` are set by the script)."""
+    s = run.settings
+    srun = ["srun", f"--nodes={run.nnodes}", "--ntasks-per-node=1", '--cpus-per-task="$SLURM_CPUS_ON_NODE"', "--kill-on-bad-exit=1"]
+    python = sys.executable
+    image = s.container_image
+    if image and s.container_runtime == "pyxis":
+        srun += [f"--container-image={_q(image)}", f"--container-mounts={_q(workdir)}:{_q(workdir)}"]
+        python = "python3"
+    elif image and s.container_runtime == "shifter":
+        srun.append("shifter")
+        python = "python3"
+    elif image and s.container_runtime == "apptainer":
+        srun += ["apptainer", "exec"] + (["--nv"] if s.gpus_per_node else []) + [f"--bind={_q(workdir)}", _q(image)]
+        python = "python3"
+    torchrun = [_q(python), "-m", "torch.distributed.run", '--nproc-per-node="$NPROC"', "--max-restarts=0",
+                "--monitor-interval=0.5"]
+    if run.nnodes == 1:
+        torchrun.append("--standalone")
+    else:
+        torchrun += [f"--nnodes={run.nnodes}", "--rdzv-backend=c10d", '--rdzv-endpoint="$RDZV"', '--rdzv-id="$SLURM_JOB_ID"']
+    return srun + torchrun + ["-m", "dlbench.api.worker", f'"$JOBDIR"/{JOB_FILE}', f'"$JOBDIR"/{RANKS_DIR}']
+
+
+BODY = """\
+set -u
+export PYTHONUNBUFFERED=1
+{threads}
+NODES=($(scontrol show hostnames "$SLURM_JOB_NODELIST"))
+RDZV="${{NODES[0]}}:$((29500 + SLURM_JOB_ID % 1000))"
+mkdir -p "$JOBDIR/{ranks}"
+echo "dlbench: job $SLURM_JOB_ID on ${{NODES[*]}}: $NPROC process(es) per node in $JOBDIR"
+# srun runs in the background so that the SIGTERM of --signal (or scancel) reaches this shell at once:
+# it is passed to the step, whose ranks record what they measured before Slurm's SIGKILL
+{step} &
+STEP=$!
+trap 'kill -TERM "$STEP" 2>/dev/null' TERM INT
+wait "$STEP"; RC=$?
+while kill -0 "$STEP" 2>/dev/null; do wait "$STEP"; RC=$?; done
+exit $RC
+"""
+
+
+def _threads_line(threads: int | None) -> str:
+    if threads:
+        return f"export OMP_NUM_THREADS={threads}"
+    # the node's cores shared evenly (torchrun alone would set 1 thread per process)
+    return 'export OMP_NUM_THREADS="${OMP_NUM_THREADS:-$(( ${SLURM_CPUS_ON_NODE:-1} / NPROC > 0 ? ${SLURM_CPUS_ON_NODE:-1} / NPROC : 1 ))}"'
+
+
+def sbatch_script(run: ResolvedRun, workdir: Path) -> str:
+    """The sbatch script that runs ``run`` with ``workdir`` as its job directory. Pure."""
+    head = ["#!/bin/bash", *sbatch_header(run, workdir), f"JOBDIR={_q(workdir)}", f"NPROC={run.nproc}"]
+    body = BODY.format(threads=_threads_line(run.spec.threads), ranks=RANKS_DIR, step=" ".join(step_command(run, workdir)))
+    return "\n".join(head) + "\n" + body
+
+
+def sbatch_array_script(runs: list[ResolvedRun], workdir: Path) -> str:
+    """One job array: element i runs ``runs[i]`` in ``workdir/i`` (same nodes; processes per element). Pure."""
+    nprocs = [r.nproc for r in runs]
+    head = ["#!/bin/bash", *sbatch_header(runs[0], workdir, array=len(runs), nproc=max(nprocs)),
+            f'JOBDIR={_q(workdir)}/"$SLURM_ARRAY_TASK_ID"', f"NPROCS=({' '.join(map(str, nprocs))})",
+            'NPROC="${NPROCS[$SLURM_ARRAY_TASK_ID]}"']
+    threads = {r.spec.threads for r in runs}
+    body = BODY.format(threads=_threads_line(threads.pop() if len(threads) == 1 else None), ranks=RANKS_DIR,
+                       step=" ".join(step_command(runs[0], workdir)))
+    return "\n".join(head) + "\n" + body
+
+
+def _run(argv: list[str], timeout_s: float = 60.0) -> subprocess.CompletedProcess:
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)  # noqa: S603 - argv list
+    except FileNotFoundError:
+        raise UsageError(f"{argv[0]} is not on PATH; run dlbench on a Slurm login node, or install Slurm's client "
+                         "commands (Debian: apt-get install slurm-client) and point SLURM_CONF at the cluster.") from None
+    except subprocess.TimeoutExpired:
+        raise UsageError(f"{argv[0]} did not answer within {timeout_s:.0f} s; is slurmctld up ('scontrol ping')?") from None
+
+
+def _words(stderr: str) -> str:
+    """Slurm's own message, one line: ``sbatch: error: X`` lines joined."""
+    lines = [re.sub(r"^\w+: (error|fatal): ", "", line).strip() for line in stderr.splitlines() if line.strip()]
+    return "; ".join(dict.fromkeys(lines)) or "no message"
+
+
+class SlurmScheduler(Scheduler):
+    """Slurm through its commands (sbatch, scontrol, sacct, scancel) — see the module docstring."""
+
+    name = "slurm"
+
+    def check(self, run: ResolvedRun) -> None:
+        if shutil.which("sbatch") is None:
+            raise UsageError("sbatch is not on PATH; run dlbench on a Slurm login node, or install Slurm's client "
+                             "commands (Debian: apt-get install slurm-client) and point SLURM_CONF at the cluster.")
+        partition = run.settings.partition
+        if partition:
+            out = _run(["scontrol", "show", "partition", partition])
+            if out.returncode != 0:
+                raise UsageError(f"unknown Slurm partition {partition!r} ({_words(out.stderr)}); "
+                                 "'sinfo -s' lists the partitions.")
+
+    def render(self, run: ResolvedRun, workdir: Path) -> LaunchPlan:
+        return LaunchPlan(launcher=self.name, argv=("sbatch", "--parsable", SCRIPT),
+                          files={SCRIPT: sbatch_script(run, workdir), JOB_FILE: batch_job_document(run)},
+                          ranks_here=tuple(range(run.world_size)), start_timeout_s=run.timeout_s,
+                          grace_s=run.timeout_s, describe=f"Slurm job of {run.nnodes} node(s)")
+
+    def render_array(self, runs: list[ResolvedRun], workdir: Path) -> LaunchPlan | None:
+        if len({r.nnodes for r in runs}) != 1 or len({r.settings for r in runs}) != 1:
+            return None  # an array asks for the same nodes for every element: one job per run instead
+        files = {SCRIPT: sbatch_array_script(runs, workdir)}
+        files |= {f"{i}/{JOB_FILE}": batch_job_document(r) for i, r in enumerate(runs)}
+        return LaunchPlan(launcher=self.name, argv=("sbatch", "--parsable", SCRIPT), files=files,
+                          ranks_here=tuple(range(max(r.world_size for r in runs))),
+                          start_timeout_s=runs[0].timeout_s, grace_s=runs[0].timeout_s,
+                          describe=f"Slurm job array of {len(runs)} run(s)")
+
+    def submit(self, plan: LaunchPlan, workdir: Path) -> str:
+        out = subprocess.run(list(plan.argv), cwd=workdir, capture_output=True, text=True, timeout=120)  # noqa: S603
+        if out.returncode != 0:
+            raise UsageError(f"Slurm rejected the job: {_words(out.stderr)}.")
+        return out.stdout.strip().split(";")[0]
+
+    def state(self, job_id: str) -> JobState:
+        out = _run(["scontrol", "show", "job", "-o", job_id])
+        if out.returncode == 0 and "JobState=" in out.stdout:
+            line = out.stdout.splitlines()[0]
+            fields = dict(_FIELD.findall(line))
+            reason = fields.get("Reason", "")
+            return JobState(STATES.get(fields.get("JobState", ""), UNKNOWN), "" if reason == "None" else reason)
+        return self._state_after(job_id)
+
+    def _state_after(self, job_id: str) -> JobState:
+        """The state of a job the controller no longer shows (after MinJobAge): sacct, when accounting runs."""
+        if shutil.which("sacct"):
+            out = _run(["sacct", "-n", "-X", "-P", "-j", job_id, "-o", "State,Reason"])
+            if out.returncode == 0 and out.stdout.strip():
+                state, _, reason = out.stdout.splitlines()[0].partition("|")
+                return JobState(STATES.get(state.split()[0], UNKNOWN), "" if reason == "None" else reason)
+        return JobState(UNKNOWN, "the controller no longer knows the job and accounting is off; see its job directory")
+
+    def never_starts(self, state: JobState) -> str | None:
+        return HOPELESS.get(state.reason)
+
+    def cancel(self, job_id: str) -> None:
+        _run(["scancel", job_id])
+
+    def logs(self, job_id: str, workdir: Path) -> str:
+        for path in (workdir / f"slurm-{job_id}.out", workdir.parent / f"slurm-{job_id}.out"):
+            if path.exists():
+                return path.read_text(errors="replace")
+        return ""
+
+    def reports(self, job_id: str, workdir: Path) -> dict[int, dict[str, Any]]:
+        ranks = workdir / RANKS_DIR
+        return read_statuses(ranks) if ranks.is_dir() else {}

@@ -1,0 +1,176 @@
+"""A real one-node Slurm for the tests: munged, slurmctld and slurmd started in a temporary directory.
+
+Debian's ``slurm-wlm`` and ``munge`` packages (``.ci/run`` installs them) give the binaries; this module
+writes its own ``slurm.conf`` (the node's real hostname, CPU count and memory; ``proctrack/pgid`` and
+``task/none`` so no cgroups are needed), its own munge key and socket, ports that are free now, and
+starts the three daemons as children it stops at the end — so nothing outside the temporary
+directory is used or left behind. Client tools find the cluster through ``SLURM_CONF``.
+
+Run it alone to poke at the cluster: ``python tests/launch/slurm_cluster.py`` (Ctrl-C stops it).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import psutil
+
+DAEMONS = ("munged", "mungekey", "slurmctld", "slurmd", "sbatch")
+WHY_MISSING = "Slurm and munge are not installed (.ci/run installs Debian's slurm-wlm and munge)"
+
+
+def missing() -> str | None:
+    """Why a real Slurm cannot start here, or None."""
+    absent = [d for d in DAEMONS if shutil.which(d, path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin") is None]
+    if absent:
+        return f"{WHY_MISSING}: no {', '.join(absent)}"
+    if os.geteuid() != 0:
+        return "slurmd must run as root to start jobs (run the tests as root, as CI does)"
+    return None
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _sbin(name: str) -> str:
+    return shutil.which(name, path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin") or name
+
+
+SLURM_CONF = """\
+ClusterName=dlbenchtest
+SlurmctldHost={host}
+SlurmUser=root
+SlurmdUser=root
+SlurmctldPort={ctld_port}
+SlurmdPort={d_port}
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket={munge_socket}
+StateSaveLocation={state}
+SlurmdSpoolDir={spool}
+SlurmctldPidFile={root}/slurmctld.pid
+SlurmdPidFile={root}/slurmd.pid
+SlurmctldLogFile={root}/slurmctld.log
+SlurmdLogFile={root}/slurmd.log
+ProctrackType=proctrack/pgid
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_CPU
+SchedulerType=sched/backfill
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/none
+MpiDefault=none
+ReturnToService=2
+OverTimeLimit=0
+KillWait=5
+MinJobAge=300
+InactiveLimit=0
+SchedulerParameters=sched_interval=2
+MailProg=/bin/true
+NodeName={host} CPUs={cpus} RealMemory={memory_mb} State=UNKNOWN
+PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4
+"""
+
+
+class SlurmCluster:
+    """munged + slurmctld + slurmd for this one node, rooted in ``root``; ``env`` points clients at it."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.conf = root / "slurm.conf"
+        self.procs: list[subprocess.Popen] = []
+        self.env = {"SLURM_CONF": str(self.conf)}
+
+    def start(self, timeout_s: float = 60.0) -> SlurmCluster:
+        """Start the daemons and wait until the node accepts jobs."""
+        root = self.root
+        for sub in ("munge", "state", "spool"):
+            (root / sub).mkdir(mode=0o700, parents=True, exist_ok=True)
+        key, sock = root / "munge" / "munge.key", root / "munge" / "munge.socket"
+        # Debian 12's munge creates keys with mungekey (create-munge-key is gone)
+        subprocess.run([_sbin("mungekey"), "--create", f"--keyfile={key}"], check=True, capture_output=True)
+        self._spawn([_sbin("munged"), "--foreground", "--force", f"--key-file={key}", f"--socket={sock}",
+                     f"--pid-file={root / 'munge' / 'munged.pid'}", f"--log-file={root / 'munge' / 'munged.log'}",
+                     f"--seed-file={root / 'munge' / 'munged.seed'}"])
+        self._wait(sock.exists, 20, "munged did not create its socket")
+        host = socket.gethostname().split(".")[0]
+        memory_mb = max(1024, psutil.virtual_memory().total // 2**20 - 512)
+        self.conf.write_text(SLURM_CONF.format(
+            host=host, cpus=os.cpu_count() or 1, memory_mb=memory_mb, root=root, state=root / "state",
+            spool=root / "spool", munge_socket=sock, ctld_port=_free_port(), d_port=_free_port()))
+        self._spawn([_sbin("slurmctld"), "-D", "-i", "-f", str(self.conf)])
+        self._spawn([_sbin("slurmd"), "-D", "-f", str(self.conf)])
+        self._wait(self._node_idle, timeout_s, "the Slurm node did not become idle")
+        return self
+
+    def _spawn(self, argv: list[str]) -> None:
+        log = open(self.root / f"{Path(argv[0]).name}.out", "ab")  # noqa: SIM115 - kept open while it runs
+        self.procs.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
+                                           env=dict(os.environ) | self.env, start_new_session=True))
+
+    def _node_idle(self) -> bool:
+        out = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, env=dict(os.environ) | self.env)
+        return out.returncode == 0 and out.stdout.strip().startswith("idle")
+
+    def _wait(self, ready, timeout_s: float, what: str) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not ready():
+            if time.monotonic() > deadline or any(p.poll() is not None for p in self.procs):
+                logs = "".join(p.read_text(errors="replace")[-1500:] for p in self.root.glob("*.log"))
+                self.stop()
+                raise RuntimeError(f"{what} within {timeout_s:.0f} s; logs:\n{logs}")
+            time.sleep(0.3)
+
+    def cancel_all(self) -> None:
+        """Cancel every job (between tests: the next one starts on an empty queue)."""
+        subprocess.run(["scancel", "--full", "--user", "root"], capture_output=True, env=dict(os.environ) | self.env)
+
+    def stop(self) -> None:
+        """Cancel all jobs, stop the daemons (and any job step they left), in reverse order."""
+        self.cancel_all()
+        for proc in reversed(self.procs):
+            tree = [proc.pid]
+            try:
+                tree += [c.pid for c in psutil.Process(proc.pid).children(recursive=True)]
+            except psutil.Error:
+                pass
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            for pid in tree[1:]:
+                try:
+                    psutil.Process(pid).kill()
+                except psutil.Error:
+                    pass
+        # slurmstepd processes are children of init once slurmd is gone: end those of this cluster
+        for proc in psutil.process_iter(["name", "cmdline"]):
+            if proc.info["name"] == "slurmstepd" and str(self.root) in " ".join(proc.info["cmdline"] or []):
+                proc.kill()
+        self.procs.clear()
+
+
+if __name__ == "__main__":
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="dlbench-slurm-") as tmp:
+        cluster = SlurmCluster(Path(tmp)).start()
+        print(f"export SLURM_CONF={cluster.conf}", flush=True)
+        try:
+            signal.pause()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            cluster.stop()
