@@ -165,9 +165,9 @@ class Cluster:
         obj = self.objects.pop((kind, ns, name), None)
         if obj is None:
             raise ApiError(404, "NotFound", f'{kind.lower()}s "{name}" not found')
-        if kind in ("Job", "PyTorchJob"):  # background propagation: the pods go, their processes stop
-            for pod in self.job_pods(name):
-                threading.Thread(target=pod.stop, daemon=True).start()
+        if kind in ("Job", "PyTorchJob"):  # the pods go, their processes stop (here before the answer, so
+            for pod in self.job_pods(name):  # a test can tell "nothing left" at once; a cluster takes the grace)
+                pod.stop()
                 del self.pods[pod.name]
         if kind in ("PyTorchJob", "Service"):  # what the API answers: the object, or a Status
             return obj

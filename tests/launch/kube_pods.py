@@ -18,7 +18,6 @@ single machine allows:
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
 import socket
@@ -27,7 +26,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from dlbench.api.resolve import resolve_train
+from dlbench.api.resolve import resolve_batch
 from dlbench.spec import LaunchSettings, RunSpec
 
 TINY = {"workload": "lstm", "params": {"seq_len": 4, "input_size": 8, "hidden_size": 8}, "batch_size": 4,
@@ -37,8 +36,7 @@ IMAGE = "ghcr.io/example/dlbench:0.1"
 
 def k8s_run(spec: dict[str, Any] | None = None, **settings):
     """A tiny CPU run resolved for the k8s launcher with ``settings`` (LaunchSettings fields)."""
-    run = resolve_train(RunSpec(**(TINY | (spec or {}))))
-    return dataclasses.replace(run, launcher="k8s", settings=LaunchSettings(**({"image": IMAGE} | settings)))
+    return resolve_batch(RunSpec(**(TINY | (spec or {}))), LaunchSettings(**({"image": IMAGE} | settings)), "k8s")
 
 
 def free_port() -> int:

@@ -24,7 +24,7 @@ from kube_pods import k8s_run
 
 from dlbench.errors import UsageError
 from dlbench.launch.k8s import KubeScheduler
-from dlbench.launch.k8s.manifests import INDEXED_JOB, PYTORCHJOB, manifests, parse_toleration, time_limit_s
+from dlbench.launch.k8s.manifests import INDEXED_JOB, PYTORCHJOB, manifests, parse_toleration
 
 K8S_VERSION = "1.30.0"
 GPU_SETTINGS = {"gpus_per_node": 4, "node_selector": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}}
@@ -286,18 +286,11 @@ def test_a_malformed_toleration_is_one_sentence(text):
     ({"tolerations": ("gpu:Never",)}, "--toleration 'gpu:Never' must look like"),
     ({"namespace": "ML_Bench"}, "--namespace 'ML_Bench' is not a valid Kubernetes name"),
     ({"image": None}, "needs the pod image"),
-    ({"time": "soon"}, "--time 'soon' must be"),
 ])
 def test_bad_settings_are_one_sentence(settings, fragment, tmp_path):
     with pytest.raises(UsageError, match=fragment.replace("(", r"\(").replace("[", r"\[")):
         run = k8s_run(**settings)
         KubeScheduler().render(run, tmp_path)
-
-
-@pytest.mark.parametrize(("text", "seconds"), [("30", 1800), ("5:30", 330), ("1:00:00", 3600), ("2-0", 172800),
-                                                ("1-02:03", 93780), ("0-0:0:9", 9)])
-def test_time_limits_use_slurm_formats(text, seconds):
-    assert time_limit_s(text) == seconds
 
 
 def test_every_shape_lists_the_same_objects_in_creation_order(tmp_path):

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dlbench.errors import unknown_name
 from dlbench.launch._base import Launcher, LaunchPlan, Outcome
 from dlbench.launch.batch_launcher import BatchLauncher, batch_launcher
+from dlbench.launch.k8s import K8sLauncher
 from dlbench.launch.local import LocalLauncher
 from dlbench.launch.slurm import SlurmScheduler
 from dlbench.launch.torchrun import TorchrunLauncher
@@ -16,6 +17,7 @@ LAUNCHERS: dict[str, type[Launcher]] = {
     LocalLauncher.name: LocalLauncher,
     TorchrunLauncher.name: TorchrunLauncher,
     SlurmScheduler.name: batch_launcher(SlurmScheduler),
+    K8sLauncher.name: K8sLauncher,
 }
 #: Launchers that submit to a scheduler (``--launcher slurm|k8s``): their runs resolve with LaunchSettings.
 BATCH_LAUNCHERS = ("slurm", "k8s")

@@ -19,8 +19,8 @@ UID (OpenShift assigns one from the namespace's range), no privilege escalation,
 dropped, seccomp ``RuntimeDefault``, only emptyDir/ConfigMap volumes; ``HOME``, caches and the rank
 files live on emptyDir, since an arbitrary UID owns no home directory and the image's root filesystem
 may be read-only. A PostgreSQL URL only ever comes from a Secret (``secretKeyRef``), never inline.
-Each rank prints its final report on its log (``DLBENCH_REPORT_TO_LOG=1``), where ``dlbench jobs
-collect`` and the launcher read it.
+The job document is a batch one (:func:`~dlbench.launch.batch.batch_job_document`), so each rank also
+prints its final report on its log, where the launcher and ``dlbench jobs collect`` read it.
 """
 
 from __future__ import annotations
@@ -34,7 +34,8 @@ import yaml
 
 from dlbench.engine.run import ResolvedRun
 from dlbench.errors import UsageError
-from dlbench.launch._base import JOB_FILE, job_document
+from dlbench.launch._base import JOB_FILE
+from dlbench.launch.batch import batch_job_document
 from dlbench.spec import LaunchSettings
 
 PYTORCHJOB, INDEXED_JOB = "pytorchjob", "job"
@@ -58,7 +59,7 @@ _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 def job_name(run: ResolvedRun, workdir: str) -> str:
     """A name for the job's objects, the same for the same run and job directory (render stays pure)."""
-    digest = hashlib.sha1(f"{workdir}\n{job_document(run)}".encode()).hexdigest()[:10]  # noqa: S324 - a name
+    digest = hashlib.sha1(f"{workdir}\n{batch_job_document(run)}".encode()).hexdigest()[:10]  # noqa: S324 - a name
     return f"dlbench-{digest}"
 
 
@@ -98,30 +99,10 @@ def _is_subdomain(name: str) -> bool:
     return len(name) <= 253 and all(_DNS_LABEL.match(part) for part in name.split("."))
 
 
-def pod_layout(run: ResolvedRun, settings: LaunchSettings) -> tuple[int, int, int]:
-    """(pods, ranks per pod, GPUs per pod): one pod per node, one rank per GPU (``nproc`` on the CPU)."""
-    cpu_only = getattr(run.spec, "device", "auto") == "cpu"
-    gpus = 0 if cpu_only else (settings.gpus_per_node or 0)
-    return settings.nodes, (gpus or run.nproc), gpus
-
-
-def time_limit_s(text: str | None) -> int | None:
-    """Slurm's time formats in seconds: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS (one site, one format)."""
-    if not text:
-        return None
-    match = re.fullmatch(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?", text.strip())
-    if not match:
-        raise UsageError(f"--time {text!r} must be MM, HH:MM:SS or D-HH:MM:SS, e.g. --time 30 or --time 1:00:00.")
-    days, first, second, third = (int(g) if g else 0 for g in match.groups())
-    if match.group(1) is not None:  # D-HH[:MM[:SS]]
-        total = ((days * 24 + first) * 60 + second) * 60 + third
-    elif match.group(4) is not None:  # HH:MM:SS
-        total = (first * 60 + second) * 60 + third
-    else:  # MM[:SS]
-        total = first * 60 + second
-    if total <= 0:
-        raise UsageError(f"--time {text!r} must be longer than zero.")
-    return total
+def pod_layout(run: ResolvedRun) -> tuple[int, int, int]:
+    """(pods, ranks per pod, GPUs per pod): one pod per node, one rank per GPU (``nproc`` on the CPU),
+    as ``dlbench.api.resolve.resolve_batch`` resolved them."""
+    return run.nnodes, run.nproc, (run.nproc if run.device_type == "cuda" else 0)
 
 
 def torchrun_args(nodes: int, per_pod: int, shape: str, python: str = "python") -> list[str]:
@@ -135,14 +116,14 @@ def torchrun_args(nodes: int, per_pod: int, shape: str, python: str = "python") 
 
 def container(run: ResolvedRun, settings: LaunchSettings, shape: str, name: str) -> dict[str, Any]:
     """The rank container: image, command, environment, GPU limits, restricted security context."""
-    nodes, per_pod, gpus = pod_layout(run, settings)
-    env = [{"name": "OMP_NUM_THREADS", "value": str(run.threads)},
-           {"name": "PYTHONUNBUFFERED", "value": "1"},
-           {"name": "DLBENCH_REPORT_TO_LOG", "value": "1"},
+    nodes, per_pod, gpus = pod_layout(run)
+    env = [{"name": "PYTHONUNBUFFERED", "value": "1"},
            {"name": "HOME", "value": SCRATCH}, {"name": "TMPDIR", "value": SCRATCH},
            {"name": "XDG_CACHE_HOME", "value": f"{SCRATCH}/.cache"},
            {"name": "MPLCONFIGDIR", "value": f"{SCRATCH}/.config/matplotlib"},
            {"name": "TRITON_CACHE_DIR", "value": f"{SCRATCH}/.cache/triton"}]
+    if run.record_spec.get("threads"):  # the user's; otherwise torchrun's default for several ranks per pod
+        env.insert(0, {"name": "OMP_NUM_THREADS", "value": str(run.record_spec["threads"])})
     if shape == INDEXED_JOB:  # what the operator would set, for the pods of a plain Job
         env += [{"name": "PET_MASTER_ADDR", "value": f"{name}-0.{name}"},
                 {"name": "PET_MASTER_PORT", "value": str(PORT)}]
@@ -164,7 +145,7 @@ def container(run: ResolvedRun, settings: LaunchSettings, shape: str, name: str)
 
 def pod_template(run: ResolvedRun, settings: LaunchSettings, shape: str, name: str) -> dict[str, Any]:
     """The pod template every node's pod is made from."""
-    _, _, gpus = pod_layout(run, settings)
+    _, _, gpus = pod_layout(run)
     tolerations = [parse_toleration(t) for t in settings.tolerations]
     if gpus and not any(t["key"] == GPU for t in tolerations):  # the GPU Operator taints GPU nodes so
         tolerations.insert(0, {"key": GPU, "operator": "Exists", "effect": "NoSchedule"})
@@ -194,19 +175,19 @@ def labels(name: str) -> dict[str, str]:
 def config_map(run: ResolvedRun, settings: LaunchSettings, name: str) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": f"{name}-job", "namespace": settings.namespace, "labels": labels(name)},
-            "data": {JOB_FILE: job_document(run)}}
+            "data": {JOB_FILE: batch_job_document(run)}}
 
 
 def pytorchjob(run: ResolvedRun, settings: LaunchSettings, name: str) -> dict[str, Any]:
     """The PyTorchJob: Master (node 0) and Worker (nodes 1…) replicas of the same pod template."""
-    nodes, per_pod, _ = pod_layout(run, settings)
+    nodes, per_pod, _ = pod_layout(run)
     replicas = {"Master": {"replicas": 1, "restartPolicy": "Never",
                            "template": pod_template(run, settings, PYTORCHJOB, name)}}
     if nodes > 1:
         replicas["Worker"] = {"replicas": nodes - 1, "restartPolicy": "Never",
                               "template": pod_template(run, settings, PYTORCHJOB, name)}
     run_policy: dict[str, Any] = {"backoffLimit": 0, "cleanPodPolicy": "None"}  # keep the pods: their logs are the reports
-    deadline = time_limit_s(settings.time)
+    deadline = settings.time_limit_s
     if deadline:
         run_policy["activeDeadlineSeconds"] = deadline
     return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
@@ -216,14 +197,14 @@ def pytorchjob(run: ResolvedRun, settings: LaunchSettings, name: str) -> dict[st
 
 def indexed_job(run: ResolvedRun, settings: LaunchSettings, name: str) -> list[dict[str, Any]]:
     """The headless Service (pod 0's DNS name) and the Indexed Job of one pod per node."""
-    nodes, _, _ = pod_layout(run, settings)
+    nodes, _, _ = pod_layout(run)
     service = {"apiVersion": "v1", "kind": "Service",
                "metadata": {"name": name, "namespace": settings.namespace, "labels": labels(name)},
                "spec": {"clusterIP": "None", "publishNotReadyAddresses": True, "selector": labels(name),
                         "ports": [{"name": PORT_NAME, "port": PORT, "targetPort": PORT, "protocol": "TCP"}]}}
     spec: dict[str, Any] = {"completionMode": "Indexed", "completions": nodes, "parallelism": nodes,
                             "backoffLimit": 0, "template": pod_template(run, settings, INDEXED_JOB, name)}
-    deadline = time_limit_s(settings.time)
+    deadline = settings.time_limit_s
     if deadline:
         spec["activeDeadlineSeconds"] = deadline
     job = {"apiVersion": "batch/v1", "kind": "Job",

@@ -30,6 +30,10 @@ MANIFEST_FILE = "manifests.yaml"
 KUBEFLOW = ("kubeflow.org", "v1", "pytorchjobs")
 CRD_NAME = "pytorchjobs.kubeflow.org"
 INSTALL_HINT = "pip install 'dlbench[k8s]'"
+#: Scheduler messages (kube-scheduler's filter plugins) that no amount of waiting fixes.
+NEVER_SCHEDULES = ("didn't match Pod's node affinity/selector", "untolerated taint")
+#: Container waiting reasons of an image that cannot be pulled.
+BAD_IMAGE = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull")
 #: Seconds the rendezvous may take beyond the run's timeout once the pods run (image pulls excluded).
 START_SLACK_S = 60.0
 
@@ -88,12 +92,12 @@ class KubeScheduler(Scheduler):
     def render(self, run: ResolvedRun, workdir: Path) -> LaunchPlan:
         settings = run.settings or LaunchSettings()
         name = job_name(run, str(workdir))
-        nodes, per_pod, _ = pod_layout(run, settings)
+        nodes, per_pod, _ = pod_layout(run)
         shape = self.shape(settings)
         text = to_yaml(manifests(run, settings, shape, name))
         return LaunchPlan(
             launcher=self.name, argv=("kubectl", "apply", "-n", settings.namespace, "-f", str(workdir / MANIFEST_FILE)),
-            files={MANIFEST_FILE: text}, ranks_here=tuple(range(nodes * per_pod)),
+            files={MANIFEST_FILE: text}, ranks_here=tuple(range(run.world_size)),
             start_timeout_s=run.timeout_s + START_SLACK_S, grace_s=run.timeout_s,
             describe=f"{'PyTorchJob' if shape == PYTORCHJOB else 'Indexed Job'} {settings.namespace}/{name}: "
                      f"{nodes} pod(s) × {per_pod} rank(s)",
@@ -252,6 +256,17 @@ class KubeScheduler(Scheduler):
 
     def reports(self, job_id: str, workdir: Path) -> dict[int, dict[str, Any]]:
         return parse_reports(self.logs(job_id, workdir))
+
+    def never_starts(self, state: JobState) -> str | None:
+        """A pod no node may take (its node selector, an untolerated taint) or an image that cannot be
+        pulled never starts by waiting; too few free GPUs ("Insufficient nvidia.com/gpu") is a queue."""
+        reason = state.reason
+        if reason.startswith("Unschedulable") and any(k in reason for k in NEVER_SCHEDULES):
+            return (f"no node can take the pods ({reason.rstrip('.')}); check --node-selector and --toleration "
+                    "against the nodes' labels and taints (kubectl get nodes --show-labels).")
+        if reason.split(":")[0] in BAD_IMAGE:
+            return f"the pod image cannot be pulled ({reason.rstrip('.')}); check --image and the pull secret."
+        return None
 
 
 def split_id(job_id: str) -> tuple[str, str, str]:
