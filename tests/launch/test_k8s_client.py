@@ -15,13 +15,17 @@ import time
 from pathlib import Path
 
 import pytest
-from kube_pods import k8s_run
+from kube_double import kubeconfig
+from kube_pods import free_port, k8s_run
 
+from dlbench.api.pipeline import execute
 from dlbench.errors import UsageError
+from dlbench.launch import get_launcher
 from dlbench.launch.batch import CANCELLED, DONE, FAILED, QUEUED, TIMEOUT, JobState
 from dlbench.launch.k8s import KubeScheduler
 from dlbench.launch.k8s.manifests import INDEXED_JOB, PYTORCHJOB
 from dlbench.launch.k8s.scheduler import MANIFEST_FILE
+from dlbench.store import open_store
 
 HERE = Path(__file__).parent
 WAIT_S = 300  # a bound, not a speed target
@@ -162,8 +166,6 @@ def test_no_kubeconfig_is_one_sentence(tmp_path, monkeypatch):
 
 
 def test_a_cluster_not_answering_is_one_sentence(tmp_path, monkeypatch):
-    from kube_double import kubeconfig
-    from kube_pods import free_port
     monkeypatch.setenv("KUBECONFIG", str(kubeconfig(f"http://127.0.0.1:{free_port()}", tmp_path / "kubeconfig")))
     with pytest.raises(UsageError, match="could not reach the Kubernetes API to read the PyTorchJob CRD"):
         KubeScheduler().check(k8s_run())
@@ -186,3 +188,27 @@ def test_the_manifest_file_is_what_gets_submitted(kube, tmp_path):
     assert (tmp_path / "job" / MANIFEST_FILE).read_text().count("---\n") == 3
     assert {k[0] for k in kube.objects} == {"ConfigMap", "Service", "Job"}
     scheduler.cancel(job_id)
+
+
+def test_only_hopeless_reasons_end_the_pending_wait():
+    scheduler = KubeScheduler()
+    selector = JobState(QUEUED, "Unschedulable: 0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector.")
+    taint = JobState(QUEUED, "Unschedulable: 0/2 nodes are available: 2 node(s) had untolerated taint {gpu: true}.")
+    busy = JobState(QUEUED, "Unschedulable: 0/3 nodes are available: 3 Insufficient nvidia.com/gpu.")
+    image = JobState(QUEUED, "ImagePullBackOff: Back-off pulling image \"dlbench:nope\"")
+    assert "check --node-selector" in scheduler.never_starts(selector)
+    assert "check --node-selector and --toleration" in scheduler.never_starts(taint)
+    assert scheduler.never_starts(busy) is None  # GPUs busy: a queue, not a mistake
+    assert "check --image" in scheduler.never_starts(image)
+
+
+def test_a_selector_no_node_matches_is_cancelled_after_the_bounded_wait(kube, tmp_path, monkeypatch):
+    module = sys.modules["dlbench.launch.batch_launcher"]  # (the package's batch_launcher is a function)
+    monkeypatch.setattr(module, "NEVER_STARTS_WAIT_S", 1.0)  # the bound, shortened for the test
+    monkeypatch.setattr(module, "POLL_S", 0.2)
+    store = open_store(str(tmp_path / "runs.db"))
+    run = k8s_run(operator="job", node_selector={"nvidia.com/gpu.product": "NVIDIA-B200"})
+    with pytest.raises(UsageError, match="cancelled after 1 s queued: no node can take the pods .*didn't match"):
+        execute(run, store, env={}, launcher=get_launcher("k8s"))
+    assert kube.objects == {} and kube.pods == {}  # cancelled: nothing left in the cluster
+    assert store.records() == []  # nothing ran: nothing recorded
