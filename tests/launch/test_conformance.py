@@ -18,11 +18,11 @@ import psutil
 import pytest
 
 from dlbench.api.pipeline import execute
-from dlbench.api.resolve import resolve_train
+from dlbench.api.resolve import resolve_batch, resolve_train
 from dlbench.engine.run import ResolvedRun
 from dlbench.errors import Terminated
 from dlbench.launch import LAUNCHERS, get_launcher
-from dlbench.spec import RunSpec
+from dlbench.spec import LaunchSettings, RunSpec
 from dlbench.store import open_store
 
 HERE = Path(__file__).parent
@@ -38,11 +38,17 @@ def tiny(**fields) -> RunSpec:
 CASES: dict[str, Callable[..., ResolvedRun]] = {
     "local": lambda **f: resolve_train(tiny(**f)),
     "torchrun": lambda **f: resolve_train(tiny(nproc=2, **f)),
+    # through the real one-node Slurm of tests/launch/slurm_cluster.py (skipped without its binaries)
+    "slurm": lambda **f: resolve_batch(tiny(nproc=2, **f), LaunchSettings(signal_lead_s=0), "slurm"),
 }
+#: Launchers whose runs need a service the test run starts (fixture name).
+SERVICES = {"slurm": "slurm"}
 
 
 @pytest.fixture(params=sorted(LAUNCHERS))
 def name(request) -> str:
+    if request.param in SERVICES:
+        request.getfixturevalue(SERVICES[request.param])
     return request.param
 
 
@@ -89,8 +95,7 @@ def faulty(monkeypatch):
 
 
 def test_a_crash_is_recorded_failed_with_its_cause(name, tmp_path, faulty):
-    run = CASES[name](steps=5)
-    run = resolve_train(run.spec.model_copy(update={"workload": "faulty", "params": {"fault": "crash", "rank": 0}, "timeout_s": 10}))
+    run = CASES[name](steps=5, workload="faulty", params={"fault": "crash", "rank": 0}, timeout_s=10)
     store = open_store(str(tmp_path / "runs.db"))
     (record,) = execute(run, store, env={}, launcher=get_launcher(name))
     assert record["status"] == "failed"
