@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import math
+import os
 import sys
 from importlib import resources
 from pathlib import Path
@@ -151,12 +152,14 @@ def specs_from_document(doc: Any, where: str, overrides: dict[str, Any] | None =
     if not isinstance(doc, dict):
         raise UsageError(f"{where}: expected a mapping of run settings or a suite with 'runs:', got {type(doc).__name__}.")
     _require_string_keys(doc, where)
+    doc = {k: v for k, v in doc.items() if k != "launcher"}  # where to run: see launcher_section
     if "model_config" in doc or "data_config" in doc:
         entries = [from_nersc(doc, where)]
     elif "runs" in doc:
         extra = set(doc) - {"name", "description", "defaults", "runs"}
         if extra:
-            raise UsageError(f"{where}: unknown suite key {sorted(extra)[0]!r}; a suite has name, description, defaults and runs.")
+            raise UsageError(f"{where}: unknown suite key {sorted(extra)[0]!r}; a suite has name, description, defaults, "
+                             "runs and launcher.")
         runs = doc["runs"]
         if not isinstance(runs, list) or not runs or not all(isinstance(r, dict) for r in runs):
             raise UsageError(f"{where}: 'runs' must be a non-empty list of mappings.")
@@ -170,6 +173,32 @@ def specs_from_document(doc: Any, where: str, overrides: dict[str, Any] | None =
         entries = [doc]
     return [make_spec(merge(entry, overrides), f"{where}, run {i + 1}" if len(entries) > 1 else where)
             for i, entry in enumerate(entries)]
+
+
+def site_config_path() -> Path:
+    """The site's config file (``$DLBENCH_SITE_CONFIG``, else ``$XDG_CONFIG_HOME/dlbench/config.yaml``): a
+    ``launcher:`` key there applies to every command, so a site writes its partition or namespace once."""
+    if os.environ.get("DLBENCH_SITE_CONFIG"):
+        return Path(os.environ["DLBENCH_SITE_CONFIG"])
+    return Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "dlbench" / "config.yaml"
+
+
+def launcher_section(path: str | Path | None = None) -> dict[str, Any]:
+    """The ``launcher:`` settings of the site config with those of ``path`` (a config file) on top."""
+    merged: dict[str, Any] = {}
+    for source in (site_config_path(), path):
+        if source is None or (source != path and not Path(source).is_file()):
+            continue
+        doc = load_yaml(source)
+        section = doc.get("launcher") if isinstance(doc, dict) else None
+        if section is None:
+            continue
+        if not isinstance(section, dict):
+            raise UsageError(f"config file {str(source)!r}: 'launcher' must be a mapping of launcher settings "
+                             f"(name: slurm, partition: gpu …), not {short_repr(section)}.")
+        _require_string_keys(section, f"config file {str(source)!r}: launcher")
+        merged |= section
+    return merged
 
 
 def _require_string_keys(mapping: dict[Any, Any], where: str) -> None:

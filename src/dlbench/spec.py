@@ -232,6 +232,7 @@ class LaunchSettings(BaseModel):
     constraint: str | None = None
     reservation: str | None = None
     requeue: bool = Field(default=False, description="Let Slurm requeue the job after preemption or node failure.")
+    exclusive: bool = Field(default=True, description="Whole nodes (sbatch --exclusive): other jobs on them would lower the numbers.")
     signal_lead_s: int = Field(
         default=60, ge=0, description="Seconds before the time limit Slurm sends SIGTERM (sbatch --signal).")
     # Kubernetes / OpenShift

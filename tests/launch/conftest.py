@@ -1,18 +1,58 @@
-"""Fixtures of the launcher tests: a Kubernetes API-server double with a kubeconfig pointing at it."""
+"""Fixtures of the launcher tests: a real one-node Slurm (see ``slurm_cluster.py``), started once per session,
+and a Kubernetes API-server double (see ``kube_double.py``)."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
+
+import dlbench
 from kube_double import Cluster, kubeconfig, serve
+from slurm_cluster import SlurmCluster, missing
+
+#: Where the dlbench under test lives: jobs run it (not another installed copy) through PYTHONPATH.
+SRC = str(Path(dlbench.__file__).resolve().parents[1])
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster(tmp_path_factory):
+    """munged + slurmctld + slurmd for this node; skipped (saying why) where the binaries are absent."""
+    why = missing()
+    if why:
+        pytest.skip(why)
+    cluster = SlurmCluster(tmp_path_factory.mktemp("slurm")).start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def slurm(slurm_cluster, tmp_path, monkeypatch):
+    """The cluster for one test: SLURM_CONF set, the jobs registry and job directories (under $HOME) in
+    ``tmp_path``, jobs running this dlbench; every job cancelled afterwards (the next test starts on an
+    empty queue)."""
+    for key, value in slurm_cluster.env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("DLBENCH_JOBS_DIR", str(tmp_path / "jobs"))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("DLBENCH_SITE_CONFIG", str(tmp_path / "no-site-config.yaml"))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [SRC, os.environ.get("PYTHONPATH")])))
+    yield slurm_cluster
+    slurm_cluster.cancel_all()
 
 
 @pytest.fixture
 def kube(tmp_path_factory, monkeypatch):
-    """The API-server double (``kube_double``) as the current cluster: $KUBECONFIG points at it. Its files
-    live in a folder of their own (a test's tmp_path stays the test's)."""
+    """The Kubernetes API-server double (``kube_double.py``) as the current cluster: $KUBECONFIG points at
+    it; the jobs registry and job directories in a folder of their own (a test's tmp_path stays the test's)."""
     tmp_path = tmp_path_factory.mktemp("kube")
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # job directories (~/dlbench/jobs) stay in the test's folder
     monkeypatch.setenv("DLBENCH_JOBS_DIR", str(tmp_path / "jobs"))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("DLBENCH_SITE_CONFIG", str(tmp_path / "no-site-config.yaml"))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [SRC, os.environ.get("PYTHONPATH")])))
     cluster = Cluster(root=tmp_path / "cluster")
     server, url = serve(cluster)
     monkeypatch.setenv("KUBECONFIG", str(kubeconfig(url, tmp_path / "kubeconfig")))

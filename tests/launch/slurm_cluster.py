@@ -78,7 +78,7 @@ InactiveLimit=0
 SchedulerParameters=sched_interval=2
 MailProg=/bin/true
 NodeName={host} CPUs={cpus} RealMemory={memory_mb} State=UNKNOWN
-PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4
+PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP
 """
 
 

@@ -38,17 +38,19 @@ def tiny(**fields) -> RunSpec:
 CASES: dict[str, Callable[..., ResolvedRun]] = {
     "local": lambda **f: resolve_train(tiny(**f)),
     "torchrun": lambda **f: resolve_train(tiny(nproc=2, **f)),
+    # through the real one-node Slurm of tests/launch/slurm_cluster.py (skipped without its binaries)
+    "slurm": lambda **f: resolve_batch(tiny(nproc=2, **f), LaunchSettings(signal_lead_s=0), "slurm"),
     # one pod of 2 ranks, submitted to the API-server double of tests/launch/kube_double.py
     "k8s": lambda **f: resolve_batch(tiny(nproc=2, **f), LaunchSettings(image="dlbench:test", operator="job"), "k8s"),
 }
-#: launcher name → the fixture that gives it a cluster on this machine
-CLUSTERS = {"k8s": "kube"}
+#: Launchers whose runs need a service the test run starts (fixture name).
+SERVICES = {"slurm": "slurm", "k8s": "kube"}
 
 
 @pytest.fixture(params=sorted(LAUNCHERS))
 def name(request) -> str:
-    if request.param in CLUSTERS:
-        request.getfixturevalue(CLUSTERS[request.param])
+    if request.param in SERVICES:
+        request.getfixturevalue(SERVICES[request.param])
     return request.param
 
 

@@ -17,10 +17,13 @@ from typing import Any
 
 from dlbench.api.jobs import JOBS
 from dlbench.api.pipeline import execute, finish_submitted
+from dlbench.api.resolve import resolve_batch
 from dlbench.engine.run import ResolvedRun
 from dlbench.errors import Terminated, UsageError
 from dlbench.launch import BatchLauncher, get_launcher
 from dlbench.launch.registry import JobRegistry, run_from_document
+from dlbench.record import new_id
+from dlbench.spec import LaunchSettings, RunSpec
 
 
 @dataclass
@@ -43,7 +46,7 @@ def run_batch(runs: list[ResolvedRun], store=None, env: dict[str, Any] | None = 
     env = env or {}
     launcher = _launcher(runs[0].launcher)
     wait = runs[0].settings.wait
-    if len(runs) == 1 and wait:
+    if len(runs) == 1:  # records now, or [] with --no-wait (the pipeline lets Submitted pass)
         records = execute(runs[0], store, env, launcher=launcher)
         return BatchResult(records, [launcher.last_entry] if launcher.last_entry else [])
     records = [JOBS[r.kind].records(r, env) for r in runs]
@@ -136,3 +139,19 @@ def logs(job_id: str) -> str:
     entry = JobRegistry().get(job_id)
     return _launcher(entry["launcher"]).scheduler.logs(job_id, Path(entry["workdir"]))
 
+
+
+def scale_runs(base: RunSpec, settings: LaunchSettings, launcher: str, nodes: list[int] | None,
+               nprocs: list[int] | None) -> tuple[str, list[ResolvedRun]]:
+    """A scaling series for a scheduler: one run per node count (``nodes``, with the settings' GPUs per
+    node) or per processes-per-node count (``nprocs``, on the settings' nodes); all resolved first.
+    Points with the same nodes go out as one job array; a node series as one job per point."""
+    series = new_id()
+    runs = []
+    for n in nodes or [settings.nodes]:
+        for p in nprocs or [base.nproc]:
+            tags = base.tags | {"scale_series": series, "scale_nodes": str(n), "scale_nproc": str(p)}
+            spec = base.model_copy(update={"nproc": p, "tags": tags})
+            per_node = {"gpus_per_node": p} if settings.gpus_per_node and nprocs else {}
+            runs.append(resolve_batch(spec, settings.model_copy(update={"nodes": n} | per_node), launcher))
+    return series, runs

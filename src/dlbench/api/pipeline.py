@@ -87,7 +87,7 @@ def adopt_job_env(records: list[dict[str, Any]], outcome: Outcome) -> Outcome:
     main = outcome.statuses.get(min(outcome.ranks_here), {}) if outcome.statuses else {}
     for record in records:
         if main.get("env"):
-            record["env"] = main["env"] | {"submitted_from": record["env"].get("hostname")}
+            record["env"] = main["env"] | {"submitted_from": record["env"].get("submitted_from") or record["env"].get("hostname")}
         if main.get("rank_spec"):
             kept = {k: record["spec"][k] for k in BATCH_SPEC_KEYS if k in record["spec"]}
             record["spec"] = {**record["spec"], **main["rank_spec"], **kept}

@@ -57,14 +57,15 @@ def run_specs(specs: list[RunSpec], store=None, env: dict | None = None, around:
     return records
 
 
-def parse_counts(text: str) -> list[int]:
+def parse_counts(text: str, flag: str = "--nproc") -> list[int]:
     """``"1,2,4"`` → ``[1, 2, 4]``: distinct positive counts in increasing order."""
+    what = "node" if flag == "--nodes" else "process"
     try:
         counts = sorted({int(part) for part in text.split(",") if part.strip()})
     except ValueError:
-        raise UsageError(f"--nproc {text!r} must be a comma-separated list of process counts, e.g. 1,2,4.") from None
+        raise UsageError(f"{flag} {text!r} must be a comma-separated list of {what} counts, e.g. 1,2,4.") from None
     if not counts or counts[0] < 1:
-        raise UsageError(f"--nproc {text!r} must list positive process counts, e.g. 1,2,4.")
+        raise UsageError(f"{flag} {text!r} must list positive {what} counts, e.g. 1,2,4.")
     return counts
 
 

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 import sys
-from typing import Any
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Optional
 
 import typer
+
+from dlbench.errors import UsageError
 
 DB_OPTION = typer.Option(
     None, "--db", help="Results store: a SQLite file or SQLAlchemy URL (default: $DLBENCH_DB, else ~/.local/share/dlbench/runs.db).",
@@ -68,3 +75,120 @@ class StepProgress:
             self._phase = phase
             self._task = self._progress.add_task(f"{self.label} {phase}", total=total)
         self._progress.update(self._task, completed=index + 1)
+
+
+# -- where a run goes: --launcher and the scheduler settings, shared by run, suite, scale, comm, mlperf run --
+
+_SLURM, _K8S = "Slurm", "Kubernetes"
+#: name → (type, Option): appended to a command's parameters by :func:`launch_options`.
+LAUNCH_OPTIONS: dict[str, tuple[Any, Any]] = {
+    "launcher": (Optional[str], typer.Option(None, "--launcher", help="local | torchrun (this node) | slurm | k8s (submit a job) \\[default: local, torchrun with --nproc > 1; or the config's launcher.name].", rich_help_panel="Launch")),
+    "nodes": (Optional[int], typer.Option(None, "--nodes", help="Nodes of a slurm/k8s job \\[default: 1].", rich_help_panel="Launch")),
+    "gpus_per_node": (Optional[int], typer.Option(None, "--gpus-per-node", help="GPUs (and ranks) per node of a slurm/k8s job.", rich_help_panel="Launch")),
+    "nproc_per_node": (Optional[int], typer.Option(None, "--nproc-per-node", help="Ranks per node of a CPU job (instead of --gpus-per-node).", rich_help_panel="Launch")),
+    "time": (Optional[str], typer.Option(None, "--time", help="Wall-clock limit in Slurm's format: MINUTES, HH:MM:SS, D-HH:MM.", rich_help_panel="Launch")),
+    "signal_lead": (Optional[int], typer.Option(None, "--signal-lead", help="Seconds before --time that the job gets SIGTERM to record what it measured \\[default: 60].", rich_help_panel=_SLURM)),
+    "partition": (Optional[str], typer.Option(None, "--partition", help="Slurm partition.", rich_help_panel=_SLURM)),
+    "account": (Optional[str], typer.Option(None, "--account", help="Slurm account.", rich_help_panel=_SLURM)),
+    "qos": (Optional[str], typer.Option(None, "--qos", help="Slurm QOS.", rich_help_panel=_SLURM)),
+    "constraint": (Optional[str], typer.Option(None, "--constraint", help="Slurm node features, e.g. gpu&hbm80g.", rich_help_panel=_SLURM)),
+    "reservation": (Optional[str], typer.Option(None, "--reservation", help="Slurm reservation.", rich_help_panel=_SLURM)),
+    "requeue": (Optional[bool], typer.Option(None, "--requeue/--no-requeue", help="Let Slurm requeue the job after preemption.", show_default=False, rich_help_panel=_SLURM)),
+    "exclusive": (Optional[bool], typer.Option(None, "--exclusive/--shared", help="Whole nodes for the job (other jobs would lower the numbers) \\[default: exclusive].", show_default=False, rich_help_panel=_SLURM)),
+    "container_image": (Optional[str], typer.Option(None, "--container-image", help="Image the ranks run in (Slurm: with --container-runtime).", rich_help_panel=_SLURM)),
+    "container_runtime": (Optional[str], typer.Option(None, "--container-runtime", help="pyxis | shifter | apptainer.", rich_help_panel=_SLURM)),
+    "workdir": (Optional[str], typer.Option(None, "--workdir", help="Where job directories go, on a filesystem every node sees \\[default: ~/dlbench/jobs].", rich_help_panel="Launch")),
+    "namespace": (Optional[str], typer.Option(None, "--namespace", help="Kubernetes namespace \\[default: default].", rich_help_panel=_K8S)),
+    "image": (Optional[str], typer.Option(None, "--image", help="Pod image (default: --container-image).", rich_help_panel=_K8S)),
+    "node_selector": (Optional[list[str]], typer.Option(None, "--node-selector", help="KEY=VALUE (repeatable), e.g. nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3.", rich_help_panel=_K8S)),
+    "toleration": (Optional[list[str]], typer.Option(None, "--toleration", help="KEY[=VALUE][:EFFECT] (repeatable), e.g. nvidia.com/gpu:NoSchedule.", rich_help_panel=_K8S)),
+    "priority_class": (Optional[str], typer.Option(None, "--priority-class", help="Kubernetes PriorityClass.", rich_help_panel=_K8S)),
+    "store_secret": (Optional[str], typer.Option(None, "--store-secret", help="Secret (key 'url') with the PostgreSQL URL the pods record into.", rich_help_panel=_K8S)),
+    "dry_run": (bool, typer.Option(False, "--dry-run", help="Print exactly what would be submitted (sbatch script, manifests) and exit.", rich_help_panel="Launch")),
+    "no_wait": (bool, typer.Option(False, "--no-wait", help="Submit and return; record later with 'dlbench jobs collect ID'.", rich_help_panel="Launch")),
+}
+
+
+@dataclass(frozen=True)
+class LaunchOptions:
+    """The launch options a command was given (see :data:`LAUNCH_OPTIONS`)."""
+
+    values: dict[str, Any]
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self.values[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def launcher_name(self, config: str | None = None) -> str | None:
+        """``--launcher``, else the config's (site's) ``launcher.name``; None: the command's own default."""
+        if self.values["launcher"]:
+            return self.values["launcher"]
+        from dlbench.config import launcher_section
+
+        return launcher_section(config).get("name")
+
+    def batch(self, config: str | None = None) -> bool:
+        """Whether the run goes to a scheduler (slurm, k8s)."""
+        return self.launcher_name(config) in ("slurm", "k8s")
+
+    def settings(self, config: str | None = None):
+        """The LaunchSettings: the site's and ``config``'s ``launcher:`` keys, these flags on top."""
+        from pydantic import ValidationError
+
+        from dlbench.config import launcher_section
+        from dlbench.spec import LaunchSettings, parse_key_values
+
+        v = self.values
+        given = {"nodes": v["nodes"], "gpus_per_node": v["gpus_per_node"], "time": v["time"],
+                 "signal_lead_s": v["signal_lead"], "partition": v["partition"], "account": v["account"],
+                 "qos": v["qos"], "constraint": v["constraint"], "reservation": v["reservation"],
+                 "requeue": v["requeue"], "exclusive": v["exclusive"], "container_image": v["container_image"],
+                 "container_runtime": v["container_runtime"], "workdir": v["workdir"], "namespace": v["namespace"],
+                 "image": v["image"], "priority_class": v["priority_class"], "store_secret": v["store_secret"],
+                 "node_selector": parse_key_values(v["node_selector"], "--node-selector") if v["node_selector"] else None,
+                 "tolerations": tuple(v["toleration"]) if v["toleration"] else None,
+                 "wait": False if v["no_wait"] else None}
+        fields = {k: val for k, val in launcher_section(config).items() if k != "name"}
+        fields |= {k: val for k, val in given.items() if val is not None}
+        if fields.get("container_image") and not fields.get("container_runtime") and self.launcher_name(config) == "slurm":
+            raise UsageError("--container-image on Slurm needs --container-runtime pyxis, shifter or apptainer "
+                             "(the one your site runs).")
+        try:
+            return LaunchSettings(**fields)
+        except ValidationError as exc:
+            raise UsageError(_launch_error(exc)) from None
+
+
+def _launch_error(exc) -> str:
+    """A LaunchSettings validation error as one sentence naming the flag (and the config key)."""
+    err = exc.errors()[0]
+    key = str(err["loc"][0]) if err["loc"] else ""
+    flag = {"signal_lead_s": "--signal-lead", "tolerations": "--toleration"}.get(key, "--" + key.replace("_", "-"))
+    if err["type"] == "extra_forbidden":
+        return f"unknown launcher setting {key!r} in the config's 'launcher:' key; see 'dlbench run --help' for the launch options."
+    message = err["msg"].removeprefix("Value error, ")
+    return f"{flag} {err.get('input')!r}: {message[0].lower()}{message[1:]} (a flag, or the config's 'launcher: {key}')."
+
+
+def launch_options(command: Callable | None = None, *, own: tuple[str, ...] = ()) -> Callable:
+    """Add the launch options to a typer command; it receives them as one ``launch: LaunchOptions``.
+    ``own``: options the command declares itself (``scale``'s ``--nodes 1,2,4``); it passes them on."""
+    if command is None:
+        return functools.partial(launch_options, own=own)
+    signature = inspect.signature(command)
+    params = [p for p in signature.parameters.values() if p.name != "launch"]
+    added = {name: spec for name, spec in LAUNCH_OPTIONS.items() if name not in own}
+    extra = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=kind)
+             for name, (kind, option) in added.items()]
+
+    @functools.wraps(command)
+    def wrapper(*args, **kwargs):
+        values = {name: kwargs.pop(name) for name in added} | {name: None for name in own}
+        return command(*args, launch=LaunchOptions(values), **kwargs)
+
+    hints = {k: v for k, v in typing.get_type_hints(command).items() if k != "launch"}
+    wrapper.__annotations__ = hints | {name: kind for name, (kind, _) in added.items()}
+    wrapper.__signature__ = signature.replace(parameters=params + extra)
+    return wrapper

@@ -7,7 +7,7 @@ from typing import Any
 
 import typer
 
-from dlbench.cli._common import DB_OPTION, JSON_OPTION, StepProgress, emit_json, info, open_store
+from dlbench.cli._common import DB_OPTION, JSON_OPTION, LaunchOptions, StepProgress, emit_json, info, launch_options, open_store
 from dlbench.errors import BenchmarkFailed, UsageError
 from dlbench.report.tables import render, run_table
 
@@ -24,6 +24,7 @@ def _overrides(**options: Any) -> dict[str, Any]:
     return out
 
 
+@launch_options
 def run(
     workload: str = typer.Argument(None, help="Catalogue name (see 'dlbench list'); or use --config.", show_default=False),
     config: str = typer.Option(None, "--config", "-c", help="YAML file: one run, a suite, or a NERSC pytorch-benchmarks config."),
@@ -57,11 +58,14 @@ def run(
     db: str = DB_OPTION,
     no_store: bool = typer.Option(False, "--no-store", help="Do not save the record in the results store."),
     as_json: bool = JSON_OPTION,
+    launch: LaunchOptions = None,
 ) -> None:
     """Run one benchmark (or every run of a --config file), store the records and print a table.
 
     With --nproc N (and --nnodes) the run is data-parallel (DistributedDataParallel) through torchrun;
-    started by torchrun, srun or a PyTorchJob, dlbench joins that job instead of launching.
+    started by torchrun, srun or a PyTorchJob, dlbench joins that job instead of launching. With
+    --launcher slurm (or k8s) it is submitted as a job, watched and collected, e.g.
+    'dlbench run resnet50 --launcher slurm --nodes 2 --gpus-per-node 4 --partition gpu --time 30'.
     """
     from dlbench.config import load_config
     from dlbench.spec import make_spec
@@ -82,9 +86,10 @@ def run(
         specs = [make_spec({"workload": workload, **overrides})]
     else:
         raise UsageError("a WORKLOAD or --config FILE is required. Example: dlbench run resnet50 --param image_size=64")
-    execute(specs, db, no_store, as_json, single=len(specs) == 1 and not config)
+    execute(specs, db, no_store, as_json, single=len(specs) == 1 and not config, launch=launch, config=config)
 
 
+@launch_options
 def suite(
     name: str = typer.Argument(None, help="Built-in suite: quick (small sizes, ~2 min on a 2-core CPU) or standard (catalogue defaults, for GPUs). Default: quick on CPU, standard on CUDA.", show_default=False),
     device: str = typer.Option(None, "--device", help="auto | cpu | cuda \\[default: auto]."),
@@ -93,22 +98,26 @@ def suite(
     db: str = DB_OPTION,
     no_store: bool = typer.Option(False, "--no-store", help="Do not save the records."),
     as_json: bool = JSON_OPTION,
+    launch: LaunchOptions = None,
 ) -> None:
-    """Run a built-in suite over the catalogue on this machine and print a results table."""
+    """Run a built-in suite over the catalogue on this machine (or as one job array with --launcher slurm)
+    and print a results table."""
     from dlbench.config import builtin_suite
 
     if name is None:
         import torch
 
-        on_gpu = device == "cuda" or (device in (None, "auto") and torch.cuda.is_available())
+        on_gpu = device == "cuda" or (launch.gpus_per_node or 0) > 0 or (
+            device in (None, "auto") and not launch.batch() and torch.cuda.is_available())
         name = "standard" if on_gpu else "quick"
         info(f"suite '{name}' (pick another with 'dlbench suite quick|standard')")
     overrides = _overrides(device=device, precision=precision, tag=tag)
     overrides.setdefault("tags", {})["suite"] = name
-    execute(builtin_suite(name, overrides), db, no_store, as_json, single=False)
+    execute(builtin_suite(name, overrides), db, no_store, as_json, single=False, launch=launch)
 
 
-def execute(specs, db: str | None, no_store: bool, as_json: bool, single: bool) -> None:
+def execute(specs, db: str | None, no_store: bool, as_json: bool, single: bool, launch: LaunchOptions | None = None,
+            config: str | None = None) -> None:
     """Run specs in order, saving each record as it ends; exit 1 when any benchmark failed.
 
     ``--json`` prints one object for ``run WORKLOAD`` and a list for a config file or a suite (a file
@@ -116,6 +125,16 @@ def execute(specs, db: str | None, no_store: bool, as_json: bool, single: bool) 
     """
     from dlbench.api.resolve import joined_launch  # imports torch: only when running
     from dlbench.api.runs import run_specs
+
+    if launch is not None and launch.batch(config):
+        from dlbench.cli.batch import resolve_runs, submit_runs
+
+        records = submit_runs(resolve_runs(specs, launch, config), launch, db, no_store, as_json)
+        if records is not None:
+            show(records, None, as_json, single)
+        return
+    if launch is not None and (launch.dry_run or launch.no_wait):
+        raise UsageError("--dry-run and --no-wait are for jobs submitted with --launcher slurm or k8s.")
 
     joined = joined_launch()
     # under torchrun/srun every rank runs this command: rank 0 alone stores and reports
@@ -136,6 +155,11 @@ def execute(specs, db: str | None, no_store: bool, as_json: bool, single: bool) 
     if follower:
         _raise_if_failed(records)
         return
+    show(records, store, as_json, single)
+
+
+def show(records: list[dict], store, as_json: bool, single: bool) -> None:
+    """The records as a table (or ``--json``); exit 1 when any did not finish."""
     if as_json:
         emit_json(records[0] if single else records)
     else:

@@ -6,13 +6,14 @@ import re
 
 import typer
 
-from dlbench.cli._common import DB_OPTION, JSON_OPTION, emit_json, info, open_store
+from dlbench.cli._common import DB_OPTION, JSON_OPTION, LaunchOptions, emit_json, info, launch_options, open_store
 from dlbench.errors import BenchmarkFailed, UsageError, unknown_name
 from dlbench.report.charts import render_bandwidth, render_scaling, scaling_series  # matplotlib only when drawing
 from dlbench.report.scaling import scale_rows
 from dlbench.report.tables import render
 
 
+@launch_options(own=("nodes",))
 def scale(
     workload: str = typer.Argument(..., help="Catalogue name (see 'dlbench list')."),
     nproc: str = typer.Option("1,2", "--nproc", help="Process counts, comma-separated, e.g. 1,2,4,8."),
@@ -32,8 +33,14 @@ def scale(
     no_plot: bool = typer.Option(False, "--no-plot", help="Do not write a PNG."),
     db: str = DB_OPTION,
     as_json: bool = JSON_OPTION,
+    nodes: str = typer.Option(None, "--nodes", help="Node counts of a slurm/k8s series, e.g. 1,2,4,8 (with --gpus-per-node).", rich_help_panel="Launch"),
+    launch: LaunchOptions = None,
 ) -> None:
-    """Run WORKLOAD at several process counts; print throughput, speed-up and efficiency T_N/(N·T_1); plot it."""
+    """Run WORKLOAD at several process counts; print throughput, speed-up and efficiency T_N/(N·T_1); plot it.
+
+    On a cluster: 'dlbench scale resnet50 --launcher slurm --nodes 1,2,4,8 --gpus-per-node 4' submits one
+    job per node count, collects them and reports the same figures per node count.
+    """
     from dlbench.api.runs import parse_counts, run_scale  # imports torch: only when running
     from dlbench.spec import make_spec, parse_key_values
 
@@ -44,13 +51,23 @@ def scale(
         "threads": threads, "data": data, "timeout_s": timeout, "scaling": scaling,
         "tags": parse_key_values(tag or [], "--tag"),
     })
-    store = open_store(db)
-    try:
-        series, records = run_scale(base, counts, store, on_run=lambda s: info(
-            f"running {workload} with {s.nproc} process(es) × {s.threads} thread(s) …"))
-    finally:
-        store.close()
+    if launch.batch():
+        series, records = _scale_batch(base, launch, nodes, None if nodes else counts, db, as_json)
+        if records is None:
+            return
+    elif nodes or launch.dry_run or launch.no_wait:
+        raise UsageError("--nodes, --dry-run and --no-wait are for a series submitted with --launcher slurm or k8s.")
+    else:
+        store = open_store(db)
+        try:
+            series, records = run_scale(base, counts, store, on_run=lambda s: info(
+                f"running {workload} with {s.nproc} process(es) × {s.threads} thread(s) …"))
+        finally:
+            store.close()
     rows = scale_rows(records)
+    if launch.batch():  # a node series: say how many nodes each point had
+        for row, record in zip(rows, records, strict=True):
+            row["nodes"] = record["spec"].get("nnodes")
     png = None
     if not no_plot and any(r["status"] == "ok" for r in records):
         png = str(render_scaling({f"{workload} ({scaling})": scaling_series(records)},
@@ -72,13 +89,28 @@ def scale(
         raise BenchmarkFailed(f"{len(failed)} of {len(records)} run(s) failed: " + "; ".join(r["error"] or r["status"] for r in failed))
 
 
+def _scale_batch(base, launch: LaunchOptions, nodes: str | None, nprocs: list[int] | None, db, as_json):
+    """The series through a scheduler: (series id, records), or (None, None) after --dry-run / --no-wait."""
+    from dlbench.api.batch import scale_runs
+    from dlbench.api.runs import parse_counts
+    from dlbench.cli.batch import submit_runs
+
+    node_counts = parse_counts(nodes, "--nodes") if nodes else None
+    if launch.nproc_per_node:
+        base = base.model_copy(update={"nproc": launch.nproc_per_node})
+    series, runs = scale_runs(base, launch.settings(), launch.launcher_name(), node_counts, nprocs)
+    records = submit_runs(runs, launch, db, as_json=as_json)
+    return (series, records) if records is not None else (None, None)
+
+
 def _render_scale(rows, series: str) -> None:
     def num(value, fmt):
         return "-" if value is None else format(value, fmt)
 
-    table = (["processes", "threads each", "samples/s", "speed-up", "efficiency", "slowest rank samples/s",
+    nodes = ["nodes"] if rows and "nodes" in rows[0] else []
+    table = ([*nodes, "processes", "threads each", "samples/s", "speed-up", "efficiency", "slowest rank samples/s",
               "host busy before", "run", "status"], [
-        [str(r["nproc"]), str(r["threads_per_process"]), num(r["samples_per_s"], ",.1f"), num(r["speedup"], ".2f"),
+        [*([str(r["nodes"])] if nodes else []), str(r["nproc"]), str(r["threads_per_process"]), num(r["samples_per_s"], ",.1f"), num(r["speedup"], ".2f"),
          num(r["efficiency"], ".1%") + (" (suspect)" if r["suspect"] else ""), num(r["slowest_rank_samples_per_s"], ",.1f"),
          num(r["host_cpu_busy_percent"], ".0f") + ("%" if r["host_cpu_busy_percent"] is not None else ""),
          r["run_id"], r["status"]] for r in rows])
@@ -97,6 +129,7 @@ def parse_size(text: str) -> int:
     return int(float(number) * {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}[unit.lower()])
 
 
+@launch_options
 def comm(
     nproc: int = typer.Option(2, "--nproc", help="Processes on this node (one per GPU on CUDA)."),
     collective: list[str] = typer.Option(None, "--collective", "-c", help="all_reduce | all_gather | broadcast (repeatable) \\[default: all three]."),
@@ -116,6 +149,7 @@ def comm(
     plot: str = typer.Option(None, "--plot", help="Write a bandwidth-vs-size PNG here."),
     db: str = DB_OPTION,
     as_json: bool = JSON_OPTION,
+    launch: LaunchOptions = None,
 ) -> None:
     """Collective bandwidth in the manner of nccl-tests: time, algbw and busbw per message size, results checked."""
     from pydantic import ValidationError
@@ -135,11 +169,18 @@ def comm(
         )
     except ValidationError as exc:
         raise UsageError(describe_validation_error(exc)) from None
-    store = open_store(db)
-    try:
-        records = run_comm(spec, store)
-    finally:
-        store.close()
+    if launch.batch():
+        from dlbench.cli.batch import resolve_runs, submit_runs
+
+        records = submit_runs(resolve_runs([spec], launch), launch, db, as_json=as_json)
+        if records is None:
+            return
+    else:
+        store = open_store(db)
+        try:
+            records = run_comm(spec, store)
+        finally:
+            store.close()
     if plot and any(r["result"] for r in records):
         backend_used = records[0]["spec"]["backend"]
         info(f"plot: {render_bandwidth(records, plot, f'{spec.world_size} processes, {backend_used}')}")

@@ -73,6 +73,8 @@ def sbatch_header(run: ResolvedRun, workdir: Path, array: int | None = None, npr
         if value:
             lines.append(f"#SBATCH --{flag}={value}")
     lines.append("#SBATCH --requeue" if s.requeue else "#SBATCH --no-requeue")
+    if s.exclusive:
+        lines.append("#SBATCH --exclusive")
     if s.signal_lead_s:
         lines.append(f"#SBATCH --signal=B:TERM@{s.signal_lead_s}")
     if s.container_image and s.container_runtime == "shifter":
@@ -183,7 +185,7 @@ class SlurmScheduler(Scheduler):
         if partition:
             out = _run(["scontrol", "show", "partition", partition])
             if out.returncode != 0:
-                raise UsageError(f"unknown Slurm partition {partition!r} ({_words(out.stderr)}); "
+                raise UsageError(f"unknown Slurm partition {partition!r} ({_words(out.stderr + out.stdout)}); "
                                  "'sinfo -s' lists the partitions.")
 
     def render(self, run: ResolvedRun, workdir: Path) -> LaunchPlan:
@@ -193,7 +195,7 @@ class SlurmScheduler(Scheduler):
                           grace_s=run.timeout_s, describe=f"Slurm job of {run.nnodes} node(s)")
 
     def render_array(self, runs: list[ResolvedRun], workdir: Path) -> LaunchPlan | None:
-        if len({r.nnodes for r in runs}) != 1 or len({r.settings for r in runs}) != 1:
+        if len({r.nnodes for r in runs}) != 1 or len({r.settings.model_dump_json() for r in runs}) != 1:
             return None  # an array asks for the same nodes for every element: one job per run instead
         files = {SCRIPT: sbatch_array_script(runs, workdir)}
         files |= {f"{i}/{JOB_FILE}": batch_job_document(r) for i, r in enumerate(runs)}

@@ -1,0 +1,82 @@
+"""``dlbench jobs``: the jobs dlbench submitted (``--launcher slurm|k8s``), their logs, cancel, collect."""
+
+from __future__ import annotations
+
+import typer
+
+from dlbench.cli._common import DB_OPTION, JSON_OPTION, emit_json, info, open_store
+from dlbench.cli.run import show
+from dlbench.report.tables import render
+
+jobs_app = typer.Typer(help="Jobs dlbench submitted to Slurm or Kubernetes: list (live state), logs, cancel, collect.",
+                       invoke_without_command=True, no_args_is_help=False)
+
+
+@jobs_app.callback()
+def jobs(
+    ctx: typer.Context,
+    as_json: bool = JSON_OPTION,
+    no_live: bool = typer.Option(False, "--no-live", help="Show the last known state without asking the scheduler."),
+) -> None:
+    """List dlbench's jobs with their state now (queued, running, done, failed, cancelled, timeout)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from dlbench.api.batch import job_rows
+
+    rows = job_rows(live=not no_live)
+    if as_json:
+        emit_json(rows)
+        return
+    if not rows:
+        info("dlbench: no jobs submitted yet (see 'dlbench run --launcher slurm' or 'k8s')")
+        return
+    render((["job", "launcher", "workload", "nodes", "ranks/node", "state", "reason", "collected", "submitted"],
+            [[r["job_id"], r["launcher"], str(r["workload"]), str(r["nodes"]), str(r["nproc"]), r["state"],
+              r["reason"][:40], "yes" if r["collected"] else "no", r["submitted_at"]] for r in rows]),
+           title="dlbench jobs")
+
+
+@jobs_app.command("logs")
+def logs(job_id: str = typer.Argument(..., help="The scheduler's job id (see 'dlbench jobs').")) -> None:
+    """Print the job's output as the scheduler keeps it."""
+    from dlbench.api.batch import logs as job_logs
+
+    typer.echo(job_logs(job_id), nl=False)
+
+
+@jobs_app.command("cancel")
+def cancel(
+    job_id: str = typer.Argument(..., help="The scheduler's job id (see 'dlbench jobs')."),
+    db: str = DB_OPTION,
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Cancel the job; its runs are recorded as aborted (with the steps they measured)."""
+    from dlbench.api.batch import cancel as cancel_job
+
+    store = open_store(db)
+    try:
+        records = cancel_job(job_id, store)
+    finally:
+        store.close()
+    if as_json:
+        emit_json(records)
+    else:
+        info(f"dlbench: cancelled job {job_id}" + (f"; recorded {', '.join(r['id'] + ' ' + r['status'] for r in records)}"
+                                                   if records else ""))
+
+
+@jobs_app.command("collect")
+def collect(
+    job_id: str = typer.Argument(..., help="The scheduler's job id (see 'dlbench jobs')."),
+    db: str = DB_OPTION,
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Wait for a job submitted with --no-wait and store its records (once)."""
+    from dlbench.api.batch import collect as collect_job
+
+    store = open_store(db)
+    try:
+        records = collect_job(job_id, store)
+    finally:
+        store.close()
+    show(records, None, as_json, single=False)
