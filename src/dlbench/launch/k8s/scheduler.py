@@ -53,7 +53,7 @@ def connect() -> Any:
             return client.ApiClient(configuration)
         return config.new_client_from_config(config_file=path)
     except (config.ConfigException, OSError, ValueError, TypeError, yaml.YAMLError) as exc:
-        raise UsageError(f"no usable kubeconfig at {path} ({str(exc).strip()[:200]}); set KUBECONFIG, write "
+        raise UsageError(f"no usable kubeconfig at {path} ({one_line(exc)}); set KUBECONFIG, write "
                          "~/.kube/config (e.g. 'oc login' or 'kubectl config'), or run inside the cluster.") from None
 
 
@@ -61,7 +61,7 @@ def api_error(exc: BaseException, doing: str) -> UsageError:
     """The API server's refusal (or absence) as one sentence, in its own words."""
     status = getattr(exc, "status", None)
     if status is None:  # no answer at all (connection refused, DNS, TLS)
-        reason = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+        reason = one_line(exc) or type(exc).__name__
         return UsageError(f"could not reach the Kubernetes API to {doing} ({reason}); check the cluster in your kubeconfig.")
     try:
         message = json.loads(exc.body).get("message") or exc.reason
@@ -70,7 +70,13 @@ def api_error(exc: BaseException, doing: str) -> UsageError:
     fix = {401: "log in again (kubeconfig credentials)", 403: "ask for the rights, or use a namespace you may use",
            404: "check --namespace", 409: "delete the old object or wait for it to go",
            422: "fix the setting it names"}.get(status, "see the message")
-    return UsageError(f"the Kubernetes API refused to {doing} (HTTP {status}: {str(message).rstrip('.')}); {fix}.")
+    return UsageError(f"the Kubernetes API refused to {doing} (HTTP {status}: {one_line(message).rstrip('.')}); {fix}.")
+
+
+def one_line(text: object, limit: int = 300) -> str:
+    """``text`` on one line, cut at ``limit`` characters (errors are one sentence on one line)."""
+    flat = " ".join(str(text).split())
+    return flat if len(flat) <= limit else flat[:limit - 1] + "…"
 
 
 class KubeScheduler(Scheduler):
