@@ -48,6 +48,8 @@ GPU = "nvidia.com/gpu"  # the NVIDIA device plugin's resource and the GPU Operat
 JOB_DIR = "/etc/dlbench"  # the job document (ConfigMap)
 SCRATCH = "/tmp"  # emptyDir: HOME, caches, rank files  # noqa: S108 - a pod-private emptyDir
 RANKS_OUT = f"{SCRATCH}/dlbench-ranks"
+#: Finished jobs (and their pods, whose logs are the reports) stay this long for 'dlbench jobs collect'.
+KEEP_FINISHED_S = 7 * 24 * 3600
 SHM_LIMIT = "16Gi"  # DataLoader workers pass batches through /dev/shm; the container default is 64 MiB
 EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 # a label key: optional DNS-subdomain prefix "/", then a name of ≤ 63 characters (Kubernetes' rules)
@@ -186,7 +188,8 @@ def pytorchjob(run: ResolvedRun, settings: LaunchSettings, name: str) -> dict[st
     if nodes > 1:
         replicas["Worker"] = {"replicas": nodes - 1, "restartPolicy": "Never",
                               "template": pod_template(run, settings, PYTORCHJOB, name)}
-    run_policy: dict[str, Any] = {"backoffLimit": 0, "cleanPodPolicy": "None"}  # keep the pods: their logs are the reports
+    # keep the pods: their logs are the reports (the cluster removes the job a week after it ended)
+    run_policy: dict[str, Any] = {"backoffLimit": 0, "cleanPodPolicy": "None", "ttlSecondsAfterFinished": KEEP_FINISHED_S}
     deadline = settings.time_limit_s
     if deadline:
         run_policy["activeDeadlineSeconds"] = deadline
@@ -203,7 +206,8 @@ def indexed_job(run: ResolvedRun, settings: LaunchSettings, name: str) -> list[d
                "spec": {"clusterIP": "None", "publishNotReadyAddresses": True, "selector": labels(name),
                         "ports": [{"name": PORT_NAME, "port": PORT, "targetPort": PORT, "protocol": "TCP"}]}}
     spec: dict[str, Any] = {"completionMode": "Indexed", "completions": nodes, "parallelism": nodes,
-                            "backoffLimit": 0, "template": pod_template(run, settings, INDEXED_JOB, name)}
+                            "backoffLimit": 0, "ttlSecondsAfterFinished": KEEP_FINISHED_S,
+                            "template": pod_template(run, settings, INDEXED_JOB, name)}
     deadline = settings.time_limit_s
     if deadline:
         spec["activeDeadlineSeconds"] = deadline
