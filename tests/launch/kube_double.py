@@ -146,12 +146,16 @@ class Cluster:
         phases = [p.phase() for p in pods]
         deadline = (job["spec"].get("runPolicy") or job["spec"]).get("activeDeadlineSeconds")
         condition = None
+        operator = kind == "PyTorchJob"  # the training operator's words (v1.9), else the Job controller's
         if phases and all(p == "Succeeded" for p in phases):
-            condition = ("Succeeded", "PyTorchJobSucceeded", "") if kind == "PyTorchJob" else ("Complete", "", "")
+            condition = ("Succeeded", "PyTorchJobSucceeded", "") if operator else ("Complete", "", "")
         elif "Failed" in phases:
-            condition = ("Failed", "BackoffLimitExceeded", "Job has reached the specified backoff limit")
+            condition = ("Failed", "PyTorchJobFailed", f"PyTorchJob {name} is failed because 1 Master replica(s) failed.") \
+                if operator else ("Failed", "BackoffLimitExceeded", "Job has reached the specified backoff limit")
         elif deadline and time.monotonic() - self.started[name] > deadline:
-            condition = ("Failed", "DeadlineExceeded", "Job was active longer than specified deadline")
+            condition = ("Failed", "PyTorchJobFailed", f"Job {name} has failed because it was active longer than "
+                         "specified deadline") if operator else \
+                ("Failed", "DeadlineExceeded", "Job was active longer than specified deadline")
         if condition is None:
             return {"active": sum(p == "Running" for p in phases)} if kind == "Job" else {}
         if condition[0] == "Failed":
