@@ -251,6 +251,15 @@ CASES: list[Case] = [
     Case("store-import-garbage", ["store", "import", "{tmp}/junk.json"], "not a dlbench run file",
          files={"junk.json": b"[1, 2"}),
     Case("store-import-missing", ["store", "import", "{tmp}/nothing.json"], "not a dlbench run file"),
+    # batch launchers: refused before anything is submitted (the unknown partition needs a real Slurm:
+    # tests/launch/test_slurm.py)
+    Case("slurm-without-sbatch", ["run", *TINY, "--launcher", "slurm", "--workdir", "{tmp}/jobs"],
+         "sbatch is not on PATH", env={"PATH": "{tmp}", "DLBENCH_JOBS_DIR": "{tmp}/registry"}),
+    Case("slurm-nodes-0", ["run", *TINY, "--launcher", "slurm", "--nodes", "0"], "--nodes 0: input should be greater than 0"),
+    Case("slurm-bad-time", ["run", *TINY, "--launcher", "slurm", "--time", "ten minutes"], "--time 'ten minutes': must be a wall-clock limit"),
+    Case("slurm-image-without-runtime", ["run", *TINY, "--launcher", "slurm", "--container-image", "x.sif"],
+         "--container-image on Slurm needs --container-runtime"),
+    Case("launcher-unknown", ["run", *TINY, "--launcher", "lsf"], "unknown launcher 'lsf'"),
 ]
 
 

@@ -80,6 +80,8 @@ class StepProgress:
 # -- where a run goes: --launcher and the scheduler settings, shared by run, suite, scale, comm, mlperf run --
 
 _SLURM, _K8S = "Slurm", "Kubernetes"
+#: What --launcher accepts (local and torchrun run on this node; slurm and k8s submit a job).
+LAUNCHER_NAMES = ("local", "torchrun", "slurm", "k8s")
 #: name → (type, Option): appended to a command's parameters by :func:`launch_options`.
 LAUNCH_OPTIONS: dict[str, tuple[Any, Any]] = {
     "launcher": (Optional[str], typer.Option(None, "--launcher", help="local | torchrun (this node) | slurm | k8s (submit a job) \\[default: local, torchrun with --nproc > 1; or the config's launcher.name].", rich_help_panel="Launch")),
@@ -123,11 +125,13 @@ class LaunchOptions:
 
     def launcher_name(self, config: str | None = None) -> str | None:
         """``--launcher``, else the config's (site's) ``launcher.name``; None: the command's own default."""
-        if self.values["launcher"]:
-            return self.values["launcher"]
         from dlbench.config import launcher_section
+        from dlbench.errors import unknown_name
 
-        return launcher_section(config).get("name")
+        name = self.values["launcher"] or launcher_section(config).get("name")
+        if name is not None and name not in LAUNCHER_NAMES:
+            raise unknown_name("launcher", str(name), LAUNCHER_NAMES)
+        return name
 
     def batch(self, config: str | None = None) -> bool:
         """Whether the run goes to a scheduler (slurm, k8s)."""

@@ -132,8 +132,9 @@ class BatchLauncher(Launcher):
             statuses = self.scheduler.reports(job_id, workdir)
         outcome = Outcome(statuses=statuses, ranks_here=ranks, returncode=0 if state.state == "done" else 1)
         if state.state in (CANCELLED, TIMEOUT) or any(s.get("status") == "aborted" for s in statuses.values()):
-            why = "reached its time limit" if state.state == TIMEOUT else "was stopped (cancelled, preempted or timed out)"
-            outcome.stopped = f"the {self.name} job {job_id} {why}" + (f" ({state.reason})" if state.reason else "")
+            why = {TIMEOUT: f"reached its time limit ({state.reason})", CANCELLED: "was cancelled"}.get(
+                state.state, "was told to stop (SIGTERM: its time limit was near, or it was preempted)")
+            outcome.stopped = f"the {self.name} job {job_id} {why}"
         elif not statuses:
             last = _last_line(self.scheduler.logs(job_id, workdir))
             outcome.start_failed = (f"the {self.name} job {job_id} ended ({state.state}{', ' + state.reason if state.reason else ''}) "

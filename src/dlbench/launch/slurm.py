@@ -5,8 +5,9 @@ The script (rendered purely by :func:`sbatch_script`) asks for ``--nodes`` nodes
 ``srun torchrun --nproc-per-node P …`` — ``--standalone`` on one node, a c10d rendezvous on the first
 host of ``scontrol show hostnames $SLURM_JOB_NODELIST`` on several. Containers: Pyxis
 (``srun --container-image``), Shifter (``#SBATCH --image`` + ``shifter``), Apptainer
-(``apptainer exec --nv``). ``--signal=B:TERM@LEAD`` reaches the script before the time limit; it
-passes SIGTERM to the step, so the ranks record ``aborted`` with what they measured before SIGKILL.
+(``apptainer exec --nv``). ``--signal=TERM@LEAD`` reaches the step's tasks (torchrun, which
+passes it to the ranks) before the time limit, so the ranks record ``aborted`` with what they measured
+before SIGKILL.
 
 Records come back as the ranks' report files in the job directory on the shared filesystem, written
 atomically (never SQLite over NFS). The state comes from ``scontrol show job`` (which needs no
@@ -76,7 +77,7 @@ def sbatch_header(run: ResolvedRun, workdir: Path, array: int | None = None, npr
     if s.exclusive:
         lines.append("#SBATCH --exclusive")
     if s.signal_lead_s:
-        lines.append(f"#SBATCH --signal=B:TERM@{s.signal_lead_s}")
+        lines.append(f"#SBATCH --signal=TERM@{s.signal_lead_s}")
     if s.container_image and s.container_runtime == "shifter":
         lines.append(f"#SBATCH --image={s.container_image}")
     if array is not None:
@@ -119,11 +120,12 @@ NODES=($(scontrol show hostnames "$SLURM_JOB_NODELIST"))
 RDZV="${{NODES[0]}}:$((29500 + SLURM_JOB_ID % 1000))"
 mkdir -p "$JOBDIR/{ranks}"
 echo "dlbench: job $SLURM_JOB_ID on ${{NODES[*]}}: $NPROC process(es) per node in $JOBDIR"
-# srun runs in the background so that the SIGTERM of --signal (or scancel) reaches this shell at once:
-# it is passed to the step, whose ranks record what they measured before Slurm's SIGKILL
+# SIGTERM (--signal before the time limit, scancel, preemption) goes to the step's tasks: torchrun passes
+# it to the ranks, which record what they measured before Slurm's SIGKILL. This shell only waits for
+# them: killing srun instead would make it cancel the step at once ("forcing job termination").
 {step} &
 STEP=$!
-trap 'kill -TERM "$STEP" 2>/dev/null' TERM INT
+trap 'echo "dlbench: SIGTERM: waiting for the ranks to record what they measured"' TERM INT
 wait "$STEP"; RC=$?
 while kill -0 "$STEP" 2>/dev/null; do wait "$STEP"; RC=$?; done
 exit $RC

@@ -1,0 +1,172 @@
+"""dlbench on a real Slurm (one node, started by the ``slurm`` fixture): submit, wait, store; cancel and
+time limit recorded ``aborted``; a job array; a failure inside the job in one sentence; --dry-run; --no-wait
+then ``dlbench jobs collect``. The runs are tiny (lstm, 2-3 steps, no telemetry)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import threading
+import time
+
+
+from dlbench.cli.app import main
+from dlbench.store import open_store
+
+TINY = ["lstm", "-p", "seq_len=4", "-p", "input_size=8", "-p", "hidden_size=8", "-b", "4", "--warmup", "1",
+        "--no-telemetry"]
+SLURM = ["--launcher", "slurm", "--nproc-per-node", "2"]
+
+
+def dlbench(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def squeue() -> list[str]:
+    return subprocess.run(["squeue", "-h", "-o", "%i %T"], capture_output=True, text=True, check=True).stdout.split("\n")[:-1]
+
+
+def wait_running(job_id: str, timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    while f"{job_id} RUNNING" not in squeue():
+        assert time.monotonic() < deadline, f"job {job_id} did not start: {squeue()}"
+        time.sleep(1)
+
+
+def test_a_2_task_ddp_run_is_submitted_waited_for_and_stored_with_the_job_id(slurm, tmp_path, capsys):
+    db = str(tmp_path / "runs.db")
+    code, out, err = dlbench(capsys, "run", *TINY, "--steps", "3", *SLURM, "--db", db, "--json")
+    assert code == 0, err
+    record = json.loads(out)
+    assert record["status"] == "ok" and record["result"]["steps"] == 3 and record["result"]["samples_per_s"] > 0
+    assert record["spec"]["launcher"] == "slurm" and record["spec"]["world_size"] == 2
+    assert "queued" in err or "running" in err
+    job_id = record["env"]["scheduler"]["job_id"]
+    assert f"submitted slurm job {job_id} " in err  # the job that ran is the one submitted
+    assert record["env"]["scheduler"]["cluster"] == "dlbenchtest"
+    assert record["spec"]["device_name"]  # resolved on the job's node
+    assert open_store(db).get(record["id"])["env"]["scheduler"]["job_id"] == job_id
+
+
+def test_a_cancelled_job_is_recorded_aborted(slurm, tmp_path, capsys):
+    db = str(tmp_path / "runs.db")
+    code, out, err = dlbench(capsys, "run", *TINY, "--steps", "100000000", *SLURM, "--db", db, "--no-wait", "--json")
+    assert code == 0, err
+    (job,) = json.loads(out)["submitted"]
+    wait_running(job["job_id"])
+    time.sleep(5)  # into the measured steps
+    code, out, err = dlbench(capsys, "jobs", "cancel", job["job_id"], "--db", db, "--json")
+    assert code == 0, err
+    (record,) = open_store(db).records()
+    assert record["status"] == "aborted"
+    assert f"slurm job {job['job_id']} was cancelled" in record["error"]
+    assert squeue() == []
+    code, out, err = dlbench(capsys, "jobs", "--json")
+    (row,) = json.loads(out)
+    assert row["state"] == "cancelled" and row["collected"]
+
+
+def test_a_job_that_hits_its_time_limit_is_recorded_aborted_with_its_steps(slurm, tmp_path, capsys):
+    """--time 1 (a minute) with a 20 s signal lead: SIGTERM reaches the ranks before the limit (Slurm sends
+    it on its periodic check, so it may come a little earlier: the ranks are measuring by then)."""
+    db = str(tmp_path / "runs.db")
+    code, out, err = dlbench(capsys, "run", *TINY, "--steps", "100000000", *SLURM, "--time", "1",
+                             "--signal-lead", "20", "--db", db, "--json")
+    assert code == 1, err
+    record = json.loads(out)
+    assert record["status"] == "aborted"
+    assert "was told to stop (SIGTERM: its time limit was near" in record["error"] and "measured step(s)" in record["error"]
+    assert record["result"]["steps"] > 0  # what it measured before the signal is kept
+    assert open_store(db).get(record["id"])["status"] == "aborted"
+
+
+def test_a_scaling_series_goes_out_as_one_job_array(slurm, tmp_path, capsys):
+    db = str(tmp_path / "runs.db")
+    code, out, err = dlbench(capsys, "scale", "lstm", "-p", "seq_len=4", "-p", "input_size=8", "-p", "hidden_size=8",
+                             "-b", "4", "--steps", "2", "--warmup", "1", "--nproc", "1,2", "--launcher", "slurm",
+                             "--db", db, "--json", "--no-plot")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert [row["nproc"] for row in doc["rows"]] == [1, 2] and all(row["status"] == "ok" for row in doc["rows"])
+    assert "submitted slurm job array" in err
+    records = open_store(db).records()
+    envs = [r["env"]["scheduler"] for r in records]
+    assert len({e["job_id"] for e in envs}) == 2  # one job (array element) per point
+    code, out, _ = dlbench(capsys, "jobs", "--json", "--no-live")
+    assert sorted(row["job_id"].split("_")[1] for row in json.loads(out)) == ["0", "1"]
+
+
+def test_a_failure_inside_the_job_reaches_the_user_in_one_sentence(slurm, tmp_path, capsys):
+    """nccl on CPU is only found out on the job's node (the submitting host cannot know its torch)."""
+    db = str(tmp_path / "runs.db")
+    code, out, err = dlbench(capsys, "run", *TINY, "--steps", "2", *SLURM, "--backend", "nccl", "--db", db)
+    assert code == 1
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("dlbench: 1 of 1 run(s) did not finish: lstm failed (rank 0 failed:")
+    assert "nccl" in last and "Traceback" not in err
+    assert open_store(db).records()[0]["status"] == "failed"
+
+
+def test_dry_run_prints_the_script_and_submits_nothing(slurm, tmp_path, capsys):
+    code, out, err = dlbench(capsys, "run", *TINY, *SLURM, "--partition", "debug", "--time", "5", "--dry-run")
+    assert code == 0, err
+    assert out.startswith("#!/bin/bash\n") and "#SBATCH --partition=debug" in out and "#SBATCH --time=5" in out
+    assert squeue() == [] and not (tmp_path / "jobs").exists() and not (tmp_path / "home" / "dlbench").exists()
+
+
+def test_no_wait_then_collect_stores_the_records_once(slurm, tmp_path, capsys):
+    db = str(tmp_path / "runs.db")
+    code, out, err = dlbench(capsys, "run", *TINY, "--steps", "2", *SLURM, "--db", db, "--no-wait", "--json")
+    assert code == 0, err
+    (job,) = json.loads(out)["submitted"]
+    assert open_store(db).records() == []
+    code, out, err = dlbench(capsys, "jobs", "collect", job["job_id"], "--db", db, "--json")
+    assert code == 0, err
+    (record,) = json.loads(out)
+    assert record["status"] == "ok" and record["env"]["scheduler"]["job_id"] == job["job_id"]
+    code, out, err = dlbench(capsys, "jobs", "collect", job["job_id"], "--db", db)
+    assert code == 2 and "already collected" in err
+    assert len(open_store(db).records()) == 1
+    code, out, err = dlbench(capsys, "jobs", "logs", job["job_id"])
+    assert code == 0 and "DLBENCH-RANK-REPORT" in out
+
+
+def test_a_signal_while_waiting_cancels_the_job_and_records_it_aborted(slurm, tmp_path):
+    """Ctrl-C / SIGTERM to the waiting dlbench: the job is cancelled, not left running on the cluster."""
+    db = str(tmp_path / "runs.db")
+    import signal, sys  # noqa: E401 - local to this test
+    proc = subprocess.Popen([sys.executable, "-m", "dlbench", "run", *TINY, "--steps", "100000000", *SLURM,
+                             "--db", db], stderr=subprocess.PIPE, text=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)
+    reader.start()
+    deadline = time.monotonic() + 120
+    while not any("running" in line for line in lines):
+        assert time.monotonic() < deadline and proc.poll() is None, "".join(lines)
+        time.sleep(0.5)
+    time.sleep(4)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=120) == 128 + signal.SIGTERM
+    (record,) = open_store(db).records()
+    assert record["status"] == "aborted" and record["error"].startswith("stopped by SIGTERM")
+    assert squeue() == []
+
+
+def test_an_unknown_partition_is_one_sentence_and_nothing_is_submitted(slurm, tmp_path, capsys):
+    code, out, err = dlbench(capsys, "run", *TINY, *SLURM, "--partition", "nosuch", "--db", str(tmp_path / "runs.db"))
+    assert code == 2, err
+    assert err.strip() == ("dlbench: error: unknown Slurm partition 'nosuch' (Partition nosuch not found); "
+                           "'sinfo -s' lists the partitions.")
+    assert squeue() == [] and open_store(str(tmp_path / "runs.db")).records() == []
+    assert not (tmp_path / "jobs").exists()  # nothing in the jobs registry
+
+
+def test_a_job_that_can_never_start_is_cancelled_after_a_bounded_wait(slurm, tmp_path, capsys):
+    """Two nodes on a one-node partition: Slurm queues it (PartitionConfig) forever; dlbench cancels it."""
+    code, out, err = dlbench(capsys, "run", *TINY, *SLURM, "--nodes", "2", "--db", str(tmp_path / "runs.db"))
+    assert code == 2, err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("dlbench: error: slurm job ") and "was cancelled after 30 s queued: the request does not fit" in last
+    assert squeue() == [] and open_store(str(tmp_path / "runs.db")).records() == []
