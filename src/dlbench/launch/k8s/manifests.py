@@ -6,8 +6,8 @@ Two shapes, the same pods:
   ``nodes - 1`` ``Worker`` replicas. The operator gives every pod ``MASTER_ADDR``/``MASTER_PORT``
   (the master pod's Service and the port named ``pytorchjob-port`` of the container named
   ``pytorch``), ``PET_NNODES``, ``PET_NODE_RANK``, ``PET_NPROC_PER_NODE`` (from ``nprocPerNode``),
-  ``WORLD_SIZE`` and ``RANK``; each pod runs ``torchrun``, which takes its node arguments from those
-  ``PET_*`` variables (pkg/controller.v1/pytorch/envvar.go and master.go of the operator, v1.9);
+  ``WORLD_SIZE`` and ``RANK``; each pod runs ``torchrun`` (under :mod:`.pod`), which takes its node
+  arguments from those ``PET_*`` variables (pkg/controller.v1/pytorch/envvar.go and master.go of the operator, v1.9);
 * an **Indexed Job + headless Service** (no operator): ``completions = parallelism = nodes``; the Job
   controller gives each pod ``JOB_COMPLETION_INDEX`` (its node rank, passed to torchrun through
   Kubernetes' ``$(VAR)`` expansion of container args) and the hostname ``<job>-<index>``; with
@@ -107,13 +107,15 @@ def pod_layout(run: ResolvedRun) -> tuple[int, int, int]:
     return run.nnodes, run.nproc, (run.nproc if run.device_type == "cuda" else 0)
 
 
-def torchrun_args(nodes: int, per_pod: int, shape: str, python: str = "python") -> list[str]:
-    """The pod's command: torchrun (its node arguments from the ``PET_*`` environment) running the worker."""
-    argv = [python, "-m", "torch.distributed.run", "--nproc-per-node", str(per_pod), "--nnodes", str(nodes),
-            "--max-restarts", "0", "--monitor-interval", "0.5", "--rdzv-backend", "static"]
+def pod_command(nodes: int, per_pod: int, shape: str) -> list[str]:
+    """The pod's command: torchrun (its node arguments from the ``PET_*`` environment) running the worker,
+    under :mod:`dlbench.launch.k8s.pod`, which prints the ranks' reports on the log once they ended."""
+    torchrun = ["-m", "torch.distributed.run", "--nproc-per-node", str(per_pod), "--nnodes", str(nodes),
+                "--max-restarts", "0", "--monitor-interval", "0.5", "--rdzv-backend", "static"]
     if shape == INDEXED_JOB:  # the PyTorchJob operator sets PET_NODE_RANK; a plain Job only its index
-        argv += ["--node-rank", "$(JOB_COMPLETION_INDEX)"]
-    return [*argv, "-m", "dlbench.api.worker", f"{JOB_DIR}/{JOB_FILE}", RANKS_OUT]
+        torchrun += ["--node-rank", "$(JOB_COMPLETION_INDEX)"]
+    return ["python", "-m", "dlbench.launch.k8s.pod", "--ranks", RANKS_OUT, "--",
+            *torchrun, "-m", "dlbench.api.worker", f"{JOB_DIR}/{JOB_FILE}", RANKS_OUT]
 
 
 def container(run: ResolvedRun, settings: LaunchSettings, shape: str, name: str) -> dict[str, Any]:
@@ -133,7 +135,7 @@ def container(run: ResolvedRun, settings: LaunchSettings, shape: str, name: str)
         env.append({"name": "DLBENCH_DB", "valueFrom": {"secretKeyRef": {"name": settings.store_secret, "key": "url"}}})
     spec: dict[str, Any] = {
         "name": CONTAINER, "image": settings.image or settings.container_image,
-        "command": torchrun_args(nodes, per_pod, shape), "env": env,
+        "command": pod_command(nodes, per_pod, shape), "env": env,
         "ports": [{"name": PORT_NAME, "containerPort": PORT, "protocol": "TCP"}],
         "volumeMounts": [{"name": "job", "mountPath": JOB_DIR, "readOnly": True},
                          {"name": "scratch", "mountPath": SCRATCH}, {"name": "dshm", "mountPath": "/dev/shm"}],

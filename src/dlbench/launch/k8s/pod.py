@@ -1,0 +1,60 @@
+"""A dlbench pod's entry point: run the ranks (torchrun), then print every rank's report on the pod's log.
+
+::
+
+    python -m dlbench.launch.k8s.pod --ranks /tmp/dlbench-ranks -- -m torch.distributed.run … -m dlbench.api.worker …
+
+The ranks of one pod share its log. Each prints its report line when it ends, and they end together
+(after the run's last collective), so with several ranks per pod their writes can interleave on the one
+stream (``print`` writes the line and its newline separately; a long line goes out in pieces) and a
+report no longer parses. So, once torchrun has ended, this process — alone on the log by then — prints
+each rank's report again from the file it wrote (``RANKS/rank<N>.json``), one whole line each;
+:func:`~dlbench.launch.batch.parse_reports` keeps the last line of a rank. The exit code is torchrun's,
+so a failed rank fails the pod; SIGTERM/SIGINT (pod deletion) go on to torchrun, which stops the ranks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from dlbench.launch._base import read_statuses
+from dlbench.launch.batch import REPORT_PREFIX
+
+
+def print_reports(ranks_dir: Path) -> int:
+    """Every report in ``ranks_dir`` as one ``DLBENCH-RANK-REPORT`` line each, in rank order; how many."""
+    statuses = read_statuses(ranks_dir) if ranks_dir.is_dir() else {}
+    text = "".join(REPORT_PREFIX + json.dumps(statuses[rank], default=str) + "\n" for rank in sorted(statuses))
+    sys.stdout.flush()
+    data = text.encode()
+    while data:  # one process, the ranks gone: nothing can come between these lines
+        data = data[os.write(sys.stdout.fileno(), data):]
+    return len(statuses)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m dlbench.launch.k8s.pod")
+    parser.add_argument("--ranks", required=True, help="the directory where the ranks write rank<N>.json")
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- then the arguments of this Python (torchrun)")
+    args = parser.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    child = subprocess.Popen([sys.executable, *command])  # noqa: S603 - the manifest's own argv, no shell
+
+    def forward(signum, frame) -> None:  # noqa: ARG001 - the signal handler's signature
+        child.send_signal(signum)
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, forward)
+    code = child.wait()
+    print_reports(Path(args.ranks))
+    return code if code >= 0 else 128 - code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,53 @@
+"""The pod entry point (``python -m dlbench.launch.k8s.pod``): after the ranks ended it prints each
+rank's report as one whole line — even when the ranks' own lines were cut into each other on the
+shared log — returns torchrun's exit code, and passes SIGTERM on (pod deletion)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+from dlbench.launch.batch import REPORT_PREFIX, parse_reports
+
+POD = [sys.executable, "-m", "dlbench.launch.k8s.pod"]
+
+
+def test_reports_are_printed_whole_after_the_ranks_and_the_exit_code_kept(tmp_path):
+    ranks = tmp_path / "ranks"
+    big = {"status": "ok", "result": {"step_times_s": [0.001 * i for i in range(3000)]}}  # > one pipe write
+    child = (  # two "ranks" whose report lines collide on the log, as ranks of one pod can
+        "import json, os, pathlib, sys\n"
+        f"d = pathlib.Path({str(ranks)!r}); d.mkdir()\n"
+        f"big = {json.dumps(big)!r}\n"
+        "(d / 'rank0.json').write_text(json.dumps({'rank': 0, **json.loads(big)}))\n"
+        "(d / 'rank1.json').write_text(json.dumps({'rank': 1, 'status': 'failed', 'error': 'RuntimeError: x'}))\n"
+        f"sys.stdout.write({REPORT_PREFIX!r} + '{{\"rank\": 0, \"status\": \"ok\", \"resu')\n"
+        f"sys.stdout.write({REPORT_PREFIX!r} + '{{\"rank\": 1}}\\n')\n"
+        "sys.exit(3)\n"
+    )
+    done = subprocess.run([*POD, "--ranks", str(ranks), "--", "-c", child], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 3
+    reports = parse_reports(done.stdout)
+    assert reports[0]["status"] == "ok" and len(reports[0]["result"]["step_times_s"]) == 3000
+    assert reports[1] == {"rank": 1, "status": "failed", "error": "RuntimeError: x"}
+    assert done.stdout.splitlines()[-2].startswith(REPORT_PREFIX + '{"rank": 0')  # after the ranks' own output
+
+
+def test_no_reports_no_lines(tmp_path):
+    done = subprocess.run([*POD, "--ranks", str(tmp_path / "none"), "--", "-c", "pass"], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0 and REPORT_PREFIX not in done.stdout
+
+
+def test_sigterm_reaches_the_ranks(tmp_path):
+    started = tmp_path / "started"
+    child = (f"import pathlib, time; pathlib.Path({str(started)!r}).touch(); time.sleep(120)")
+    proc = subprocess.Popen([*POD, "--ranks", str(tmp_path), "--", "-c", child])
+    deadline = time.monotonic() + 60
+    while not started.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 128 + signal.SIGTERM  # the child died of the SIGTERM passed on
