@@ -173,9 +173,22 @@ class Cluster:
             for pod in self.job_pods(name):  # a test can tell "nothing left" at once; a cluster takes the grace)
                 pod.stop()
                 del self.pods[pod.name]
+            uid = obj["metadata"]["uid"]  # the garbage collector: what the job owns goes with it
+            for key in [k for k, o in self.objects.items()
+                        if any(r.get("uid") == uid for r in o["metadata"].get("ownerReferences", []))]:
+                del self.objects[key]
         if kind in ("PyTorchJob", "Service"):  # what the API answers: the object, or a Status
             return obj
         return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"}
+
+    def patch(self, kind: str, ns: str, name: str, ops: list[dict[str, Any]]) -> dict[str, Any]:
+        """A JSON patch; the double knows one operation, the one dlbench sends: add ownerReferences."""
+        obj = self.get(kind, ns, name)
+        for op in ops:
+            if op != {**op, "op": "add", "path": "/metadata/ownerReferences"}:
+                raise ApiError(422, "Invalid", f"the double cannot apply {op}")
+            obj["metadata"]["ownerReferences"] = op["value"]
+        return obj
 
     def list_pods(self, ns: str, selector: str) -> dict[str, Any]:
         key, _, value = selector.partition("=")
@@ -273,6 +286,10 @@ class Handler(BaseHTTPRequestHandler):
             return 200, cluster.get(kind, ns, name)
         if verb == "delete":
             return 200, cluster.delete(kind, ns, name)
+        if verb == "patch":
+            if self.headers.get("Content-Type") != "application/json-patch+json":
+                raise ApiError(415, "UnsupportedMediaType", f"the double takes JSON patches, not {self.headers.get('Content-Type')}")
+            return 200, cluster.patch(kind, ns, name, json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
         raise ApiError(405, "MethodNotAllowed", f"{verb} {path}")
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's names
@@ -280,6 +297,9 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:  # noqa: N802
         self._handle("create")
+
+    def do_PATCH(self) -> None:  # noqa: N802
+        self._handle("patch")
 
     def do_DELETE(self) -> None:  # noqa: N802
         if int(self.headers.get("Content-Length") or 0):

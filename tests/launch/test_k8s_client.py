@@ -213,3 +213,25 @@ def test_a_selector_no_node_matches_is_cancelled_after_the_bounded_wait(kube, tm
         execute(run, store, env={}, launcher=get_launcher("k8s"))
     assert kube.objects == {} and kube.pods == {}  # cancelled: nothing left in the cluster
     assert store.records() == []  # nothing ran: nothing recorded
+
+
+def test_the_job_owns_its_config_map_and_service(kube, tmp_path):
+    scheduler = KubeScheduler()
+    job_id = submit(scheduler, k8s_run(operator="job", node_selector={"absent": "x"}), tmp_path / "job")
+    _, _, name = job_id.split("/")
+    job_uid = kube.objects[("Job", "default", name)]["metadata"]["uid"]
+    for kind in ("ConfigMap", "Service"):
+        (owned,) = [o for k, o in kube.objects.items() if k[0] == kind]
+        assert owned["metadata"]["ownerReferences"] == [
+            {"apiVersion": "batch/v1", "kind": "Job", "name": name, "uid": job_uid}]
+    scheduler._remove("default", "Job", name)  # as the TTL controller or 'kubectl delete job' would
+    assert kube.objects == {}  # the garbage collector took what the job owned
+
+
+def test_without_the_right_to_patch_the_job_still_runs(kube, tmp_path):
+    kube.refuse[("patch", "ConfigMap")] = (403, "configmaps is forbidden: cannot patch")
+    scheduler = KubeScheduler()
+    job_id = submit(scheduler, k8s_run(operator="job", node_selector={"absent": "x"}), tmp_path / "job")
+    assert scheduler.state(job_id).state == QUEUED
+    scheduler.cancel(job_id)
+    assert kube.objects == {}

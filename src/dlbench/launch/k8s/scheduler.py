@@ -170,28 +170,44 @@ class KubeScheduler(Scheduler):
         created: list[dict[str, Any]] = []
         try:
             for obj in objects:
-                self._create(obj)
+                answer = self._create(obj)
                 created.append(obj)
         except UsageError:
             for obj in reversed(created):  # nothing half-submitted stays behind
                 self._delete(obj)
             raise
         job = objects[-1]
+        self._own(objects[:-1], job, answer["metadata"]["uid"])
         kind = PYTORCHJOB if job["kind"] == "PyTorchJob" else INDEXED_JOB
         return f"{job['metadata']['namespace']}/{kind}/{job['metadata']['name']}"
 
-    def _create(self, obj: dict[str, Any]) -> None:
+    def _create(self, obj: dict[str, Any]) -> dict[str, Any]:
         core, batch, custom, _ = self._apis()
         ns, kind = obj["metadata"]["namespace"], obj["kind"]
         doing = f"create {kind} {obj['metadata']['name']} in namespace {ns}"
         if kind == "ConfigMap":
-            self._call(doing, core.create_namespaced_config_map, ns, obj)
+            answer = self._call(doing, core.create_namespaced_config_map, ns, obj)
         elif kind == "Service":
-            self._call(doing, core.create_namespaced_service, ns, obj)
+            answer = self._call(doing, core.create_namespaced_service, ns, obj)
         elif kind == "Job":
-            self._call(doing, batch.create_namespaced_job, ns, obj)
+            answer = self._call(doing, batch.create_namespaced_job, ns, obj)
         else:
-            self._call(doing, custom.create_namespaced_custom_object, *KUBEFLOW[:2], ns, KUBEFLOW[2], obj)
+            answer = self._call(doing, custom.create_namespaced_custom_object, *KUBEFLOW[:2], ns, KUBEFLOW[2], obj)
+        return self.client.sanitize_for_serialization(answer)
+
+    def _own(self, objects: list[dict[str, Any]], job: dict[str, Any], uid: str) -> None:
+        """Make the job the owner of its ConfigMap and Service, so that the cluster deletes them with it
+        (``ttlSecondsAfterFinished``, ``kubectl delete``). Best effort: ``cancel`` deletes them anyway."""
+        core = self._apis()[0]
+        owner = {"apiVersion": job["apiVersion"], "kind": job["kind"], "name": job["metadata"]["name"], "uid": uid}
+        patch = [{"op": "add", "path": "/metadata/ownerReferences", "value": [owner]}]  # JSON patch: every client version
+        for obj in objects:
+            name, ns = obj["metadata"]["name"], obj["metadata"]["namespace"]
+            fn = core.patch_namespaced_config_map if obj["kind"] == "ConfigMap" else core.patch_namespaced_service
+            try:
+                self._call(f"set the owner of {obj['kind']} {name}", fn, name, ns, patch)
+            except UsageError:
+                continue  # e.g. no patch right: the job still runs; cancel removes these by name
 
     def _delete(self, obj: dict[str, Any]) -> None:
         self._remove(obj["metadata"]["namespace"], obj["kind"], obj["metadata"]["name"])
