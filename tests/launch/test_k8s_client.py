@@ -201,6 +201,11 @@ def test_only_hopeless_reasons_end_the_pending_wait():
     assert "check --node-selector and --toleration" in scheduler.never_starts(taint)
     assert scheduler.never_starts(busy) is None  # GPUs busy: a queue, not a mistake
     assert "check --image" in scheduler.never_starts(image)
+    root = JobState(QUEUED, "CreateContainerConfigError: container has runAsNonRoot and image will run as root "
+                            "(pod: \"dlbench-x-0_default(1)\", container: pytorch)")
+    assert "numeric non-root USER" in scheduler.never_starts(root)
+    secret = JobState(QUEUED, "CreateContainerConfigError: secret \"dlbench-store\" not found")
+    assert "check --store-secret" in scheduler.never_starts(secret)
 
 
 def test_a_selector_no_node_matches_is_cancelled_after_the_bounded_wait(kube, tmp_path, monkeypatch):

@@ -298,3 +298,15 @@ def test_every_shape_lists_the_same_objects_in_creation_order(tmp_path):
     for shape in (PYTORCHJOB, INDEXED_JOB):
         objects = manifests(run, run.settings, shape, "dlbench-x")
         assert objects[0]["kind"] == "ConfigMap"  # the pods mount it: it exists before them
+
+
+def test_the_operators_init_container_may_run_as_its_image_says(tmp_path):
+    """The training operator (v1.9, initcontainer.go) adds ``init-pytorch`` (alpine, root, no
+    securityContext) to Worker pods; a pod-wide runAsNonRoot would make the kubelet refuse it wherever
+    UIDs are not assigned (everywhere but OpenShift), so only dlbench's own container carries it."""
+    job = render(PYTORCHJOB, "cpu-2nodes", tmp_path)[-1]
+    worker = copy.deepcopy(job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"])
+    worker["spec"]["initContainers"] = [{"name": "init-pytorch", "image": "alpine:3.10",
+                                         "command": ["sh", "-c", "nslookup master"]}]
+    assert "runAsNonRoot" not in worker["spec"]["securityContext"]
+    assert worker["spec"]["containers"][0]["securityContext"]["runAsNonRoot"] is True

@@ -15,8 +15,9 @@ Two shapes, the same pods:
   lets the others resolve it before it is ready (the pods have no readiness probe).
 
 Every pod passes Pod Security "restricted" and OpenShift's ``restricted-v2`` SCC: non-root with no fixed
-UID (OpenShift assigns one from the namespace's range), no privilege escalation, every capability
-dropped, seccomp ``RuntimeDefault``, only emptyDir/ConfigMap volumes; ``HOME``, caches and the rank
+UID (OpenShift assigns one from the namespace's range; elsewhere the image's USER must be a non-root
+UID), no privilege escalation, every capability dropped, seccomp ``RuntimeDefault``, only
+emptyDir/ConfigMap volumes; ``HOME``, caches and the rank
 files live on emptyDir, since an arbitrary UID owns no home directory and the image's root filesystem
 may be read-only. A PostgreSQL URL only ever comes from a Secret (``secretKeyRef``), never inline.
 The job document is a batch one (:func:`~dlbench.launch.batch.batch_job_document`), so each rank also
@@ -155,7 +156,10 @@ def pod_template(run: ResolvedRun, settings: LaunchSettings, shape: str, name: s
         tolerations.insert(0, {"key": GPU, "operator": "Exists", "effect": "NoSchedule"})
     spec: dict[str, Any] = {
         "restartPolicy": "Never",  # a failed rank fails the run; dlbench never half-restarts a measurement
-        "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+        # runAsNonRoot on the container, not the pod: the training operator adds an init container to
+        # Worker pods (alpine, as root, waiting for the master's DNS name) that a pod-wide runAsNonRoot
+        # would stop on clusters that do not assign UIDs (OpenShift does)
+        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
         "containers": [container(run, settings, shape, name)],
         "volumes": [{"name": "job", "configMap": {"name": f"{name}-job"}},
                     {"name": "scratch", "emptyDir": {}},

@@ -288,6 +288,11 @@ class KubeScheduler(Scheduler):
                     "against the nodes' labels and taints (kubectl get nodes --show-labels).")
         if reason.split(":")[0] in BAD_IMAGE:
             return f"the pod image cannot be pulled ({reason.rstrip('.')}); check --image and the pull secret."
+        if reason.startswith("CreateContainerConfigError"):
+            hint = ("the image runs as root, which runAsNonRoot refuses: build it with a numeric non-root USER "
+                    "(OpenShift assigns a UID itself)") if "non-root" in reason or "as root" in reason \
+                else "check --store-secret (a Secret with the key 'url') and the image"
+            return f"the pod's container cannot be created ({reason.rstrip('.')}); {hint}."
         return None
 
 
@@ -324,7 +329,7 @@ def pods_state(pods: list[dict[str, Any]]) -> JobState:
         for condition in status.get("conditions") or []:
             if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
                 return JobState(QUEUED, f"{condition.get('reason') or 'Unschedulable'}: {condition.get('message') or ''}".strip())
-        for cs in status.get("containerStatuses") or []:
+        for cs in (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or []):
             waiting = (cs.get("state") or {}).get("waiting") or {}
             if waiting.get("reason") not in (None, "ContainerCreating", "PodInitializing"):
                 return JobState(QUEUED, f"{waiting['reason']}: {waiting.get('message') or ''}".strip().rstrip(":"))
