@@ -40,3 +40,4 @@ def slurm(slurm_cluster, tmp_path, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [SRC, os.environ.get("PYTHONPATH")])))
     yield slurm_cluster
     slurm_cluster.cancel_all()
+

@@ -62,7 +62,7 @@ def test_a_cancelled_job_is_recorded_aborted(slurm, tmp_path, capsys):
     (record,) = open_store(db).records()
     assert record["status"] == "aborted"
     assert f"slurm job {job['job_id']} was cancelled" in record["error"]
-    assert squeue() == []
+    assert squeue() == [] and slurm.left_running() == []
     code, out, err = dlbench(capsys, "jobs", "--json")
     (row,) = json.loads(out)
     assert row["state"] == "cancelled" and row["collected"]
@@ -80,6 +80,7 @@ def test_a_job_that_hits_its_time_limit_is_recorded_aborted_with_its_steps(slurm
     assert "was told to stop (SIGTERM: its time limit was near" in record["error"] and "measured step(s)" in record["error"]
     assert record["result"]["steps"] > 0  # what it measured before the signal is kept
     assert open_store(db).get(record["id"])["status"] == "aborted"
+    assert slurm.left_running() == []  # no rank outlives the job
 
 
 def test_a_scaling_series_goes_out_as_one_job_array(slurm, tmp_path, capsys):
@@ -151,7 +152,7 @@ def test_a_signal_while_waiting_cancels_the_job_and_records_it_aborted(slurm, tm
     assert proc.wait(timeout=120) == 128 + signal.SIGTERM
     (record,) = open_store(db).records()
     assert record["status"] == "aborted" and record["error"].startswith("stopped by SIGTERM")
-    assert squeue() == []
+    assert squeue() == [] and slurm.left_running() == []
 
 
 def test_an_unknown_partition_is_one_sentence_and_nothing_is_submitted(slurm, tmp_path, capsys):
