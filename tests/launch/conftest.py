@@ -6,9 +6,9 @@ import os
 from pathlib import Path
 
 import pytest
+from slurm_cluster import SlurmCluster, missing
 
 import dlbench
-from slurm_cluster import SlurmCluster, missing
 
 #: Where the dlbench under test lives: jobs run it (not another installed copy) through PYTHONPATH.
 SRC = str(Path(dlbench.__file__).resolve().parents[1])

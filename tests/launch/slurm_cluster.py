@@ -119,7 +119,7 @@ class SlurmCluster:
                                            env=dict(os.environ) | self.env, start_new_session=True))
 
     def _node_idle(self) -> bool:
-        out = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, env=dict(os.environ) | self.env)
+        out = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, env=dict(os.environ) | self.env, check=False)
         return out.returncode == 0 and out.stdout.strip().startswith("idle")
 
     def _wait(self, ready, timeout_s: float, what: str) -> None:
@@ -133,7 +133,7 @@ class SlurmCluster:
 
     def cancel_all(self) -> None:
         """Cancel every job (between tests: the next one starts on an empty queue)."""
-        subprocess.run(["scancel", "--full", "--user", "root"], capture_output=True, env=dict(os.environ) | self.env)
+        subprocess.run(["scancel", "--full", "--user", "root"], capture_output=True, env=dict(os.environ) | self.env, check=False)
 
     def stop(self) -> None:
         """Cancel all jobs, stop the daemons (and any job step they left), in reverse order."""
