@@ -7,10 +7,10 @@ import os
 from pathlib import Path
 
 import pytest
-
-import dlbench
 from kube_double import Cluster, kubeconfig, serve
 from slurm_cluster import SlurmCluster, missing
+
+import dlbench
 
 #: Where the dlbench under test lives: jobs run it (not another installed copy) through PYTHONPATH.
 SRC = str(Path(dlbench.__file__).resolve().parents[1])

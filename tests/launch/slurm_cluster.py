@@ -119,7 +119,7 @@ class SlurmCluster:
                                            env=dict(os.environ) | self.env, start_new_session=True))
 
     def _node_idle(self) -> bool:
-        out = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, env=dict(os.environ) | self.env)
+        out = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, env=dict(os.environ) | self.env, check=False)
         return out.returncode == 0 and out.stdout.strip().startswith("idle")
 
     def _wait(self, ready, timeout_s: float, what: str) -> None:
@@ -133,7 +133,7 @@ class SlurmCluster:
 
     def cancel_all(self) -> None:
         """Cancel every job (between tests: the next one starts on an empty queue)."""
-        subprocess.run(["scancel", "--full", "--user", "root"], capture_output=True, env=dict(os.environ) | self.env)
+        subprocess.run(["scancel", "--full", "--user", "root"], capture_output=True, env=dict(os.environ) | self.env, check=False)
 
     def stop(self) -> None:
         """Cancel all jobs, stop the daemons (and any job step they left), in reverse order."""
@@ -155,11 +155,35 @@ class SlurmCluster:
                     psutil.Process(pid).kill()
                 except psutil.Error:
                     pass
-        # slurmstepd processes are children of init once slurmd is gone: end those of this cluster
-        for proc in psutil.process_iter(["name", "cmdline"]):
-            if proc.info["name"] == "slurmstepd" and str(self.root) in " ".join(proc.info["cmdline"] or []):
+        # job processes outlive slurmd (slurmstepd is re-parented to init; with proctrack/pgid a task's own
+        # children in other sessions are not tracked): end every process of this cluster's jobs, known by
+        # the SLURM_CONF they inherited from the submitting test
+        for proc in self.job_processes():
+            try:
                 proc.kill()
+            except psutil.Error:
+                pass
         self.procs.clear()
+
+    def left_running(self, timeout_s: float = 30.0) -> list[psutil.Process]:
+        """The job processes still running once ``timeout_s`` passed without them all ending (a cancelled
+        job's ranks take a moment to record and exit); [] as soon as none runs."""
+        deadline = time.monotonic() + timeout_s
+        while (left := self.job_processes()) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        return left
+
+    def job_processes(self) -> list[psutil.Process]:
+        """Processes started by this cluster's jobs (still running)."""
+        found = []
+        for proc in psutil.process_iter():
+            try:
+                if proc.environ().get("SLURM_CONF") == str(self.conf) and proc.environ().get("SLURM_JOB_ID") \
+                        and proc.status() != psutil.STATUS_ZOMBIE:
+                    found.append(proc)
+            except psutil.Error:
+                continue
+        return found
 
 
 if __name__ == "__main__":

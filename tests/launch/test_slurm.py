@@ -5,10 +5,11 @@ then ``dlbench jobs collect``. The runs are tiny (lstm, 2-3 steps, no telemetry)
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
+import sys
 import threading
 import time
-
 
 from dlbench.cli.app import main
 from dlbench.store import open_store
@@ -62,7 +63,7 @@ def test_a_cancelled_job_is_recorded_aborted(slurm, tmp_path, capsys):
     (record,) = open_store(db).records()
     assert record["status"] == "aborted"
     assert f"slurm job {job['job_id']} was cancelled" in record["error"]
-    assert squeue() == []
+    assert squeue() == [] and slurm.left_running() == []
     code, out, err = dlbench(capsys, "jobs", "--json")
     (row,) = json.loads(out)
     assert row["state"] == "cancelled" and row["collected"]
@@ -80,6 +81,7 @@ def test_a_job_that_hits_its_time_limit_is_recorded_aborted_with_its_steps(slurm
     assert "was told to stop (SIGTERM: its time limit was near" in record["error"] and "measured step(s)" in record["error"]
     assert record["result"]["steps"] > 0  # what it measured before the signal is kept
     assert open_store(db).get(record["id"])["status"] == "aborted"
+    assert slurm.left_running() == []  # no rank outlives the job
 
 
 def test_a_scaling_series_goes_out_as_one_job_array(slurm, tmp_path, capsys):
@@ -101,7 +103,7 @@ def test_a_scaling_series_goes_out_as_one_job_array(slurm, tmp_path, capsys):
 def test_a_failure_inside_the_job_reaches_the_user_in_one_sentence(slurm, tmp_path, capsys):
     """nccl on CPU is only found out on the job's node (the submitting host cannot know its torch)."""
     db = str(tmp_path / "runs.db")
-    code, out, err = dlbench(capsys, "run", *TINY, "--steps", "2", *SLURM, "--backend", "nccl", "--db", db)
+    code, _, err = dlbench(capsys, "run", *TINY, "--steps", "2", *SLURM, "--backend", "nccl", "--db", db)
     assert code == 1
     last = err.strip().splitlines()[-1]
     assert last.startswith("dlbench: 1 of 1 run(s) did not finish: lstm failed (rank 0 failed:")
@@ -136,7 +138,6 @@ def test_no_wait_then_collect_stores_the_records_once(slurm, tmp_path, capsys):
 def test_a_signal_while_waiting_cancels_the_job_and_records_it_aborted(slurm, tmp_path):
     """Ctrl-C / SIGTERM to the waiting dlbench: the job is cancelled, not left running on the cluster."""
     db = str(tmp_path / "runs.db")
-    import signal, sys  # noqa: E401 - local to this test
     proc = subprocess.Popen([sys.executable, "-m", "dlbench", "run", *TINY, "--steps", "100000000", *SLURM,
                              "--db", db], stderr=subprocess.PIPE, text=True)
     lines: list[str] = []
@@ -151,11 +152,11 @@ def test_a_signal_while_waiting_cancels_the_job_and_records_it_aborted(slurm, tm
     assert proc.wait(timeout=120) == 128 + signal.SIGTERM
     (record,) = open_store(db).records()
     assert record["status"] == "aborted" and record["error"].startswith("stopped by SIGTERM")
-    assert squeue() == []
+    assert squeue() == [] and slurm.left_running() == []
 
 
 def test_an_unknown_partition_is_one_sentence_and_nothing_is_submitted(slurm, tmp_path, capsys):
-    code, out, err = dlbench(capsys, "run", *TINY, *SLURM, "--partition", "nosuch", "--db", str(tmp_path / "runs.db"))
+    code, _, err = dlbench(capsys, "run", *TINY, *SLURM, "--partition", "nosuch", "--db", str(tmp_path / "runs.db"))
     assert code == 2, err
     assert err.strip() == ("dlbench: error: unknown Slurm partition 'nosuch' (Partition nosuch not found); "
                            "'sinfo -s' lists the partitions.")
@@ -165,7 +166,7 @@ def test_an_unknown_partition_is_one_sentence_and_nothing_is_submitted(slurm, tm
 
 def test_a_job_that_can_never_start_is_cancelled_after_a_bounded_wait(slurm, tmp_path, capsys):
     """Two nodes on a one-node partition: Slurm queues it (PartitionConfig) forever; dlbench cancels it."""
-    code, out, err = dlbench(capsys, "run", *TINY, *SLURM, "--nodes", "2", "--db", str(tmp_path / "runs.db"))
+    code, _, err = dlbench(capsys, "run", *TINY, *SLURM, "--nodes", "2", "--db", str(tmp_path / "runs.db"))
     assert code == 2, err
     last = err.strip().splitlines()[-1]
     assert last.startswith("dlbench: error: slurm job ") and "was cancelled after 30 s queued: the request does not fit" in last

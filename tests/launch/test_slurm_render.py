@@ -102,3 +102,15 @@ def test_a_batch_record_says_telemetry_was_not_sampled_and_why():
 def test_device_and_gpus_that_contradict_are_a_usage_error(settings, spec, fragment):
     with pytest.raises(UsageError, match=fragment.replace("-", r"\-")):
         resolve_batch(RunSpec(**TINY, **spec), LaunchSettings(**settings), "slurm")
+
+
+def test_the_hpo_workers_array_runs_one_worker_per_element():
+    from dlbench.api.hpo_slurm import SlurmEngine, worker_array_script
+
+    plans = SlurmEngine("s1", LaunchSettings(partition="gpu", gpus_per_node=1)).plan(
+        ["/venv/python", "-m", "dlbench", "hpo", "worker", "s1"], 3)
+    script = worker_array_script(plans, LaunchSettings(partition="gpu", gpus_per_node=1), WORKDIR, "s1")
+    assert "#SBATCH --array=0-2" in lines(script) and "#SBATCH --partition=gpu" in lines(script)
+    assert "#SBATCH --gpus-per-node=1" in lines(script)
+    assert lines(script)[-1] == 'exec srun /venv/python -m dlbench hpo worker s1 --index "$SLURM_ARRAY_TASK_ID"'
+    assert 'export DLBENCH_HPO_WORKER="slurm-$SLURM_ARRAY_JOB_ID:w$SLURM_ARRAY_TASK_ID"' in lines(script)

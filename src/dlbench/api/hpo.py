@@ -24,6 +24,7 @@ import optuna
 import torch
 from optuna.trial import TrialState
 
+from dlbench.api.hpo_slurm import SlurmEngine
 from dlbench.api.pipeline import execute
 from dlbench.api.resolve import resolve_train
 from dlbench.config import load_yaml
@@ -75,7 +76,8 @@ def run_study(spec: StudySpec | None, db: str | None = None, storage: str | None
     study = hpo_storage.create_or_load(spec, backend, make_sampler(spec), make_pruner(spec), resume is not None, display(url))
     deadline = time.time() + spec.timeout_s if spec.timeout_s else None
     argv = ["-m", "dlbench", "hpo", "worker", spec.name] + (["--deadline", str(deadline)] if deadline else [])
-    engine = LocalEngine(torch.cuda.device_count(), sorted(os.sched_getaffinity(0)))
+    engine = SlurmEngine(spec.name) if spec.engine == "slurm" else \
+        LocalEngine(torch.cuda.device_count(), sorted(os.sched_getaffinity(0)))
     # the URLs go through the environment: a password never shows in the process list
     plans = [replace(p, env=p.env | {"DLBENCH_DB": store.url, STORAGE_ENV: url})
              for p in engine.plan([sys.executable, *argv], spec.workers)]

@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
+import threading
+import time
 from pathlib import Path
 
 from dlbench.api.jobs import JOBS
@@ -42,6 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     progress = Progress()
     out.mkdir(parents=True, exist_ok=True)  # a pod's ranks start with nobody to make it (no launcher process)
     mark_started(out, launch.rank)
+    if document.get("batch"):
+        _stop_when_orphaned()
     with stop_on_signals():
         try:
             result = job.run_rank(document["spec"], launch, progress, lambda: mark_joined(out, launch.rank))
@@ -55,6 +60,20 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         _report(out, launch.rank, document, {"status": "ok", "result": result} | _batch_extras(job, document, launch))
     return 0
+
+
+def _stop_when_orphaned(poll_s: float = 1.0) -> None:
+    """SIGTERM to this rank once torchrun, its parent, is gone. torchrun starts each rank in a session of
+    its own, so a scheduler that kills the step by process group (Slurm's proctrack/pgid) or SIGKILLs
+    torchrun would leave the ranks running on the node, with no one to report to."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(poll_s)
+        os.kill(os.getpid(), signal.SIGTERM)  # the main thread records what it measured and ends
+
+    threading.Thread(target=watch, name="dlbench-orphan-watch", daemon=True).start()
 
 
 def _report(out: Path, rank: int, document: dict, status: dict) -> None:

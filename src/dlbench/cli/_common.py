@@ -9,7 +9,7 @@ import sys
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 import typer
 
@@ -84,28 +84,28 @@ _SLURM, _K8S = "Slurm", "Kubernetes"
 LAUNCHER_NAMES = ("local", "torchrun", "slurm", "k8s")
 #: name → (type, Option): appended to a command's parameters by :func:`launch_options`.
 LAUNCH_OPTIONS: dict[str, tuple[Any, Any]] = {
-    "launcher": (Optional[str], typer.Option(None, "--launcher", help="local | torchrun (this node) | slurm | k8s (submit a job) \\[default: local, torchrun with --nproc > 1; or the config's launcher.name].", rich_help_panel="Launch")),
-    "nodes": (Optional[int], typer.Option(None, "--nodes", help="Nodes of a slurm/k8s job \\[default: 1].", rich_help_panel="Launch")),
-    "gpus_per_node": (Optional[int], typer.Option(None, "--gpus-per-node", help="GPUs (and ranks) per node of a slurm/k8s job.", rich_help_panel="Launch")),
-    "nproc_per_node": (Optional[int], typer.Option(None, "--nproc-per-node", help="Ranks per node of a CPU job (instead of --gpus-per-node).", rich_help_panel="Launch")),
-    "time": (Optional[str], typer.Option(None, "--time", help="Wall-clock limit in Slurm's format: MINUTES, HH:MM:SS, D-HH:MM.", rich_help_panel="Launch")),
-    "signal_lead": (Optional[int], typer.Option(None, "--signal-lead", help="Seconds before --time that the job gets SIGTERM to record what it measured \\[default: 60].", rich_help_panel=_SLURM)),
-    "partition": (Optional[str], typer.Option(None, "--partition", help="Slurm partition.", rich_help_panel=_SLURM)),
-    "account": (Optional[str], typer.Option(None, "--account", help="Slurm account.", rich_help_panel=_SLURM)),
-    "qos": (Optional[str], typer.Option(None, "--qos", help="Slurm QOS.", rich_help_panel=_SLURM)),
-    "constraint": (Optional[str], typer.Option(None, "--constraint", help="Slurm node features, e.g. gpu&hbm80g.", rich_help_panel=_SLURM)),
-    "reservation": (Optional[str], typer.Option(None, "--reservation", help="Slurm reservation.", rich_help_panel=_SLURM)),
-    "requeue": (Optional[bool], typer.Option(None, "--requeue/--no-requeue", help="Let Slurm requeue the job after preemption.", show_default=False, rich_help_panel=_SLURM)),
-    "exclusive": (Optional[bool], typer.Option(None, "--exclusive/--shared", help="Whole nodes for the job (other jobs would lower the numbers) \\[default: exclusive].", show_default=False, rich_help_panel=_SLURM)),
-    "container_image": (Optional[str], typer.Option(None, "--container-image", help="Image the ranks run in (Slurm: with --container-runtime).", rich_help_panel=_SLURM)),
-    "container_runtime": (Optional[str], typer.Option(None, "--container-runtime", help="pyxis | shifter | apptainer.", rich_help_panel=_SLURM)),
-    "workdir": (Optional[str], typer.Option(None, "--workdir", help="Where job directories go, on a filesystem every node sees \\[default: ~/dlbench/jobs].", rich_help_panel="Launch")),
-    "namespace": (Optional[str], typer.Option(None, "--namespace", help="Kubernetes namespace \\[default: default].", rich_help_panel=_K8S)),
-    "image": (Optional[str], typer.Option(None, "--image", help="Pod image (default: --container-image).", rich_help_panel=_K8S)),
-    "node_selector": (Optional[list[str]], typer.Option(None, "--node-selector", help="KEY=VALUE (repeatable), e.g. nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3.", rich_help_panel=_K8S)),
-    "toleration": (Optional[list[str]], typer.Option(None, "--toleration", help="KEY[=VALUE][:EFFECT] (repeatable), e.g. nvidia.com/gpu:NoSchedule.", rich_help_panel=_K8S)),
-    "priority_class": (Optional[str], typer.Option(None, "--priority-class", help="Kubernetes PriorityClass.", rich_help_panel=_K8S)),
-    "store_secret": (Optional[str], typer.Option(None, "--store-secret", help="Secret (key 'url') with the PostgreSQL URL the pods record into.", rich_help_panel=_K8S)),
+    "launcher": (str | None, typer.Option(None, "--launcher", help="local | torchrun (this node) | slurm | k8s (submit a job) \\[default: local, torchrun with --nproc > 1; or the config's launcher.name].", rich_help_panel="Launch")),
+    "nodes": (int | None, typer.Option(None, "--nodes", help="Nodes of a slurm/k8s job \\[default: 1].", rich_help_panel="Launch")),
+    "gpus_per_node": (int | None, typer.Option(None, "--gpus-per-node", help="GPUs (and ranks) per node of a slurm/k8s job.", rich_help_panel="Launch")),
+    "nproc_per_node": (int | None, typer.Option(None, "--nproc-per-node", help="Ranks per node of a CPU job (instead of --gpus-per-node).", rich_help_panel="Launch")),
+    "time": (str | None, typer.Option(None, "--time", help="Wall-clock limit in Slurm's format: MINUTES, HH:MM:SS, D-HH:MM.", rich_help_panel="Launch")),
+    "signal_lead": (int | None, typer.Option(None, "--signal-lead", help="Seconds before --time that the job gets SIGTERM to record what it measured \\[default: 60].", rich_help_panel=_SLURM)),
+    "partition": (str | None, typer.Option(None, "--partition", help="Slurm partition.", rich_help_panel=_SLURM)),
+    "account": (str | None, typer.Option(None, "--account", help="Slurm account.", rich_help_panel=_SLURM)),
+    "qos": (str | None, typer.Option(None, "--qos", help="Slurm QOS.", rich_help_panel=_SLURM)),
+    "constraint": (str | None, typer.Option(None, "--constraint", help="Slurm node features, e.g. gpu&hbm80g.", rich_help_panel=_SLURM)),
+    "reservation": (str | None, typer.Option(None, "--reservation", help="Slurm reservation.", rich_help_panel=_SLURM)),
+    "requeue": (bool | None, typer.Option(None, "--requeue/--no-requeue", help="Let Slurm requeue the job after preemption.", show_default=False, rich_help_panel=_SLURM)),
+    "exclusive": (bool | None, typer.Option(None, "--exclusive/--shared", help="Whole nodes for the job (other jobs would lower the numbers) \\[default: exclusive].", show_default=False, rich_help_panel=_SLURM)),
+    "container_image": (str | None, typer.Option(None, "--container-image", help="Image the ranks run in (Slurm: with --container-runtime).", rich_help_panel=_SLURM)),
+    "container_runtime": (str | None, typer.Option(None, "--container-runtime", help="pyxis | shifter | apptainer.", rich_help_panel=_SLURM)),
+    "workdir": (str | None, typer.Option(None, "--workdir", help="Where job directories go, on a filesystem every node sees \\[default: ~/dlbench/jobs].", rich_help_panel="Launch")),
+    "namespace": (str | None, typer.Option(None, "--namespace", help="Kubernetes namespace \\[default: default].", rich_help_panel=_K8S)),
+    "image": (str | None, typer.Option(None, "--image", help="Pod image (default: --container-image).", rich_help_panel=_K8S)),
+    "node_selector": (list[str] | None, typer.Option(None, "--node-selector", help="KEY=VALUE (repeatable), e.g. nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3.", rich_help_panel=_K8S)),
+    "toleration": (list[str] | None, typer.Option(None, "--toleration", help="KEY[=VALUE][:EFFECT] (repeatable), e.g. nvidia.com/gpu:NoSchedule.", rich_help_panel=_K8S)),
+    "priority_class": (str | None, typer.Option(None, "--priority-class", help="Kubernetes PriorityClass.", rich_help_panel=_K8S)),
+    "store_secret": (str | None, typer.Option(None, "--store-secret", help="Secret (key 'url') with the PostgreSQL URL the pods record into.", rich_help_panel=_K8S)),
     "dry_run": (bool, typer.Option(False, "--dry-run", help="Print exactly what would be submitted (sbatch script, manifests) and exit.", rich_help_panel="Launch")),
     "no_wait": (bool, typer.Option(False, "--no-wait", help="Submit and return; record later with 'dlbench jobs collect ID'.", rich_help_panel="Launch")),
 }

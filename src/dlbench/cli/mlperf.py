@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from dlbench.cli._common import DB_OPTION, JSON_OPTION, emit_json, info, open_store
+from dlbench.cli._common import DB_OPTION, JSON_OPTION, LaunchOptions, emit_json, info, launch_options, open_store
 from dlbench.errors import BenchmarkFailed, UsageError
 
 mlperf_app = typer.Typer(
@@ -35,6 +35,7 @@ def list_tasks(as_json: bool = JSON_OPTION) -> None:
 
 
 @mlperf_app.command("run")
+@launch_options
 def run(
     task: str = typer.Argument(..., help="Task name (see 'dlbench mlperf list'), e.g. resnet."),
     runs: int = typer.Option(1, "--runs", "-n", help="Runs to make, each until the target or the epoch limit (MLPerf requires 5 or 10)."),
@@ -51,6 +52,7 @@ def run(
     db: str = DB_OPTION,
     no_store: bool = typer.Option(False, "--no-store", help="Do not save the run records in the results store."),
     as_json: bool = JSON_OPTION,
+    launch: LaunchOptions = None,
 ) -> None:
     """Train TASK to its quality target, --runs times, into an MLPerf results folder.
 
@@ -68,6 +70,9 @@ def run(
                          tags=parse_key_values(tag or [], "--tag"))
     if device not in ("auto", "cpu", "cuda"):
         raise UsageError(f"--device {device!r} must be auto, cpu or cuda.")
+    if launch.batch() or launch.dry_run or launch.no_wait:
+        raise UsageError("'dlbench mlperf run' cannot submit its own job yet; run 'srun dlbench mlperf run TASK' "
+                         "from your batch script (each rank joins the job), or use --launcher local.")
 
     def progress(index: int, epoch: int, quality: float, reached: bool) -> None:
         info(f"run {index} epoch {epoch}: quality {quality:.4f}{' — target reached' if reached else ''}")

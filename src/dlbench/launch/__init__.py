@@ -30,4 +30,4 @@ def get_launcher(name: str, **options) -> Launcher:
     return LAUNCHERS[name](**options)
 
 
-__all__ = ["BATCH_LAUNCHERS", "LAUNCHERS", "BatchLauncher", "Launcher", "LaunchPlan", "Outcome", "get_launcher"]
+__all__ = ["BATCH_LAUNCHERS", "LAUNCHERS", "BatchLauncher", "LaunchPlan", "Launcher", "Outcome", "get_launcher"]

@@ -28,8 +28,18 @@ from typing import Any
 from dlbench.engine.run import ResolvedRun
 from dlbench.errors import UsageError
 from dlbench.launch._base import JOB_FILE, RANKS_DIR, LaunchPlan, read_statuses
-from dlbench.launch.batch import (CANCELLED, DONE, FAILED, QUEUED, RUNNING, TIMEOUT, UNKNOWN, JobState, Scheduler,
-                                  batch_job_document)
+from dlbench.launch.batch import (
+    CANCELLED,
+    DONE,
+    FAILED,
+    QUEUED,
+    RUNNING,
+    TIMEOUT,
+    UNKNOWN,
+    JobState,
+    Scheduler,
+    batch_job_document,
+)
 
 SCRIPT = "job.sbatch"
 #: Slurm job states → dlbench's.
@@ -160,7 +170,7 @@ def sbatch_array_script(runs: list[ResolvedRun], workdir: Path) -> str:
 
 def _run(argv: list[str], timeout_s: float = 60.0) -> subprocess.CompletedProcess:
     try:
-        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)  # noqa: S603 - argv list
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False)
     except FileNotFoundError:
         raise UsageError(f"{argv[0]} is not on PATH; run dlbench on a Slurm login node, or install Slurm's client "
                          "commands (Debian: apt-get install slurm-client) and point SLURM_CONF at the cluster.") from None
@@ -207,7 +217,7 @@ class SlurmScheduler(Scheduler):
                           describe=f"Slurm job array of {len(runs)} run(s)")
 
     def submit(self, plan: LaunchPlan, workdir: Path) -> str:
-        out = subprocess.run(list(plan.argv), cwd=workdir, capture_output=True, text=True, timeout=120)  # noqa: S603
+        out = subprocess.run(list(plan.argv), cwd=workdir, capture_output=True, text=True, timeout=120, check=False)
         if out.returncode != 0:
             raise UsageError(f"Slurm rejected the job: {_words(out.stderr)}.")
         return out.stdout.strip().split(";")[0]

@@ -1,0 +1,120 @@
+"""The ``slurm`` HPO engine: a study's workers as one Slurm job array sharing the study storage.
+
+Element *i* of the array runs ``dlbench hpo worker STUDY --index i`` on its own allocation (one task; the
+site's GPUs per node with ``gpus_per_node`` under the site config's ``launcher:`` key, as for
+``--launcher slurm``); each worker takes trials one after the other from the shared storage until the
+budget is spent, exactly as the local engine's workers do. The storage must be one that workers on
+several nodes can share safely — PostgreSQL, or Optuna's journal file on the shared filesystem — never
+a SQLite file (unsafe over NFS/Lustre).
+
+While the array runs, :meth:`SlurmEngine.run` polls each element's state; an element that fails, is
+cancelled or times out has its running trials failed (and retried once, by the workers left); when every
+element has ended with work left (all died), a new array is submitted, at most :data:`ROUNDS` times. On
+SIGTERM/SIGINT the array is cancelled (the workers record their trials) and the signal propagates.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from dlbench.config import launcher_section
+from dlbench.errors import BenchmarkFailed, Terminated, UsageError
+from dlbench.hpo.engine import WORKER_ENV, Engine, WorkerPlan
+from dlbench.launch.batch import FINISHED, JobState
+from dlbench.launch.batch_launcher import default_job_root
+from dlbench.launch.slurm import SlurmScheduler
+from dlbench.record import new_id
+from dlbench.spec import LaunchSettings
+
+#: Arrays submitted at most for one study run (the first, then after every worker died with work left).
+ROUNDS = 3
+POLL_S = 2.0
+STOP_WAIT_S = 60.0
+
+
+def worker_array_script(plans: Sequence[WorkerPlan], settings: LaunchSettings, workdir: Path, study: str) -> str:
+    """The sbatch script of the workers' job array (element i runs plan i's command). Pure."""
+    argv = [shlex.quote(a) for a in plans[0].argv[:-1]]  # the worker command without its index value
+    lines = ["#!/bin/bash", f"#SBATCH --job-name=dlbench-hpo-{study}", f"#SBATCH --array=0-{len(plans) - 1}",
+             "#SBATCH --nodes=1", "#SBATCH --ntasks=1", f"#SBATCH --output={workdir}/worker-%A_%a.out",
+             f"#SBATCH --chdir={workdir}"]
+    if settings.gpus_per_node:
+        lines.append(f"#SBATCH --gpus-per-node={settings.gpus_per_node}")
+    for flag, value in (("time", settings.time), ("partition", settings.partition), ("account", settings.account),
+                        ("qos", settings.qos), ("constraint", settings.constraint), ("reservation", settings.reservation)):
+        if value:
+            lines.append(f"#SBATCH --{flag}={value}")
+    if settings.signal_lead_s:
+        lines.append(f"#SBATCH --signal=TERM@{settings.signal_lead_s}")
+    lines += [f'export {WORKER_ENV}="slurm-$SLURM_ARRAY_JOB_ID:w$SLURM_ARRAY_TASK_ID"',
+              f'exec srun {" ".join(argv)} "$SLURM_ARRAY_TASK_ID"']
+    return "\n".join(lines) + "\n"
+
+
+class SlurmEngine(Engine):
+    """Workers as a Slurm job array (see the module docstring)."""
+
+    name = "slurm"
+
+    def __init__(self, study: str, settings: LaunchSettings | None = None, scheduler: SlurmScheduler | None = None):
+        self.study = study
+        self.settings = settings or LaunchSettings(**{k: v for k, v in launcher_section().items() if k != "name"})
+        self.scheduler = scheduler or SlurmScheduler()
+
+    def plan(self, worker_argv, workers):
+        return [WorkerPlan(tuple(worker_argv) + ("--index", str(i)), {}, f"w{i}") for i in range(workers)]
+
+    def run(self, plans, study, work_left, on_dead, on_poll=None):
+        self._check(plans[0].env.get("DLBENCH_HPO_STORAGE", ""))
+        for _ in range(ROUNDS):
+            array_id, ended = self._submit(plans), {}
+            try:
+                while len(ended) < len(plans):
+                    for i in range(len(plans)):
+                        if i not in ended and (state := self.scheduler.state(f"{array_id}_{i}")).finished:
+                            ended[i] = state
+                            if state.state != "done":
+                                on_dead(f"slurm-{array_id}:w{i}", f"its Slurm job {array_id}_{i} ended {_said(state)}")
+                    if on_poll is not None:
+                        on_poll()
+                    time.sleep(POLL_S)
+            except (Terminated, KeyboardInterrupt):
+                self._stop(array_id, len(plans))
+                raise
+            if not work_left():
+                return
+        raise BenchmarkFailed(f"the study's Slurm workers ended {ROUNDS} times with trials left; their output is "
+                              f"in {self._workdir.parent} (worker-*.out).")
+
+    def _check(self, url: str) -> None:
+        if url.startswith("sqlite"):
+            raise UsageError("the slurm engine's workers share the study storage from several nodes: give the study "
+                             "'storage: journal:/shared/path/STUDY.log' or a PostgreSQL URL (SQLite is unsafe over "
+                             "NFS/Lustre).")
+
+    def _submit(self, plans: Sequence[WorkerPlan]) -> str:
+        root = Path(self.settings.workdir).expanduser() if self.settings.workdir else default_job_root()
+        self._workdir = root.absolute() / f"{time.strftime('%Y%m%d-%H%M%S')}-hpo-{self.study}-{new_id()[:6]}"
+        self._workdir.mkdir(parents=True, exist_ok=True)
+        (self._workdir / "workers.sbatch").write_text(worker_array_script(plans, self.settings, self._workdir, self.study))
+        out = subprocess.run(["sbatch", "--parsable", "workers.sbatch"], cwd=self._workdir, capture_output=True,
+                             text=True, timeout=120, env={**os.environ, **plans[0].env}, check=False)
+        if out.returncode != 0:
+            raise UsageError(f"Slurm rejected the study's workers: {out.stderr.strip().splitlines()[-1:] or 'no message'}.")
+        return out.stdout.strip().split(";")[0]
+
+    def _stop(self, array_id: str, workers: int) -> None:
+        self.scheduler.cancel(array_id)
+        deadline = time.monotonic() + STOP_WAIT_S
+        while time.monotonic() < deadline and any(
+                self.scheduler.state(f"{array_id}_{i}").state not in FINISHED for i in range(workers)):
+            time.sleep(1.0)
+
+
+def _said(state: JobState) -> str:
+    return state.state + (f" ({state.reason})" if state.reason else "")

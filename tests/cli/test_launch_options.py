@@ -1,0 +1,57 @@
+"""The launch options: the same on every command, from flags, a config file's ``launcher:`` key or the
+site's config file (flags win); checked with --dry-run, which needs no cluster and submits nothing."""
+
+from __future__ import annotations
+
+from dlbench.cli.app import main
+
+TINY = ["-p", "seq_len=4", "-p", "input_size=8", "-p", "hidden_size=8", "-b", "4", "--steps", "2"]
+
+
+def dry_run(capsys, monkeypatch, tmp_path, *argv: str) -> str:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("DLBENCH_JOBS_DIR", str(tmp_path / "jobs"))
+    code = main([*argv, "--dry-run"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "nothing submitted" in err and not (tmp_path / "jobs").exists()
+    return out
+
+
+def test_a_config_files_launcher_key_applies_and_flags_override_it(capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("DLBENCH_SITE_CONFIG", str(tmp_path / "none.yaml"))
+    config = tmp_path / "c.yaml"
+    config.write_text("workload: lstm\nparams: {seq_len: 4}\nlauncher:\n  name: slurm\n  partition: gpu\n"
+                      "  account: m1234\n  time: '10'\n  gpus_per_node: 4\n")
+    out = dry_run(capsys, monkeypatch, tmp_path, "run", "--config", str(config), "--time", "00:20:00")
+    lines = out.splitlines()
+    assert "#SBATCH --partition=gpu" in lines and "#SBATCH --account=m1234" in lines
+    assert "#SBATCH --time=00:20:00" in lines and "#SBATCH --gpus-per-node=4" in lines
+
+
+def test_the_site_config_chooses_the_launcher_for_every_command(capsys, monkeypatch, tmp_path):
+    site = tmp_path / "site.yaml"
+    site.write_text("launcher:\n  name: slurm\n  qos: debug\n")
+    monkeypatch.setenv("DLBENCH_SITE_CONFIG", str(site))
+    out = dry_run(capsys, monkeypatch, tmp_path, "comm", "--nproc-per-node", "2")
+    assert "#SBATCH --qos=debug" in out.splitlines() and "#SBATCH --cpus-per-task=2" in out.splitlines()
+    out = dry_run(capsys, monkeypatch, tmp_path, "suite", "quick", "--nproc-per-node", "1")
+    assert any(line.startswith("#SBATCH --array=0-") for line in out.splitlines())  # one job array
+    out = dry_run(capsys, monkeypatch, tmp_path, "run", "lstm", *TINY, "--launcher", "slurm", "--shared")
+    assert "#SBATCH --exclusive" not in out.splitlines() and "#SBATCH --qos=debug" in out.splitlines()
+
+
+def test_a_node_series_is_one_job_per_node_count(capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("DLBENCH_SITE_CONFIG", str(tmp_path / "none.yaml"))
+    out = dry_run(capsys, monkeypatch, tmp_path, "scale", "lstm", *TINY, "--launcher", "slurm", "--nodes", "1,2,4",
+                  "--gpus-per-node", "4")
+    nodes = [line for line in out.splitlines() if line.startswith("#SBATCH --nodes=")]
+    assert nodes == ["#SBATCH --nodes=1", "#SBATCH --nodes=2", "#SBATCH --nodes=4"]
+    assert out.count("#!/bin/bash") == 3 and "--array" not in out
+
+
+def test_dry_run_and_no_wait_are_only_for_schedulers(capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("DLBENCH_SITE_CONFIG", str(tmp_path / "none.yaml"))
+    code = main(["run", "lstm", *TINY, "--dry-run"])
+    _, err = capsys.readouterr()
+    assert code == 2 and "--dry-run and --no-wait are for jobs submitted with --launcher slurm or k8s" in err
