@@ -31,7 +31,8 @@ KUBEFLOW = ("kubeflow.org", "v1", "pytorchjobs")
 CRD_NAME = "pytorchjobs.kubeflow.org"
 INSTALL_HINT = "pip install 'dlbench[k8s]'"
 #: Scheduler messages (kube-scheduler's filter plugins) that no amount of waiting fixes.
-NEVER_SCHEDULES = ("didn't match Pod's node affinity/selector", "untolerated taint")
+NEVER_SCHEDULES = ("didn't match Pod's node affinity/selector", "untolerated taint",
+                   "that the pod didn't tolerate")  # (the taint message before Kubernetes 1.25)
 #: Container waiting reasons of an image that cannot be pulled.
 BAD_IMAGE = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull")
 #: Seconds the rendezvous may take beyond the run's timeout once the pods run (image pulls excluded).
