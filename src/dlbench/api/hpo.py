@@ -24,6 +24,7 @@ import optuna
 import torch
 from optuna.trial import TrialState
 
+from dlbench.api import hpo_mlperf
 from dlbench.api.pipeline import execute
 from dlbench.api.resolve import resolve_train
 from dlbench.config import load_yaml
@@ -60,7 +61,11 @@ def storage_url(storage: str | None, db: str | None) -> str:
 
 def load_study_file(path: str, overrides: dict[str, Any] | None = None) -> StudySpec:
     """A study file (YAML, read safely) with command-line ``overrides``; mistakes are ``UsageError``."""
-    return parse_study(load_yaml(path), str(path), overrides)
+    doc = load_yaml(path)
+    if isinstance(doc, dict) and "direction" not in doc:  # an MLPerf task's metric says which way is better
+        direction = hpo_mlperf.default_direction(doc.get("objective"))
+        doc = doc | ({"direction": direction} if direction else {})
+    return parse_study(doc, str(path), overrides)
 
 
 def run_study(spec: StudySpec | None, db: str | None = None, storage: str | None = None, resume: str | None = None,
@@ -70,6 +75,8 @@ def run_study(spec: StudySpec | None, db: str | None = None, storage: str | None
     url = storage_url(storage or (spec.storage if spec else None), db)
     if resume is not None:
         spec = parse_study(hpo_storage.study_doc(hpo_storage.open_storage(url), resume, display(url)), f"study {resume}")
+    if spec.objective.kind == "mlperf":
+        hpo_mlperf.check(spec)
     saver = _dead_saver(spec, store)
     backend = hpo_storage.open_storage(url, spec.heartbeat_s, saver)
     study = hpo_storage.create_or_load(spec, backend, make_sampler(spec), make_pruner(spec), resume is not None, display(url))
@@ -129,6 +136,8 @@ class _Objective:
         params = suggest(trial, self.spec.space)
         if self.spec.objective.kind == "workload":
             record = self._workload(trial, params)
+        elif self.spec.objective.kind == "mlperf":
+            record = hpo_mlperf.run_trial(self.spec, trial, params, self.store, self.env)
         else:
             record = execute(TrialSession(self.spec, trial, params).resolved(), self.store, self.env)[0]
         self.current = None
