@@ -24,7 +24,7 @@
     pruner: none                         # none | median | asha | hyperband, on the intermediate values
     pruner_options: {}                   # min_resource, max_resource, reduction_factor, warmup_steps
     seed: 0
-    engine: local                        # local (slurm and ray: later)
+    engine: local                        # local, or ray (Ray Tune; pruner asha/hyperband/median as Tune's schedulers)
     workers: 1                           # concurrent trials (one GPU each, or their own cores)
     storage: null                        # default: the results store's database
     heartbeat_s: 30                      # a worker silent for 2 × this is dead: its trial fails, retried once
@@ -44,7 +44,7 @@ from dlbench.hpo.space import Param, parse_space
 
 SAMPLERS = ("random", "grid", "tpe", "cmaes", "nsga2")
 PRUNERS = ("none", "median", "asha", "hyperband")
-ENGINES = ("local",)  # slurm and ray plug in later (see hpo.engine)
+ENGINES = ("local", "ray")  # slurm plugs in later (see hpo.engine); ray: dlbench.api.hpo_ray
 DIRECTIONS = ("minimize", "maximize")
 PRUNER_OPTIONS = ("min_resource", "max_resource", "reduction_factor", "warmup_steps")
 GOALS = ("quality", "time-to-target")
@@ -127,7 +127,7 @@ def parse_study(doc: Any, where: str, overrides: dict[str, Any] | None = None) -
         trials=_positive(doc, "trials", where, 20), timeout_s=_number(doc, "timeout_s", where),
         sampler=_choice(doc, "sampler", SAMPLERS, where, "tpe"), pruner=_choice(doc, "pruner", PRUNERS, where, "none"),
         pruner_options=_pruner_options(doc.get("pruner_options"), where), seed=_positive(doc, "seed", where, 0, 0),
-        engine=_choice(doc, "engine", ENGINES, where, "local", " (slurm and ray engines are not available yet)"),
+        engine=_choice(doc, "engine", ENGINES, where, "local", " (the slurm engine is not available yet)"),
         workers=_positive(doc, "workers", where, 1), storage=doc.get("storage"),
         heartbeat_s=_positive(doc, "heartbeat_s", where, 30),
     )
