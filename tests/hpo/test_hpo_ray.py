@@ -17,9 +17,11 @@ from test_hpo_study import command, records_of, status  # noqa: E402
 
 @pytest.fixture(scope="module")
 def ray_address():
+    """A local Ray (2 CPUs, no dashboard) started once for the module, as a user's existing cluster; the
+    studies' drivers connect to it with --address. ray.shutdown() stops every process it started."""
     for attempt in (1, 2):  # on a busy shared machine Ray's agents can miss their start-up deadline once
         try:
-            ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False)
+            ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
             break
         except Exception:
             ray.shutdown()
