@@ -6,12 +6,11 @@ The task is resnet (the cheapest: about 3 s an epoch on one thread), trained 1 t
 from __future__ import annotations
 
 import pytest
+from test_hpo_study import records_of
 
 from dlbench.api import hpo_mlperf
 from dlbench.errors import UsageError
 from dlbench.hpo.study import parse_study
-
-from test_hpo_study import records_of
 
 
 def mlperf(**extra) -> dict:

@@ -13,22 +13,26 @@ import sys
 import time
 import urllib.request
 import uuid
+from pathlib import Path
 
 import optuna
 import pytest
 import yaml
+from test_hpo_study import command
 
 from dlbench.hpo.storage import WORKER_ATTR, open_storage
 from dlbench.store import RunFilter, open_store
 
-from test_hpo_study import command  # noqa: E402
-from conftest import cli_env  # noqa: E402
-
 POSTGRES_URL = os.environ.get("DLBENCH_TEST_POSTGRES_URL")
+SRC = str(Path(__file__).resolve().parents[2] / "src")
+
+
+def cli_env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
 
 
 def dlbench(*args, timeout=300):
-    return subprocess.run([sys.executable, "-m", "dlbench", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "dlbench", *args], capture_output=True, text=True, check=False,
                           env=cli_env(), timeout=timeout)
 
 

@@ -12,7 +12,7 @@ ray = pytest.importorskip("ray", reason="Ray cannot be installed here (no ray[tu
                           "architecture); the ray engine needs pip install 'dlbench[ray]'")
 pytest.importorskip("ray.tune", reason="Ray is installed without Tune; the ray engine needs pip install 'dlbench[ray]'")
 
-from test_hpo_study import command, records_of, status  # noqa: E402
+from test_hpo_study import command, records_of, status
 
 
 @pytest.fixture(scope="module")

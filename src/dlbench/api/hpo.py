@@ -25,8 +25,7 @@ import torch
 from optuna.trial import TrialState
 
 from dlbench.api import hpo_mlperf
-from dlbench.api.pipeline import execute
-from dlbench.api.resolve import resolve_train
+from dlbench.api.hpo_trial import run_trial
 from dlbench.config import load_yaml
 from dlbench.env import capture_env, host_load
 from dlbench.errors import Terminated, UsageError
@@ -35,9 +34,8 @@ from dlbench.hpo.engine import WORKER_ENV, LocalEngine, apply_pinning
 from dlbench.hpo.search import make_pruner, make_sampler, trial_budget
 from dlbench.hpo.space import suggest
 from dlbench.hpo.study import StudySpec, parse_study
-from dlbench.hpo.trial import TrialSession, trial_tags
+from dlbench.hpo.trial import TrialSession
 from dlbench.record import finish, new_record
-from dlbench.spec import make_spec
 from dlbench.store import default_location, open_store, to_url
 from dlbench.store._engine import display
 
@@ -160,25 +158,6 @@ class _Objective:
             raise optuna.TrialPruned(record["error"])
         raise TrialFailed(record["error"])
 
-
-
-def run_trial(spec: StudySpec, trial, params: dict[str, Any], store, env: dict[str, Any]) -> dict[str, Any]:
-    """Run one trial of ``spec`` through the run pipeline and return its record (saved to ``store``).
-
-    ``trial`` is Optuna's, or anything with ``number``, ``report(value, step)`` and ``should_prune()``
-    (the ray engine's bridge): intermediate values go to it and it decides on pruning."""
-    if spec.objective.kind == "mlperf":
-        return hpo_mlperf.run_trial(spec, trial, params, store, env)
-    if spec.objective.kind == "command":
-        return execute(TrialSession(spec, trial, params).resolved(), store, env)[0]
-    # a catalogue workload's throughput: the trial is a ``train`` run (its record, tagged)
-    obj = spec.objective
-    fields = obj.fixed | params | {"workload": obj.workload}
-    fields["tags"] = dict(fields.get("tags") or {}) | trial_tags(spec.name, trial.number)
-    record = execute(resolve_train(make_spec(fields, f"study {spec.name}, trial {trial.number}")), store, env)[0]
-    if record["status"] == "ok":
-        record["result"]["value"] = record["result"]["samples_per_s"]
-    return record
 
 
 def _dead_saver(spec: StudySpec, store) -> Callable[[Any, str], None]:

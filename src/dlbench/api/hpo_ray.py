@@ -35,10 +35,15 @@ from typing import Any
 import optuna
 import ray
 from ray import tune
-from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, HyperBandScheduler, MedianStoppingRule
+from ray.tune.schedulers import (
+    ASHAScheduler,
+    FIFOScheduler,
+    HyperBandScheduler,
+    MedianStoppingRule,
+)
 from ray.tune.search.optuna import OptunaSearch
 
-from dlbench.api.hpo import run_trial
+from dlbench.api.hpo_trial import run_trial
 from dlbench.env import capture_env, host_load
 from dlbench.errors import BenchmarkFailed
 from dlbench.hpo import storage as hpo_storage

@@ -113,7 +113,11 @@ def distributions(params: tuple[Param, ...]) -> dict[str, Any]:
     """Optuna's distributions of ``params`` (the space as a search algorithm outside a trial takes it,
     e.g. Ray Tune's OptunaSearch); the same ranges :func:`suggest` draws from."""
     # optuna: the study file's parsing (this module) does not need it
-    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+    from optuna.distributions import (
+        CategoricalDistribution,
+        FloatDistribution,
+        IntDistribution,
+    )
 
     out: dict[str, Any] = {}
     for p in params:

@@ -38,10 +38,9 @@ Contract:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any, ClassVar
-
-import math
 
 import torch
 from torch import nn
