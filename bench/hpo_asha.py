@@ -50,10 +50,10 @@ SEED_OFFSET = {"random": 0, "asha": 1000, "tpe-asha": 2000}  # independent draws
 
 
 def run_study(db: Path, name: str, sampler: str, pruner: str, trials: int, seed: int,
-              epochs: int) -> list[tuple[int, float]]:
+              epochs: int, min_resource: int = 1) -> list[tuple[int, float]]:
     doc = {"name": name, "objective": {"command": [sys.executable, TASK, "--epochs", str(epochs)], "timeout_s": 120},
            "space": SPACE, "direction": "minimize", "trials": trials, "sampler": sampler, "pruner": pruner,
-           "pruner_options": {"min_resource": 1, "reduction_factor": 3}, "seed": seed, "workers": 1}
+           "pruner_options": {"min_resource": min_resource, "reduction_factor": 3}, "seed": seed, "workers": 1}
     path = db.parent / f"{name}.yaml"
     path.write_text(yaml.safe_dump(doc))
     subprocess.run([sys.executable, "-m", "dlbench", "hpo", "run", "--config", str(path), "--db", str(db), "--json"],
@@ -98,6 +98,9 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=4)
     parser.add_argument("--epochs", type=int, default=81, help="every trial's full length (27 in the first measurement)")
     parser.add_argument("--out", default=str(Path(__file__).with_name("hpo_asha.png")))
+    parser.add_argument("--min-resource", type=int, default=1, help="ASHA's first rung, in epochs")
+    parser.add_argument("--strategies", default=",".join(STRATEGIES), help="which of random, asha, tpe-asha "
+                        "(random is always run: it is the baseline)")
     parser.add_argument("--curves", action="store_true", help="print what the learning curves say, and stop")
     args = parser.parse_args()
     if args.curves:
@@ -108,17 +111,18 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         db = Path(tmp) / "runs.db"
         for seed in range(args.seeds):
-            curves = {k: run_study(db, f"{k}-s{seed}", *v, seed + SEED_OFFSET[k], args.epochs)
-                      for k, v in STRATEGIES.items()}
+            chosen = {"random", *args.strategies.split(",")}
+            curves = {k: run_study(db, f"{k}-s{seed}", *v, seed + SEED_OFFSET[k], args.epochs, args.min_resource)
+                      for k, v in STRATEGIES.items() if k in chosen}
             random_epochs, random_best = curves["random"][-1]
             row = {"seed": seed, "random_best": random_best, "random_epochs": random_epochs}
-            for k in ("asha", "tpe-asha"):
+            for k in [k for k in ("asha", "tpe-asha") if k in curves]:
                 reach = epochs_to_reach(curves[k], random_best)
                 row |= {f"{k}_best": curves[k][-1][1], f"{k}_epochs": curves[k][-1][0],
                         f"{k}_reach": reach, f"{k}_share": None if reach is None else reach / random_epochs}
             rows.append(row)
             print(row, flush=True)
-        names = [f"{k}-s0" for k in STRATEGIES]
+        names = [f"{k}-s0" for k in STRATEGIES if k in chosen]
         subprocess.run([sys.executable, "-m", "dlbench", "hpo", "compare", *names, "--db", str(db), "--out", args.out],
                        check=True, stdout=subprocess.DEVNULL)
     print_table(rows)
@@ -129,17 +133,22 @@ def print_table(rows: list[dict]) -> None:
           "| TPE+ASHA best (epochs) | TPE+ASHA epochs to it (share) |")
     print("|---|---|---|---|---|---|")
 
+    def best(r, k):
+        return "-" if f"{k}_best" not in r else f"{r[f'{k}_best']:.4f} ({r[f'{k}_epochs']})"
+
     def reach(r, k):
+        if f"{k}_best" not in r:
+            return "-"
         return "never" if r[f"{k}_reach"] is None else f"{r[f'{k}_reach']} ({r[f'{k}_share']:.0%})"
 
     for r in rows:
-        print(f"| {r['seed']} | {r['random_best']:.4f} ({r['random_epochs']}) | {r['asha_best']:.4f} ({r['asha_epochs']}) "
-              f"| {reach(r, 'asha')} | {r['tpe-asha_best']:.4f} ({r['tpe-asha_epochs']}) | {reach(r, 'tpe-asha')} |")
+        print(f"| {r['seed']} | {r['random_best']:.4f} ({r['random_epochs']}) | {best(r, 'asha')} | {reach(r, 'asha')} "
+              f"| {best(r, 'tpe-asha')} | {reach(r, 'tpe-asha')} |")
     for k in ("asha", "tpe-asha"):
-        shares = [r[f"{k}_share"] for r in rows]
+        shares = [r[f"{k}_share"] for r in rows if f"{k}_share" in r]
         reached = [s for s in shares if s is not None]
         median = f"{statistics.median(reached):.0%}" if reached else "-"
-        print(f"\n{k}: reached random search's best within 1 % in {len(reached)}/{len(rows)} seeds; "
+        print(f"\n{k}: reached random search's best within 1 % in {len(reached)}/{len(shares)} seeds; "
               f"median share of random search's epochs when it did: {median}")
 
 
