@@ -61,8 +61,9 @@ def test_ray_engine_records_every_trial_and_asha_stops_the_bad_ones(hpo, ray_add
 def test_a_failing_trial_fails_and_the_study_goes_on(hpo, ray_address):
     doc = {"name": "ray-bad", "objective": command("--epochs", "1"), "sampler": "grid", "workers": 2,
            "space": {"mode": {"type": "categorical", "choices": ["ok", "exit3"]}}}
-    out, db = hpo(doc, "--engine", "ray", "--address", ray_address)
+    out, db = hpo(doc, "--engine", "ray", "--address", ray_address, "--json")
     assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["counts"] == {"ok": 1, "failed": 1}  # stdout: the one JSON document
     by_mode = {r["spec"]["params"]["mode"]: r for r in records_of(db, "ray-bad")}
     assert by_mode["ok"]["status"] == "ok" and by_mode["exit3"]["status"] == "failed"
     assert "exited with code 3" in by_mode["exit3"]["error"]

@@ -24,8 +24,10 @@ that checkpoint and restore, which an external command cannot).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
+import sys
 import tempfile
 import threading
 import time
@@ -81,7 +83,8 @@ def run(spec: StudySpec, url: str, store_url: str, address: str | None, on_poll:
                 run_config=tune.RunConfig(name=spec.name, storage_path=tmp, verbose=0,
                                           checkpoint_config=tune.CheckpointConfig(checkpoint_at_end=False),
                                           callbacks=[_Poll(on_poll)] if on_poll else None))
-            tuner.fit()
+            with contextlib.redirect_stdout(sys.stderr):  # Tune prints its tables: stdout is --json's
+                tuner.fit()
     finally:
         if started:
             ray.shutdown()
