@@ -3,8 +3,8 @@ data set, steered by flags, printing its validation loss after every epoch (``Fo
 end (``FoM: …``): the Cray HPO contract. Lower is better.
 
 Flags: --lr (log scale; too small learns nothing in time, too large diverges), --momentum, --l2,
---epochs. Too small a learning rate learns little in 27 epochs and too large a one diverges, so most
-random points are clearly worse than the best (see bench/RESULTS.md for values).
+--epochs (81 in bench/hpo_asha.py). Too small a learning rate learns little in time and too large a one
+diverges, so most random points are clearly worse than the best (see bench/RESULTS.md for values).
 """
 
 import argparse

@@ -46,7 +46,7 @@ def test_fom_grammar():
     ({"space": {}}, "'space' must be a mapping"),
     ({"sampler": "bayes"}, "unknown sampler"),
     ({"pruner": "asha2"}, "did you mean 'asha'"),
-    ({"engine": "ray"}, "not available yet"),
+    ({"engine": "kubernetes"}, "unknown engine"),
     ({"trials": 0}, "'trials' must be an integer of at least 1"),
     ({"objective": {"command": ["no-such-program-xyz"]}}, "'no-such-program-xyz' is not found"),
     ({"objective": {"command": "x", "workload": "y"}}, "exactly one of"),

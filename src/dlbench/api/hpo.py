@@ -24,20 +24,19 @@ import optuna
 import torch
 from optuna.trial import TrialState
 
+from dlbench.api import hpo_mlperf
 from dlbench.api.hpo_slurm import SlurmEngine
-from dlbench.api.pipeline import execute
-from dlbench.api.resolve import resolve_train
+from dlbench.api.hpo_trial import run_trial
 from dlbench.config import load_yaml
 from dlbench.env import capture_env, host_load
-from dlbench.errors import Terminated
+from dlbench.errors import Terminated, UsageError
 from dlbench.hpo import storage as hpo_storage
 from dlbench.hpo.engine import WORKER_ENV, LocalEngine, apply_pinning
 from dlbench.hpo.search import make_pruner, make_sampler, trial_budget
 from dlbench.hpo.space import suggest
 from dlbench.hpo.study import StudySpec, parse_study
-from dlbench.hpo.trial import TrialSession, trial_tags
+from dlbench.hpo.trial import TrialSession
 from dlbench.record import finish, new_record
-from dlbench.spec import make_spec
 from dlbench.store import default_location, open_store, to_url
 from dlbench.store._engine import display
 
@@ -61,19 +60,30 @@ def storage_url(storage: str | None, db: str | None) -> str:
 
 def load_study_file(path: str, overrides: dict[str, Any] | None = None) -> StudySpec:
     """A study file (YAML, read safely) with command-line ``overrides``; mistakes are ``UsageError``."""
-    return parse_study(load_yaml(path), str(path), overrides)
+    doc = load_yaml(path)
+    if isinstance(doc, dict) and "direction" not in doc:  # an MLPerf task's metric says which way is better
+        direction = hpo_mlperf.default_direction(doc.get("objective"))
+        doc = doc | ({"direction": direction} if direction else {})
+    return parse_study(doc, str(path), overrides)
 
 
 def run_study(spec: StudySpec | None, db: str | None = None, storage: str | None = None, resume: str | None = None,
-              on_poll: Callable[[optuna.Study, StudySpec], Any] | None = None) -> optuna.Study:
-    """Run a study to its budget (``spec``), or carry study ``resume`` on; returns the study."""
+              on_poll: Callable[[optuna.Study, StudySpec], Any] | None = None, address: str | None = None) -> optuna.Study:
+    """Run a study to its budget (``spec``), or carry study ``resume`` on; returns the study.
+    ``address``: the Ray cluster of the ray engine (None: a local one, started and stopped here)."""
     store = open_store(db)  # before any work: a store that cannot take the trials is exit 2 now
     url = storage_url(storage or (spec.storage if spec else None), db)
     if resume is not None:
         spec = parse_study(hpo_storage.study_doc(hpo_storage.open_storage(url), resume, display(url)), f"study {resume}")
+    if spec.objective.kind == "mlperf":
+        hpo_mlperf.check(spec)
+    ray_engine = _ray_engine(spec, resume) if spec.engine == "ray" else None
     saver = _dead_saver(spec, store)
     backend = hpo_storage.open_storage(url, spec.heartbeat_s, saver)
     study = hpo_storage.create_or_load(spec, backend, make_sampler(spec), make_pruner(spec), resume is not None, display(url))
+    if ray_engine is not None:
+        ray_engine.run(spec, url, store.url, address, (lambda: on_poll(study, spec)) if on_poll else None)
+        return study
     deadline = time.time() + spec.timeout_s if spec.timeout_s else None
     argv = ["-m", "dlbench", "hpo", "worker", spec.name] + (["--deadline", str(deadline)] if deadline else [])
     engine = SlurmEngine(spec.name) if spec.engine == "slurm" else \
@@ -85,6 +95,18 @@ def run_study(spec: StudySpec | None, db: str | None = None, storage: str | None
                lambda worker, why: hpo_storage.fail_worker_trials(study, worker, why, saver),
                (lambda: on_poll(study, spec)) if on_poll else None)
     return study
+
+
+def _ray_engine(spec: StudySpec, resume: str | None):
+    """The ray engine's module (Ray is an optional extra), or a usage error saying how to get it."""
+    if resume is not None:
+        raise UsageError(f"study {spec.name!r} ran on the ray engine, which cannot resume a study; start a new "
+                         "study (the finished trials stay in the storage).")
+    try:
+        from dlbench.api import hpo_ray  # Ray: optional and heavy, only for this engine
+    except ImportError as exc:
+        raise UsageError(f"the ray engine needs Ray Tune ({exc}); install it with: pip install 'dlbench[ray]'.") from None
+    return hpo_ray
 
 
 def work_left(study: optuna.Study, spec: StudySpec, deadline: float | None) -> bool:
@@ -128,11 +150,7 @@ class _Objective:
     def __call__(self, trial: optuna.Trial) -> float:
         self.current = trial._trial_id
         trial.set_user_attr(hpo_storage.WORKER_ATTR, self.worker)
-        params = suggest(trial, self.spec.space)
-        if self.spec.objective.kind == "workload":
-            record = self._workload(trial, params)
-        else:
-            record = execute(TrialSession(self.spec, trial, params).resolved(), self.store, self.env)[0]
+        record = run_trial(self.spec, trial, suggest(trial, self.spec.space), self.store, self.env)
         self.current = None
         trial.set_user_attr("record_id", record["id"])
         if record["status"] == "ok":
@@ -142,15 +160,6 @@ class _Objective:
             raise optuna.TrialPruned(record["error"])
         raise TrialFailed(record["error"])
 
-    def _workload(self, trial: optuna.Trial, params: dict[str, Any]) -> dict[str, Any]:
-        """A catalogue workload's throughput: the trial is a ``train`` run (its record, tagged)."""
-        obj = self.spec.objective
-        fields = obj.fixed | params | {"workload": obj.workload}
-        fields["tags"] = dict(fields.get("tags") or {}) | trial_tags(self.spec.name, trial.number)
-        record = execute(resolve_train(make_spec(fields, f"study {self.spec.name}, trial {trial.number}")), self.store, self.env)[0]
-        if record["status"] == "ok":
-            record["result"]["value"] = record["result"]["samples_per_s"]
-        return record
 
 
 def _dead_saver(spec: StudySpec, store) -> Callable[[Any, str], None]:

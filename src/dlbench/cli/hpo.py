@@ -50,6 +50,9 @@ def run(
     workers: int = typer.Option(None, "--workers", "-j", help="Concurrent trials."),
     seed: int = typer.Option(None, "--seed", help="Sampler seed (worker i uses seed + i)."),
     timeout_s: float = typer.Option(None, "--timeout-s", help="Stop starting trials after this many seconds."),
+    engine: str = typer.Option(None, "--engine", help="local | ray (Ray Tune; pip install 'dlbench[ray]')."),
+    address: str = typer.Option(None, "--address", help="Ray engine: the cluster to run on (e.g. 10.0.0.1:6379) "
+                                "[default: a local Ray, started and stopped by dlbench]."),
     db: str = DB_OPTION,
     storage: str = STORAGE_OPTION,
     as_json: bool = JSON_OPTION,
@@ -61,11 +64,11 @@ def run(
     spec = None
     if config is not None:
         overrides = {"name": name, "trials": trials, "sampler": sampler, "pruner": pruner, "workers": workers,
-                     "seed": seed, "timeout_s": timeout_s}
+                     "seed": seed, "timeout_s": timeout_s, "engine": engine}
         spec = hpo.load_study_file(config, overrides)
     progress = LiveTable()
     with progress:
-        study = hpo.run_study(spec, db, storage, resume, progress.update)
+        study = hpo.run_study(spec, db, storage, resume, progress.update, address)
     _, spec = hpo.open_study(study.study_name, db, storage or (spec.storage if spec else None))
     _print_status(study, spec, as_json)
     if not any(t.value is not None for t in study.get_trials(deepcopy=False) if t.state.name == "COMPLETE"):

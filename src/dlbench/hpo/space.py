@@ -107,3 +107,24 @@ def suggest(trial, params: tuple[Param, ...]) -> dict[str, Any]:
         else:
             values[p.name] = trial.suggest_float(p.name, p.low, p.high, step=p.step, log=p.log)
     return values
+
+
+def distributions(params: tuple[Param, ...]) -> dict[str, Any]:
+    """Optuna's distributions of ``params`` (the space as a search algorithm outside a trial takes it,
+    e.g. Ray Tune's OptunaSearch); the same ranges :func:`suggest` draws from."""
+    # optuna: the study file's parsing (this module) does not need it
+    from optuna.distributions import (
+        CategoricalDistribution,
+        FloatDistribution,
+        IntDistribution,
+    )
+
+    out: dict[str, Any] = {}
+    for p in params:
+        if p.type == "categorical":
+            out[p.name] = CategoricalDistribution(list(p.choices))
+        elif p.type == "int":
+            out[p.name] = IntDistribution(int(p.low), int(p.high), step=int(p.step or 1), log=p.log)
+        else:
+            out[p.name] = FloatDistribution(p.low, p.high, step=p.step, log=p.log)
+    return out

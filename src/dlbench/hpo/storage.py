@@ -42,7 +42,8 @@ warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning
 
 
 def open_storage(url: str, heartbeat_s: int = 30, on_dead: OnDead | None = None):
-    """The Optuna storage at ``url`` (a SQLAlchemy URL, or ``journal:PATH``)."""
+    """The Optuna storage at ``url`` (a SQLAlchemy URL, or ``journal:PATH``); ``heartbeat_s`` 0: no heartbeat
+    (a process that runs no trial itself, e.g. the ray engine's driver)."""
     if url.startswith(JOURNAL):
         path = url.removeprefix(JOURNAL)
         return JournalStorage(JournalFileBackend(path, lock_obj=JournalFileOpenLock(path)))
@@ -51,7 +52,7 @@ def open_storage(url: str, heartbeat_s: int = 30, on_dead: OnDead | None = None)
     try:
         with _init_lock(path):
             storage = RDBStorage(url, engine_kwargs={"connect_args": {"timeout": BUSY_TIMEOUT_S}} if path else {},
-                                 heartbeat_interval=heartbeat_s, grace_period=2 * heartbeat_s,
+                                 heartbeat_interval=heartbeat_s or None, grace_period=2 * heartbeat_s or None,
                                  heartbeat_stale_trial_callback=retry)
     except (sa.exc.SQLAlchemyError, ImportError, ValueError, OSError) as exc:
         raise UsageError(f"cannot open the study storage {display(url)} ({str(exc).splitlines()[0]}); give "

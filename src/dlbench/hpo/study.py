@@ -9,6 +9,13 @@
                                          #   are added as --name value; it prints FoM lines (hpo.fom)
       # workload: resnet50               #  a catalogue workload's throughput (samples/s, maximised)
       # fixed: {device: cpu, steps: 20}  #   RunSpec fields kept for every trial; the space names others
+      # mlperf: resnet                   #  an MLPerf quality task ('dlbench mlperf list'); the space
+      # epochs: 4                        #   names its hyperparameters (base_lr, batch_size …); each
+      # goal: quality                    #   trial trains `epochs` epochs (stopping at the target) and
+      #                                  #   reports the quality every epoch (pruning); time-to-target:
+      #                                  #   minimise the seconds to the target (pruner: none)
+      # fixed: {device: cpu, threads: 1} #   run options kept for every trial (MLPERF_FIXED)
+      # out: hpo-<name>                  #   where the trials' MLPerf result logs go (trial-<n>/)
     space: {lr: {type: float, low: 1.0e-4, high: 0.1, log: true}}
     direction: minimize                  # or maximize (the default for a workload's throughput)
     trials: 40                           # trials to finish (pruned and failed ones count)
@@ -17,7 +24,7 @@
     pruner: none                         # none | median | asha | hyperband, on the intermediate values
     pruner_options: {}                   # min_resource, max_resource, reduction_factor, warmup_steps
     seed: 0
-    engine: local                        # local | slurm (a job array; storage: journal or PostgreSQL)
+    engine: local                        # local | slurm (a job array; journal or PostgreSQL) | ray (Ray Tune)
     workers: 1                           # concurrent trials (one GPU each, or their own cores)
     storage: null                        # default: the results store's database
     heartbeat_s: 30                      # a worker silent for 2 × this is dead: its trial fails, retried once
@@ -37,9 +44,12 @@ from dlbench.hpo.space import Param, parse_space
 
 SAMPLERS = ("random", "grid", "tpe", "cmaes", "nsga2")
 PRUNERS = ("none", "median", "asha", "hyperband")
-ENGINES = ("local", "slurm")  # ray plugs in later (see hpo.engine); slurm: dlbench.api.hpo_slurm
+ENGINES = ("local", "slurm", "ray")  # slurm: dlbench.api.hpo_slurm; ray: dlbench.api.hpo_ray
 DIRECTIONS = ("minimize", "maximize")
 PRUNER_OPTIONS = ("min_resource", "max_resource", "reduction_factor", "warmup_steps")
+GOALS = ("quality", "time-to-target")
+#: Run options of an MLPerf objective's ``fixed`` (``dlbench mlperf run`` flags of the same names).
+MLPERF_FIXED = ("device", "threads", "seed", "data_seed", "data_dir", "workers", "telemetry")
 KEYS = ("name", "objective", "space", "direction", "trials", "timeout_s", "sampler", "pruner", "pruner_options",
         "seed", "engine", "workers", "storage", "heartbeat_s")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
@@ -47,13 +57,26 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 
 @dataclass(frozen=True)
 class Objective:
-    """What a trial runs: ``kind`` command (``argv``) or workload (``workload`` with ``fixed`` fields)."""
+    """What a trial runs: ``kind`` command (``argv``), workload (``workload`` with ``fixed`` RunSpec
+    fields) or mlperf (``task`` trained ``epochs`` epochs for ``goal``, ``fixed`` run options, logs in ``out``)."""
 
     kind: str
     argv: tuple[str, ...] = ()
     timeout_s: float = 3600.0
     workload: str | None = None
     fixed: dict[str, Any] = field(default_factory=dict)
+    task: str | None = None
+    epochs: int | None = None
+    goal: str = "quality"
+    out: str | None = None
+
+    def as_doc(self) -> dict[str, Any]:
+        """The objective as the study file gives it."""
+        if self.kind == "command":
+            return {"command": list(self.argv), "timeout_s": self.timeout_s}
+        if self.kind == "workload":
+            return {"workload": self.workload, "fixed": dict(self.fixed)}
+        return {"mlperf": self.task, "epochs": self.epochs, "goal": self.goal, "fixed": dict(self.fixed), "out": self.out}
 
 
 @dataclass(frozen=True)
@@ -79,9 +102,7 @@ class StudySpec:
         """The study file this spec came from (JSON-able), kept in the study so workers and resume read it."""
         doc = asdict(self)
         doc["space"] = {p.name: p.as_doc() for p in self.space}
-        obj = self.objective
-        doc["objective"] = ({"command": list(obj.argv), "timeout_s": obj.timeout_s} if obj.kind == "command"
-                            else {"workload": obj.workload, "fixed": dict(obj.fixed)})
+        doc["objective"] = self.objective.as_doc()
         return doc
 
 
@@ -106,7 +127,7 @@ def parse_study(doc: Any, where: str, overrides: dict[str, Any] | None = None) -
         trials=_positive(doc, "trials", where, 20), timeout_s=_number(doc, "timeout_s", where),
         sampler=_choice(doc, "sampler", SAMPLERS, where, "tpe"), pruner=_choice(doc, "pruner", PRUNERS, where, "none"),
         pruner_options=_pruner_options(doc.get("pruner_options"), where), seed=_positive(doc, "seed", where, 0, 0),
-        engine=_choice(doc, "engine", ENGINES, where, "local", " (the ray engine is not available yet)"),
+        engine=_choice(doc, "engine", ENGINES, where, "local"),
         workers=_positive(doc, "workers", where, 1), storage=doc.get("storage"),
         heartbeat_s=_positive(doc, "heartbeat_s", where, 30),
     )
@@ -117,13 +138,18 @@ def parse_study(doc: Any, where: str, overrides: dict[str, Any] | None = None) -
         raise UsageError(f"{where}: the cmaes sampler searches numbers only; drop the categorical parameters or use tpe.")
     if spec.objective.kind == "workload" and spec.pruner != "none":
         raise UsageError(f"{where}: a workload's throughput has no intermediate values to prune on; use pruner: none.")
+    if spec.objective.goal == "time-to-target" and spec.pruner != "none":
+        raise UsageError(f"{where}: goal time-to-target has no intermediate times to prune on (the per-epoch quality "
+                         "points the other way); use pruner: none, or goal: quality.")
     return spec
 
 
 def _objective(doc: Any, where: str) -> Objective:
-    if not isinstance(doc, dict) or len({"command", "workload"} & set(doc)) != 1:
+    if not isinstance(doc, dict) or len({"command", "workload", "mlperf"} & set(doc)) != 1:
         raise UsageError(f"{where}: 'objective' must have exactly one of 'command' (an executable printing "
-                         "'FoM: <value>') or 'workload' (a catalogue workload's throughput).")
+                         "'FoM: <value>'), 'workload' (a catalogue workload's throughput) or 'mlperf' (a quality task).")
+    if "mlperf" in doc:
+        return _mlperf_objective(doc, where)
     if "workload" in doc:
         extra = sorted(set(doc) - {"workload", "fixed"})
         if extra:
@@ -145,6 +171,23 @@ def _objective(doc: Any, where: str) -> Objective:
     timeout = _number(doc, "timeout_s", where) or 3600.0
     return Objective("command", argv=(os.path.abspath(argv[0]) if os.sep in argv[0] else argv[0], *argv[1:]),
                      timeout_s=timeout)
+
+
+def _mlperf_objective(doc: dict, where: str) -> Objective:
+    """An MLPerf quality task (``mlperf: NAME``); the task's own checks (its name, its knobs, the direction
+    of its metric) are made where the tasks are known, in ``dlbench.api.hpo_mlperf``."""
+    extra = sorted(set(doc) - {"mlperf", "epochs", "goal", "fixed", "out"})
+    if extra:
+        raise UsageError(f"{where}: an mlperf objective takes 'mlperf', 'epochs', 'goal', 'fixed' and 'out', not {extra[0]!r}.")
+    fixed = doc.get("fixed") or {}
+    if not isinstance(fixed, dict) or set(fixed) - set(MLPERF_FIXED):
+        raise UsageError(f"{where}: objective 'fixed' of an mlperf task takes {', '.join(MLPERF_FIXED)}.")
+    epochs = doc.get("epochs")
+    if epochs is not None:
+        epochs = _positive(doc, "epochs", where, 1)
+    goal = _choice(doc, "goal", GOALS, where, "quality")
+    return Objective("mlperf", task=str(doc["mlperf"]), epochs=epochs, goal=goal, fixed=dict(fixed),
+                     out=None if doc.get("out") is None else str(doc["out"]))
 
 
 def _choice(doc: dict, key: str, known: tuple[str, ...], where: str, default: str, hint: str = "") -> str:

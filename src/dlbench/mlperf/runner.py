@@ -75,6 +75,7 @@ class RunOptions:
     tags: dict[str, str] = field(default_factory=dict)
     telemetry: bool = True  # sample GPU/host telemetry during each run: energy to train in the record
     telemetry_interval_s: float = 1.0
+    knobs: dict[str, Any] = field(default_factory=dict)  # the task's hyperparameters overridden (Task.knobs)
 
 
 class TaskSession:
@@ -130,9 +131,10 @@ class TaskSession:
 
 
 def prepare_task(name: str, out_dir: str | Path, options: RunOptions, env: dict[str, Any],
-                 on_epoch: OnEpoch | None = None, joined=None) -> TaskSession:
+                 on_epoch: OnEpoch | None = None, joined=None, session_type=TaskSession) -> TaskSession:
     """Validate ``options`` and make task ``name`` ready for its runs. User mistakes raise
-    :class:`UsageError` before anything is written; rank 0 writes the system description."""
+    :class:`UsageError` before anything is written; rank 0 writes the system description.
+    ``session_type``: a :class:`TaskSession` subclass (HPO trials record and end their runs their way)."""
     if options.runs < 1:
         raise UsageError(f"--runs {options.runs} must be at least 1.")
     if options.max_epochs is not None and options.max_epochs < 1:
@@ -140,6 +142,7 @@ def prepare_task(name: str, out_dir: str | Path, options: RunOptions, env: dict[
     if options.threads is not None and options.threads < 1:
         raise UsageError(f"--threads {options.threads} must be at least 1.")
     task = tasks.create(name, options.data_seed, options.data_dir)
+    task.set_knobs(options.knobs)
     device = resolve_device(options.device)
     if _dist() is not None and device.type == "cuda":  # one GPU per rank, as torchrun numbers them
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
@@ -149,7 +152,7 @@ def prepare_task(name: str, out_dir: str | Path, options: RunOptions, env: dict[
     out = Path(out_dir)
     spec = {
         "workload": f"mlperf/{task.name}", "benchmark": task.benchmark, "mode": "time_to_train",
-        "params": {"data_seed": options.data_seed, "data_dir": options.data_dir},
+        "params": {"data_seed": options.data_seed, "data_dir": options.data_dir} | dict(options.knobs),
         "batch_size": task.batch_size, "device": device.type, "device_name": device_name(device),
         "precision": "fp32", "nproc": world, "threads": options.threads or torch.get_num_threads(), "system": system,
         "metric": task.metric, "target": task.target, "max_epochs": options.max_epochs or task.max_epochs,
@@ -161,7 +164,7 @@ def prepare_task(name: str, out_dir: str | Path, options: RunOptions, env: dict[
                          f"batch of {task.batch_size * world}; give it a larger data set.")
     if is_rank_zero():
         _write_system(out, system, env, spec)
-    return TaskSession(task, datasets, out, options, device, spec, on_epoch, joined)
+    return session_type(task, datasets, out, options, device, spec, on_epoch, joined)
 
 
 def _write_system(out: Path, system: str, env: dict, spec: dict) -> None:

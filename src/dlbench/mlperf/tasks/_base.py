@@ -31,16 +31,25 @@ Contract:
   runner compares it with ``target`` through :meth:`reached`. ``logged_quality`` converts it to
   the scale MLPerf logs (BLEU as a fraction, for example).
 * ``accepts_data_dir``: the task can read a real data set from a directory (``data_dir``).
+* Hyperparameters (``base_lr``, ``momentum``, ``batch_size`` …) are numeric class attributes read through
+  ``self``: :meth:`Task.knobs` lists them and :meth:`Task.set_knobs` overrides them on one instance
+  (``dlbench hpo`` tunes them; ``target``, ``max_epochs`` and the data set sizes are not knobs).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any, ClassVar
 
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
+
+from dlbench.errors import UsageError, unknown_name
+
+#: Class attributes that define the task rather than how it trains: never tuned as hyperparameters.
+NOT_KNOBS = frozenset({"target", "segm_target", "max_epochs", "train_samples", "eval_samples"})
 
 Batch = tuple[torch.Tensor, ...]
 Optimizer = tuple[torch.optim.Optimizer, Any, dict[str, Any]]  # optimizer, scheduler | None, logged hps
@@ -66,14 +75,39 @@ class Task:
 
     def __init__(self, data_seed: int = 0, data_dir: str | None = None):
         if data_dir is not None and not self.accepts_data_dir:
-            from dlbench.errors import UsageError
-
             raise UsageError(
                 f"task {self.name!r} generates its data set and does not read --data-dir; "
                 f"drop --data-dir (tasks that read one: resnet)."
             )
         self.data_seed = data_seed
         self.data_dir = data_dir
+
+    @classmethod
+    def knobs(cls) -> dict[str, int | float]:
+        """The task's hyperparameters and their defaults: its numeric class attributes, less what
+        defines the task itself (target, epoch limit, data set sizes)."""
+        out: dict[str, int | float] = {}
+        for klass in reversed(cls.__mro__):
+            for name, value in vars(klass).items():
+                if name.startswith("_") or name in NOT_KNOBS or isinstance(value, bool):
+                    continue
+                if isinstance(value, (int, float)):
+                    out[name] = value
+        return out
+
+    def set_knobs(self, values: dict[str, Any]) -> None:
+        """Override hyperparameters on this instance; an unknown name or a bad value is a ``UsageError``."""
+        known = self.knobs()
+        for name, value in values.items():
+            if name not in known:
+                raise unknown_name(f"hyperparameter of task {self.name!r}:", name, known)
+            whole = isinstance(known[name], int)
+            if isinstance(value, bool) or not isinstance(value, int if whole else (int, float)) \
+                    or not math.isfinite(value) or value < (1 if name == "batch_size" else 0):
+                kind = "an integer" if whole else "a finite number"
+                raise UsageError(f"task {self.name!r}: {name} must be {kind} of at least "
+                                 f"{1 if name == 'batch_size' else 0}, got {value!r}.")
+            setattr(self, name, value)
 
     # -- what every task provides -----------------------------------------------------------------
     def datasets(self) -> tuple[Dataset, Dataset]:

@@ -1,0 +1,70 @@
+"""The ray engine against a real local Ray (started once for this module, 2 CPUs, stopped at the end):
+trials are Tune actors running tests/hpo/objective.py, Tune's ASHA stops the bad ones, every trial is a
+run record and the study (in the store's database) has the best."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+ray = pytest.importorskip("ray", reason="Ray cannot be installed here (no ray[tune] wheel for this Python and "
+                          "architecture); the ray engine needs pip install 'dlbench[ray]'")
+pytest.importorskip("ray.tune", reason="Ray is installed without Tune; the ray engine needs pip install 'dlbench[ray]'")
+
+from test_hpo_study import command, records_of, status
+
+
+@pytest.fixture(scope="module")
+def ray_address():
+    """A local Ray (2 CPUs, no dashboard) started once for the module, as a user's existing cluster; the
+    studies' drivers connect to it with --address. ray.shutdown() stops every process it started."""
+    for attempt in (1, 2):  # on a busy shared machine Ray's agents can miss their start-up deadline once
+        try:
+            ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+            break
+        except Exception:
+            ray.shutdown()
+            if attempt == 2:
+                raise
+    try:
+        yield ray.get_runtime_context().gcs_address
+    finally:
+        ray.shutdown()
+
+
+def test_ray_engine_records_every_trial_and_asha_stops_the_bad_ones(hpo, ray_address):
+    # one trial at a time, so the grid's order (seed 0) alone decides what ASHA compares: any order but
+    # "each trial better than all before it" has a trial below the median of its rung, which ASHA stops
+    doc = {"name": "ray-asha", "objective": command("--epochs", "4"), "sampler": "grid", "pruner": "asha",
+           "pruner_options": {"min_resource": 1, "reduction_factor": 2, "max_resource": 4}, "workers": 1,
+           "space": {"x": {"type": "categorical", "choices": [0.3, 2.0, 3.0, 4.0]}}}
+    out, db = hpo(doc, "--engine", "ray", "--address", ray_address)
+    assert out.returncode == 0, out.stderr
+    records = records_of(db, "ray-asha")
+    assert len(records) == 4 and {r["status"] for r in records} <= {"ok", "pruned"}
+    pruned = [r for r in records if r["status"] == "pruned"]
+    assert pruned, [(r["spec"]["params"], r["status"]) for r in records]
+    assert all(r["result"]["epochs"] < 4 for r in pruned) and all("pruned by the asha pruner" in r["error"] for r in pruned)
+    assert all(r["result"]["epochs"] == 4 for r in records if r["status"] == "ok")
+    by_x = {r["spec"]["params"]["x"]: r for r in records}
+    assert by_x[0.3]["status"] == "ok"  # the best point is never stopped
+    doc_status = status(hpo, "ray-asha")  # the Optuna study agrees with the records, trial by trial
+    assert doc_status["counts"] == {"ok": 4 - len(pruned), "pruned": len(pruned)}
+    states = {t["trial"]: t["state"] for t in doc_status["trials"]}
+    assert {int(r["spec"]["tags"]["hpo_trial"]): r["status"] for r in records} == states
+    best = json.loads(hpo.cli("hpo", "best", "ray-asha", "--json").stdout)
+    assert best["params"] == {"x": 0.3} and best["value"] == pytest.approx(by_x[0.3]["result"]["value"])
+    assert best["record"] == by_x[0.3]["id"]
+
+
+def test_a_failing_trial_fails_and_the_study_goes_on(hpo, ray_address):
+    doc = {"name": "ray-bad", "objective": command("--epochs", "1"), "sampler": "grid", "workers": 2,
+           "space": {"mode": {"type": "categorical", "choices": ["ok", "exit3"]}}}
+    out, db = hpo(doc, "--engine", "ray", "--address", ray_address, "--json")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["counts"] == {"ok": 1, "failed": 1}  # stdout: the one JSON document
+    by_mode = {r["spec"]["params"]["mode"]: r for r in records_of(db, "ray-bad")}
+    assert by_mode["ok"]["status"] == "ok" and by_mode["exit3"]["status"] == "failed"
+    assert "exited with code 3" in by_mode["exit3"]["error"]
+    assert status(hpo, "ray-bad")["counts"] == {"ok": 1, "failed": 1}
