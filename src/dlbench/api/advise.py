@@ -162,7 +162,10 @@ class Session:
         self.notes: list[str] = []
 
     def tags(self, stage: str, role: str | None = None) -> dict[str, str]:
-        return {"advise": self.id, "advise_stage": stage} | ({"advise_role": role} if role else {})
+        """The next run's tags: the session, the stage, its place in the session (``created_at`` has
+        whole seconds only) and, in the confirmation, its side."""
+        tags = {"advise": self.id, "advise_stage": stage, "advise_run": str(len(self.records))}
+        return tags | ({"advise_role": role} if role else {})
 
     def run(self, stage: str, changes: dict[str, Any], role: str | None = None) -> dict[str, Any]:
         """One stored run of the workload with ``changes`` on the baseline's fields."""
@@ -259,6 +262,7 @@ class _SessionObjective(_Objective):
         self.session = session
 
     def _workload(self, trial: optuna.Trial, params: dict[str, Any]) -> dict[str, Any]:
+        self.spec.objective.fixed["tags"] = self.session.tags("knobs")  # this run's place in the session
         record = super()._workload(trial, params)
         self.session.keep("knobs", params, record)
         return record

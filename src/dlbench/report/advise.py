@@ -2,7 +2,7 @@
 
 Every run of an advise session carries the tags ``advise=<session>`` and ``advise_stage`` (``baseline``,
 ``batch``, ``knobs``, ``confirm``); confirmation runs also carry ``advise_role`` (``default`` or
-``best``). :func:`advice` needs nothing else, so the same report comes back from the store later::
+``best``) and every run ``advise_run``, its place in the session. :func:`advice` needs nothing else, so the same report comes back from the store later::
 
     advice(store.records(RunFilter(tags={"advise": session})))
 
@@ -46,6 +46,11 @@ def describe(config: dict[str, Any]) -> str:
     return " ".join(parts)
 
 
+def _order(record: dict[str, Any]) -> tuple:
+    """Runs in the order the session ran them (``advise_run``; ``created_at`` has whole seconds only)."""
+    return int(_tags(record).get("advise_run", 0)), record["created_at"]
+
+
 def _tags(record: dict[str, Any]) -> dict[str, str]:
     return record["spec"].get("tags") or {}
 
@@ -64,7 +69,7 @@ def spread(values: list[float]) -> dict[str, float]:
 def advice(records: list[dict[str, Any]], not_tried: list[str] = (), notes: list[str] = ()) -> dict[str, Any]:
     """The report of one advise session from its runs (any order): the table of every run, the
     defaults, the fastest configuration, and the confirmed speed-up with its noise."""
-    records = sorted(records, key=lambda r: r["created_at"])
+    records = sorted(records, key=_order)
     rows = [{"id": r["id"], "stage": _tags(r).get("advise_stage"), "role": _tags(r).get("advise_role"),
              "config": config_of(r), "status": r["status"], "samples_per_s": _rate(r),
              "step_time_median_s": ((r.get("result") or {}).get("step_time_s") or {}).get("median"),
