@@ -19,6 +19,7 @@ nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
 pytest.importorskip("ipykernel")
 
+from dlbench.spec import RunSpec  # noqa: E402
 from dlbench.store import RunFilter, open_store  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -114,6 +115,12 @@ def test_advice_and_telemetry(kernel_env):
     assert text.startswith("defaults: batch_size=64")
     for fragment in ("dn.plot_advice", "dn.plot_telemetry"):
         assert "image/png" in outputs(find(book, fragment))[1], fragment
+    text, _ = outputs(find(book, "profile=PROFILE_DIR"))
+    if "profile" in RunSpec.model_fields:  # run --profile (issue 12, part 1) is in this dlbench
+        profiled = [r for r in runs if (r.get("result") or {}).get("profile")]
+        assert len(profiled) == 1 and str(profiled[0]["result"]["profile"]["breakdown"]) in text
+    else:
+        assert "not in this dlbench yet" in text
     text, data = outputs(find(book, "dn.tensorboard"))
     if importlib.util.find_spec("tensorboard"):  # the kernel is this Python: it has TensorBoard too
         assert "http://127.0.0.1:" in data["text/html"] and "stopped: True" in text
