@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import fields
 from typing import Any
 
 from dlbench.api.advise import AdviseSettings
@@ -10,7 +11,7 @@ from dlbench.api.advise import advise as run_advice
 from dlbench.api.advise import parse_knobs
 from dlbench.api.results import compare_groups
 from dlbench.api.runs import run_benchmark, run_scale
-from dlbench.errors import UsageError
+from dlbench.errors import UsageError, unknown_name
 from dlbench.notebook.progress import LiveProgress
 from dlbench.report.compare import compare as compare_rows
 from dlbench.report.frame import runs_dataframe, to_dataframe
@@ -84,6 +85,9 @@ def advise(workload: str, *, db: str | None = None, params: dict[str, Any] | Non
     ``advice_frame(report)`` is its table of runs, ``plot_advice(report)`` its chart. ``settings`` are
     :class:`~dlbench.api.advise.AdviseSettings` fields (``device``, ``steps``, ``max_batch``, ``repeats`` …)."""
     chosen = parse_knobs(knobs if isinstance(knobs, str) or knobs is None else ",".join(knobs))
+    unknown = sorted(set(settings) - {f.name for f in fields(AdviseSettings)})
+    if unknown:
+        raise unknown_name("advise setting", unknown[0], [f.name for f in fields(AdviseSettings)])
     config = AdviseSettings(workload=workload, params=dict(params or {}), budget_s=budget_s, knobs=chosen, **settings)
     bar = LiveProgress(f"advise {workload}") if progress else None
     store = _store(db)

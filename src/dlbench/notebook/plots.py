@@ -65,7 +65,7 @@ def plot_advice(report: dict[str, Any]):
     rows = [r for r in report["runs"] if r["samples_per_s"]]
     if not rows:
         raise UsageError("no run of this advise session succeeded, so there is nothing to plot.")
-    fig = _figure(11, 4.2)
+    fig = _figure(11, 5.5)  # room for the configurations under the bars
     ax_runs, ax_conf = fig.subplots(1, 2, gridspec_kw={"width_ratios": [3, 1]})
     colours = {"baseline": "#888888", "batch": "#4878a8", "knobs": "#6aa56a", "confirm": "#c47f3a"}
     ax_runs.bar(range(len(rows)), [r["samples_per_s"] for r in rows], color=[colours.get(r["stage"], "#444") for r in rows])
