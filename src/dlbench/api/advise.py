@@ -204,7 +204,7 @@ def search_batch(session: Session, default_batch: int, deadline: float) -> int:
     elif baseline["status"] != "oom":
         return default_batch  # the defaults fail for another reason: no batch will help
     ok, bad = (default_batch, None) if default_batch in speed else (0, default_batch)
-    last_s = session.run_seconds()
+    ok_s = session.run_seconds()  # how long the run at batch `ok` took (an OOM ends fast: no guide)
     while True:
         if bad is None:
             trial = ok * 2 if ok * 2 <= max_batch else (max_batch if ok < max_batch else None)
@@ -213,16 +213,16 @@ def search_batch(session: Session, default_batch: int, deadline: float) -> int:
             trial = None if trial in (ok, bad) or bad - ok <= max(1, ok // 8) else trial
         if trial is None:
             break
-        # a run's time grows with the batch: expect the last run's time scaled to this batch
-        expected = last_s * trial / max(1, ok or trial)
+        # a run's time grows with the batch: expect the largest fitting run's time scaled to this batch
+        expected = ok_s * trial / ok if ok else ok_s
         if session.elapsed() + expected > deadline:
-            session.not_tried.append(f"batch sizes from {trial} (the budget would run out)")
+            untried = f"from {trial}" if bad is None else f"between {ok} and {bad}"
+            session.not_tried.append(f"batch sizes {untried} (the budget would run out)")
             break
         started = time.monotonic()
         record = session.run("batch", {"batch_size": trial})
-        last_s = time.monotonic() - started
         if record["status"] == "ok":
-            speed[trial], ok = record["result"]["samples_per_s"], trial
+            speed[trial], ok, ok_s = record["result"]["samples_per_s"], trial, time.monotonic() - started
         elif record["status"] == "oom":
             bad = trial
         else:
