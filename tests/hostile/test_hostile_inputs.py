@@ -260,6 +260,14 @@ CASES: list[Case] = [
     Case("slurm-image-without-runtime", ["run", *TINY, "--launcher", "slurm", "--container-image", "x.sif"],
          "--container-image on Slurm needs --container-runtime"),
     Case("launcher-unknown", ["run", *TINY, "--launcher", "lsf"], "unknown launcher 'lsf'"),
+    # dlbench advise: refused before the first run
+    Case("advise-unknown-workload", ["advise", "resnet5", "--device", "cpu", "--db", "{tmp}/runs.db"], "unknown workload 'resnet5'"),
+    Case("advise-zero-budget", ["advise", "lstm", "--budget", "0", "--db", "{tmp}/runs.db"], "--budget 0 must be a positive number"),
+    Case("advise-negative-budget", ["advise", "lstm", "--budget", "-5", "--db", "{tmp}/runs.db"], "must be a positive number of seconds"),
+    Case("advise-nan-budget", ["advise", "lstm", "--budget", "nan", "--db", "{tmp}/runs.db"], "must be a positive number of seconds"),
+    Case("advise-unknown-knob", ["advise", "lstm", "--knobs", "batch_size,thread", "--db", "{tmp}/runs.db"], "unknown knob 'thread'"),
+    Case("advise-bad-param", ["advise", "lstm", "--param", "hidden_size=big", "--db", "{tmp}/runs.db"], "hidden_size"),
+    Case("advise-bad-sampler", ["advise", "lstm", "--sampler", "annealing", "--db", "{tmp}/runs.db"], "unknown sampler"),
 ]
 
 

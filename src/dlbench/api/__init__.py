@@ -16,6 +16,7 @@ from __future__ import annotations
 import importlib
 
 _EXPORTS = {
+    "advise": "dlbench.api.advise",
     "execute": "dlbench.api.pipeline",
     "run_benchmark": "dlbench.api.runs",
     "run_comm": "dlbench.api.runs",

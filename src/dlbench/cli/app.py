@@ -21,6 +21,7 @@ from dlbench.cli import store
 from dlbench.cli import report
 from dlbench.cli import hpo
 from dlbench.cli import jobs
+from dlbench.cli import advise
 
 app = typer.Typer(
     name="dlbench",
@@ -66,6 +67,7 @@ app.command("trend")(report.trend)
 app.command("regress")(report.regress)
 app.add_typer(hpo.hpo_app, name="hpo")
 app.add_typer(jobs.jobs_app, name="jobs")
+app.command("advise")(advise.advise)
 
 
 def _is_parser_error(exc: Exception) -> bool:

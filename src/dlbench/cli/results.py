@@ -119,24 +119,10 @@ def compare(
     Examples: dlbench compare torch=2.3 torch=2.4 ; dlbench compare container=bare container=docker ;
     dlbench compare 3f2a1c 9b0e77
     """
+    from dlbench.api.results import compare_groups as select  # SQLAlchemy: only for commands that read the store
     from dlbench.report.compare import compare as compare_groups
-    from dlbench.store._base import parse_selector
 
-    flt_a, flt_b = parse_selector(group_a), parse_selector(group_b)
-    store = open_store(db, create=False)
-    try:
-        runs_a, runs_b = store.records(flt_a), store.records(flt_b)
-    finally:
-        store.close()
-    for label, runs, text in (("A", runs_a, group_a), ("B", runs_b, group_b)):
-        if not runs:
-            raise UsageError(f"group {label} ({text!r}) matches no stored run; check it with 'dlbench results'.")
-    shared = sorted({r["id"] for r in runs_a} & {r["id"] for r in runs_b})
-    if shared:
-        raise UsageError(
-            f"groups A and B share {len(shared)} run(s) ({', '.join(shared[:3])}{', …' if len(shared) > 3 else ''}); "
-            "a run cannot be compared with itself — make the groups disjoint, e.g. add a tag or torch= to each."
-        )
+    runs_a, runs_b = select(group_a, group_b, db)
     rows = compare_groups(runs_a, runs_b)
     if as_json:
         emit_json({"a": group_a, "b": group_b, "rows": [r.as_dict() for r in rows]})

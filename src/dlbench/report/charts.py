@@ -37,7 +37,14 @@ def scaling_series(records: list[dict[str, Any]]) -> dict[int, float]:
 def render_scaling(series: dict[str, dict[int, float]], path: str | Path, title: str) -> Path:
     """Throughput vs workers with each series' ideal line, and efficiency; one line per series."""
     plt = _pyplot()
-    fig, (ax_rate, ax_eff) = plt.subplots(1, 2, figsize=(11, 4.2))
+    fig = plt.figure(figsize=(11, 4.2))
+    draw_scaling(fig, series, title)
+    return _save(fig, plt, path)
+
+
+def draw_scaling(fig, series: dict[str, dict[int, float]], title: str) -> None:
+    """Draw :func:`render_scaling`'s two panels on ``fig`` (any backend: a file, or a notebook's inline one)."""
+    ax_rate, ax_eff = fig.subplots(1, 2)
     top_efficiency = 1.0
     for label, by_n in series.items():
         if not by_n:
@@ -61,7 +68,6 @@ def render_scaling(series: dict[str, dict[int, float]], path: str | Path, title:
         ax.legend(fontsize="small")
     fig.suptitle(title)
     fig.tight_layout()
-    return _save(fig, plt, path)
 
 
 def render_bandwidth(records: list[dict[str, Any]], path: str | Path, title: str) -> Path:

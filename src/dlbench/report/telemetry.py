@@ -90,8 +90,15 @@ def render_timeline(data: dict[str, Any], path: str | Path) -> Path:
     from dlbench.report.charts import _pyplot, _save
 
     plt = _pyplot()
+    fig = plt.figure(figsize=(9, 2.4 * len(data["panels"]) + 0.8))
+    draw_timeline(fig, data)
+    return _save(fig, plt, path)
+
+
+def draw_timeline(fig, data: dict[str, Any]) -> None:
+    """Draw :func:`render_timeline`'s panels on ``fig`` (any backend: a file, or a notebook's inline one)."""
     panels = data["panels"]
-    fig, axes = plt.subplots(len(panels), 1, figsize=(9, 2.4 * len(panels) + 0.8), sharex=True, squeeze=False)
+    axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False)
     for ax, panel in zip(axes[:, 0], panels):
         for line in panel["lines"]:
             if line["values"]:
@@ -108,7 +115,6 @@ def render_timeline(data: dict[str, Any], path: str | Path) -> Path:
     axes[-1, 0].set_xlabel("seconds since the run started")
     fig.suptitle(data["title"])
     fig.tight_layout()
-    return _save(fig, plt, path)
 
 
-__all__ = ["timeline_data", "render_timeline"]
+__all__ = ["timeline_data", "render_timeline", "draw_timeline"]

@@ -1,0 +1,102 @@
+"""Figures for notebooks: each call returns a matplotlib ``Figure`` that Jupyter shows inline.
+
+pyplot is used with the kernel's own backend (the inline one in Jupyter; dlbench's files-only "Agg" is
+for the CLI), and each figure is closed before it is returned, so a cell shows it once: as its value.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dlbench.errors import UsageError
+from dlbench.report.advise import describe
+from dlbench.report.charts import draw_scaling, scaling_series
+from dlbench.report.telemetry import draw_timeline, timeline_data
+from dlbench.store import open_store
+
+
+def _pyplot():
+    try:
+        import matplotlib.pyplot as plt  # heavy: only when a figure is drawn
+    except ImportError:
+        raise UsageError("plots need matplotlib; install it with: pip install 'matplotlib>=3.7'.") from None
+    return plt
+
+
+def _figure(width: float, height: float):
+    plt = _pyplot()
+    fig = plt.figure(figsize=(width, height))
+    plt.close(fig)  # shown once, as the cell's value (not again by the inline backend's flush)
+    return fig
+
+
+def plot_scaling(records: list[dict[str, Any]], title: str | None = None):
+    """Throughput and efficiency against process count, one line per workload (a :func:`scale` series)."""
+    by_workload: dict[str, list[dict[str, Any]]] = {}
+    for record in records:
+        by_workload.setdefault(record["spec"]["workload"], []).append(record)
+    series = {name: scaling_series(runs) for name, runs in by_workload.items()}
+    if not any(series.values()):
+        raise UsageError("none of these runs succeeded, so there is no scaling to plot; check their 'error'.")
+    fig = _figure(11, 4.2)
+    draw_scaling(fig, series, title or "scaling")
+    return fig
+
+
+def plot_runs(frame, label: str = "id", title: str = "throughput"):
+    """A bar per run of a :func:`results` DataFrame: samples/s with its step-time spread (sem, as ±)."""
+    ok = frame[frame["status"] == "ok"] if "status" in frame else frame
+    if ok.empty:
+        raise UsageError("no successful run in this DataFrame, so there is nothing to plot.")
+    fig = _figure(max(5.0, 0.6 * len(ok) + 2), 3.8)
+    ax = fig.subplots()
+    rate = ok["samples_per_s"]
+    # the run's throughput error from its step-time standard error (relative errors are equal)
+    err = rate * ok["step_time_sem_s"] / ok["step_time_mean_s"] if "step_time_sem_s" in ok else None
+    ax.bar([str(v)[:24] for v in ok[label]], rate, yerr=err, capsize=3, color="#4878a8")
+    ax.set(ylabel="samples/s", title=title)
+    ax.tick_params(axis="x", labelrotation=45)
+    fig.tight_layout()
+    return fig
+
+
+def plot_advice(report: dict[str, Any]):
+    """Every run of an advise session (bars by stage) and the confirmed defaults vs best (medians, range)."""
+    rows = [r for r in report["runs"] if r["samples_per_s"]]
+    if not rows:
+        raise UsageError("no run of this advise session succeeded, so there is nothing to plot.")
+    fig = _figure(11, 5.5)  # room for the configurations under the bars
+    ax_runs, ax_conf = fig.subplots(1, 2, gridspec_kw={"width_ratios": [3, 1]})
+    colours = {"baseline": "#888888", "batch": "#4878a8", "knobs": "#6aa56a", "confirm": "#c47f3a"}
+    ax_runs.bar(range(len(rows)), [r["samples_per_s"] for r in rows], color=[colours.get(r["stage"], "#444") for r in rows])
+    ax_runs.set_xticks(range(len(rows)), [describe(r["config"]) for r in rows], rotation=80, fontsize="x-small")
+    ax_runs.set(ylabel="samples/s", title="every run (grey baseline, blue batch, green knobs, orange confirm)")
+    conf = report.get("confirmation")
+    if conf:
+        sides = [conf["default_samples_per_s"], conf["best_samples_per_s"]]
+        medians = [s["median"] for s in sides]
+        spans = [[m - s["min"] for m, s in zip(medians, sides)], [s["max"] - m for m, s in zip(medians, sides)]]
+        ax_conf.bar(["defaults", "best"], medians, yerr=spans, capsize=4, color=["#888888", "#c47f3a"])
+        ax_conf.set(title=f"confirmed: {conf['speedup']:.2f}x ({conf['verdict']})", ylabel="samples/s (median, range)")
+    else:
+        ax_conf.set_axis_off()
+        ax_conf.set_title("no confirmation (defaults fastest)")
+    fig.tight_layout()
+    return fig
+
+
+def plot_telemetry(run_id: str, db: str | None = None):
+    """A run's telemetry series (GPU utilisation, memory and power; or host CPU and memory) against time,
+    the measured window shaded."""
+    store = open_store(db, create=False)
+    try:
+        record, series = store.get(run_id), store.series(run_id)
+    finally:
+        store.close()
+    data = timeline_data(record, series)
+    if not data["panels"]:
+        raise UsageError(f"run {record['id']} has no telemetry series (it ran with telemetry off, or ended "
+                         "before the first sample); run it with telemetry=True and a few more steps.")
+    fig = _figure(9, 2.4 * len(data["panels"]) + 0.8)
+    draw_timeline(fig, data)
+    return fig
