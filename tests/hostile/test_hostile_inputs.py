@@ -74,6 +74,14 @@ def foreign_metrics_dir(folder: Path) -> None:
     os.chown(planted, 54321, 54321)
 
 
+def read_only_dir(folder: Path) -> None:
+    """A directory this user may not write to (root may write anywhere: skipped as root)."""
+    if os.geteuid() == 0:
+        pytest.skip("root writes to read-only directories; the file cases cover root")
+    (folder / "ro").mkdir()
+    (folder / "ro").chmod(0o500)
+
+
 RUN = ["run", "--config", "{tmp}/c.yaml"]
 TINY = ["lstm", "-p", "seq_len=4", "-p", "input_size=8", "-p", "hidden_size=8", "-b", "4", "--steps", "2", "--warmup", "1"]
 NO_TELEMETRY = ["--no-telemetry"]
@@ -237,6 +245,12 @@ CASES: list[Case] = [
     Case("store-import-garbage", ["store", "import", "{tmp}/junk.json"], "not a dlbench run file",
          files={"junk.json": b"[1, 2"}),
     Case("store-import-missing", ["store", "import", "{tmp}/nothing.json"], "not a dlbench run file"),
+    Case("profile-dir-is-a-file", ["run", *TINY, "--profile", "{tmp}/f"], "is a file", files={"f": b"x"}),
+    Case("profile-dir-inside-a-file", ["run", *TINY, "--profile", "{tmp}/f/traces"], "cannot be created",
+         files={"f": b"x"}),
+    Case("profile-dir-read-only", ["run", *TINY, "--profile", "{tmp}/ro/traces"], "is not writable",
+         files={"ro": read_only_dir}),
+    Case("profile-steps-zero", ["run", *TINY, "--profile", "{tmp}/p", "--profile-steps", "0"], "profile_steps=0"),
 ]
 
 
