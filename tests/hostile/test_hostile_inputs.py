@@ -82,6 +82,14 @@ def read_only_dir(folder: Path) -> None:
     (folder / "ro").chmod(0o500)
 
 
+def no_tensorboard(folder: Path) -> None:
+    """A tensorboard package that cannot be imported, first on the path: as if it were not installed."""
+    (folder / "shadow" / "tensorboard").mkdir(parents=True)
+    (folder / "shadow" / "tensorboard" / "__init__.py").write_text("raise ImportError(\"No module named 'tensorboard'\")\n")
+
+
+SHADOWED = {"PYTHONPATH": os.pathsep.join(filter(None, ["{tmp}/shadow", os.environ.get("PYTHONPATH")]))}
+
 RUN = ["run", "--config", "{tmp}/c.yaml"]
 TINY = ["lstm", "-p", "seq_len=4", "-p", "input_size=8", "-p", "hidden_size=8", "-b", "4", "--steps", "2", "--warmup", "1"]
 NO_TELEMETRY = ["--no-telemetry"]
@@ -250,6 +258,17 @@ CASES: list[Case] = [
          files={"f": b"x"}),
     Case("profile-dir-read-only", ["run", *TINY, "--profile", "{tmp}/ro/traces"], "is not writable",
          files={"ro": read_only_dir}),
+    Case("tensorboard-not-installed", ["run", *TINY, "--tensorboard", "{tmp}/tb"], "needs the tensorboard package",
+         env=SHADOWED, files={"shadow": no_tensorboard}, in_process=False),
+    Case("tensorboard-export-not-installed", ["tensorboard", "export", "workload=lstm", "--out", "{tmp}/tb"],
+         "needs the tensorboard package", env=SHADOWED, files={"shadow": no_tensorboard}, in_process=False),
+    Case("tensorboard-dir-is-a-file", ["run", *TINY, "--tensorboard", "{tmp}/f"], "--tensorboard", files={"f": b"x"}),
+    Case("tensorboard-export-out-in-a-file", ["tensorboard", "export", "{run_id}", "--out", "{tmp}/f/tb"],
+         "cannot be created", files={"f": b"x"}),
+    Case("tensorboard-export-no-match", ["tensorboard", "export", "workload=nosuch", "--out", "{tmp}/tb"],
+         "matches no stored run"),
+    Case("scale-tensorboard-dir-is-a-file", ["scale", *TINY, "--nproc", "1", "--tensorboard", "{tmp}/f"], "is a file",
+         files={"f": b"x"}),
     Case("profile-steps-zero", ["run", *TINY, "--profile", "{tmp}/p", "--profile-steps", "0"], "profile_steps=0"),
 ]
 

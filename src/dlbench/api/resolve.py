@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from pathlib import Path
 
 import torch
 
 from dlbench.catalog import registry
+from dlbench.config import writable_dir
 from dlbench.engine.aggregate import per_rank_batch
 from dlbench.engine.devices import device_name, resolve_device
 from dlbench.engine.dist import LaunchEnv, check_backend, check_endpoint, default_backend, detect_launch_env
@@ -33,10 +33,12 @@ def default_threads(nproc: int, cpu_count: int | None = None) -> int:
 
 def resolve_train(spec: RunSpec, joined: LaunchEnv | None = None) -> ResolvedRun:
     """A training benchmark: workload, parameters, device, batch per process, backend, threads."""
-    if spec.profile and joined is None:  # ranks that joined an outside launcher's job share DIR itself
-        spec = spec.model_copy(update={"profile": str(profile_run_dir(spec.profile) / new_id())})
+    # a run writes its traces in DIR/<run id> (the record takes that id: TrainJob.records); ranks that
+    # joined an outside launcher's job write in DIR itself
+    if spec.profile and joined is None:
+        spec = spec.model_copy(update={"profile": str(writable_dir(spec.profile, "--profile") / new_id())})
     elif spec.profile:
-        profile_run_dir(spec.profile)
+        writable_dir(spec.profile, "--profile")
     workload = registry.create(spec.workload, spec.params)
     device = resolve_device(spec.device)
     world = joined.world_size if joined is not None else spec.world_size
@@ -66,21 +68,6 @@ def resolve_train(spec: RunSpec, joined: LaunchEnv | None = None) -> ResolvedRun
         node_rank=record_spec["node_rank"], rdzv_endpoint=spec.rdzv_endpoint, threads=threads,
         timeout_s=spec.timeout_s, launcher="torchrun" if launched else "local", joined=joined, tags=frozen(spec.tags),
     )
-
-
-def profile_run_dir(directory: str) -> Path:
-    """``directory``, absolute, once it is known to be writable (nothing is created yet). A run writes its
-    traces in ``directory/<run id>`` (the record takes that id, see ``TrainJob.records``)."""
-    path = Path(directory).expanduser()
-    if path.exists() and not path.is_dir():
-        raise UsageError(f"--profile {directory!r} is a file; give a directory for the traces.")
-    existing = next(p for p in (path, *path.parents) if p.exists())
-    if not existing.is_dir():
-        raise UsageError(f"--profile {directory!r} cannot be created: {existing} is a file; give a directory for the traces.")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise UsageError(f"--profile {directory!r} cannot be written ({existing} is not writable); "
-                         "give a directory you can write to.")
-    return path.resolve()
 
 
 def resolve_comm(spec: CommSpec) -> ResolvedRun:

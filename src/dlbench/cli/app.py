@@ -20,6 +20,7 @@ from dlbench.cli import mlperf
 from dlbench.cli import store
 from dlbench.cli import report
 from dlbench.cli import hpo
+from dlbench.cli import tensorboard
 
 app = typer.Typer(
     name="dlbench",
@@ -64,6 +65,7 @@ app.command("report")(report.report)
 app.command("trend")(report.trend)
 app.command("regress")(report.regress)
 app.add_typer(hpo.hpo_app, name="hpo")
+app.add_typer(tensorboard.tensorboard_app, name="tensorboard")
 
 
 def _is_parser_error(exc: Exception) -> bool:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import typer
 
-from dlbench.cli._common import DB_OPTION, JSON_OPTION, emit_json, info
+from dlbench.cli._common import DB_OPTION, JSON_OPTION, TENSORBOARD_OPTION, emit_json, info
 from dlbench.errors import BenchmarkFailed, UsageError
 
 hpo_app = typer.Typer(
@@ -50,6 +50,7 @@ def run(
     workers: int = typer.Option(None, "--workers", "-j", help="Concurrent trials."),
     seed: int = typer.Option(None, "--seed", help="Sampler seed (worker i uses seed + i)."),
     timeout_s: float = typer.Option(None, "--timeout-s", help="Stop starting trials after this many seconds."),
+    tensorboard: str = TENSORBOARD_OPTION,
     db: str = DB_OPTION,
     storage: str = STORAGE_OPTION,
     as_json: bool = JSON_OPTION,
@@ -65,7 +66,7 @@ def run(
         spec = hpo.load_study_file(config, overrides)
     progress = LiveTable()
     with progress:
-        study = hpo.run_study(spec, db, storage, resume, progress.update)
+        study = hpo.run_study(spec, db, storage, resume, progress.update, tensorboard)
     _, spec = hpo.open_study(study.study_name, db, storage or (spec.storage if spec else None))
     _print_status(study, spec, as_json)
     if not any(t.value is not None for t in study.get_trials(deepcopy=False) if t.state.name == "COMPLETE"):

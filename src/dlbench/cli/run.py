@@ -23,6 +23,7 @@ from dlbench.cli._common import (
 )
 from dlbench.errors import BenchmarkFailed, UsageError
 from dlbench.report.tables import render, run_table
+from dlbench.report.tensorboard import with_tensorboard
 
 
 def _overrides(**options: Any) -> dict[str, Any]:
@@ -139,6 +140,7 @@ def execute(specs, db: str | None, no_store: bool, as_json: bool, single: bool, 
     # under torchrun/srun every rank runs this command: rank 0 alone stores and reports
     follower = joined is not None and joined.rank != 0
     store = None if no_store or follower else open_store(db)  # before any work: a bad store is exit 2 now
+    sink = store if follower else with_tensorboard(store, tensorboard)
 
     @contextlib.contextmanager
     def around(i, run):
@@ -147,7 +149,7 @@ def execute(specs, db: str | None, no_store: bool, as_json: bool, single: bool, 
             yield progress.callback
 
     try:
-        records = run_specs(specs, store, around=around)
+        records = run_specs(specs, sink, around=around)
     finally:
         if store is not None:
             store.close()

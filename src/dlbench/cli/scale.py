@@ -6,11 +6,12 @@ import re
 
 import typer
 
-from dlbench.cli._common import DB_OPTION, JSON_OPTION, emit_json, info, open_store
+from dlbench.cli._common import DB_OPTION, JSON_OPTION, TENSORBOARD_OPTION, emit_json, info, open_store
 from dlbench.errors import BenchmarkFailed, UsageError, unknown_name
 from dlbench.report.charts import render_bandwidth, render_scaling, scaling_series  # matplotlib only when drawing
 from dlbench.report.scaling import scale_rows
 from dlbench.report.tables import render
+from dlbench.report.tensorboard import with_tensorboard
 
 
 def scale(
@@ -30,6 +31,7 @@ def scale(
     tag: list[str] = typer.Option(None, "--tag", "-t", help="Label KEY=VALUE for every run (repeatable)."),
     plot: str = typer.Option(None, "--plot", help="PNG path \\[default: dlbench-scale-WORKLOAD-SERIES.png]."),
     no_plot: bool = typer.Option(False, "--no-plot", help="Do not write a PNG."),
+    tensorboard: str = TENSORBOARD_OPTION,
     db: str = DB_OPTION,
     as_json: bool = JSON_OPTION,
 ) -> None:
@@ -46,7 +48,7 @@ def scale(
     })
     store = open_store(db)
     try:
-        series, records = run_scale(base, counts, store, on_run=lambda s: info(
+        series, records = run_scale(base, counts, with_tensorboard(store, tensorboard), on_run=lambda s: info(
             f"running {workload} with {s.nproc} process(es) × {s.threads} thread(s) …"))
     finally:
         store.close()
