@@ -107,3 +107,20 @@ def test_show_prints_a_stored_profile_and_refuses_an_unprofiled_run(tmp_path, ca
     plain = json.loads(capsys.readouterr().out)["id"]
     assert main(["show", plain, "--profile"]) == 2
     assert "was not profiled" in capsys.readouterr().err
+
+
+def test_labels_exist_only_while_profiling(tmp_path):
+    import torch
+
+    from dlbench.catalog import registry
+    from dlbench.catalog._base import unlabelled
+    from dlbench.engine.loop import prepare
+    from dlbench.engine.profile import profile_steps
+
+    spec = RunSpec(workload="lstm", params=TINY_LSTM, batch_size=4, steps=1, warmup=0, profile=str(tmp_path),
+                   profile_steps=1)
+    prepared = prepare(spec, registry.create("lstm", TINY_LSTM), torch.device("cpu"), 4)
+    assert prepared.ctx.phase is unlabelled  # the timed loop's steps carry no record_function
+    block = profile_steps(prepared, spec)
+    assert block["breakdown"]["phases_s"]["backward"] > 0  # labelled while profiling …
+    assert prepared.ctx.phase is unlabelled  # … and unlabelled again after
