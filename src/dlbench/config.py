@@ -298,3 +298,18 @@ def _nersc_shape_params(workload: str, shape: Any, where: str) -> dict[str, Any]
             raise UsageError(f"{where}: input_shape {shape} must be [seq_len, input_size] for lstm.")
         return {"seq_len": shape[0], "input_size": shape[1]}
     return {"seq_len": shape[0]}
+
+
+def writable_dir(directory: str, option: str) -> Path:
+    """``directory`` (absolute) once it is known that it is, or can be created as, a writable directory;
+    nothing is created. ``option`` names the flag in the error."""
+    path = Path(directory).expanduser()
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"{option} {directory!r} is a file; give a directory.")
+    existing = next(p for p in (path, *path.parents) if p.exists())
+    if not existing.is_dir():
+        raise UsageError(f"{option} {directory!r} cannot be created: {existing} is a file; give a directory.")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UsageError(f"{option} {directory!r} cannot be written ({existing} is not writable); "
+                         "give a directory you can write to.")
+    return path.resolve()

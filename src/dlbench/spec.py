@@ -81,6 +81,11 @@ class RunSpec(BaseModel):
         default=300.0, gt=0,
         description="Longest a rank may wait for the others (collectives, rendezvous) before the run fails.",
     )
+    profile: str | None = Field(
+        default=None, description="Profile extra steps after the timed window; traces go under this directory."
+    )
+    profile_steps: int = Field(default=5, gt=0, description="Steps the profiler records (after 1 unrecorded).")
+    profile_stacks: bool = Field(default=False, description="Record Python stacks in the profile (larger traces).")
 
     @field_validator("params")
     @classmethod

@@ -74,6 +74,22 @@ def foreign_metrics_dir(folder: Path) -> None:
     os.chown(planted, 54321, 54321)
 
 
+def read_only_dir(folder: Path) -> None:
+    """A directory this user may not write to (root may write anywhere: skipped as root)."""
+    if os.geteuid() == 0:
+        pytest.skip("root writes to read-only directories; the file cases cover root")
+    (folder / "ro").mkdir()
+    (folder / "ro").chmod(0o500)
+
+
+def no_tensorboard(folder: Path) -> None:
+    """A tensorboard package that cannot be imported, first on the path: as if it were not installed."""
+    (folder / "shadow" / "tensorboard").mkdir(parents=True)
+    (folder / "shadow" / "tensorboard" / "__init__.py").write_text("raise ImportError(\"No module named 'tensorboard'\")\n")
+
+
+SHADOWED = {"PYTHONPATH": os.pathsep.join(filter(None, ["{tmp}/shadow", os.environ.get("PYTHONPATH")]))}
+
 RUN = ["run", "--config", "{tmp}/c.yaml"]
 TINY = ["lstm", "-p", "seq_len=4", "-p", "input_size=8", "-p", "hidden_size=8", "-b", "4", "--steps", "2", "--warmup", "1"]
 NO_TELEMETRY = ["--no-telemetry"]
@@ -268,6 +284,23 @@ CASES: list[Case] = [
     Case("advise-unknown-knob", ["advise", "lstm", "--knobs", "batch_size,thread", "--db", "{tmp}/runs.db"], "unknown knob 'thread'"),
     Case("advise-bad-param", ["advise", "lstm", "--param", "hidden_size=big", "--db", "{tmp}/runs.db"], "hidden_size"),
     Case("advise-bad-sampler", ["advise", "lstm", "--sampler", "annealing", "--db", "{tmp}/runs.db"], "unknown sampler"),
+    Case("profile-dir-is-a-file", ["run", *TINY, "--profile", "{tmp}/f"], "is a file", files={"f": b"x"}),
+    Case("profile-dir-inside-a-file", ["run", *TINY, "--profile", "{tmp}/f/traces"], "cannot be created",
+         files={"f": b"x"}),
+    Case("profile-dir-read-only", ["run", *TINY, "--profile", "{tmp}/ro/traces"], "is not writable",
+         files={"ro": read_only_dir}),
+    Case("tensorboard-not-installed", ["run", *TINY, "--tensorboard", "{tmp}/tb"], "needs the tensorboard package",
+         env=SHADOWED, files={"shadow": no_tensorboard}, in_process=False),
+    Case("tensorboard-export-not-installed", ["tensorboard", "export", "workload=lstm", "--out", "{tmp}/tb"],
+         "needs the tensorboard package", env=SHADOWED, files={"shadow": no_tensorboard}, in_process=False),
+    Case("tensorboard-dir-is-a-file", ["run", *TINY, "--tensorboard", "{tmp}/f"], "--tensorboard", files={"f": b"x"}),
+    Case("tensorboard-export-out-in-a-file", ["tensorboard", "export", "{run_id}", "--out", "{tmp}/f/tb"],
+         "cannot be created", files={"f": b"x"}),
+    Case("tensorboard-export-no-match", ["tensorboard", "export", "workload=nosuch", "--out", "{tmp}/tb"],
+         "matches no stored run"),
+    Case("scale-tensorboard-dir-is-a-file", ["scale", *TINY, "--nproc", "1", "--tensorboard", "{tmp}/f"], "is a file",
+         files={"f": b"x"}),
+    Case("profile-steps-zero", ["run", *TINY, "--profile", "{tmp}/p", "--profile-steps", "0"], "profile_steps=0"),
 ]
 
 

@@ -8,7 +8,6 @@ rank reports that ``parse_reports`` reads as an ok run of 2 ranks.
 
 from __future__ import annotations
 
-import subprocess
 
 import pytest
 import yaml

@@ -37,6 +37,7 @@ from dlbench.hpo.space import suggest
 from dlbench.hpo.study import StudySpec, parse_study
 from dlbench.hpo.trial import TrialSession
 from dlbench.record import finish, new_record
+from dlbench.report.tensorboard import check_logdir, with_tensorboard
 from dlbench.store import default_location, open_store, to_url
 from dlbench.store._engine import display
 
@@ -45,6 +46,8 @@ log = logging.getLogger("dlbench")
 
 #: The environment variable that gives workers the study storage's URL.
 STORAGE_ENV = "DLBENCH_HPO_STORAGE"
+#: The --tensorboard directory, for the workers (each writes the runs of its trials there).
+TENSORBOARD_ENV = "DLBENCH_HPO_TENSORBOARD"
 
 
 class TrialFailed(Exception):
@@ -68,10 +71,13 @@ def load_study_file(path: str, overrides: dict[str, Any] | None = None) -> Study
 
 
 def run_study(spec: StudySpec | None, db: str | None = None, storage: str | None = None, resume: str | None = None,
-              on_poll: Callable[[optuna.Study, StudySpec], Any] | None = None, address: str | None = None) -> optuna.Study:
+              on_poll: Callable[[optuna.Study, StudySpec], Any] | None = None, address: str | None = None,
+              tensorboard: str | None = None) -> optuna.Study:
     """Run a study to its budget (``spec``), or carry study ``resume`` on; returns the study.
-    ``address``: the Ray cluster of the ray engine (None: a local one, started and stopped here)."""
+    ``address``: the Ray cluster of the ray engine (None: a local one, started and stopped here). With
+    ``tensorboard``, every trial's run is also written there (one subdirectory per run)."""
     store = open_store(db)  # before any work: a store that cannot take the trials is exit 2 now
+    board = {TENSORBOARD_ENV: str(check_logdir(tensorboard))} if tensorboard else {}
     url = storage_url(storage or (spec.storage if spec else None), db)
     if resume is not None:
         spec = parse_study(hpo_storage.study_doc(hpo_storage.open_storage(url), resume, display(url)), f"study {resume}")
@@ -89,7 +95,7 @@ def run_study(spec: StudySpec | None, db: str | None = None, storage: str | None
     engine = SlurmEngine(spec.name) if spec.engine == "slurm" else \
         LocalEngine(torch.cuda.device_count(), sorted(os.sched_getaffinity(0)))
     # the URLs go through the environment: a password never shows in the process list
-    plans = [replace(p, env=p.env | {"DLBENCH_DB": store.url, STORAGE_ENV: url})
+    plans = [replace(p, env=p.env | {"DLBENCH_DB": store.url, STORAGE_ENV: url} | board)
              for p in engine.plan([sys.executable, *argv], spec.workers)]
     engine.run(plans, study, lambda: work_left(study, spec, deadline),
                lambda worker, why: hpo_storage.fail_worker_trials(study, worker, why, saver),
@@ -124,7 +130,7 @@ def run_worker(name: str, url: str | None, db: str | None, index: int = 0, deadl
     url = storage_url(url or os.environ.get(STORAGE_ENV), db)
     apply_pinning()
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # the engine shows progress, not each worker
-    store = open_store(db)
+    store = with_tensorboard(open_store(db), os.environ.get(TENSORBOARD_ENV))
     spec = parse_study(hpo_storage.study_doc(hpo_storage.open_storage(url), name, display(url)), f"study {name}")
     backend = hpo_storage.open_storage(url, spec.heartbeat_s, _dead_saver(spec, store))
     study = optuna.load_study(study_name=name, storage=backend, sampler=make_sampler(spec, index), pruner=make_pruner(spec))

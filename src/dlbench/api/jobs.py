@@ -8,6 +8,7 @@ one line there (HPO trials and MLPerf runs plug in the same way).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from pathlib import Path
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
@@ -81,6 +82,12 @@ class TrainJob(Job):
     """A training (or inference) throughput benchmark of a catalogue workload."""
 
     kind = "train"
+
+    def records(self, run: ResolvedRun, env: dict[str, Any]) -> list[dict[str, Any]]:
+        records = super().records(run, env)
+        if run.spec.profile and run.joined is None:  # the trace directory DIR/<id> and the record share the id
+            records[0]["id"] = Path(run.spec.profile).name
+        return records
 
     def telemetry(self, run: ResolvedRun, record: dict[str, Any]) -> RunTelemetry | NoTelemetry:
         if run.launcher == "torchrun":  # sampled around torchrun: the node's GPUs and host, the ranks' memory

@@ -10,11 +10,13 @@ from collections.abc import Mapping
 import torch
 
 from dlbench.catalog import registry
+from dlbench.config import writable_dir
 from dlbench.engine.aggregate import per_rank_batch
 from dlbench.engine.devices import device_name, resolve_device
 from dlbench.engine.dist import LaunchEnv, check_backend, check_endpoint, default_backend, detect_launch_env
 from dlbench.engine.run import ResolvedRun, frozen
 from dlbench.errors import UsageError
+from dlbench.record import new_id
 from dlbench.spec import CommSpec, LaunchSettings, RunSpec
 
 
@@ -31,6 +33,12 @@ def default_threads(nproc: int, cpu_count: int | None = None) -> int:
 
 def resolve_train(spec: RunSpec, joined: LaunchEnv | None = None) -> ResolvedRun:
     """A training benchmark: workload, parameters, device, batch per process, backend, threads."""
+    # a run writes its traces in DIR/<run id> (the record takes that id: TrainJob.records); ranks that
+    # joined an outside launcher's job write in DIR itself
+    if spec.profile and joined is None:
+        spec = spec.model_copy(update={"profile": str(writable_dir(spec.profile, "--profile") / new_id())})
+    elif spec.profile:
+        writable_dir(spec.profile, "--profile")
     workload = registry.create(spec.workload, spec.params)
     device = resolve_device(spec.device)
     world = joined.world_size if joined is not None else spec.world_size

@@ -33,6 +33,7 @@ Contract:
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -60,10 +61,16 @@ class Param:
         return type(self.default).__name__
 
 
+def unlabelled(name: str) -> contextlib.AbstractContextManager:
+    """No label: the timed loop's phases cost nothing to mark."""
+    return contextlib.nullcontext()
+
+
 class StepContext:
     """What a training step needs from the engine: optimizers, autocast and gradient scaling.
 
-    ``backward_and_step`` hides fp16 grad scaling so workloads write one code path.
+    ``backward_and_step`` hides fp16 grad scaling so workloads write one code path. ``phase(name)``
+    labels a part of the step; it is a no-op except while the engine profiles (``record_function``).
     """
 
     def __init__(
@@ -75,15 +82,17 @@ class StepContext:
         self.optimizers = optimizers
         self.autocast = autocast
         self.scaler = scaler
+        self.phase: Callable[[str], contextlib.AbstractContextManager] = unlabelled
 
     def backward_and_step(self, loss: torch.Tensor, optimizer: torch.optim.Optimizer) -> None:
         optimizer.zero_grad(set_to_none=True)
-        if self.scaler is None:
-            loss.backward()
-            optimizer.step()
-        else:
-            self.scaler.scale(loss).backward()
-            self.scaler.step(optimizer)
+        with self.phase("dlbench.backward"):
+            (loss if self.scaler is None else self.scaler.scale(loss)).backward()
+        with self.phase("dlbench.optimizer"):
+            if self.scaler is None:
+                optimizer.step()
+            else:
+                self.scaler.step(optimizer)
 
     def end_step(self) -> None:
         """Called once after all optimizers of a step have stepped (updates the grad scaler)."""
@@ -114,6 +123,12 @@ class Workload:
         raise NotImplementedError
 
     # -- defaults that most workloads keep ---------------------------------------------------------
+    def dataset(self, num_samples: int, generator: torch.Generator) -> Any:
+        """The data set ``data=loader`` reads (a ``torch.utils.data.Dataset`` of ``num_samples`` samples,
+        each a tuple of tensors); None, the default, serves samples generated once by :meth:`sample`.
+        A workload that reads or decodes real data returns its own."""
+        return None
+
     def inference(self, model: nn.Module, batch: Batch) -> Any:
         """Forward pass only; the default feeds every tensor but the last (the target)."""
         return model(*batch[:-1])

@@ -196,3 +196,46 @@ def launch_options(command: Callable | None = None, *, own: tuple[str, ...] = ()
     wrapper.__annotations__ = hints | {name: kind for name, (kind, _) in added.items()}
     wrapper.__signature__ = signature.replace(parameters=params + extra)
     return wrapper
+# -- profiling and TensorBoard (``run``; --tensorboard also on scale, mlperf run, hpo run) ---------------
+PROFILE_OPTION = typer.Option(
+    None, "--profile", metavar="DIR", show_default=False,
+    help="After the timed window, profile extra steps (torch.profiler): traces in DIR/<run id>/ for Perfetto and "
+         "TensorBoard, a time breakdown in the record and hints on what to try.")
+PROFILE_STEPS_OPTION = typer.Option(None, "--profile-steps", help="Steps the profiler records \\[default: 5].")
+PROFILE_STACKS_OPTION = typer.Option(
+    None, "--profile-stacks/--no-profile-stacks", show_default=False, help="Record Python stacks in the profile.")
+TENSORBOARD_OPTION = typer.Option(
+    None, "--tensorboard", metavar="DIR", show_default=False,
+    help="Also write each run to DIR/<run id>/ for TensorBoard: step times, throughput, loss, telemetry, hyperparameters.")
+
+
+def show_profiles(records: list[dict[str, Any]]) -> None:
+    """The breakdown, top operators and hints of each profiled run, on stdout after the results table."""
+    from dlbench.report.hints import hints, profile_tables
+    from dlbench.report.tables import render
+
+    for record in records:
+        profile = (record.get("result") or {}).get("profile")
+        if not profile:
+            continue
+        if profile.get("error"):
+            info(f"profile of {record['id']}: {profile['error']}")
+            continue
+        phases, ops = profile_tables(record)
+        render(phases, title=f"where a step goes ({record['id']}, {profile['steps']} profiled steps)")
+        render(ops, title="top operators by self time")
+        for i, hint in enumerate(hints(record), 1):
+            print(f"hint {i} ({hint['hint']}, up to ~{hint['expected_gain']:.0%} of the step): {hint['advice']}\n"
+                  f"    evidence: {hint['evidence']}")
+        print(f"traces: {', '.join(profile['traces'])}  (Perfetto: ui.perfetto.dev; TensorBoard: "
+              f"tensorboard --logdir {profile['trace_dir'].rsplit('/', 1)[0]})")
+
+
+def with_hints(record: dict[str, Any]) -> dict[str, Any]:
+    """``record`` for ``--json``: a profiled run's hints added as ``result.profile.hints``."""
+    from dlbench.report.hints import hints
+
+    profile = (record.get("result") or {}).get("profile")
+    if not profile or profile.get("error"):
+        return record
+    return record | {"result": record["result"] | {"profile": profile | {"hints": hints(record)}}}

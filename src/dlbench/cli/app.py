@@ -22,6 +22,7 @@ from dlbench.cli import report
 from dlbench.cli import hpo
 from dlbench.cli import jobs
 from dlbench.cli import advise
+from dlbench.cli import tensorboard
 
 app = typer.Typer(
     name="dlbench",
@@ -68,6 +69,7 @@ app.command("regress")(report.regress)
 app.add_typer(hpo.hpo_app, name="hpo")
 app.add_typer(jobs.jobs_app, name="jobs")
 app.command("advise")(advise.advise)
+app.add_typer(tensorboard.tensorboard_app, name="tensorboard")
 
 
 def _is_parser_error(exc: Exception) -> bool:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import typer
 
-from dlbench.cli._common import DB_OPTION, JSON_OPTION, emit_json, info
+from dlbench.cli._common import DB_OPTION, JSON_OPTION, TENSORBOARD_OPTION, emit_json, info
 from dlbench.errors import BenchmarkFailed, UsageError
 
 hpo_app = typer.Typer(
@@ -53,6 +53,7 @@ def run(
     engine: str = typer.Option(None, "--engine", help="local | ray (Ray Tune; pip install 'dlbench[ray]')."),
     address: str = typer.Option(None, "--address", help="Ray engine: the cluster to run on (e.g. 10.0.0.1:6379) "
                                 "[default: a local Ray, started and stopped by dlbench]."),
+    tensorboard: str = TENSORBOARD_OPTION,
     db: str = DB_OPTION,
     storage: str = STORAGE_OPTION,
     as_json: bool = JSON_OPTION,
@@ -68,7 +69,7 @@ def run(
         spec = hpo.load_study_file(config, overrides)
     progress = LiveTable()
     with progress:
-        study = hpo.run_study(spec, db, storage, resume, progress.update, address)
+        study = hpo.run_study(spec, db, storage, resume, progress.update, address, tensorboard)
     _, spec = hpo.open_study(study.study_name, db, storage or (spec.storage if spec else None))
     _print_status(study, spec, as_json)
     if not any(t.value is not None for t in study.get_trials(deepcopy=False) if t.state.name == "COMPLETE"):

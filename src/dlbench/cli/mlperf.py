@@ -4,8 +4,18 @@ from __future__ import annotations
 
 import typer
 
-from dlbench.cli._common import DB_OPTION, JSON_OPTION, LaunchOptions, emit_json, info, launch_options, open_store
+from dlbench.cli._common import (
+    DB_OPTION,
+    JSON_OPTION,
+    TENSORBOARD_OPTION,
+    LaunchOptions,
+    emit_json,
+    info,
+    launch_options,
+    open_store,
+)
 from dlbench.errors import BenchmarkFailed, UsageError
+from dlbench.report.tensorboard import with_tensorboard
 
 mlperf_app = typer.Typer(
     name="mlperf",
@@ -49,6 +59,7 @@ def run(
     workers: int = typer.Option(0, "--workers", help="DataLoader worker processes for training."),
     threads: int = typer.Option(None, "--threads", help="torch intra-op threads (default: torch's)."),
     tag: list[str] = typer.Option(None, "--tag", "-t", help="Label KEY=VALUE stored with every run (repeatable)."),
+    tensorboard: str = TENSORBOARD_OPTION,
     db: str = DB_OPTION,
     no_store: bool = typer.Option(False, "--no-store", help="Do not save the run records in the results store."),
     as_json: bool = JSON_OPTION,
@@ -80,8 +91,9 @@ def run(
     joined = joined_launch()  # under torchrun/srun: this process is one rank of a DDP run
     follower = joined is not None and joined.rank != 0
     store = None if no_store or follower else open_store(db)
+    sink = store if follower else with_tensorboard(store, tensorboard)
     try:
-        records = run_task(task, out, options, store=store, on_epoch=progress)
+        records = run_task(task, out, options, store=sink, on_epoch=progress)
         if follower:
             return  # rank 0 reports for the job
     finally:

@@ -6,7 +6,7 @@ import sys
 
 import typer
 
-from dlbench.cli._common import DB_OPTION, JSON_OPTION, emit_json, info, open_store
+from dlbench.cli._common import DB_OPTION, JSON_OPTION, emit_json, info, open_store, show_profiles, with_hints
 from dlbench.errors import UsageError
 
 
@@ -98,14 +98,20 @@ def _write_csv(rows: list[dict]) -> None:
 
 def show(
     run_id: str = typer.Argument(..., help="Run id or a unique prefix of it."),
+    profile: bool = typer.Option(False, "--profile", help="Print the run's profile: time breakdown, top operators, hints."),
     db: str = DB_OPTION,
 ) -> None:
-    """Print one stored run record as JSON."""
+    """Print one stored run record as JSON (a profiled run's hints included); --profile for its breakdown."""
     store = open_store(db, create=False)
     try:
-        emit_json(store.get(run_id))
+        record = store.get(run_id)
     finally:
         store.close()
+    if not profile:
+        return emit_json(with_hints(record))
+    if not (record.get("result") or {}).get("profile"):
+        raise UsageError(f"run {record['id']} was not profiled; run it with --profile DIR to get a breakdown.")
+    show_profiles([record])
 
 
 def compare(

@@ -7,9 +7,25 @@ from typing import Any
 
 import typer
 
-from dlbench.cli._common import DB_OPTION, JSON_OPTION, LaunchOptions, StepProgress, emit_json, info, launch_options, open_store
+from dlbench.cli._common import (
+    DB_OPTION,
+    JSON_OPTION,
+    PROFILE_OPTION,
+    PROFILE_STACKS_OPTION,
+    PROFILE_STEPS_OPTION,
+    TENSORBOARD_OPTION,
+    LaunchOptions,
+    StepProgress,
+    emit_json,
+    info,
+    launch_options,
+    open_store,
+    show_profiles,
+    with_hints,
+)
 from dlbench.errors import BenchmarkFailed, UsageError
 from dlbench.report.tables import render, run_table
+from dlbench.report.tensorboard import with_tensorboard
 
 
 def _overrides(**options: Any) -> dict[str, Any]:
@@ -55,6 +71,10 @@ def run(
     telemetry_interval: float = typer.Option(None, "--telemetry-interval", help="Seconds between telemetry samples (default: 1)."),
     metrics_port: int = typer.Option(None, "--metrics-port", help="Serve this run's training metrics for Prometheus on PORT."),
     metrics_host: str = typer.Option(None, "--metrics-host", help="Interface for --metrics-port; 0.0.0.0 for cluster scraping (default: 127.0.0.1)."),
+    profile: str = PROFILE_OPTION,
+    profile_steps: int = PROFILE_STEPS_OPTION,
+    profile_stacks: bool = PROFILE_STACKS_OPTION,
+    tensorboard: str = TENSORBOARD_OPTION,
     db: str = DB_OPTION,
     no_store: bool = typer.Option(False, "--no-store", help="Do not save the record in the results store."),
     as_json: bool = JSON_OPTION,
@@ -77,6 +97,7 @@ def run(
         backend=backend, nnodes=nnodes, node_rank=node_rank, rdzv_endpoint=rdzv_endpoint, scaling=scaling,
         timeout_s=timeout, telemetry=telemetry, telemetry_interval_s=telemetry_interval,
         metrics_port=metrics_port, metrics_host=metrics_host,
+        profile=profile, profile_steps=profile_steps, profile_stacks=profile_stacks,
     )
     if config and workload:
         raise UsageError("give a WORKLOAD or --config FILE, not both; put the workload in the file.")
@@ -86,7 +107,8 @@ def run(
         specs = [make_spec({"workload": workload, **overrides})]
     else:
         raise UsageError("a WORKLOAD or --config FILE is required. Example: dlbench run resnet50 --param image_size=64")
-    execute(specs, db, no_store, as_json, single=len(specs) == 1 and not config, launch=launch, config=config)
+    execute(specs, db, no_store, as_json, single=len(specs) == 1 and not config, launch=launch, config=config,
+            tensorboard=tensorboard)
 
 
 @launch_options
@@ -117,7 +139,7 @@ def suite(
 
 
 def execute(specs, db: str | None, no_store: bool, as_json: bool, single: bool, launch: LaunchOptions | None = None,
-            config: str | None = None) -> None:
+            config: str | None = None, tensorboard: str | None = None) -> None:
     """Run specs in order, saving each record as it ends; exit 1 when any benchmark failed.
 
     ``--json`` prints one object for ``run WORKLOAD`` and a list for a config file or a suite (a file
@@ -140,6 +162,7 @@ def execute(specs, db: str | None, no_store: bool, as_json: bool, single: bool, 
     # under torchrun/srun every rank runs this command: rank 0 alone stores and reports
     follower = joined is not None and joined.rank != 0
     store = None if no_store or follower else open_store(db)  # before any work: a bad store is exit 2 now
+    sink = store if follower else with_tensorboard(store, tensorboard)
 
     @contextlib.contextmanager
     def around(i, run):
@@ -148,7 +171,7 @@ def execute(specs, db: str | None, no_store: bool, as_json: bool, single: bool, 
             yield progress.callback
 
     try:
-        records = run_specs(specs, store, around=around)
+        records = run_specs(specs, sink, around=around)
     finally:
         if store is not None:
             store.close()
@@ -161,9 +184,11 @@ def execute(specs, db: str | None, no_store: bool, as_json: bool, single: bool, 
 def show(records: list[dict], store, as_json: bool, single: bool) -> None:
     """The records as a table (or ``--json``); exit 1 when any did not finish."""
     if as_json:
-        emit_json(records[0] if single else records)
+        shown = [with_hints(r) for r in records]
+        emit_json(shown[0] if single else shown)
     else:
         render(run_table(records), title="dlbench results")
+        show_profiles(records)
         saved = [r["id"] for r in records if r["spec"].get("node_rank", 0) == 0]  # node 0 owns multi-node records
         if store is not None and saved:
             info(f"saved {len(saved)} run(s) in {store.location}: {', '.join(saved)}")

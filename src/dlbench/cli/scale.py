@@ -6,11 +6,21 @@ import re
 
 import typer
 
-from dlbench.cli._common import DB_OPTION, JSON_OPTION, LaunchOptions, emit_json, info, launch_options, open_store
+from dlbench.cli._common import (
+    DB_OPTION,
+    JSON_OPTION,
+    TENSORBOARD_OPTION,
+    LaunchOptions,
+    emit_json,
+    info,
+    launch_options,
+    open_store,
+)
 from dlbench.errors import BenchmarkFailed, UsageError, unknown_name
 from dlbench.report.charts import render_bandwidth, render_scaling, scaling_series  # matplotlib only when drawing
 from dlbench.report.scaling import scale_rows
 from dlbench.report.tables import render
+from dlbench.report.tensorboard import with_tensorboard
 
 
 @launch_options(own=("nodes",))
@@ -31,6 +41,7 @@ def scale(
     tag: list[str] = typer.Option(None, "--tag", "-t", help="Label KEY=VALUE for every run (repeatable)."),
     plot: str = typer.Option(None, "--plot", help="PNG path \\[default: dlbench-scale-WORKLOAD-SERIES.png]."),
     no_plot: bool = typer.Option(False, "--no-plot", help="Do not write a PNG."),
+    tensorboard: str = TENSORBOARD_OPTION,
     db: str = DB_OPTION,
     as_json: bool = JSON_OPTION,
     nodes: str = typer.Option(None, "--nodes", help="Node counts of a slurm/k8s series, e.g. 1,2,4,8 (with --gpus-per-node).", rich_help_panel="Launch"),
@@ -60,7 +71,7 @@ def scale(
     else:
         store = open_store(db)
         try:
-            series, records = run_scale(base, counts, store, on_run=lambda s: info(
+            series, records = run_scale(base, counts, with_tensorboard(store, tensorboard), on_run=lambda s: info(
                 f"running {workload} with {s.nproc} process(es) × {s.threads} thread(s) …"))
         finally:
             store.close()

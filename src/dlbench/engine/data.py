@@ -81,7 +81,7 @@ def loader_batches(
     seed: int,
 ) -> Iterator[Batch]:
     n = dataset_size(workload, batch_size, steps + 1, seed)
-    dataset = MaterialisedDataset(workload, n, generator, chunk=batch_size)
+    dataset = workload.dataset(n, generator) or MaterialisedDataset(workload, n, generator, chunk=batch_size)
     loader = DataLoader(
         dataset,
         batch_size=batch_size,

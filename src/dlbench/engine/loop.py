@@ -28,6 +28,7 @@ from dlbench.engine.aggregate import global_result
 from dlbench.engine.data import loader_batches, resident_batches
 from dlbench.engine.devices import device_name, peak_flops_per_s
 from dlbench.engine.dist import DistContext
+from dlbench.engine.profile import profile_steps
 from dlbench.engine.timing import StepClock, step_stats
 from dlbench.spec import RunSpec
 
@@ -68,6 +69,7 @@ class Prepared:
     step: Callable[[Batch], Any]
     batches: Iterator[Batch]
     batch_size: int
+    ctx: StepContext | None = None  # a training step's context (None in inference): labels its phases
 
 
 def measure(
@@ -91,7 +93,7 @@ def measure(
     flops_per_sample = count_flops_per_sample(prepared, spec.mode)
     if spec.compile:
         prepared.model = torch.compile(prepared.model)
-        prepared.step = _make_step(spec, workload, prepared.model, device)
+        prepared.step, prepared.ctx = _make_step(spec, workload, prepared.model, device)
 
     loss = None
     for i in range(spec.warmup):
@@ -108,9 +110,13 @@ def measure(
         on_step("measure", i, spec.steps)
     clock.stop()
     result = summarise(spec, device, batch_size, clock, flops_per_sample, loss)
-    if dist is None:
-        return result
-    return _merge_ranks(result, prepared.model, dist)
+    profiled = None
+    if spec.profile:  # after the timed window: the measured numbers above are final
+        profiled = profile_steps(prepared, spec, dist.rank if dist else 0, dist.world_size if dist else 1,
+                                 dist.barrier if dist else None)
+    if dist is not None:
+        result = _merge_ranks(result, prepared.model, dist)
+    return result | ({"profile": profiled} if profiled else {})
 
 
 def _merge_ranks(local: dict[str, Any], model: torch.nn.Module, dist: DistContext) -> dict[str, Any]:
@@ -180,11 +186,12 @@ def prepare(
             workload, batch_size, generator, device, spec.channels_last,
             workers=spec.workers, steps=spec.warmup + spec.steps, seed=spec.seed + 1000 * rank,
         )
-    step = _make_step(spec, workload, model, device)
-    return Prepared(workload, model, device, step, batches, batch_size)
+    step, ctx = _make_step(spec, workload, model, device)
+    return Prepared(workload, model, device, step, batches, batch_size, ctx)
 
 
-def _make_step(spec: RunSpec, workload: Workload, model: torch.nn.Module, device: torch.device):
+def _make_step(spec: RunSpec, workload: Workload, model: torch.nn.Module,
+               device: torch.device) -> tuple[Callable[[Batch], Any], StepContext | None]:
     autocast = _autocast_factory(spec.precision, device)
     if spec.mode == "inference":
 
@@ -192,12 +199,12 @@ def _make_step(spec: RunSpec, workload: Workload, model: torch.nn.Module, device
             with torch.inference_mode(), autocast():
                 return workload.inference(model, batch)
 
-        return infer
+        return infer, None
 
     optimizers = [_optimizer(spec, group) for group in workload.parameter_groups(model)]
     scaler = torch.amp.GradScaler(device.type) if spec.precision == "fp16" else None
     ctx = StepContext(optimizers, autocast, scaler)
-    return lambda batch: workload.train_step(model, batch, ctx)
+    return (lambda batch: workload.train_step(model, batch, ctx)), ctx
 
 
 def _optimizer(spec: RunSpec, params) -> torch.optim.Optimizer:
