@@ -13,7 +13,9 @@ from tensorboard.plugins.hparams import plugin_data_pb2
 from dlbench.cli.app import main
 from dlbench.store import open_store
 
-TINY = ["lstm", "-p", "seq_len=4", "-p", "input_size=8", "-p", "hidden_size=8", "-b", "8", "--steps", "4", "--warmup", "1"]
+#: Steps enough for several telemetry samples (each step is ~1 ms here once torch is warm).
+STEPS = 200
+TINY = ["lstm", "-p", "seq_len=32", "-p", "input_size=8", "-p", "hidden_size=64", "-b", "8", "--steps", str(STEPS), "--warmup", "1"]
 
 
 def board(run_dir: Path) -> tuple[dict[str, list], dict, set[str]]:
@@ -57,7 +59,7 @@ def _assert_matches(run_dir: Path, record: dict, series: list[dict]) -> None:
     assert scalars["loss"][0][1] == pytest.approx(result["final_loss"], rel=1e-6)
     cpu = [s["process"]["cpu_percent"] for s in series if "cpu_percent" in s.get("process", {})]
     assert len(cpu) >= 2 and [v for _, v in scalars["telemetry/process/cpu_percent"]] == pytest.approx(cpu, rel=1e-6)
-    assert hparams["workload"] == "lstm" and hparams["batch_size"] == 8 and hparams["params.seq_len"] == 4
+    assert hparams["workload"] == "lstm" and hparams["batch_size"] == 8 and hparams["params.seq_len"] == 32
     assert hparams["precision"] == "fp32" and hparams["status"] == "ok"
     assert {"result/samples_per_s", "result/step_time_s_median"} <= metric_tags
 
@@ -90,7 +92,7 @@ def test_export_of_nothing_and_scale_with_tensorboard(live, tmp_path, capsys):
     capsys.readouterr()
     (run_dir,) = logdir.iterdir()
     scalars, hparams, _ = board(run_dir)
-    assert hparams["tags.scale_nproc"] == "1" and len(scalars["step_time_s"]) == 4
+    assert hparams["tags.scale_nproc"] == "1" and len(scalars["step_time_s"]) == STEPS
 
 
 def test_mlperf_run_with_tensorboard_writes_quality_per_epoch(tmp_path, capsys):
