@@ -261,9 +261,9 @@ class _SessionObjective(_Objective):
         super().__init__(spec, session.store, session.env)
         self.session = session
 
-    def _workload(self, trial: optuna.Trial, params: dict[str, Any]) -> dict[str, Any]:
+    def _run(self, trial: optuna.Trial, params: dict[str, Any]) -> dict[str, Any]:
         self.spec.objective.fixed["tags"] = self.session.tags("knobs")  # this run's place in the session
-        record = super()._workload(trial, params)
+        record = super()._run(trial, params)
         self.session.keep("knobs", params, record)
         return record
 

@@ -156,7 +156,7 @@ class _Objective:
     def __call__(self, trial: optuna.Trial) -> float:
         self.current = trial._trial_id
         trial.set_user_attr(hpo_storage.WORKER_ATTR, self.worker)
-        record = run_trial(self.spec, trial, suggest(trial, self.spec.space), self.store, self.env)
+        record = self._run(trial, suggest(trial, self.spec.space))
         self.current = None
         trial.set_user_attr("record_id", record["id"])
         if record["status"] == "ok":
@@ -166,6 +166,9 @@ class _Objective:
             raise optuna.TrialPruned(record["error"])
         raise TrialFailed(record["error"])
 
+    def _run(self, trial: optuna.Trial, params: dict[str, Any]) -> dict[str, Any]:
+        """One trial's run (its record, saved); ``dlbench advise`` extends it to keep the records."""
+        return run_trial(self.spec, trial, params, self.store, self.env)
 
 
 def _dead_saver(spec: StudySpec, store) -> Callable[[Any, str], None]:
