@@ -62,3 +62,12 @@ def kube(tmp_path_factory, monkeypatch):
         cluster.stop_all()
         server.shutdown()
         server.server_close()
+
+
+@pytest.fixture
+def faulty(monkeypatch):
+    """tests/distributed/faulty.py as a workload, also for ranks in subprocesses (and pods)."""
+    where = str(Path(__file__).parent.parent / "distributed")
+    monkeypatch.setenv("DLBENCH_WORKLOADS", "faulty=faulty:Faulty")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [where, os.environ.get("PYTHONPATH")])))
+    monkeypatch.syspath_prepend(where)

@@ -87,15 +87,6 @@ def test_a_run_through_the_launcher_is_recorded_ok(name, tmp_path):
     assert store.get(record["id"])["status"] == "ok"
 
 
-@pytest.fixture
-def faulty(monkeypatch):
-    """tests/distributed/faulty.py as a workload, also for ranks in subprocesses."""
-    where = str(HERE.parent / "distributed")
-    monkeypatch.setenv("DLBENCH_WORKLOADS", "faulty=faulty:Faulty")
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [where, os.environ.get("PYTHONPATH")])))
-    monkeypatch.syspath_prepend(where)
-
-
 def test_a_crash_is_recorded_failed_with_its_cause(name, tmp_path, faulty):
     run = CASES[name](steps=5, workload="faulty", params={"fault": "crash", "rank": 0}, timeout_s=10)
     store = open_store(str(tmp_path / "runs.db"))

@@ -9,7 +9,6 @@ kubeconfig, no operator, nothing listening) → one sentence naming the fix.
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from pathlib import Path
@@ -68,15 +67,6 @@ def test_submit_state_logs_reports(kube, operator, shape, tmp_path, left_running
     scheduler.cancel(job_id)  # cleaning up a finished job deletes its objects
     assert not [k for k in kube.objects if k[2].startswith(name)]
     assert left_running() == []
-
-
-@pytest.fixture
-def faulty(monkeypatch):
-    """tests/distributed/faulty.py as a workload of the pods' ranks."""
-    where = str(HERE.parent / "distributed")
-    monkeypatch.setenv("DLBENCH_WORKLOADS", "faulty=faulty:Faulty")
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [where, os.environ.get("PYTHONPATH")])))
-    monkeypatch.syspath_prepend(where)
 
 
 @pytest.mark.slow

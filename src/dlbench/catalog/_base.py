@@ -62,7 +62,7 @@ class Param:
 
 
 def unlabelled(name: str) -> contextlib.AbstractContextManager:
-    """No label: the timed loop's phases cost nothing to mark."""
+    """No label: outside profiling a phase is a nullcontext (well under a microsecond against ms-long steps)."""
     return contextlib.nullcontext()
 
 

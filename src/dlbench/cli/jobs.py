@@ -53,11 +53,7 @@ def cancel(
     """Cancel the job; its runs are recorded as aborted (with the steps they measured)."""
     from dlbench.api.batch import cancel as cancel_job
 
-    store = open_store(db)
-    try:
-        records = cancel_job(job_id, store)
-    finally:
-        store.close()
+    records = _with_store(db, cancel_job, job_id)
     if as_json:
         emit_json(records)
     else:
@@ -74,9 +70,14 @@ def collect(
     """Wait for a job submitted with --no-wait and store its records (once)."""
     from dlbench.api.batch import collect as collect_job
 
+    records = _with_store(db, collect_job, job_id)
+    show(records, None, as_json, single=False)
+
+
+def _with_store(db: str | None, action, job_id: str) -> list[dict]:
+    """``action(job_id, store)`` on the results store, closed afterwards whatever happens."""
     store = open_store(db)
     try:
-        records = collect_job(job_id, store)
+        return action(job_id, store)
     finally:
         store.close()
-    show(records, None, as_json, single=False)
