@@ -16,6 +16,7 @@ from kube_pods import cluster_names, free_port, k8s_run, pods_of, start_pod
 from dlbench.launch.batch import parse_reports
 from dlbench.launch.k8s import KubeScheduler
 from dlbench.launch.k8s.manifests import INDEXED_JOB, PORT, PYTORCHJOB
+from dlbench.telemetry.session import combine_nodes
 
 WAIT_S = 300  # a bound, not a speed target: four Pythons importing torch on a busy 2-core machine
 
@@ -23,7 +24,7 @@ WAIT_S = 300  # a bound, not a speed target: four Pythons importing torch on a b
 @pytest.mark.slow
 @pytest.mark.parametrize("shape", [PYTORCHJOB, INDEXED_JOB])
 def test_two_pods_form_one_run_and_report_it_in_their_logs(shape, tmp_path, left_running):
-    run = k8s_run({"steps": 3}, nodes=2, operator=shape)
+    run = k8s_run({"steps": 3, "telemetry": True, "telemetry_interval_s": 0.2}, nodes=2, operator=shape)
     plan = KubeScheduler().render(run, tmp_path / "job")
     config_map, *_, job = [d for d in yaml.safe_load_all(plan.files["manifests.yaml"]) if d]
     maps = {config_map["metadata"]["name"]: config_map["data"]}
@@ -44,6 +45,12 @@ def test_two_pods_form_one_run_and_report_it_in_their_logs(shape, tmp_path, left
     result = reports[0]["result"]
     assert result["steps"] == 3 and result["samples_per_s"] > 0
     assert result["world_size"] == 2 and len(result["per_rank"]) == 2  # one process group, not two runs
+    # each pod is a node: its local rank 0 sampled it, and the record combines both nodes
+    nodes = [reports[rank]["telemetry"] for rank in (0, 1)]
+    assert all(n["summary"]["samples"] >= 2 and n["series"][-1]["mark"] == "end" for n in nodes)
+    combined = combine_nodes(nodes)
+    assert combined["nodes_sampled"] == 2 and [n["node"] for n in combined["per_node"]] == [n["node"] for n in nodes]
+    assert combined["samples"] == max(n["summary"]["samples"] for n in nodes)
     assert left_running() == []
 
 

@@ -1,6 +1,6 @@
 """dlbench on a real Slurm (one node, started by the ``slurm`` fixture): submit, wait, store; cancel and
 time limit recorded ``aborted``; a job array; a failure inside the job in one sentence; --dry-run; --no-wait
-then ``dlbench jobs collect``. The runs are tiny (lstm, 2-3 steps, no telemetry)."""
+then ``dlbench jobs collect``. The runs are tiny (lstm, 2-3 steps; telemetry in one)."""
 
 from __future__ import annotations
 
@@ -37,8 +37,10 @@ def wait_running(job_id: str, timeout_s: float = 120) -> None:
 
 
 def test_a_2_task_ddp_run_is_submitted_waited_for_and_stored_with_the_job_id(slurm, tmp_path, capsys):
+    """Stored with the compute node's environment and the telemetry its local rank 0 sampled there."""
     db = str(tmp_path / "runs.db")
-    code, out, err = dlbench(capsys, "run", *TINY, "--steps", "3", *SLURM, "--db", db, "--json")
+    sampled = [a for a in TINY if a != "--no-telemetry"] + ["--telemetry-interval", "0.2"]
+    code, out, err = dlbench(capsys, "run", *sampled, "--steps", "3", *SLURM, "--db", db, "--json")
     assert code == 0, err
     record = json.loads(out)
     assert record["status"] == "ok" and record["result"]["steps"] == 3 and record["result"]["samples_per_s"] > 0
@@ -48,7 +50,13 @@ def test_a_2_task_ddp_run_is_submitted_waited_for_and_stored_with_the_job_id(slu
     assert f"submitted slurm job {job_id} " in err  # the job that ran is the one submitted
     assert record["env"]["scheduler"]["cluster"] == "dlbenchtest"
     assert record["spec"]["device_name"]  # resolved on the job's node
-    assert open_store(db).get(record["id"])["env"]["scheduler"]["job_id"] == job_id
+    store = open_store(db)
+    assert store.get(record["id"])["env"]["scheduler"]["job_id"] == job_id
+    telemetry = record["telemetry"]  # sampled on the node the job ran on, by its local rank 0
+    assert telemetry["node"] == record["env"]["hostname"] and telemetry["nodes_sampled"] == 1
+    assert telemetry["samples"] >= 2 and telemetry["host_cpu_util_percent_mean"] is not None
+    series = store.series(record["id"])
+    assert len(series) == telemetry["samples"] and series[-1]["mark"] == "end" and series[0]["host"]
 
 
 def test_a_cancelled_job_is_recorded_aborted(slurm, tmp_path, capsys):

@@ -89,10 +89,13 @@ def test_the_plan_is_the_script_and_the_job_document():
     assert '"batch": true' in plan.files["job.json"]
 
 
-def test_a_batch_record_says_telemetry_was_not_sampled_and_why():
-    spec = run_for().record_spec
-    assert spec["telemetry"] is False and "not where it ran" in spec["telemetry_note"]
-    assert spec["device_name"] is None  # filled in by rank 0 on the job's node
+def test_a_batch_run_is_sampled_on_its_nodes_not_on_the_submitting_host():
+    run = run_for()
+    assert run.record_spec["telemetry"] is True and "local rank 0" in run.record_spec["telemetry_sampled"]
+    assert run.spec.telemetry is True and run.spec.metrics_port is None  # the ranks sample; nothing is served
+    assert run.record_spec["device_name"] is None  # filled in by rank 0 on the job's node
+    quiet = resolve_batch(RunSpec(**TINY | {"telemetry": False}), LaunchSettings(), "slurm").record_spec
+    assert quiet["telemetry"] is False and quiet["telemetry_sampled"] is None
 
 
 @pytest.mark.parametrize("settings, spec, fragment", [

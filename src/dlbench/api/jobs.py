@@ -26,7 +26,7 @@ from dlbench.launch import Outcome
 from dlbench.launch.diagnose import failure
 from dlbench.record import new_record
 from dlbench.spec import CommSpec, RunSpec
-from dlbench.telemetry.session import NoTelemetry, RunTelemetry
+from dlbench.telemetry.session import NoTelemetry, ReportedTelemetry, RunTelemetry
 
 #: One record's ending: (status, result, error).
 Ending = tuple[str, dict[str, Any] | None, str | None]
@@ -90,6 +90,8 @@ class TrainJob(Job):
         return records
 
     def telemetry(self, run: ResolvedRun, record: dict[str, Any]) -> RunTelemetry | NoTelemetry:
+        if run.settings is not None:  # a batch job: its nodes sample, their reports carry it back
+            return ReportedTelemetry() if run.spec.telemetry else NoTelemetry()
         if run.launcher == "torchrun":  # sampled around torchrun: the node's GPUs and host, the ranks' memory
             return RunTelemetry.for_launcher(run.spec, record, torch.device(run.device_type))
         device = torch.device(run.device_type, run.joined.local_rank) if run.joined and run.device_type == "cuda" \

@@ -38,7 +38,7 @@ from dlbench.engine.run import ResolvedRun
 from dlbench.errors import RunFailed, Submitted, Terminated, UsageError
 from dlbench.launch import Launcher, Outcome, get_launcher
 from dlbench.record import finish
-from dlbench.telemetry.session import NoTelemetry
+from dlbench.telemetry.session import NoTelemetry, ReportedTelemetry
 
 log = logging.getLogger("dlbench")
 
@@ -64,7 +64,7 @@ def execute(run: ResolvedRun, store=None, env: dict[str, Any] | None = None, on_
             with Recording(records, store if owner else None, progress, telemetry) as recording, telemetry:
                 plan = launcher.plan(run, workdir)
                 outcome = launcher.execute(plan, workdir, lambda: job.run_here(run, progress, telemetry.wrap(on_step)))
-                recording.end(job.endings(run, job.result_of(run, adopt_job_env(records, outcome))))
+                recording.end(job.endings(run, job.result_of(run, adopt_job_env(records, outcome, telemetry))))
     except Submitted as submitted:
         log.info("dlbench: %s", submitted)
         return []
@@ -75,15 +75,20 @@ def finish_submitted(run: ResolvedRun, records: list[dict[str, Any]], store, wai
     """The second half of :func:`execute` for a job submitted earlier (``--no-wait``, job arrays):
     ``wait`` gives its outcome; the records end and are saved exactly as :func:`execute` does."""
     job = JOBS[run.kind]
-    with stop_on_signals(), Recording(records, store, Progress(), NoTelemetry()) as recording:
+    telemetry = job.telemetry(run, records[0])  # a batch run's: what its nodes reported (ReportedTelemetry)
+    with stop_on_signals(), Recording(records, store, Progress(), telemetry) as recording:
         outcome = wait()
-        recording.end(job.endings(run, job.result_of(run, adopt_job_env(records, outcome))))
+        recording.end(job.endings(run, job.result_of(run, adopt_job_env(records, outcome, telemetry))))
     return records
 
 
-def adopt_job_env(records: list[dict[str, Any]], outcome: Outcome) -> Outcome:
+def adopt_job_env(records: list[dict[str, Any]], outcome: Outcome, telemetry=None) -> Outcome:
     """A batch job's rank 0 reports the environment and resolved spec of the node it ran on (device,
-    threads, the scheduler's job id): the records say that, not what the submitting host looked like."""
+    threads, the scheduler's job id): the records say that, not what the submitting host looked like.
+    Its nodes' telemetry (each node's local rank 0 samples it) goes to ``telemetry`` when that is a
+    :class:`ReportedTelemetry`."""
+    if isinstance(telemetry, ReportedTelemetry) and outcome.statuses:
+        telemetry.adopt(outcome.statuses)
     main = outcome.statuses.get(min(outcome.ranks_here), {}) if outcome.statuses else {}
     for record in records:
         if main.get("env"):
@@ -95,7 +100,7 @@ def adopt_job_env(records: list[dict[str, Any]], outcome: Outcome) -> Outcome:
 
 
 #: What the submitting side knows best about a batch run (the job's nodes and container), kept over the rank's view.
-BATCH_SPEC_KEYS = ("launcher", "nnodes", "nproc", "world_size", "container", "telemetry", "telemetry_note",
+BATCH_SPEC_KEYS = ("launcher", "nnodes", "nproc", "world_size", "container", "telemetry", "telemetry_sampled",
                    "workload", "collective", "tags")
 
 

@@ -91,9 +91,8 @@ def resolve_comm(spec: CommSpec) -> ResolvedRun:
     )
 
 
-#: Why a batch run's record has no telemetry: the submitting host is not where the job runs.
-BATCH_TELEMETRY_NOTE = ("not sampled: the run went to a scheduler and this host (where dlbench submitted it) "
-                        "is not where it ran; sample the nodes with 'dlbench monitor' or the exporter")
+#: Where a batch run's telemetry comes from: the submitting host is not where the job runs.
+BATCH_TELEMETRY_SAMPLED = "on the job's nodes by each node's local rank 0 (its GPUs, host and process)"
 
 
 def _batch_processes(spec_device: str, settings: LaunchSettings, nproc: int, launcher: str) -> tuple[str, int]:
@@ -117,14 +116,15 @@ def resolve_batch(spec: RunSpec | CommSpec, settings: LaunchSettings, launcher: 
     if comm and world < 2:
         raise UsageError("a collective benchmark needs at least 2 processes; use --nproc-per-node 2 or --nodes 2.")
     job_spec = spec.model_copy(update={"device": device_type, "nproc": nproc, "nnodes": 1, "node_rank": 0,
-                                       "rdzv_endpoint": None} | ({} if comm else {"telemetry": False}))
+                                       "rdzv_endpoint": None} | ({} if comm else {"metrics_port": None}))
+    sampled = not comm and spec.telemetry  # a collective benchmark records no telemetry, as on one node
     backend = spec.backend or (default_backend(device_type) if world > 1 else None)
     record_spec = spec.model_dump(exclude={"collectives"} if comm else set()) | {
         "device": device_type, "device_name": None, "threads": spec.threads, "world_size": world, "backend": backend,
         "launcher": launcher, "nnodes": settings.nodes, "nproc": nproc, "joined": False,
         "container": {"runtime": settings.container_runtime if launcher == "slurm" else "kubernetes",
                       "image": settings.image or settings.container_image if launcher != "slurm" else settings.container_image},
-        "telemetry": False, "telemetry_note": BATCH_TELEMETRY_NOTE,
+        "telemetry": sampled, "telemetry_sampled": BATCH_TELEMETRY_SAMPLED if sampled else None,
     }
     if comm:
         record_spec |= {"precision": "fp32", "mode": "collective", "batch_size": None, "params": {}}

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -27,6 +28,7 @@ from dlbench.env import capture_env
 from dlbench.errors import Terminated, UsageError
 from dlbench.launch._base import mark_joined, mark_started, write_status
 from dlbench.launch.batch import REPORT_PREFIX
+from dlbench.telemetry.session import NoTelemetry, RunTelemetry, node_report
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -47,19 +49,38 @@ def main(argv: list[str] | None = None) -> int:
     mark_started(out, launch.rank)
     if document.get("batch"):
         _stop_when_orphaned()
+    telemetry = _node_telemetry(document, launch)
     with stop_on_signals():
         try:
-            result = job.run_rank(document["spec"], launch, progress, lambda: mark_joined(out, launch.rank))
+            with telemetry:
+                result = job.run_rank(document["spec"], launch, progress, lambda: mark_joined(out, launch.rank))
         except Terminated as exc:
-            _report(out, launch.rank, document, {"status": "aborted", "error": f"stopped by {exc.name}",
-                                            "result": progress.partial_result()} | _batch_extras(job, document, launch))
+            partial = progress.partial_result()
+            _report(out, launch.rank, document, {"status": "aborted", "error": f"stopped by {exc.name}", "result": partial}
+                    | _batch_extras(job, document, launch) | _telemetry_extras(telemetry, partial))
             return 128 + exc.signum
         except BaseException as exc:  # noqa: BLE001 - every failure is reported to the launcher
             _report(out, launch.rank, document, {"status": "oom" if is_oom(exc) else "failed", "error": error_text(exc)}
-                         | _batch_extras(job, document, launch, spec=False))
+                    | _batch_extras(job, document, launch, spec=False) | _telemetry_extras(telemetry, None))
             return 1
-        _report(out, launch.rank, document, {"status": "ok", "result": result} | _batch_extras(job, document, launch))
+        _report(out, launch.rank, document, {"status": "ok", "result": result} | _batch_extras(job, document, launch)
+                | _telemetry_extras(telemetry, result))
     return 0
+
+
+def _node_telemetry(document: dict, launch) -> RunTelemetry | NoTelemetry:
+    """In a batch job, each node's local rank 0 samples its node (GPUs, host) while the job runs; the
+    host that submitted the job cannot (``RunTelemetry.for_node``). Elsewhere the launcher samples."""
+    spec = document["spec"]
+    if not document.get("batch") or launch.local_rank != 0 or not spec.get("telemetry"):
+        return NoTelemetry()
+    return RunTelemetry.for_node(spec.get("workload") or document["kind"], spec.get("telemetry_interval_s") or 1.0)
+
+
+def _telemetry_extras(telemetry: RunTelemetry | NoTelemetry, result: dict | None) -> dict:
+    if not isinstance(telemetry, RunTelemetry):
+        return {}
+    return {"telemetry": node_report(telemetry, result if isinstance(result, dict) else None, socket.gethostname())}
 
 
 def _stop_when_orphaned(poll_s: float = 1.0) -> None:

@@ -81,6 +81,22 @@ class RunTelemetry:
             sources.insert(0, NVMLSource(uuids=None))
         return cls(state, sources, spec.telemetry_interval_s, metrics_dir(), spec.metrics_host, spec.metrics_port)
 
+    @classmethod
+    def for_node(cls, workload: str, interval_s: float) -> RunTelemetry:
+        """Telemetry of one node of a batch job, sampled by the node's local rank 0 (the host that
+        submitted the job is not where it runs): the GPUs this job's ranks see, the host, and the
+        sampling rank's own process. Nothing is published or served: the report carries it back."""
+        state = TrainingState(run_id="", workload=workload, device="node", batch_size=0, interval_s=interval_s)
+        sources: list = [HostSource(), ProcessSource()]
+        import torch
+
+        if torch.cuda.is_available():  # the job's GPUs only (CUDA_VISIBLE_DEVICES), not every GPU of a shared node
+            from dlbench.telemetry.nvml import NVMLSource
+
+            uuids = [u for u in (_cuda_uuid(i) for i in range(torch.cuda.device_count())) if u]
+            sources.insert(0, NVMLSource(uuids=uuids or None))
+        return cls(state, sources, interval_s)
+
     # -- the run ------------------------------------------------------------------------------
 
     def __enter__(self) -> RunTelemetry:
@@ -193,6 +209,66 @@ class NoTelemetry:
         return None
 
 
+class ReportedTelemetry(NoTelemetry):
+    """The telemetry of a batch run, sampled on the job's nodes (:meth:`RunTelemetry.for_node`) and
+    carried back in the ranks' reports: nothing is sampled here. :meth:`adopt` takes the reports;
+    :meth:`attach` gives the record the nodes' summary (:func:`combine_nodes`) and rank 0's node series."""
+
+    def __init__(self) -> None:
+        self.nodes: list[dict[str, Any]] = []
+
+    def adopt(self, statuses: dict[int, dict[str, Any]]) -> None:
+        """Take the node telemetry from the ranks' reports (each node's local rank 0 sends one)."""
+        self.nodes = [statuses[rank]["telemetry"] for rank in sorted(statuses) if statuses[rank].get("telemetry")]
+
+    def attach(self, record: dict[str, Any]) -> list[dict[str, Any]] | None:
+        if not self.nodes:
+            record["telemetry"] = None  # the job ended before a node reported (cancelled in the queue)
+            return None
+        record["telemetry"] = combine_nodes(self.nodes)
+        return self.nodes[0]["series"]
+
+
+def node_report(telemetry: RunTelemetry, result: dict[str, Any] | None, node: str,
+                max_samples: int = 2000) -> dict[str, Any]:
+    """What a node's local rank 0 reports of its telemetry: the summary over the run's window (from
+    ``result``) and the series, thinned to at most about ``max_samples`` samples (marked ones kept)."""
+    probe: dict[str, Any] = {"result": result or {}}
+    series = telemetry.attach(probe)
+    step = max(1, -(-len(series) // max_samples))
+    kept = [s for i, s in enumerate(series) if i % step == 0 or s.get("mark") or i == len(series) - 1]
+    return {"node": node, "summary": probe["telemetry"], "series": kept}
+
+
+#: How each summary figure combines across the nodes of a job: summed, the mean, or the largest.
+_SUMMED = ("gpu_count", "gpu_power_mean_w", "energy_j", "energy_per_sample_j")
+_LARGEST = ("gpu_util_percent_max", "gpu_memory_peak_bytes", "gpu_temperature_max_c", "process_rss_peak_bytes",
+            "duration_s", "window_s", "samples")
+
+
+def combine_nodes(nodes: list[dict[str, Any]]) -> dict[str, Any]:
+    """One record summary from each node's (``node_report``): rank 0's node as is for a one-node job;
+    for several, GPUs, power and energy summed over the nodes (energy only when every node has it),
+    utilisation and host CPU the mean of the nodes' means, peaks the largest; ``nodes`` lists each
+    node's own summary. A figure no node gave stays None."""
+    summaries = [n["summary"] for n in nodes]
+    combined = dict(summaries[0]) | {"node": nodes[0]["node"], "nodes_sampled": len(nodes)}
+    if len(nodes) == 1:
+        return combined
+    for key in summaries[0]:
+        values = [s.get(key) for s in summaries]
+        present = [v for v in values if v is not None]
+        if key in _SUMMED:
+            combined[key] = sum(present) if present and len(present) == len(values) else None
+        elif key in _LARGEST:
+            combined[key] = max(present) if present else None
+        elif present and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in present):
+            combined[key] = sum(present) / len(present)
+    combined["nvml_up"] = all(s.get("nvml_up") for s in summaries)
+    combined["per_node"] = [{"node": n["node"]} | n["summary"] for n in nodes]
+    return combined
+
+
 def _cuda_index(device) -> int | None:
     if getattr(device, "type", None) != "cuda":
         return None
@@ -214,4 +290,4 @@ def _cuda_uuid(index: int) -> str | None:
     return uuid if uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}"
 
 
-__all__ = ["RunTelemetry", "NoTelemetry"]
+__all__ = ["RunTelemetry", "NoTelemetry", "ReportedTelemetry", "combine_nodes", "node_report"]
