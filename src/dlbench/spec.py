@@ -214,6 +214,30 @@ def describe_validation_error(exc: ValidationError, where: str = "") -> str:
     return f"{prefix}{loc}={shown}: {message}."
 
 
+class MlperfJobSpec(BaseModel):
+    """One MLPerf-style time-to-train run submitted to a scheduler (``dlbench mlperf run --launcher
+    slurm|k8s``): what its ranks need to train it, and where the submitting host files its result log."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    task: str
+    workload: str  # mlperf/<task>
+    result_index: int = Field(ge=0)
+    result_file: str  # the submitting host's results folder: results/<system>/<benchmark>/result_<i>.txt
+    seed: int = 0  # the series' seed: the run uses seed + result_index
+    system: str
+    device: Literal["cpu", "cuda"] = "cpu"
+    max_epochs: int | None = Field(default=None, gt=0)
+    data_dir: str | None = None  # a path on the job's nodes
+    data_seed: int = 0
+    workers: int = Field(default=0, ge=0)
+    threads: int | None = Field(default=None, gt=0)
+    knobs: dict[str, Any] = Field(default_factory=dict)
+    tags: dict[str, str] = Field(default_factory=dict)
+    telemetry: bool = True
+    telemetry_interval_s: float = Field(default=1.0, gt=0)
+
+
 class LaunchSettings(BaseModel):
     """Where and how a batch launcher (``slurm``, ``k8s``) submits a run: CLI flags or a config file's
     ``launcher:`` key, validated once. None of these change the measured number except the process count

@@ -179,3 +179,44 @@ def test_a_job_that_can_never_start_is_cancelled_after_a_bounded_wait(slurm, tmp
     last = err.strip().splitlines()[-1]
     assert last.startswith("dlbench: error: slurm job ") and "was cancelled after 30 s queued: the request does not fit" in last
     assert squeue() == [] and open_store(str(tmp_path / "runs.db")).records() == []
+
+
+def test_mlperf_runs_are_submitted_collected_and_filed_in_the_results_folder(slurm, tmp_path, capsys):
+    """Time-to-train through Slurm: two 2-rank runs with --no-wait (one job array; their result indices
+    reserved), one more waited for meanwhile (it numbers after them), then the array collected. Each
+    rank 0 sends its result log back; the folder here scores like a local one. One epoch of gnmt does not
+    reach BLEU 60: every run is aborted, says so in its log, and the commands exit 1."""
+    out, db = tmp_path / "mlperf", str(tmp_path / "runs.db")
+    gnmt = ["mlperf", "run", "gnmt", "--max-epochs", "1", "--threads", "1", "--out", str(out), "--db", db,
+            "--launcher", "slurm", "--nproc-per-node", "2", "--json"]
+    code, stdout, err = dlbench(capsys, *gnmt, "--runs", "2", "--no-wait")
+    assert code == 0, err
+    array = [job["job_id"] for job in json.loads(stdout)["submitted"]]
+    assert [a.split("_")[1] for a in array] == ["0", "1"] and len({a.split("_")[0] for a in array}) == 1
+    system = "slurm_1x2_cpu"  # no --system: where and how large (the node's name is not known here)
+    folder = out / "results" / system / "gnmt"
+    assert sorted(p.name for p in folder.iterdir()) == [".result_0.txt.pending", ".result_1.txt.pending"]
+
+    code, stdout, err = dlbench(capsys, *gnmt)
+    assert code == 1 and "did not reach the target" in err
+    (record,) = json.loads(stdout)
+    assert record["status"] == "aborted" and record["spec"]["world_size"] == 2 and record["spec"]["result_index"] == 2
+    assert record["env"]["scheduler"]["job_id"] not in array and record["telemetry"]["samples"] >= 2
+    log = (folder / "result_2.txt").read_text()
+    assert '"key": "global_batch_size", "value": 128' in log and '"status": "aborted"' in log
+    assert '"key": "seed", "value": 2' in log
+
+    collected = []
+    for job_id in array:
+        code, stdout, err = dlbench(capsys, "jobs", "collect", job_id, "--db", db, "--json")
+        assert code == 1 and "target BLEU 60.0 not reached in 1 epochs" in err
+        collected += json.loads(stdout)
+    assert [(r["spec"]["result_index"], r["spec"]["seed"], r["status"]) for r in collected] == [(0, 0, "aborted"), (1, 1, "aborted")]
+    files = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
+    assert files == [f"results/{system}/gnmt/result_{i}.txt" for i in range(3)] + [f"systems/{system}.json"]
+    node = json.loads((out / "systems" / f"{system}.json").read_text())["dlbench_env"]
+    assert node["scheduler"]["job_id"] == record["env"]["scheduler"]["job_id"]  # the first run filed describes it
+    code, stdout, err = dlbench(capsys, "mlperf", "score", str(out), "--json")
+    (entry,) = json.loads(stdout)
+    assert entry["system"] == system and [f["problem"] for f in entry["files"]] == ["run_stop status aborted"] * 3, err
+    assert len(open_store(db).records()) == 3

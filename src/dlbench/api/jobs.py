@@ -17,15 +17,18 @@ import torch
 from dlbench.api.resolve import resolve_train
 from dlbench.catalog import registry
 from dlbench.engine.comm import run_comm_rank
-from dlbench.engine.devices import resolve_device, torch_threads
+from dlbench.engine.devices import device_name, resolve_device, torch_threads
 from dlbench.engine.dist import LaunchEnv, destroy_process_group, init_process_group, rank_device
 from dlbench.engine.loop import OnStep, Progress, measure
 from dlbench.engine.run import ResolvedRun
 from dlbench.errors import RunFailed, Terminated, UsageError
 from dlbench.launch import Outcome
 from dlbench.launch.diagnose import failure
+from dlbench.mlperf.folder import file_result, release_result
+from dlbench.mlperf.log import log_energy
+from dlbench.mlperf.runner import time_to_train_ending, write_system
 from dlbench.record import new_record
-from dlbench.spec import CommSpec, RunSpec
+from dlbench.spec import CommSpec, MlperfJobSpec, RunSpec
 from dlbench.telemetry.session import NoTelemetry, ReportedTelemetry, RunTelemetry
 
 #: One record's ending: (status, result, error).
@@ -62,6 +65,10 @@ class Job(ABC):
     @abstractmethod
     def endings(self, run: ResolvedRun, result: Any) -> list[Ending]:
         """Each record's ending, from the job's result."""
+
+    def recorded(self, run: ResolvedRun, records: list[dict[str, Any]]) -> None:
+        """The records are final (status, result, telemetry) and about to be saved, whatever ended the
+        run: what the kind writes beside the store (an MLPerf result log's energy). Nothing by default."""
 
     def result_of(self, run: ResolvedRun, outcome: Outcome) -> Any:
         """The job's result from a launch's outcome; failures and signals raise for the pipeline."""
@@ -162,11 +169,15 @@ class CommJob(Job):
 
 
 class MlperfJob(Job):
-    """One MLPerf-style time-to-train run (``run.spec`` is the task's ``TaskSession``)."""
+    """One MLPerf-style time-to-train run: here or joined (``run.spec`` is the task's ``TaskSession``),
+    or submitted to a scheduler (``run.spec`` is its :class:`~dlbench.spec.MlperfJobSpec`; rank 0 sends
+    the result log back in its report and it is filed in the results folder here)."""
 
     kind = "mlperf"
 
     def telemetry(self, run, record):
+        if run.settings is not None:  # a batch job: its nodes sample, their reports carry it back
+            return ReportedTelemetry() if run.spec.telemetry else NoTelemetry()
         session = run.spec
         return RunTelemetry.for_run(session, record, session.device, run.record_spec["batch_size"])
 
@@ -174,11 +185,33 @@ class MlperfJob(Job):
         return run.spec.train(run)
 
     def run_rank(self, doc, launch, progress, on_joined):
-        raise UsageError("time-to-train runs are started under torchrun or srun (each rank runs 'dlbench mlperf "
-                         "run'), not launched by dlbench yet.")
+        from dlbench.mlperf.runner import train_submitted
+
+        return train_submitted(MlperfJobSpec(**doc), on_joined)
+
+    def rank_spec(self, doc, launch):
+        spec = MlperfJobSpec(**doc)
+        device = rank_device(resolve_device(spec.device), launch)
+        return {"device_name": device_name(device), "threads": spec.threads or torch.get_num_threads()}
 
     def endings(self, run, result):
-        return [run.spec.ending(result)]
+        if run.settings is not None:
+            log_text = result.pop("result_log", None)
+            if log_text:
+                file_result(Path(run.spec.result_file), log_text)
+        return [time_to_train_ending(result)]
+
+    def recorded(self, run, records):
+        record = records[0]
+        path = Path(record["spec"]["result_file"])
+        if run.settings is not None:
+            release_result(path)  # filed, or never will be (failed, cancelled): the index is free again
+            out, spec = path.parents[3], record["spec"]
+            if path.exists() and not (out / "systems" / f"{spec['system']}.json").exists():
+                write_system(out, spec["system"], record["env"], spec | {"nproc": spec["world_size"]})  # the node's env
+        energy_j = (record.get("telemetry") or {}).get("energy_j")
+        if energy_j is not None and path.exists():  # GPU runs: NVML's energy counter (or power) over the run window
+            log_energy(path, energy_j)
 
 
 class TrialJob(Job):

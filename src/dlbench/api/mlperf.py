@@ -3,15 +3,27 @@ of kind ``mlperf``, recorded like every other run (telemetry, signals, store, sp
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from dlbench.api.pipeline import execute
-from dlbench.api.resolve import joined_launch
+from dlbench.api.resolve import BATCH_TELEMETRY_SAMPLED, batch_container, batch_processes, joined_launch
 from dlbench.api.runs import run_env
+from dlbench.engine.run import ResolvedRun, frozen
 from dlbench.env import capture_env
-from dlbench.mlperf.log import log_energy
-from dlbench.mlperf.runner import OnEpoch, RunOptions, launcher_group, prepare_task
+from dlbench.mlperf import tasks
+from dlbench.mlperf.folder import (
+    check_system_name,
+    next_result_index,
+    release_result,
+    reserve_result,
+    result_path,
+    safe_name,
+)
+from dlbench.mlperf.runner import OnEpoch, RunOptions, check_run_options, launcher_group, prepare_task
+from dlbench.spec import LaunchSettings, MlperfJobSpec
 
 
 def run_task(name: str, out_dir: str | Path, options: RunOptions, store=None, env: dict | None = None,
@@ -27,10 +39,74 @@ def run_task(name: str, out_dir: str | Path, options: RunOptions, store=None, en
         session = prepare_task(name, out_dir, options, env, on_epoch, joined_launch() if grouped else None)
         env = run_env(env)  # the load just before the runs, once the task is validated and built
         records = []
-        for _ in range(options.runs):
-            for record in execute(session.next_run(), store, env):
-                energy_j = (record.get("telemetry") or {}).get("energy_j")
-                if energy_j is not None:  # GPU runs: NVML's energy counter (or power) over the run window
-                    log_energy(Path(record["spec"]["result_file"]), energy_j)
-                records.append(record)
+        for _ in range(options.runs):  # each run's energy goes into its result log (MlperfJob.recorded)
+            records += execute(session.next_run(), store, env)
     return records
+
+
+def resolve_submitted(name: str, out_dir: str | Path, options: RunOptions, settings: LaunchSettings, launcher: str,
+                      nproc: int | None = None) -> list[ResolvedRun]:
+    """``dlbench mlperf run --launcher slurm|k8s``: the ``options.runs`` runs of task ``name`` as batch
+    runs (one job each; a job array where the scheduler has them), checked here before anything is
+    submitted. Their result indices follow the folder's runs and reservations; nothing is written
+    (:func:`reserved_results` reserves them). The system is ``--system``, else
+    ``<partition|namespace|launcher>_<nodes>x<ranks per node>_<cpu|gpu>``: the folder's name cannot wait
+    for the node's GPU name."""
+    check_run_options(options)
+    task = tasks.create(name, options.data_seed, options.data_dir)  # an unknown task or knob: UsageError now
+    task.set_knobs(options.knobs)
+    device_type, per_node = batch_processes(options.device if options.device != "auto" else "", settings,
+                                            nproc or 1, launcher)
+    world = settings.nodes * per_node
+    system = check_system_name(options.system) if options.system else batch_system_name(settings, launcher, device_type, per_node)
+    out = Path(out_dir).absolute()
+    first = next_result_index(out, system, task.benchmark)
+    runs = []
+    for index in range(first, first + options.runs):
+        path = result_path(out, system, task.benchmark, index)
+        spec = MlperfJobSpec(task=task.name, workload=f"mlperf/{task.name}", result_index=index, result_file=str(path),
+                             seed=options.seed, system=system, device=device_type, max_epochs=options.max_epochs,
+                             data_dir=options.data_dir, data_seed=options.data_seed, workers=options.workers,
+                             threads=options.threads, knobs=dict(options.knobs), tags=dict(options.tags),
+                             telemetry=options.telemetry, telemetry_interval_s=options.telemetry_interval_s)
+        record_spec = {
+            "workload": spec.workload, "benchmark": task.benchmark, "mode": "time_to_train",
+            "params": {"data_seed": options.data_seed, "data_dir": options.data_dir} | dict(options.knobs),
+            "batch_size": task.batch_size, "device": device_type, "device_name": None, "precision": "fp32",
+            "nproc": per_node, "nnodes": settings.nodes, "world_size": world, "threads": options.threads,
+            "system": system, "metric": task.metric, "target": task.target,
+            "max_epochs": options.max_epochs or task.max_epochs, "workers": options.workers, "tags": dict(options.tags),
+            "launcher": launcher, "joined": False, "seed": options.seed + index, "result_index": index,
+            "result_file": str(path), "container": batch_container(settings, launcher),
+            "telemetry": options.telemetry, "telemetry_sampled": BATCH_TELEMETRY_SAMPLED if options.telemetry else None,
+        }
+        runs.append(ResolvedRun(
+            kind="mlperf", spec=spec, record_spec=frozen(record_spec), job=frozen(spec.model_dump()),
+            device_type=device_type, world_size=world, nproc=per_node, nnodes=settings.nodes,
+            threads=options.threads or 1, launcher=launcher, tags=frozen(options.tags), settings=settings,
+        ))
+    return runs
+
+
+def batch_system_name(settings: LaunchSettings, launcher: str, device_type: str, per_node: int) -> str:
+    """The results folder's system name for a batch run without ``--system``, e.g. ``gpu_4x8_gpu``."""
+    where = (settings.partition if launcher == "slurm" else settings.namespace) or launcher
+    return safe_name(f"{where}_{settings.nodes}x{per_node}_{'gpu' if device_type == 'cuda' else 'cpu'}")
+
+
+@contextlib.contextmanager
+def reserved_results(runs: list[ResolvedRun]) -> Iterator[None]:
+    """Reserve the runs' result files while they are submitted (a later ``mlperf run`` into the same
+    folder numbers after them, even with ``--no-wait``); each is released when its run is recorded
+    (``MlperfJob.recorded``), or here when the submission fails."""
+    reserved = []
+    try:
+        for run in runs:
+            reserve_result(Path(run.spec.result_file))
+            reserved.append(run)
+        yield
+    except BaseException:
+        for run in reserved:
+            if not Path(run.spec.result_file).exists():
+                release_result(Path(run.spec.result_file))
+        raise

@@ -61,7 +61,8 @@ def execute(run: ResolvedRun, store=None, env: dict[str, Any] | None = None, on_
     progress = Progress()
     try:
         with stop_on_signals(), _workdir(launcher, run) as workdir:
-            with Recording(records, store if owner else None, progress, telemetry) as recording, telemetry:
+            with Recording(records, store if owner else None, progress, telemetry,
+                           recorded=lambda ended: job.recorded(run, ended)) as recording, telemetry:
                 plan = launcher.plan(run, workdir)
                 outcome = launcher.execute(plan, workdir, lambda: job.run_here(run, progress, telemetry.wrap(on_step)))
                 recording.end(job.endings(run, job.result_of(run, adopt_job_env(records, outcome, telemetry))))
@@ -76,7 +77,8 @@ def finish_submitted(run: ResolvedRun, records: list[dict[str, Any]], store, wai
     ``wait`` gives its outcome; the records end and are saved exactly as :func:`execute` does."""
     job = JOBS[run.kind]
     telemetry = job.telemetry(run, records[0])  # a batch run's: what its nodes reported (ReportedTelemetry)
-    with stop_on_signals(), Recording(records, store, Progress(), telemetry) as recording:
+    with stop_on_signals(), Recording(records, store, Progress(), telemetry,
+                                      recorded=lambda ended: job.recorded(run, ended)) as recording:
         outcome = wait()
         recording.end(job.endings(run, job.result_of(run, adopt_job_env(records, outcome, telemetry))))
     return records
@@ -121,8 +123,10 @@ class Recording:
     See the module docstring for the mapping of outcomes to statuses.
     """
 
-    def __init__(self, records: list[dict[str, Any]], store, progress: Progress, telemetry):
+    def __init__(self, records: list[dict[str, Any]], store, progress: Progress, telemetry,
+                 recorded: Callable[[list[dict[str, Any]]], None] | None = None):
         self.records, self.store, self.progress, self.telemetry = records, store, progress, telemetry
+        self.recorded = recorded  # the job kind's Job.recorded: what it writes beside the store
         self.ended = False
 
     def __enter__(self) -> Recording:
@@ -139,6 +143,11 @@ class Recording:
         if exc is not None and not self.ended:
             self._fail(exc)
         series = self.telemetry.attach(self.records[0])  # NoTelemetry attaches None
+        if self.recorded is not None:
+            try:
+                self.recorded(self.records)
+            except OSError as exc:  # a full or read-only disk beside the store must not cost the record
+                log.warning("dlbench: run %s: %s", self.records[0]["id"], exc)
         if self.store is not None:
             for i, record in enumerate(self.records):
                 spooled = self.store.save(record, series=series if i == 0 else None)

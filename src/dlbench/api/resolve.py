@@ -95,7 +95,7 @@ def resolve_comm(spec: CommSpec) -> ResolvedRun:
 BATCH_TELEMETRY_SAMPLED = "on the job's nodes by each node's local rank 0 (its GPUs, host and process)"
 
 
-def _batch_processes(spec_device: str, settings: LaunchSettings, nproc: int, launcher: str) -> tuple[str, int]:
+def batch_processes(spec_device: str, settings: LaunchSettings, nproc: int, launcher: str) -> tuple[str, int]:
     """(device type, processes per node) of a batch run; checked here since the job's node cannot be asked."""
     if settings.gpus_per_node:
         if spec_device == "cpu":
@@ -107,11 +107,18 @@ def _batch_processes(spec_device: str, settings: LaunchSettings, nproc: int, lau
     return "cpu", nproc
 
 
+def batch_container(settings: LaunchSettings, launcher: str) -> dict[str, str | None]:
+    """The record's ``spec.container`` of a batch run: which runtime and image its ranks ran in."""
+    if launcher == "slurm":
+        return {"runtime": settings.container_runtime, "image": settings.container_image}
+    return {"runtime": "kubernetes", "image": settings.image or settings.container_image}
+
+
 def resolve_batch(spec: RunSpec | CommSpec, settings: LaunchSettings, launcher: str) -> ResolvedRun:
     """A run submitted to a scheduler (``--launcher slurm|k8s``): checked here (workload, parameters,
     sizes), resolved where it runs (device name, threads: rank 0 reports them); no local device is asked."""
     comm = isinstance(spec, CommSpec)
-    device_type, nproc = _batch_processes(spec.device, settings, spec.nproc, launcher)
+    device_type, nproc = batch_processes(spec.device, settings, spec.nproc, launcher)
     world = settings.nodes * nproc
     if comm and world < 2:
         raise UsageError("a collective benchmark needs at least 2 processes; use --nproc-per-node 2 or --nodes 2.")
@@ -122,8 +129,7 @@ def resolve_batch(spec: RunSpec | CommSpec, settings: LaunchSettings, launcher: 
     record_spec = spec.model_dump(exclude={"collectives"} if comm else set()) | {
         "device": device_type, "device_name": None, "threads": spec.threads, "world_size": world, "backend": backend,
         "launcher": launcher, "nnodes": settings.nodes, "nproc": nproc, "joined": False,
-        "container": {"runtime": settings.container_runtime if launcher == "slurm" else "kubernetes",
-                      "image": settings.image or settings.container_image if launcher != "slurm" else settings.container_image},
+        "container": batch_container(settings, launcher),
         "telemetry": sampled, "telemetry_sampled": BATCH_TELEMETRY_SAMPLED if sampled else None,
     }
     if comm:

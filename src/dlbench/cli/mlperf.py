@@ -81,9 +81,14 @@ def run(
                          tags=parse_key_values(tag or [], "--tag"))
     if device not in ("auto", "cpu", "cuda"):
         raise UsageError(f"--device {device!r} must be auto, cpu or cuda.")
-    if launch.batch() or launch.dry_run or launch.no_wait:
-        raise UsageError("'dlbench mlperf run' cannot submit its own job yet; run 'srun dlbench mlperf run TASK' "
-                         "from your batch script (each rank joins the job), or use --launcher local.")
+    if launch.batch():
+        records = _submit(task, out, options, launch, db, no_store, as_json)
+        if records is None:  # --dry-run, --no-wait
+            return
+        _show_runs(task, out, records, as_json)
+        return
+    if launch.dry_run or launch.no_wait:
+        raise UsageError("--dry-run and --no-wait are for jobs submitted with --launcher slurm or k8s.")
 
     def progress(index: int, epoch: int, quality: float, reached: bool) -> None:
         info(f"run {index} epoch {epoch}: quality {quality:.4f}{' — target reached' if reached else ''}")
@@ -99,6 +104,23 @@ def run(
     finally:
         if store is not None:
             store.close()
+    _show_runs(task, out, records, as_json)
+
+
+def _submit(task: str, out: str, options, launch: LaunchOptions, db: str | None, no_store: bool, as_json: bool):
+    """``--launcher slurm|k8s``: each run one job (a job array on Slurm), its result log filed in ``out``
+    when its rank 0's report comes back; None with --dry-run or --no-wait."""
+    from dlbench.api.mlperf import reserved_results, resolve_submitted
+    from dlbench.cli.batch import submit_runs
+
+    runs = resolve_submitted(task, out, options, launch.settings(), launch.launcher_name(), launch.nproc_per_node)
+    if launch.dry_run:
+        return submit_runs(runs, launch, db, no_store, as_json)
+    with reserved_results(runs):
+        return submit_runs(runs, launch, db, no_store, as_json)
+
+
+def _show_runs(task: str, out: str, records: list[dict], as_json: bool) -> None:
     if as_json:
         emit_json(records)
     else:

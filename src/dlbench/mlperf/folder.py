@@ -8,13 +8,14 @@ Layout (as in MLCommons' results repositories, one submitter's folder)::
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Any
 
 from dlbench.errors import UsageError
 
-_RESULT_NAME = re.compile(r"^result_(\d+)\.txt$")
+_RESULT_NAME = re.compile(r"^\.?result_(\d+)\.txt(?:\.pending)?$")  # a run's log, or its reservation
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
@@ -47,10 +48,39 @@ def result_path(out: Path, system: str, benchmark: str, index: int) -> Path:
 
 
 def next_result_index(out: Path, system: str, benchmark: str) -> int:
-    """The first index after the runs already in the folder, so that repeated invocations add runs."""
+    """The first index after the runs already in the folder (and those reserved by jobs not yet
+    collected: :func:`reserve_result`), so that repeated invocations add runs."""
     folder = out / "results" / system / benchmark
     taken = [int(m.group(1)) for p in (folder.iterdir() if folder.is_dir() else ()) if (m := _RESULT_NAME.match(p.name))]
     return max(taken) + 1 if taken else 0
+
+
+def reserve_result(path: Path) -> None:
+    """Reserve result file ``path`` for a submitted run (a hidden ``.result_<i>.txt.pending`` beside it)
+    until :func:`file_result` writes it; a reservation already there is a ``UsageError``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.close(os.open(_pending(path), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+    except FileExistsError:
+        raise UsageError(f"{path} is reserved by another dlbench submitting into {path.parents[3]}; "
+                         "run again (the next free index is taken).") from None
+
+
+def release_result(path: Path) -> None:
+    _pending(path).unlink(missing_ok=True)
+
+
+def file_result(path: Path, text: str) -> None:
+    """Write a submitted run's result log (from its job's rank 0) into the folder, atomically."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+    release_result(path)
+
+
+def _pending(path: Path) -> Path:
+    return path.with_name(f".{path.name}.pending")
 
 
 def system_description(

@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -38,6 +39,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler
 
 from dlbench.engine.devices import device_name, resolve_device, torch_threads
+from dlbench.engine.dist import detect_launch_env
 from dlbench.engine.run import ResolvedRun, frozen
 from dlbench.errors import UsageError
 from dlbench.mlperf import tasks
@@ -98,8 +100,11 @@ class TaskSession:
     def next_run(self) -> ResolvedRun:
         """The next run: its result index (rank 0 numbers the folder; every rank learns it) and seed."""
         system, benchmark = self.base_spec["system"], self.task.benchmark
-        index = _from_rank_zero(next_result_index(self.out, system, benchmark) if is_rank_zero() else 0, self.device)
-        path = result_path(self.out, system, benchmark, index)
+        return self.run_at(_from_rank_zero(next_result_index(self.out, system, benchmark) if is_rank_zero() else 0, self.device))
+
+    def run_at(self, index: int) -> ResolvedRun:
+        """The run with result index ``index`` (its seed is the options' seed + ``index``)."""
+        path = result_path(self.out, self.base_spec["system"], self.task.benchmark, index)
         spec = self.base_spec | {"seed": self.options.seed + index, "result_index": index, "result_file": str(path)}
         return ResolvedRun(
             kind="mlperf", spec=self, record_spec=frozen(spec), job=frozen(spec), device_type=self.device.type,
@@ -124,10 +129,45 @@ class TaskSession:
         return result | {"window_s": result["time_to_train_s"]}
 
     def ending(self, result: dict[str, Any]) -> tuple[str, dict[str, Any], str | None]:
-        """``ok`` at the target; ``aborted`` when the epoch limit came first (as the log says)."""
-        if result["reached"]:
-            return "ok", result, None
-        return "aborted", result, f"target {self.task.metric} {self.task.target} not reached in {result['epochs']} epochs"
+        return time_to_train_ending(result)
+
+
+def time_to_train_ending(result: dict[str, Any]) -> tuple[str, dict[str, Any], str | None]:
+    """``ok`` at the target; ``aborted`` when the epoch limit came first (as the log says)."""
+    if result["reached"]:
+        return "ok", result, None
+    return "aborted", result, f"target {result['metric']} {result['target']} not reached in {result['epochs']} epochs"
+
+
+def train_submitted(spec, on_joined: Callable[[], None] | None = None) -> dict[str, Any]:
+    """One run of a job ``dlbench mlperf run --launcher slurm|k8s`` submitted (``spec``: its
+    :class:`~dlbench.spec.MlperfJobSpec`), as one of the job's ranks: joins the job's process group,
+    trains into a result log in a scratch folder, and returns the result with the log's text on rank 0
+    (``result_log``), which the submitting host files in its results folder (no shared filesystem needed)."""
+    from dlbench.env import capture_env
+
+    options = RunOptions(runs=1, seed=spec.seed, system=spec.system, device=spec.device, max_epochs=spec.max_epochs,
+                         data_dir=spec.data_dir, data_seed=spec.data_seed, workers=spec.workers, threads=spec.threads,
+                         tags=dict(spec.tags), telemetry=False, knobs=dict(spec.knobs))
+    with tempfile.TemporaryDirectory(prefix="dlbench-mlperf-") as scratch, launcher_group(spec.device) as grouped:
+        if on_joined is not None:
+            on_joined()
+        joined = detect_launch_env(os.environ) if grouped else None
+        session = prepare_task(spec.task, scratch, options, capture_env(), joined=joined)
+        run = session.run_at(spec.result_index)
+        result = session.train(run)
+        text = Path(run.record_spec["result_file"]).read_text() if is_rank_zero() else None
+    return result | {"result_log": text}
+
+
+def check_run_options(options: RunOptions) -> None:
+    """A ``UsageError`` naming the option when ``options`` asks for something impossible."""
+    if options.runs < 1:
+        raise UsageError(f"--runs {options.runs} must be at least 1.")
+    if options.max_epochs is not None and options.max_epochs < 1:
+        raise UsageError(f"--max-epochs {options.max_epochs} must be at least 1.")
+    if options.threads is not None and options.threads < 1:
+        raise UsageError(f"--threads {options.threads} must be at least 1.")
 
 
 def prepare_task(name: str, out_dir: str | Path, options: RunOptions, env: dict[str, Any],
@@ -135,12 +175,7 @@ def prepare_task(name: str, out_dir: str | Path, options: RunOptions, env: dict[
     """Validate ``options`` and make task ``name`` ready for its runs. User mistakes raise
     :class:`UsageError` before anything is written; rank 0 writes the system description.
     ``session_type``: a :class:`TaskSession` subclass (HPO trials record and end their runs their way)."""
-    if options.runs < 1:
-        raise UsageError(f"--runs {options.runs} must be at least 1.")
-    if options.max_epochs is not None and options.max_epochs < 1:
-        raise UsageError(f"--max-epochs {options.max_epochs} must be at least 1.")
-    if options.threads is not None and options.threads < 1:
-        raise UsageError(f"--threads {options.threads} must be at least 1.")
+    check_run_options(options)
     task = tasks.create(name, options.data_seed, options.data_dir)
     task.set_knobs(options.knobs)
     device = resolve_device(options.device)
@@ -163,11 +198,12 @@ def prepare_task(name: str, out_dir: str | Path, options: RunOptions, env: dict[
         raise UsageError(f"task {task.name!r} has {len(datasets[0])} training samples, fewer than one global "
                          f"batch of {task.batch_size * world}; give it a larger data set.")
     if is_rank_zero():
-        _write_system(out, system, env, spec)
+        write_system(out, system, env, spec)
     return session_type(task, datasets, out, options, device, spec, on_epoch, joined)
 
 
-def _write_system(out: Path, system: str, env: dict, spec: dict) -> None:
+def write_system(out: Path, system: str, env: dict, spec: dict) -> None:
+    """``out/systems/<system>.json``: the MLPerf system description of the machine in ``env``."""
     path = out / "systems" / f"{system}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     description = system_description(env, system, spec["device"], spec["device_name"], spec["nproc"], division=DIVISION)
