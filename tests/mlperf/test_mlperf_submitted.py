@@ -1,0 +1,95 @@
+"""``dlbench mlperf run --launcher slurm|k8s`` on the submitting side: runs resolved before anything is
+submitted (indices after the folder's runs and reservations, the system named), reservations, and the
+result log a job's rank 0 sends back filed in the folder with its energy. The jobs themselves run on a
+real Slurm in tests/launch/test_slurm.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from dlbench.api.jobs import JOBS
+from dlbench.api.mlperf import reserved_results, resolve_submitted
+from dlbench.errors import UsageError
+from dlbench.launch.registry import run_document, run_from_document
+from dlbench.mlperf.log import ENERGY_KEY
+from dlbench.mlperf.runner import RunOptions
+from dlbench.spec import LaunchSettings
+
+
+def listing(root: Path) -> list[str]:
+    return sorted(p.relative_to(root).as_posix() for p in root.rglob("*"))
+
+
+def test_runs_number_after_the_folders_runs_and_reservations_and_nothing_is_written(tmp_path):
+    folder = tmp_path / "results" / "ci" / "gnmt"
+    folder.mkdir(parents=True)
+    (folder / "result_0.txt").write_text("")
+    (folder / ".result_1.txt.pending").write_text("")  # a --no-wait job not yet collected
+    before = listing(tmp_path)
+    runs = resolve_submitted("gnmt", tmp_path, RunOptions(runs=2, seed=10, system="ci"), LaunchSettings(nodes=2), "slurm", nproc=2)
+    assert [r.record_spec["result_index"] for r in runs] == [2, 3] and [r.record_spec["seed"] for r in runs] == [12, 13]
+    assert [r.spec.seed for r in runs] == [10, 10]  # the rank adds its index, as a local run does
+    assert runs[0].record_spec["result_file"] == str(folder / "result_2.txt") == runs[0].spec.result_file
+    assert (runs[0].world_size, runs[0].nproc, runs[0].nnodes, runs[0].device_type) == (4, 2, 2, "cpu")
+    assert runs[0].record_spec["telemetry"] and "local rank 0" in runs[0].record_spec["telemetry_sampled"]
+    assert listing(tmp_path) == before
+    assert run_from_document(json.loads(json.dumps(run_document(runs[0])))).spec == runs[0].spec  # jobs collect rebuilds it
+
+
+@pytest.mark.parametrize("settings, launcher, system", [
+    ({"partition": "gpu", "nodes": 4, "gpus_per_node": 8}, "slurm", "gpu_4x8_gpu"),
+    ({}, "slurm", "slurm_1x1_cpu"),
+    ({"namespace": "ml-team", "gpus_per_node": 1}, "k8s", "ml-team_1x1_gpu"),
+])
+def test_the_system_is_named_by_where_and_how_large_without_system(tmp_path, settings, launcher, system):
+    (run,) = resolve_submitted("gnmt", tmp_path, RunOptions(), LaunchSettings(**settings), launcher)
+    assert run.record_spec["system"] == system and f"/results/{system}/gnmt/result_0.txt" in run.spec.result_file
+
+
+@pytest.mark.parametrize("task, options, settings, fragment", [
+    ("gnmtt", {}, {}, "unknown MLPerf task 'gnmtt'; did you mean 'gnmt'?"),
+    ("gnmt", {"device": "cuda"}, {}, "--device cuda with --launcher slurm needs --gpus-per-node"),
+    ("gnmt", {"device": "cpu"}, {"gpus_per_node": 4}, "--gpus-per-node 4 with --device cpu"),
+    ("gnmt", {"runs": 0}, {}, "--runs 0 must be at least 1"),
+    ("gnmt", {"data_dir": "/data"}, {}, "does not read --data-dir"),
+    ("gnmt", {"system": "my system"}, {}, "--system 'my system' must be a plain name"),
+])
+def test_mistakes_are_one_sentence_before_anything_is_submitted(tmp_path, task, options, settings, fragment):
+    with pytest.raises(UsageError, match=None) as caught:
+        resolve_submitted(task, tmp_path, RunOptions(**options), LaunchSettings(**settings), "slurm")
+    assert fragment in str(caught.value) and listing(tmp_path) == []
+
+
+def test_reservations_are_exclusive_and_released_when_the_submission_fails(tmp_path):
+    runs = resolve_submitted("gnmt", tmp_path, RunOptions(runs=2, system="ci"), LaunchSettings(), "slurm")
+    with pytest.raises(UsageError, match="sbatch: error: invalid partition"):
+        with reserved_results(runs):
+            assert [p.name for p in Path(runs[0].spec.result_file).parent.iterdir()].count(".result_0.txt.pending") == 1
+            with pytest.raises(UsageError, match="reserved by another dlbench"):
+                with reserved_results(runs[:1]):
+                    pass
+            raise UsageError("sbatch: error: invalid partition")
+    assert list(Path(runs[0].spec.result_file).parent.iterdir()) == []  # the indices are free again
+
+
+def test_the_log_rank_0_sent_back_is_filed_with_its_energy_and_the_nodes_system(tmp_path):
+    (run,) = resolve_submitted("gnmt", tmp_path, RunOptions(system="ci"), LaunchSettings(), "slurm")
+    job = JOBS["mlperf"]
+    with reserved_results([run]):
+        pass  # submitted
+    log = ':::MLLOG {"key": "run_stop", "value": null, "metadata": {"status": "aborted"}}\n'
+    result = {"reached": False, "metric": "BLEU", "target": 60.0, "epochs": 1, "result_log": log}
+    [(status, kept, error)] = job.endings(run, result)
+    assert (status, error) == ("aborted", "target BLEU 60.0 not reached in 1 epochs") and "result_log" not in kept
+    path = Path(run.spec.result_file)
+    assert path.read_text() == log
+    record = {"spec": dict(run.record_spec) | {"device_name": "cpu"}, "env": {"hostname": "nid001234", "cpu": {}},
+              "telemetry": {"energy_j": 5000.0}}  # what the nodes' reports said
+    job.recorded(run, [record])
+    assert f'"key": "{ENERGY_KEY}", "value": 5000.0' in path.read_text().splitlines()[-1]
+    assert listing(tmp_path) == ["results", "results/ci", "results/ci/gnmt", "results/ci/gnmt/result_0.txt",
+                                 "systems", "systems/ci.json"]
+    assert json.loads((tmp_path / "systems" / "ci.json").read_text())["dlbench_env"]["hostname"] == "nid001234"
