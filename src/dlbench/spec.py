@@ -215,8 +215,8 @@ def describe_validation_error(exc: ValidationError, where: str = "") -> str:
 
 
 class MlperfJobSpec(BaseModel):
-    """One MLPerf-style time-to-train run submitted to a scheduler (``dlbench mlperf run --launcher
-    slurm|k8s``): what its ranks need to train it, and where the submitting host files its result log."""
+    """One MLPerf-style time-to-train run whose ranks a launcher starts (``dlbench mlperf run --launcher
+    torchrun|slurm|k8s``): what its ranks need to train it, and where its result log is filed."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -236,6 +236,8 @@ class MlperfJobSpec(BaseModel):
     tags: dict[str, str] = Field(default_factory=dict)
     telemetry: bool = True
     telemetry_interval_s: float = Field(default=1.0, gt=0)
+    metrics_host: str = "127.0.0.1"  # --launcher torchrun: where the launching process serves the run's metrics
+    metrics_port: int | None = None
 
 
 class LaunchSettings(BaseModel):

@@ -119,3 +119,24 @@ def test_run_under_torchrun_two_ranks(tmp_path):
     files = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if p.is_file())
     assert files == ["results/ddp/gnmt/result_0.txt", "systems/ddp.json"]
     assert '"key": "global_batch_size", "value": 128' in (tmp_path / files[0]).read_text()
+
+
+@pytest.mark.slow
+def test_launcher_torchrun_starts_the_ranks_and_files_rank_zeros_log(tmp_path, capsys):
+    """``--launcher torchrun``: dlbench starts the two gloo ranks itself (no outer torchrun), samples the
+    node around them, and files rank 0's result log; the record is stored once, by this process."""
+    db, out = tmp_path / "runs.db", tmp_path / "out"
+    code, records, err = run_json(capsys, "mlperf", "run", "gnmt", "--max-epochs", "1", "--launcher", "torchrun",
+                                  "--nproc-per-node", "2", "--threads", "1", "--out", str(out), "--system", "ddp",
+                                  "--db", str(db))
+    assert code == 1, err  # one epoch does not reach BLEU 60: aborted, as the log says
+    [record] = records
+    assert record["status"] == "aborted" and "target BLEU 60.0 not reached in 1 epochs" in record["error"]
+    assert (record["spec"]["launcher"], record["spec"]["world_size"], record["spec"]["result_index"]) == ("torchrun", 2, 0)
+    assert record["telemetry"]["samples"] >= 2 and record["telemetry"]["process_rss_peak_bytes"] > 0
+    files = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
+    assert files == ["results/ddp/gnmt/result_0.txt", "systems/ddp.json"]
+    log = (out / files[0]).read_text()
+    assert '"key": "global_batch_size", "value": 128' in log and '"status": "aborted"' in log
+    code, rows, _ = run_json(capsys, "results", "--db", str(db))
+    assert [(r["workload"], r["status"]) for r in rows] == [("mlperf/gnmt", "aborted")]

@@ -315,12 +315,12 @@ def test_the_operators_init_container_may_run_as_its_image_says(tmp_path):
 @pytest.mark.parametrize("shape", [PYTORCHJOB, INDEXED_JOB])
 def test_an_mlperf_run_renders_valid_restricted_manifests(shape, tmp_path):
     """``dlbench mlperf run --launcher k8s``: the same objects, the ranks reading an MLPerf job document."""
-    from dlbench.api.mlperf import resolve_submitted
+    from dlbench.api.mlperf import resolve_launched
     from dlbench.mlperf.runner import RunOptions
     from dlbench.spec import LaunchSettings
 
     settings = LaunchSettings(image="ghcr.io/example/dlbench:0.1", operator=shape, nodes=2, **GPU_SETTINGS)
-    (run,) = resolve_submitted("gnmt", tmp_path / "out", RunOptions(max_epochs=3), settings, "k8s")
+    (run,) = resolve_launched("gnmt", tmp_path / "out", RunOptions(max_epochs=3), "k8s", settings)
     objects = [d for d in yaml.safe_load_all(KubeScheduler().render(run, tmp_path / "job").files["manifests.yaml"]) if d]
     for obj in objects:
         validate_kubernetes(obj)

@@ -9,9 +9,10 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from dlbench.api.jobs import JOBS
-from dlbench.api.mlperf import reserved_results, resolve_submitted
+from dlbench.api.mlperf import reserved_results, resolve_launched
 from dlbench.errors import UsageError
 from dlbench.launch.registry import run_document, run_from_document
 from dlbench.mlperf.log import ENERGY_KEY
@@ -29,7 +30,7 @@ def test_runs_number_after_the_folders_runs_and_reservations_and_nothing_is_writ
     (folder / "result_0.txt").write_text("")
     (folder / ".result_1.txt.pending").write_text("")  # a --no-wait job not yet collected
     before = listing(tmp_path)
-    runs = resolve_submitted("gnmt", tmp_path, RunOptions(runs=2, seed=10, system="ci"), LaunchSettings(nodes=2), "slurm", nproc=2)
+    runs = resolve_launched("gnmt", tmp_path, RunOptions(runs=2, seed=10, system="ci"), "slurm", LaunchSettings(nodes=2), nproc=2)
     assert [r.record_spec["result_index"] for r in runs] == [2, 3] and [r.record_spec["seed"] for r in runs] == [12, 13]
     assert [r.spec.seed for r in runs] == [10, 10]  # the rank adds its index, as a local run does
     assert runs[0].record_spec["result_file"] == str(folder / "result_2.txt") == runs[0].spec.result_file
@@ -45,7 +46,7 @@ def test_runs_number_after_the_folders_runs_and_reservations_and_nothing_is_writ
     ({"namespace": "ml-team", "gpus_per_node": 1}, "k8s", "ml-team_1x1_gpu"),
 ])
 def test_the_system_is_named_by_where_and_how_large_without_system(tmp_path, settings, launcher, system):
-    (run,) = resolve_submitted("gnmt", tmp_path, RunOptions(), LaunchSettings(**settings), launcher)
+    (run,) = resolve_launched("gnmt", tmp_path, RunOptions(), launcher, LaunchSettings(**settings))
     assert run.record_spec["system"] == system and f"/results/{system}/gnmt/result_0.txt" in run.spec.result_file
 
 
@@ -59,12 +60,12 @@ def test_the_system_is_named_by_where_and_how_large_without_system(tmp_path, set
 ])
 def test_mistakes_are_one_sentence_before_anything_is_submitted(tmp_path, task, options, settings, fragment):
     with pytest.raises(UsageError, match=None) as caught:
-        resolve_submitted(task, tmp_path, RunOptions(**options), LaunchSettings(**settings), "slurm")
+        resolve_launched(task, tmp_path, RunOptions(**options), "slurm", LaunchSettings(**settings))
     assert fragment in str(caught.value) and listing(tmp_path) == []
 
 
 def test_reservations_are_exclusive_and_released_when_the_submission_fails(tmp_path):
-    runs = resolve_submitted("gnmt", tmp_path, RunOptions(runs=2, system="ci"), LaunchSettings(), "slurm")
+    runs = resolve_launched("gnmt", tmp_path, RunOptions(runs=2, system="ci"), "slurm", LaunchSettings())
     with pytest.raises(UsageError, match="sbatch: error: invalid partition"):
         with reserved_results(runs):
             assert [p.name for p in Path(runs[0].spec.result_file).parent.iterdir()].count(".result_0.txt.pending") == 1
@@ -76,7 +77,7 @@ def test_reservations_are_exclusive_and_released_when_the_submission_fails(tmp_p
 
 
 def test_the_log_rank_0_sent_back_is_filed_with_its_energy_and_the_nodes_system(tmp_path):
-    (run,) = resolve_submitted("gnmt", tmp_path, RunOptions(system="ci"), LaunchSettings(), "slurm")
+    (run,) = resolve_launched("gnmt", tmp_path, RunOptions(system="ci"), "slurm", LaunchSettings())
     job = JOBS["mlperf"]
     with reserved_results([run]):
         pass  # submitted
@@ -93,3 +94,13 @@ def test_the_log_rank_0_sent_back_is_filed_with_its_energy_and_the_nodes_system(
     assert listing(tmp_path) == ["results", "results/ci", "results/ci/gnmt", "results/ci/gnmt/result_0.txt",
                                  "systems", "systems/ci.json"]
     assert json.loads((tmp_path / "systems" / "ci.json").read_text())["dlbench_env"]["hostname"] == "nid001234"
+
+
+def test_torchrun_runs_are_resolved_on_this_node(tmp_path):
+    (run,) = resolve_launched("gnmt", tmp_path, RunOptions(device="cpu"), "torchrun", nproc=2, env={"hostname": "node7.example"})
+    assert (run.launcher, run.nproc, run.world_size, run.settings) == ("torchrun", 2, 2, None)
+    assert run.record_spec["system"] == "node7_cpu" and run.record_spec["device_name"]  # this host's, as a local run
+    assert run.record_spec["global_batch_size"] == 2 * run.record_spec["batch_size"] and "container" not in run.record_spec
+    if not torch.cuda.is_available():
+        with pytest.raises(UsageError, match="cuda"):
+            resolve_launched("gnmt", tmp_path, RunOptions(device="cuda"), "torchrun", nproc=2)

@@ -170,16 +170,20 @@ class CommJob(Job):
 
 class MlperfJob(Job):
     """One MLPerf-style time-to-train run: here or joined (``run.spec`` is the task's ``TaskSession``),
-    or submitted to a scheduler (``run.spec`` is its :class:`~dlbench.spec.MlperfJobSpec`; rank 0 sends
-    the result log back in its report and it is filed in the results folder here)."""
+    or its ranks started by torchrun or a scheduler (``run.spec`` is its :class:`~dlbench.spec.MlperfJobSpec`;
+    rank 0 sends the result log back in its report and it is filed in the results folder here)."""
 
     kind = "mlperf"
 
     def telemetry(self, run, record):
+        if not isinstance(run.spec, MlperfJobSpec):  # here: sampled around the run, as for any run
+            session = run.spec
+            return RunTelemetry.for_run(session, record, session.device, run.record_spec["batch_size"])
+        if not run.spec.telemetry:
+            return NoTelemetry()
         if run.settings is not None:  # a batch job: its nodes sample, their reports carry it back
-            return ReportedTelemetry() if run.spec.telemetry else NoTelemetry()
-        session = run.spec
-        return RunTelemetry.for_run(session, record, session.device, run.record_spec["batch_size"])
+            return ReportedTelemetry()
+        return RunTelemetry.for_launcher(run.spec, record, torch.device(run.device_type))  # torchrun on this node
 
     def run_here(self, run, progress, on_step):
         return run.spec.train(run)
@@ -195,7 +199,7 @@ class MlperfJob(Job):
         return {"device_name": device_name(device), "threads": spec.threads or torch.get_num_threads()}
 
     def endings(self, run, result):
-        if run.settings is not None:
+        if isinstance(run.spec, MlperfJobSpec):  # launched: rank 0 sent its result log back
             log_text = result.pop("result_log", None)
             if log_text:
                 file_result(Path(run.spec.result_file), log_text)
@@ -204,7 +208,7 @@ class MlperfJob(Job):
     def recorded(self, run, records):
         record = records[0]
         path = Path(record["spec"]["result_file"])
-        if run.settings is not None:
+        if isinstance(run.spec, MlperfJobSpec):
             release_result(path)  # filed, or never will be (failed, cancelled): the index is free again
             out, spec = path.parents[3], record["spec"]
             if path.exists() and not (out / "systems" / f"{spec['system']}.json").exists():

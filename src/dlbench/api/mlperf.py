@@ -8,14 +8,19 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from dlbench.api.pipeline import execute
-from dlbench.api.resolve import BATCH_TELEMETRY_SAMPLED, batch_container, batch_processes, joined_launch
+from dlbench.api.resolve import BATCH_TELEMETRY_SAMPLED, batch_container, batch_processes, default_threads, joined_launch
 from dlbench.api.runs import run_env
+from dlbench.engine.devices import device_name, resolve_device
 from dlbench.engine.run import ResolvedRun, frozen
 from dlbench.env import capture_env
+from dlbench.errors import UsageError
 from dlbench.mlperf import tasks
 from dlbench.mlperf.folder import (
     check_system_name,
+    default_system_name,
     next_result_index,
     release_result,
     reserve_result,
@@ -44,21 +49,35 @@ def run_task(name: str, out_dir: str | Path, options: RunOptions, store=None, en
     return records
 
 
-def resolve_submitted(name: str, out_dir: str | Path, options: RunOptions, settings: LaunchSettings, launcher: str,
-                      nproc: int | None = None) -> list[ResolvedRun]:
-    """``dlbench mlperf run --launcher slurm|k8s``: the ``options.runs`` runs of task ``name`` as batch
-    runs (one job each; a job array where the scheduler has them), checked here before anything is
-    submitted. Their result indices follow the folder's runs and reservations; nothing is written
-    (:func:`reserved_results` reserves them). The system is ``--system``, else
-    ``<partition|namespace|launcher>_<nodes>x<ranks per node>_<cpu|gpu>``: the folder's name cannot wait
-    for the node's GPU name."""
+def resolve_launched(name: str, out_dir: str | Path, options: RunOptions, launcher: str,
+                     settings: LaunchSettings | None = None, nproc: int | None = None,
+                     env: dict[str, Any] | None = None) -> list[ResolvedRun]:
+    """The ``options.runs`` runs of task ``name`` whose ranks a launcher starts: ``torchrun`` (``nproc``
+    ranks on this node) or a scheduler (``slurm``/``k8s`` with ``settings``: one job per run, a job array
+    where the scheduler has them). Checked here before anything starts; nothing is written
+    (:func:`reserved_results` reserves the result files). Indices follow the folder's runs and
+    reservations. The system is ``--system``, else this host's name (torchrun) or, for a scheduler,
+    ``<partition|namespace|launcher>_<nodes>x<ranks per node>_<cpu|gpu>``: the submitting host cannot
+    know the nodes' GPU. Each run's rank 0 sends its result log back; ``MlperfJob`` files it."""
     check_run_options(options)
     task = tasks.create(name, options.data_seed, options.data_dir)  # an unknown task or knob: UsageError now
     task.set_knobs(options.knobs)
-    device_type, per_node = batch_processes(options.device if options.device != "auto" else "", settings,
-                                            nproc or 1, launcher)
-    world = settings.nodes * per_node
-    system = check_system_name(options.system) if options.system else batch_system_name(settings, launcher, device_type, per_node)
+    batch = launcher in ("slurm", "k8s")
+    if batch:
+        device_type, per_node = batch_processes(options.device if options.device != "auto" else "", settings,
+                                                nproc or 1, launcher)
+        nodes, name_of_device, threads = settings.nodes, None, options.threads
+        default_system = batch_system_name(settings, launcher, device_type, per_node)
+    else:
+        device = resolve_device(options.device)
+        per_node, nodes, name_of_device = nproc or 1, 1, device_name(device)
+        device_type, threads = device.type, options.threads or default_threads(per_node)
+        if device_type == "cuda" and per_node > torch.cuda.device_count():
+            raise UsageError(f"--nproc-per-node {per_node} asks for more ranks than the {torch.cuda.device_count()} "
+                             f"GPU(s) on this node; use --nproc-per-node {torch.cuda.device_count()} or fewer.")
+        default_system = default_system_name(env or capture_env(), device_type, per_node)
+    world = nodes * per_node
+    system = check_system_name(options.system) if options.system else default_system
     out = Path(out_dir).absolute()
     first = next_result_index(out, system, task.benchmark)
     runs = []
@@ -72,18 +91,20 @@ def resolve_submitted(name: str, out_dir: str | Path, options: RunOptions, setti
         record_spec = {
             "workload": spec.workload, "benchmark": task.benchmark, "mode": "time_to_train",
             "params": {"data_seed": options.data_seed, "data_dir": options.data_dir} | dict(options.knobs),
-            "batch_size": task.batch_size, "device": device_type, "device_name": None, "precision": "fp32",
-            "nproc": per_node, "nnodes": settings.nodes, "world_size": world, "threads": options.threads,
-            "system": system, "metric": task.metric, "target": task.target,
+            "batch_size": task.batch_size, "global_batch_size": task.batch_size * world, "device": device_type,
+            "device_name": name_of_device, "precision": "fp32", "nproc": per_node, "nnodes": nodes,
+            "world_size": world, "threads": threads, "system": system, "metric": task.metric, "target": task.target,
             "max_epochs": options.max_epochs or task.max_epochs, "workers": options.workers, "tags": dict(options.tags),
             "launcher": launcher, "joined": False, "seed": options.seed + index, "result_index": index,
-            "result_file": str(path), "container": batch_container(settings, launcher),
-            "telemetry": options.telemetry, "telemetry_sampled": BATCH_TELEMETRY_SAMPLED if options.telemetry else None,
+            "result_file": str(path), "telemetry": options.telemetry,
         }
+        if batch:
+            record_spec |= {"container": batch_container(settings, launcher),
+                            "telemetry_sampled": BATCH_TELEMETRY_SAMPLED if options.telemetry else None}
         runs.append(ResolvedRun(
             kind="mlperf", spec=spec, record_spec=frozen(record_spec), job=frozen(spec.model_dump()),
-            device_type=device_type, world_size=world, nproc=per_node, nnodes=settings.nodes,
-            threads=options.threads or 1, launcher=launcher, tags=frozen(options.tags), settings=settings,
+            device_type=device_type, world_size=world, nproc=per_node, nnodes=nodes, threads=threads or 1,
+            launcher=launcher, tags=frozen(options.tags), settings=settings if batch else None,
         ))
     return runs
 
@@ -92,6 +113,17 @@ def batch_system_name(settings: LaunchSettings, launcher: str, device_type: str,
     """The results folder's system name for a batch run without ``--system``, e.g. ``gpu_4x8_gpu``."""
     where = (settings.partition if launcher == "slurm" else settings.namespace) or launcher
     return safe_name(f"{where}_{settings.nodes}x{per_node}_{'gpu' if device_type == 'cuda' else 'cpu'}")
+
+
+def run_launched(runs: list[ResolvedRun], store=None, env: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Run ``--launcher torchrun`` runs (from :func:`resolve_launched`) one after the other through the
+    pipeline, their result files reserved until each is filed; returns the records."""
+    records: list[dict[str, Any]] = []
+    with reserved_results(runs):
+        env = run_env(env if env is not None else capture_env())
+        for run in runs:
+            records += execute(run, store, env)
+    return records
 
 
 @contextlib.contextmanager

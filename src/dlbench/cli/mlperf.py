@@ -70,6 +70,9 @@ def run(
     Every run is also stored as a dlbench run record. Exit code 1 when any run did not reach its
     target (the folder is complete either way; 'dlbench mlperf score' applies MLPerf's allowance of
     one non-converging run).
+
+    --launcher torchrun --nproc-per-node N starts N ranks on this node; --launcher slurm|k8s submits
+    each run as one job (a job array on Slurm) and files its result log here when it ends.
     """
     from dlbench.api.mlperf import run_task  # imports torch: only when running
     from dlbench.api.resolve import joined_launch
@@ -85,6 +88,10 @@ def run(
         records = _submit(task, out, options, launch, db, no_store, as_json)
         if records is None:  # --dry-run, --no-wait
             return
+        _show_runs(task, out, records, as_json)
+        return
+    if launch.launcher_name() == "torchrun" and not (launch.dry_run or launch.no_wait):
+        records = _torchrun(task, out, options, launch, db, no_store, tensorboard)
         _show_runs(task, out, records, as_json)
         return
     if launch.dry_run or launch.no_wait:
@@ -110,14 +117,32 @@ def run(
 def _submit(task: str, out: str, options, launch: LaunchOptions, db: str | None, no_store: bool, as_json: bool):
     """``--launcher slurm|k8s``: each run one job (a job array on Slurm), its result log filed in ``out``
     when its rank 0's report comes back; None with --dry-run or --no-wait."""
-    from dlbench.api.mlperf import reserved_results, resolve_submitted
+    from dlbench.api.mlperf import reserved_results, resolve_launched
     from dlbench.cli.batch import submit_runs
 
-    runs = resolve_submitted(task, out, options, launch.settings(), launch.launcher_name(), launch.nproc_per_node)
+    runs = resolve_launched(task, out, options, launch.launcher_name(), launch.settings(), launch.nproc_per_node)
     if launch.dry_run:
         return submit_runs(runs, launch, db, no_store, as_json)
     with reserved_results(runs):
         return submit_runs(runs, launch, db, no_store, as_json)
+
+
+def _torchrun(task: str, out: str, options, launch: LaunchOptions, db: str | None, no_store: bool,
+              tensorboard: str | None) -> list[dict]:
+    """``--launcher torchrun``: each run's ranks (--nproc-per-node, or --gpus-per-node) started by torchrun on
+    this node, one run after the other; rank 0's result log filed in ``out``."""
+    from dlbench.api.mlperf import resolve_launched, run_launched
+
+    if launch.nodes not in (None, 1):
+        raise UsageError("--launcher torchrun runs on this node; for --nodes use --launcher slurm or k8s, or start "
+                         "'torchrun --nnodes N … -m dlbench mlperf run' on every node.")
+    runs = resolve_launched(task, out, options, "torchrun", nproc=launch.nproc_per_node or launch.gpus_per_node)
+    store = None if no_store else open_store(db)
+    try:
+        return run_launched(runs, with_tensorboard(store, tensorboard))
+    finally:
+        if store is not None:
+            store.close()
 
 
 def _show_runs(task: str, out: str, records: list[dict], as_json: bool) -> None:
