@@ -199,10 +199,11 @@ class MlperfJob(Job):
         return {"device_name": device_name(device), "threads": spec.threads or torch.get_num_threads()}
 
     def endings(self, run, result):
-        if isinstance(run.spec, MlperfJobSpec):  # launched: rank 0 sent its result log back
-            log_text = result.pop("result_log", None)
-            if log_text:
-                file_result(Path(run.spec.result_file), log_text)
+        if not isinstance(run.spec, MlperfJobSpec):
+            return [run.spec.ending(result)]  # the session's (an HPO trial ends by the study's goal)
+        log_text = result.pop("result_log", None)  # launched: rank 0 sent its result log back
+        if log_text:
+            file_result(Path(run.spec.result_file), log_text)
         return [time_to_train_ending(result)]
 
     def recorded(self, run, records):
