@@ -8,8 +8,8 @@ created Job or PyTorchJob gets its pods at once, each started as a local process
 process's output). A pod whose ``nodeSelector`` the one fake node's labels do not satisfy stays
 ``Pending`` with the scheduler's ``Unschedulable`` condition. Job state follows the pods: all
 succeeded → ``Complete``/``Succeeded``; one failed → ``Failed`` and the others are stopped (backoffLimit
-0); past ``activeDeadlineSeconds`` → ``Failed``/``DeadlineExceeded``. Deleting a job stops its pods
-(SIGTERM, SIGKILL after a grace) and removes them. ``refuse`` makes a verb answer with an error Status
+0); past ``activeDeadlineSeconds`` → ``Failed``/``DeadlineExceeded``. Deleting a job deletes its pods as
+the kubelet does: SIGTERM, SIGKILL after the 30 s grace, the pod (and its log) gone once its container exited. ``refuse`` makes a verb answer with an error Status
 (a 403 from RBAC, a 422 from validation), ``operator`` whether the PyTorchJob API is served.
 """
 
@@ -22,6 +22,7 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
@@ -34,7 +35,7 @@ from kube_pods import cluster_names, free_port, pods_of, start_pod
 
 from dlbench.launch.k8s.manifests import PORT
 
-STOP_GRACE_S = 5.0
+STOP_GRACE_S = 30.0  # Kubernetes' default terminationGracePeriodSeconds
 NODE_LABELS = {"kubernetes.io/hostname": "node-1", "kubernetes.io/os": "linux"}
 COLLECTIONS = {  # URL collection → kind
     ("", "configmaps"): "ConfigMap", ("", "services"): "Service", ("", "pods"): "Pod",
@@ -54,6 +55,7 @@ class Pod:
     root: Path
     proc: subprocess.Popen | None = None
     reason: str = ""  # why it is Pending
+    deleting: bool = False  # deleted: Terminating until its container exits
 
     def phase(self) -> str:
         if self.proc is None:
@@ -74,6 +76,22 @@ class Pod:
         except ProcessLookupError:
             pass
 
+    def terminate(self, gone: Callable[[], None], grace_s: float = STOP_GRACE_S) -> None:
+        """A deleted pod: SIGTERM to its container now, SIGKILL after the grace; ``gone`` once it exited
+        (the API server then forgets the pod, and its log)."""
+        self.deleting = True
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+
+        def reap() -> None:  # on a thread: ``gone`` takes the cluster's lock, which the caller holds
+            self.stop(grace_s)  # waits for the exit (SIGKILL after the grace)
+            gone()
+
+        threading.Thread(target=reap, daemon=True).start()
+
     def to_json(self) -> dict[str, Any]:
         ctr = self.spec["containers"][0]
         status: dict[str, Any] = {"phase": self.phase(), "conditions": []}
@@ -86,8 +104,10 @@ class Pod:
                 {"terminated": {"exitCode": code, "reason": "Completed" if code == 0 else "Error"}}
             status["containerStatuses"] = [{"name": ctr["name"], "image": ctr["image"], "imageID": "", "ready": code is None,
                                             "restartCount": 0, "state": state}]
-        return {"apiVersion": "v1", "kind": "Pod", "status": status, "spec": self.spec,
-                "metadata": {"name": self.name, "namespace": self.namespace, "labels": self.labels, "uid": self.name}}
+        metadata = {"name": self.name, "namespace": self.namespace, "labels": self.labels, "uid": self.name}
+        if self.deleting:
+            metadata["deletionTimestamp"] = NOW
+        return {"apiVersion": "v1", "kind": "Pod", "status": status, "spec": self.spec, "metadata": metadata}
 
 
 @dataclass
@@ -169,10 +189,9 @@ class Cluster:
         obj = self.objects.pop((kind, ns, name), None)
         if obj is None:
             raise ApiError(404, "NotFound", f'{kind.lower()}s "{name}" not found')
-        if kind in ("Job", "PyTorchJob"):  # the pods go, their processes stop (here before the answer, so
-            for pod in self.job_pods(name):  # a test can tell "nothing left" at once; a cluster takes the grace)
-                pod.stop()
-                del self.pods[pod.name]
+        if kind in ("Job", "PyTorchJob"):  # the pods go, as the garbage collector and the kubelet do it:
+            for pod in self.job_pods(name):  # SIGTERM now; the pod stays (Terminating, its log readable) until
+                pod.terminate(lambda gone=pod: self._forget(gone))  # its container exits, SIGKILL after the grace
             uid = obj["metadata"]["uid"]  # the garbage collector: what the job owns goes with it
             for key in [k for k, o in self.objects.items()
                         if any(r.get("uid") == uid for r in o["metadata"].get("ownerReferences", []))]:
@@ -180,6 +199,11 @@ class Cluster:
         if kind in ("PyTorchJob", "Service"):  # what the API answers: the object, or a Status
             return obj
         return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"}
+
+    def _forget(self, pod: Pod) -> None:
+        with self.lock:
+            if self.pods.get(pod.name) is pod:
+                del self.pods[pod.name]
 
     def patch(self, kind: str, ns: str, name: str, ops: list[dict[str, Any]]) -> dict[str, Any]:
         """A JSON patch; the double knows one operation, the one dlbench sends: add ownerReferences."""

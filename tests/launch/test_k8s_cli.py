@@ -54,3 +54,25 @@ def test_no_wait_then_jobs_logs_and_collect(kube, tmp_path, capsys, left_running
     code, out, err = cli(capsys, "jobs", "collect", job_id, "--db", db)
     assert code == 2 and "already collected" in err  # never stored twice
     assert left_running() == []
+
+
+@pytest.mark.slow
+def test_jobs_cancel_records_the_steps_the_pods_measured(kube, tmp_path, capsys, left_running):
+    """A cancelled pod's log goes with it: the ranks record on SIGTERM, the pod prints the reports and
+    lingers, and ``dlbench jobs cancel`` reads them while the pods stop — the record keeps its steps."""
+    db = str(tmp_path / "runs.db")
+    long_run = [a if a != "3" else "100000000" for a in TINY]  # --steps 100000000
+    code, out, err = cli(capsys, "run", *long_run, "--launcher", "k8s", "--image", "dlbench:test", "--nodes", "2",
+                         "--no-wait", "--json", "--db", db)
+    assert code == 0, err
+    (job,) = json.loads(out)["submitted"]
+    deadline = time.monotonic() + 300
+    while not all(any(p.root.rglob("joined*")) for p in kube.pods.values()) and time.monotonic() < deadline:
+        time.sleep(1)  # until each pod's rank joined the process group
+    time.sleep(8)  # into the measured steps
+    code, out, err = cli(capsys, "jobs", "cancel", job["job_id"], "--json", "--db", db)
+    (record,) = open_store(db).records()
+    assert record["status"] == "aborted", record["error"]
+    assert record["result"] and record["result"]["steps"] > 0, record["error"]  # what the ranks measured is kept
+    assert "measured step(s)" in record["error"]
+    assert kube.objects == {} and left_running() == []

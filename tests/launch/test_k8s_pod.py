@@ -51,3 +51,32 @@ def test_sigterm_reaches_the_ranks(tmp_path):
         time.sleep(0.1)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) == 128 + signal.SIGTERM  # the child died of the SIGTERM passed on
+
+
+def test_a_stopped_pod_stays_up_after_its_reports_so_they_can_be_read(tmp_path):
+    """Pod deletion: the ranks record what they measured and the reports are printed; the pod then lingers
+    (DLBENCH_POD_LINGER_S) before it exits, since Kubernetes removes a deleted pod, and its log, at exit."""
+    ranks = tmp_path / "ranks"
+    child = (  # a "rank" that writes its aborted report on SIGTERM, as dlbench's worker does
+        "import json, pathlib, signal, sys, time\n"
+        f"d = pathlib.Path({str(ranks)!r}); d.mkdir()\n"
+        "def stop(*_):\n"
+        "    (d / 'rank0.json').write_text(json.dumps({'rank': 0, 'status': 'aborted', 'result': {'steps': 7}}))\n"
+        "    sys.exit(128 + 15)\n"
+        "signal.signal(signal.SIGTERM, stop)\n"
+        "(d / 'up').touch()\n"
+        "time.sleep(120)\n"
+    )
+    import os
+
+    proc = subprocess.Popen([*POD, "--ranks", str(ranks), "--", "-c", child], stdout=subprocess.PIPE, text=True,
+                            env=os.environ | {"DLBENCH_POD_LINGER_S": "3"})
+    deadline = time.monotonic() + 60
+    while not (ranks / "up").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    line = proc.stdout.readline()
+    printed = time.monotonic()
+    assert parse_reports(line) == {0: {"rank": 0, "status": "aborted", "result": {"steps": 7}}}
+    assert proc.wait(timeout=30) == 128 + signal.SIGTERM
+    assert time.monotonic() - printed >= 2.5  # it lingered with the report on its log

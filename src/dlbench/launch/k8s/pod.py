@@ -11,6 +11,11 @@ report no longer parses. So, once torchrun has ended, this process — alone on 
 each rank's report again from the file it wrote (``RANKS/rank<N>.json``), one whole line each;
 :func:`~dlbench.launch.batch.parse_reports` keeps the last line of a rank. The exit code is torchrun's,
 so a failed rank fails the pod; SIGTERM/SIGINT (pod deletion) go on to torchrun, which stops the ranks.
+
+A deleted pod's log goes with it, and Kubernetes removes the pod as soon as its container exits. So
+after a stop signal this process stays up :data:`LINGER_S` more seconds once the reports are printed
+(well inside the pod's 30 s termination grace): the ``dlbench`` that cancelled the job reads them
+meanwhile (``KubeScheduler.cancel``), and the steps the ranks measured are recorded, not lost.
 """
 
 from __future__ import annotations
@@ -21,10 +26,14 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from dlbench.launch._base import read_statuses
 from dlbench.launch.batch import REPORT_PREFIX
+
+#: Seconds a stopped pod stays up after printing its reports, so that they can still be read.
+LINGER_S = float(os.environ.get("DLBENCH_POD_LINGER_S", "10"))
 
 
 def print_reports(ranks_dir: Path) -> int:
@@ -46,13 +55,17 @@ def main(argv: list[str] | None = None) -> int:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     child = subprocess.Popen([sys.executable, *command])  # noqa: S603 - the manifest's own argv, no shell
 
+    stopped = []
+
     def forward(signum, frame) -> None:  # noqa: ARG001 - the signal handler's signature
+        stopped.append(signum)
         child.send_signal(signum)
 
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, forward)
     code = child.wait()
-    print_reports(Path(args.ranks))
+    if print_reports(Path(args.ranks)) and stopped:
+        time.sleep(LINGER_S)  # the pod is being deleted: give the cancelling dlbench time to read the reports
     return code if code >= 0 else 128 - code
 
 

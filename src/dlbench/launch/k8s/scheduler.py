@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +21,8 @@ import yaml
 from dlbench.engine.run import ResolvedRun
 from dlbench.errors import UsageError
 from dlbench.launch._base import LaunchPlan
-from dlbench.launch.batch import (CANCELLED, DONE, FAILED, QUEUED, RUNNING, TIMEOUT, JobState, Scheduler,
-                                  parse_reports)
+from dlbench.launch.batch import (CANCELLED, DONE, FAILED, QUEUED, RUNNING, TIMEOUT, JobState,
+                                  Scheduler, parse_reports)
 from dlbench.launch.k8s.manifests import (CONTAINER, INDEXED_JOB, PYTORCHJOB, RUN_LABEL, check_settings, job_name,
                                           manifests, pod_layout, to_yaml)
 from dlbench.spec import LaunchSettings
@@ -37,6 +38,10 @@ NEVER_SCHEDULES = ("didn't match Pod's node affinity/selector", "untolerated tai
 BAD_IMAGE = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull")
 #: Seconds the rendezvous may take beyond the run's timeout once the pods run (image pulls excluded).
 START_SLACK_S = 60.0
+#: Seconds ``cancel`` reads the stopping pods' logs for their reports (they linger ``pod.LINGER_S`` after them).
+STOP_READ_S = 25.0
+#: Reports read from the logs of pods that were being deleted, by job id: their logs go with them.
+_SEEN: dict[str, dict[int, dict[str, Any]]] = {}
 
 
 def connect() -> Any:
@@ -228,11 +233,21 @@ class KubeScheduler(Scheduler):
                        missing_ok=True, **background)
 
     def cancel(self, job_id: str) -> None:
+        """Delete the job (its pods get SIGTERM, their ranks record what they measured) and read the
+        reports the stopping pods print before they go (``pod.LINGER_S``): kept for :meth:`reports`."""
         ns, kind, name = split_id(job_id)
         self._remove(ns, "PyTorchJob" if kind == PYTORCHJOB else "Job", name)
         if kind == INDEXED_JOB:
             self._remove(ns, "Service", name)
         self._remove(ns, "ConfigMap", f"{name}-job")
+        deadline = time.monotonic() + STOP_READ_S
+        while time.monotonic() < deadline:  # until the pods are gone: each prints its ranks' reports, then lingers
+            started = [p for p in self.pods(ns, name) if (p.get("status") or {}).get("phase") != "Pending"]
+            if not started:
+                return
+            for pod in started:
+                _SEEN.setdefault(job_id, {}).update(parse_reports(self._pod_log(ns, pod["metadata"]["name"])))
+            time.sleep(0.5)
 
     def _job(self, ns: str, kind: str, name: str) -> dict[str, Any] | None:
         _, batch, custom, _ = self._apis()
@@ -266,19 +281,23 @@ class KubeScheduler(Scheduler):
 
     def logs(self, job_id: str, workdir: Path) -> str:
         ns, _, name = split_id(job_id)
-        core = self._apis()[0]
         parts = []
         for pod in self.pods(ns, name):
             pod_name = pod["metadata"]["name"]
             if (pod.get("status") or {}).get("phase") == "Pending":
                 continue  # no container has started: no log yet
-            text = self._call(f"read the log of pod {pod_name}", core.read_namespaced_pod_log, pod_name, ns,
-                              container=CONTAINER, missing_ok=True)
-            parts.append(f"==> pod {pod_name} <==\n{text or ''}")
+            parts.append(f"==> pod {pod_name} <==\n{self._pod_log(ns, pod_name)}")
         return "\n".join(parts)
 
+    def _pod_log(self, ns: str, pod_name: str) -> str:
+        core = self._apis()[0]
+        text = self._call(f"read the log of pod {pod_name}", core.read_namespaced_pod_log, pod_name, ns,
+                          container=CONTAINER, missing_ok=True)
+        return text or ""
+
     def reports(self, job_id: str, workdir: Path) -> dict[int, dict[str, Any]]:
-        return parse_reports(self.logs(job_id, workdir))
+        """The reports in the pods' logs, and those read while a cancelled job's pods stopped."""
+        return _SEEN.get(job_id, {}) | parse_reports(self.logs(job_id, workdir))
 
     def never_starts(self, state: JobState) -> str | None:
         """A pod no node may take (its node selector, an untolerated taint) or an image that cannot be
