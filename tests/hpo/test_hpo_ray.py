@@ -5,14 +5,18 @@ run record and the study (in the store's database) has the best."""
 from __future__ import annotations
 
 import json
+import signal
 
+import psutil
 import pytest
+from optuna.trial import TrialState
 
 ray = pytest.importorskip("ray", reason="Ray cannot be installed here (no ray[tune] wheel for this Python and "
                           "architecture); the ray engine needs pip install 'dlbench[ray]'")
 pytest.importorskip("ray.tune", reason="Ray is installed without Tune; the ray engine needs pip install 'dlbench[ray]'")
 
 from test_hpo_study import command, records_of, status
+from test_hpo_workers import load, wait_for
 
 
 @pytest.fixture(scope="module")
@@ -68,3 +72,58 @@ def test_a_failing_trial_fails_and_the_study_goes_on(hpo, ray_address):
     assert by_mode["ok"]["status"] == "ok" and by_mode["exit3"]["status"] == "failed"
     assert "exited with code 3" in by_mode["exit3"]["error"]
     assert status(hpo, "ray-bad")["counts"] == {"ok": 1, "failed": 1}
+
+
+def _commands_with(marker: str) -> list[psutil.Process]:
+    """Live objective processes whose command line carries ``marker`` (Ray's workers, which start them,
+    were started before the test: they do not carry the left_running marker)."""
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if marker in proc.cmdline():
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
+def _running_with_epochs(db, name: str, n: int) -> bool:
+    try:
+        return sum(t.state == TrialState.RUNNING and bool(t.intermediate_values) for t in load(db, name).get_trials()) >= n
+    except KeyError:  # the study is not created yet
+        return False
+
+
+def test_sigterm_stops_a_ray_study_cleanly_and_resume_finishes_its_budget(hpo, ray_address):
+    marker = str(hpo.tmp / "ray-stop-marker")
+    doc = {"name": "ray-stop", "objective": command("--epochs", "12", "--sleep", "0.4", "--marker", marker),
+           "sampler": "random", "trials": 3, "workers": 2, "space": {"x": {"type": "float", "low": 0.0, "high": 1.0}}}
+    proc = hpo.popen("hpo", "run", "--config", hpo.write(doc), "--engine", "ray", "--address", ray_address)
+    assert wait_for(lambda: hpo.db.exists() and _running_with_epochs(hpo.db, "ray-stop", 2), 180)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert wait_for(lambda: _commands_with(marker) == [], 10)  # every trial's command is gone
+
+    aborted = [r for r in records_of(hpo.db, "ray-stop") if r["status"] == "aborted"]
+    assert len(aborted) == 2 and all("stopped by SIGTERM" in r["error"] for r in aborted)
+    assert all(0 < r["result"]["epochs"] < 12 for r in aborted)  # stopped mid-run, its epochs kept
+    trials = load(hpo.db, "ray-stop").get_trials()
+    failed = {t.number: t.params for t in trials if t.state == TrialState.FAIL}
+    assert failed == {int(r["spec"]["tags"]["hpo_trial"]): r["spec"]["params"] for r in aborted}
+    queued = [t for t in trials if t.state == TrialState.WAITING]  # queued again with the same parameters
+    assert sorted(t.system_attrs["failed_trial"] for t in queued) == sorted(failed)
+    assert all(t.params == failed[t.system_attrs["failed_trial"]] for t in queued)
+
+    out = hpo.cli("hpo", "run", "--resume", "ray-stop", "--address", ray_address, "--json")
+    assert out.returncode == 0, out.stderr
+    trials = load(hpo.db, "ray-stop").get_trials()
+    done = [t for t in trials if t.state == TrialState.COMPLETE]
+    assert len(done) == 3  # exactly the budget: the two interrupted ones again and one more
+    assert sorted(t.params["x"] for t in done if "failed_trial" in t.system_attrs) == sorted(p["x"] for p in failed.values())
+    assert sorted(t.number for t in trials) == list(range(len(trials))) == list(range(5))
+    records = records_of(hpo.db, "ray-stop")
+    numbers = [int(r["spec"]["tags"]["hpo_trial"]) for r in records]
+    assert sorted(numbers) == list(range(5))  # every trial one run record, none twice
+    assert sorted(r["status"] for r in records) == ["aborted", "aborted", "ok", "ok", "ok"]
+    assert json.loads(out.stdout)["counts"] == {"ok": 3, "failed": 2}

@@ -13,7 +13,7 @@ import os
 from typing import Any
 
 from dlbench.engine.run import ResolvedRun, frozen
-from dlbench.errors import RunFailed
+from dlbench.errors import RunFailed, Terminated
 from dlbench.hpo.command import run_command, trial_argv
 from dlbench.hpo.study import StudySpec
 
@@ -48,10 +48,14 @@ class TrialSession:
     def run(self) -> dict[str, Any]:
         """Run the command to its final figure of merit (failures and pruning raise ``RunFailed``)."""
         argv = trial_argv(self.study.objective.argv, self.params)
-        try:
-            result = run_command(argv, self.study.objective.timeout_s, self._report)
+        try:  # a trial of the ray engine can be told to stop mid-epoch (``check_stop``); Optuna's cannot
+            result = run_command(argv, self.study.objective.timeout_s, self._report,
+                                 check=getattr(self.trial, "check_stop", None))
         except RunFailed as exc:
             exc.result = self.result(None)
+            raise
+        except Terminated as exc:  # aborted: the record keeps the epochs it ran
+            exc.partial = exc.partial or self.result(None) | {"steps": len(self.reported)}
             raise
         return self.result(result.value)
 
