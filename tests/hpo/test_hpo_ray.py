@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import signal
+import sys
+from pathlib import Path
 
 import psutil
 import pytest
@@ -127,3 +129,67 @@ def test_sigterm_stops_a_ray_study_cleanly_and_resume_finishes_its_budget(hpo, r
     assert sorted(numbers) == list(range(5))  # every trial one run record, none twice
     assert sorted(r["status"] for r in records) == ["aborted", "aborted", "ok", "ok", "ok"]
     assert json.loads(out.stdout)["counts"] == {"ok": 3, "failed": 2}
+
+
+PBT_OBJECTIVE = str(Path(__file__).with_name("pbt_objective.py"))
+
+
+def test_pbt_restarts_the_worse_trial_from_the_better_ones_checkpoint(hpo, ray_address):
+    # two members, one far better (a bigger lr learns faster): at every second epoch the worse one is
+    # stopped and restarted from the better one's newest checkpoint with its lr perturbed
+    doc = {"name": "ray-pbt", "objective": {"command": [sys.executable, PBT_OBJECTIVE, "--epochs", "8", "--sleep", "0.5"],
+                                            "timeout_s": 120},
+           "space": {"lr": {"type": "float", "low": 0.01, "high": 1.0, "log": True}}, "sampler": "random",
+           "pruner": "pbt", "pruner_options": {"perturbation_interval": 2}, "trials": 2, "workers": 2}
+    out, db = hpo(doc, "--engine", "ray", "--address", ray_address, "--json")
+    assert out.returncode == 0, out.stderr
+    records = records_of(db, "ray-pbt")
+    trial_of = {r["id"]: int(r["spec"]["tags"]["hpo_trial"]) for r in records}
+    cloned = [r for r in records if r["spec"]["pbt"] and r["spec"]["pbt"]["from_trial"] != trial_of[r["id"]]]
+    assert cloned, [(trial_of[r["id"]], r["spec"]["pbt"], r["status"]) for r in records]
+    trained_on = False
+    for seg in cloned:  # it went on from the other trial's state, with other hyperparameters
+        source, epoch = seg["spec"]["pbt"]["from_trial"], seg["spec"]["pbt"]["from_epoch"]
+        at_source = [r for r in records if trial_of[r["id"]] == source and str(epoch) in r["result"]["intermediate"]]
+        assert at_source and seg["spec"]["params"]["lr"] not in {r["spec"]["params"]["lr"] for r in at_source}
+        assert "--load-checkpoint" in seg["spec"]["command"]
+        if epoch == 8:  # cloned after the last epoch: nothing left to train, the clone's final state is its own
+            assert seg["result"]["epochs"] == 0 and seg["status"] == "ok"
+            continue
+        first = seg["result"]["intermediate"][str(epoch + 1)]  # loss = 10 - w: one epoch at the new lr on top
+        assert any(first == pytest.approx(r["result"]["intermediate"][str(epoch)] - seg["spec"]["params"]["lr"], abs=1e-5)
+                   for r in at_source)
+        trained_on = True
+    assert trained_on, [(trial_of[r["id"]], r["spec"]["pbt"], r["result"]["epochs"]) for r in cloned]
+    stopped = [r for r in records if r["status"] == "pruned"]
+    assert stopped and all("PBT ended this segment after epoch" in r["error"] for r in stopped)
+    assert sorted(trial_of[r["id"]] for r in records if r["status"] == "ok") == [0, 1]  # each member ended once
+
+    trials = load(db, "ray-pbt").get_trials()
+    assert [t.state for t in trials] == [TrialState.COMPLETE] * 2
+    by_trial = {t.number: t for t in trials}
+    for seg in cloned:
+        segments = by_trial[trial_of[seg["id"]]].user_attrs["pbt_segments"]
+        assert seg["spec"]["pbt"] | {"params": seg["spec"]["params"], "first_epoch": seg["spec"]["pbt"]["from_epoch"] + 1} \
+            in segments
+        assert segments[0]["from_trial"] is None and segments[0]["first_epoch"] == 1
+    for t in trials:  # the Optuna value is the final figure of the member's last segment
+        last = next(r for r in records if r["id"] == t.user_attrs["record_id"])
+        assert last["status"] == "ok" and t.value == pytest.approx(last["result"]["value"])
+
+    again = hpo.cli("hpo", "run", "--resume", "ray-pbt", "--address", ray_address)
+    assert again.returncode == 2 and "used PBT" in again.stderr and len(again.stderr.strip().splitlines()) == 1
+
+
+def test_pbt_command_that_breaks_the_checkpoint_contract_fails_with_the_reason(tmp_path):
+    from dlbench.api.hpo_ray_pbt import _PbtBridge  # Ray: only with the ray extra
+    from dlbench.errors import RunFailed
+
+    bridge = _PbtBridge(0, tmp_path)
+    (tmp_path / "1").mkdir()
+    bridge.report(9.0, 1)
+    (tmp_path / "2").mkdir()
+    bridge.report(8.0, 2)
+    assert [p.name for p in tmp_path.iterdir()] == ["2"] and bridge.latest == (2, tmp_path / "2")  # older ones go
+    with pytest.raises(RunFailed, match=r"printed FoM\[3\] but wrote no checkpoint"):
+        bridge.report(7.0, 3)

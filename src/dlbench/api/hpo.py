@@ -79,6 +79,9 @@ def run_study(spec: StudySpec | None, db: str | None = None, storage: str | None
     url = storage_url(storage or (spec.storage if spec else None), db)
     if resume is not None:
         spec = parse_study(hpo_storage.study_doc(hpo_storage.open_storage(url), resume, display(url)), f"study {resume}")
+    if resume is not None and spec.pruner == "pbt":
+        raise UsageError(f"study {spec.name!r} used PBT, whose population lived in the checkpoints of the run that "
+                         "stopped, so it cannot be carried on; start a new study (its trials stay in the storage).")
     if spec.objective.kind == "mlperf":
         hpo_mlperf.check(spec)
     ray_engine = _ray_engine() if spec.engine == "ray" else None

@@ -52,6 +52,7 @@ from ray.tune.schedulers import (
 )
 from ray.tune.search.optuna import OptunaSearch
 
+from dlbench.api import hpo_ray_pbt
 from dlbench.api.hpo_ray_trial import ABORT_KEY, FINAL_KEY, TRIAL_KEY, RayTrial, StopFlag
 from dlbench.api.hpo_trial import has_record, record_unrun
 from dlbench.api.signals import SIGNALS
@@ -78,32 +79,38 @@ def run(spec: StudySpec, study: optuna.Study, url: str, store, address: str | No
     try:
         with _signals_end_tune() as caught:
             flag = StopFlag.remote()
-            gpus = 1 if ray.cluster_resources().get("GPU") else 0  # one GPU per trial where the cluster has them
-            trainable = tune.with_resources(tune.with_parameters(RayTrial, doc=spec.as_doc(), db=store.url, stop=flag),
-                                            {"cpu": 1, "gpu": gpus})
-            search = _Search(space=distributions(spec.space), metric="value", mode=spec.direction[:3],
-                             sampler=make_sampler(spec), study_name=spec.name,
-                             storage=hpo_storage.open_storage(url, heartbeat_s=0))  # its own: Tune pickles it
-            search.caught = caught
-            _fit(spec, trainable, search, scheduler(spec), todo, _Stopper(flag, caught), on_poll)
-        if caught["signum"] is not None:
-            requeue_interrupted(spec, study, store, caught["signum"])
+            if spec.pruner == "pbt":
+                tuning = hpo_ray_pbt.plan(spec, study, todo)
+            else:
+                search = _Search(space=distributions(spec.space), metric="value", mode=spec.direction[:3],
+                                 sampler=make_sampler(spec), study_name=spec.name,
+                                 storage=hpo_storage.open_storage(url, heartbeat_s=0))  # its own: Tune pickles it
+                search.caught = caught
+                tuning = {"trainable": RayTrial, "search": search, "sched": scheduler(spec)}
+            _fit(spec, tuning, flag, todo, _Stopper(flag, caught), store.url, on_poll)
+        if caught["signum"] is not None:  # a PBT population cannot go on: its trials are failed, not queued
+            requeue_interrupted(spec, study, store, caught["signum"], queue_again=spec.pruner != "pbt")
             raise Terminated(caught["signum"])
     finally:
         if started:
             ray.shutdown()
 
 
-def _fit(spec: StudySpec, trainable, search, sched, samples: int, stopper, on_poll, param_space=None) -> None:
-    """Tune's run of ``samples`` trials (its experiment folder is temporary: the study storage is the state)."""
+def _fit(spec: StudySpec, tuning: dict[str, Any], flag, samples: int, stopper, db: str, on_poll) -> None:
+    """Tune's run of ``samples`` trials as ``tuning`` says (trainable, search, sched, param_space, callback);
+    its experiment folder is temporary: the study storage is the state."""
+    gpus = 1 if ray.cluster_resources().get("GPU") else 0  # one GPU per trial where the cluster has them
+    trainable = tune.with_resources(tune.with_parameters(tuning["trainable"], doc=spec.as_doc(), db=db, stop=flag),
+                                    {"cpu": 1, "gpu": gpus})
+    callbacks = [c for c in (_Poll(on_poll) if on_poll else None, tuning.get("callback")) if c is not None]
     with tempfile.TemporaryDirectory(prefix="dlbench-ray-") as tmp:
-        tuner = tune.Tuner(trainable, param_space=param_space, tune_config=tune.TuneConfig(
-            search_alg=search, scheduler=sched, num_samples=samples, max_concurrent_trials=spec.workers,
-            time_budget_s=spec.timeout_s, metric="value", mode=spec.direction[:3],
-            reuse_actors=True),  # an actor imports dlbench once, not per trial
+        tuner = tune.Tuner(trainable, param_space=tuning.get("param_space"), tune_config=tune.TuneConfig(
+            search_alg=tuning["search"], scheduler=tuning["sched"], num_samples=samples,
+            max_concurrent_trials=spec.workers, time_budget_s=spec.timeout_s, metric="value",
+            mode=spec.direction[:3], reuse_actors=True),  # an actor imports dlbench once, not per trial
             run_config=tune.RunConfig(name=spec.name, storage_path=tmp, verbose=0, stop=stopper,
                                       checkpoint_config=tune.CheckpointConfig(checkpoint_at_end=False),
-                                      callbacks=[_Poll(on_poll)] if on_poll else None))
+                                      callbacks=callbacks or None))
         with contextlib.redirect_stdout(sys.stderr):  # Tune prints its tables: stdout is --json's
             tuner.fit()
 
@@ -124,14 +131,19 @@ def scheduler(spec: StudySpec):
     return FIFOScheduler()
 
 
-def requeue_interrupted(spec: StudySpec, study: optuna.Study, store, signum: int) -> None:
-    """After a signal: the study's running trials failed and queued again with their parameters; one whose
-    run never started (Tune had not placed it yet) gets an ``aborted`` record, as every trial has one."""
+def requeue_interrupted(spec: StudySpec, study: optuna.Study, store, signum: int, queue_again: bool = True) -> None:
+    """After a signal: the study's running trials failed and (``queue_again``) queued again with their
+    parameters; one whose run never started (Tune had not placed it yet) gets an ``aborted`` record, as
+    every trial has one."""
     name = signal.Signals(signum).name
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         if not has_record(spec, store, trial.number):
             record_unrun(spec, store, trial, "aborted", f"stopped by {name} before its run started")
-        hpo_storage.requeue_interrupted(study, trial._trial_id, f"stopped by {name}; queued again")
+        if queue_again:
+            hpo_storage.requeue_interrupted(study, trial._trial_id, f"stopped by {name}; queued again")
+        else:
+            study._storage.set_trial_user_attr(trial._trial_id, "error", f"stopped by {name}")
+            study._storage.set_trial_state_values(trial._trial_id, state=TrialState.FAIL)
 
 
 @contextlib.contextmanager

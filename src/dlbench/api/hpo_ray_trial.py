@@ -111,26 +111,30 @@ class RayTrial(tune.Trainable):
         self.current, self.thread = dict(new_config), None
         return True
 
-    def run_params(self) -> tuple[dict[str, Any], tuple[str, ...]]:
-        """The hyperparameters of the next run and the extra arguments of its command (PBT's checkpoints)."""
-        return {p.name: self.current[p.name] for p in self.spec.space}, ()
+    def run_params(self) -> tuple[dict[str, Any], tuple[str, ...], dict[str, Any]]:
+        """The next run's hyperparameters, the extra arguments of its command and the extra fields of its
+        record (PBT: the checkpoint directories, the segment's origin)."""
+        return {p.name: self.current[p.name] for p in self.spec.space}, (), {}
+
+    def make_bridge(self, number: int) -> Bridge:
+        return Bridge(number)
 
     def _start(self) -> bool:
         """Start the run in a thread; False when the study is stopping (nothing started, nothing recorded)."""
         if ray.get(self.stop_flag.enter.remote()) is not None:
             return False
-        self.bridge, self.waiting = Bridge(int(self.current[TRIAL_KEY])), False
-        params, extra = self.run_params()
-        spec = self.spec if not extra else _with_args(self.spec, extra)
+        params, args, extra = self.run_params()
+        self.bridge, self.waiting = self.make_bridge(int(self.current[TRIAL_KEY])), False
+        spec = self.spec if not args else _with_args(self.spec, args)
         env = self.env | {"host_load": host_load()}
-        self.thread = threading.Thread(target=self._run, args=(spec, params, open_store(self.db), env), daemon=True)
+        self.thread = threading.Thread(target=self._run, args=(spec, params, open_store(self.db), env, extra), daemon=True)
         self.thread.start()
         threading.Thread(target=self._watch, args=(self.bridge, self.thread), daemon=True).start()
         return True
 
-    def _run(self, spec: StudySpec, params: dict, store, env: dict) -> None:
+    def _run(self, spec: StudySpec, params: dict, store, env: dict, extra: dict) -> None:
         try:
-            self.bridge.events.put(("end", run_trial(spec, self.bridge, params, store, env)))
+            self.bridge.events.put(("end", run_trial(spec, self.bridge, params, store, env, extra or None)))
         except (Terminated, KeyboardInterrupt):
             self.bridge.events.put(("aborted",))  # recorded aborted by the pipeline
         except BaseException as exc:  # noqa: BLE001 - handed to step(), which raises it for Tune

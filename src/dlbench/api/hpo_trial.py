@@ -15,15 +15,17 @@ from dlbench.spec import make_spec
 from dlbench.store import RunFilter
 
 
-def run_trial(spec: StudySpec, trial, params: dict[str, Any], store, env: dict[str, Any]) -> dict[str, Any]:
+def run_trial(spec: StudySpec, trial, params: dict[str, Any], store, env: dict[str, Any],
+              extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """Run one trial of ``spec`` through the run pipeline and return its record (saved to ``store``).
 
     ``trial`` is Optuna's, or anything with ``number``, ``report(value, step)`` and ``should_prune()``
-    (the ray engine's bridge): intermediate values go to it and it decides on pruning."""
+    (the ray engine's bridge): intermediate values go to it and it decides on pruning. ``extra``: more
+    fields of a command trial's record spec (a PBT segment's origin)."""
     if spec.objective.kind == "mlperf":
         return hpo_mlperf.run_trial(spec, trial, params, store, env)
     if spec.objective.kind == "command":
-        return execute(TrialSession(spec, trial, params).resolved(), store, env)[0]
+        return execute(TrialSession(spec, trial, params, extra).resolved(), store, env)[0]
     # a catalogue workload's throughput: the trial is a ``train`` run (its record, tagged)
     obj = spec.objective
     fields = obj.fixed | params | {"workload": obj.workload}
