@@ -1,6 +1,7 @@
 """The ray engine against a real local Ray (started once for this module, 2 CPUs, stopped at the end):
 trials are Tune actors running tests/hpo/objective.py, Tune's ASHA stops the bad ones, every trial is a
-run record and the study (in the store's database) has the best."""
+run record and the study (in the store's database) has the best; SIGTERM and --resume; PBT over
+tests/hpo/pbt_objective.py (a command that checkpoints)."""
 
 from __future__ import annotations
 
@@ -177,7 +178,28 @@ def test_pbt_restarts_the_worse_trial_from_the_better_ones_checkpoint(hpo, ray_a
         last = next(r for r in records if r["id"] == t.user_attrs["record_id"])
         assert last["status"] == "ok" and t.value == pytest.approx(last["result"]["value"])
 
-    again = hpo.cli("hpo", "run", "--resume", "ray-pbt", "--address", ray_address)
+
+
+def test_sigterm_stops_a_pbt_study_which_cannot_be_resumed(hpo, ray_address):
+    doc = {"name": "pbt-stop", "objective": {"command": [sys.executable, PBT_OBJECTIVE, "--epochs", "30", "--sleep", "0.4"],
+                                             "timeout_s": 120},
+           "space": {"lr": {"type": "float", "low": 0.01, "high": 1.0}}, "sampler": "random", "pruner": "pbt",
+           "trials": 2, "workers": 2}
+    proc = hpo.popen("hpo", "run", "--config", hpo.write(doc), "--engine", "ray", "--address", ray_address)
+    assert wait_for(lambda: hpo.db.exists() and _running_with_epochs(hpo.db, "pbt-stop", 2), 180)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    statuses: dict[str, list[str]] = {}  # each member's running segment was stopped by the signal, mid-run
+    for r in records_of(hpo.db, "pbt-stop"):
+        statuses.setdefault(r["spec"]["tags"]["hpo_trial"], []).append(r["status"])
+        if r["status"] == "aborted":
+            assert "stopped by SIGTERM" in r["error"] and r["result"]["epochs"] < 30
+    assert sorted(statuses) == ["0", "1"]
+    assert all(s.count("aborted") == 1 and set(s) <= {"aborted", "pruned"} for s in statuses.values()), statuses
+    trials = load(hpo.db, "pbt-stop").get_trials()  # failed, not queued: a population cannot go on
+    assert [t.state for t in trials] == [TrialState.FAIL] * 2
+    again = hpo.cli("hpo", "run", "--resume", "pbt-stop", "--address", ray_address)
     assert again.returncode == 2 and "used PBT" in again.stderr and len(again.stderr.strip().splitlines()) == 1
 
 

@@ -53,7 +53,13 @@ from ray.tune.schedulers import (
 from ray.tune.search.optuna import OptunaSearch
 
 from dlbench.api import hpo_ray_pbt
-from dlbench.api.hpo_ray_trial import ABORT_KEY, FINAL_KEY, TRIAL_KEY, RayTrial, StopFlag
+from dlbench.api.hpo_ray_trial import (
+    ABORT_KEY,
+    FINAL_KEY,
+    TRIAL_KEY,
+    RayTrial,
+    StopFlag,
+)
 from dlbench.api.hpo_trial import has_record, record_unrun
 from dlbench.api.signals import SIGNALS
 from dlbench.errors import Terminated
@@ -84,8 +90,8 @@ def run(spec: StudySpec, study: optuna.Study, url: str, store, address: str | No
             else:
                 search = _Search(space=distributions(spec.space), metric="value", mode=spec.direction[:3],
                                  sampler=make_sampler(spec), study_name=spec.name,
-                                 storage=hpo_storage.open_storage(url, heartbeat_s=0))  # its own: Tune pickles it
-                search.caught = caught
+                                 storage=hpo_storage.open_storage(url, heartbeat_s=0),  # its own: Tune pickles it
+                                 caught=caught)
                 tuning = {"trainable": RayTrial, "search": search, "sched": scheduler(spec)}
             _fit(spec, tuning, flag, todo, _Stopper(flag, caught), store.url, on_poll)
         if caught["signum"] is not None:  # a PBT population cannot go on: its trials are failed, not queued
@@ -200,7 +206,9 @@ class _Search(OptunaSearch):
     the Optuna trial as dlbench does: complete only when it ran to its end, pruned when stopped early.
     After a signal it proposes nothing more, and leaves the interrupted trials to :func:`requeue_interrupted`."""
 
-    caught: dict[str, int | None] = {"signum": None}
+    def __init__(self, *args, caught: dict[str, int | None], **kwargs):
+        super().__init__(*args, **kwargs)
+        self.caught = caught  # the driver's signal, noted by _signals_end_tune
 
     def suggest(self, trial_id: str):
         if self.caught["signum"] is not None:

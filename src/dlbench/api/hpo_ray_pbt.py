@@ -93,7 +93,7 @@ class _Clip:
         for p in self.space:
             if p.type != "categorical":
                 value = min(max(config[p.name], p.low), p.high)
-                config[p.name] = int(round(value)) if p.type == "int" else float(value)
+                config[p.name] = round(value) if p.type == "int" else float(value)
         return config
 
 

@@ -157,8 +157,8 @@ class RayTrial(tune.Trainable):
 
     def step(self) -> dict:
         if self.thread is None:
-            if not self._start():
-                return {ABORT_KEY: True, "done": True}
+            if not self._start():  # Tune drops this result (the study is stopping); the metric keeps it valid
+                return {ABORT_KEY: True, "value": float("nan"), "epoch": 0, "done": True}
         elif self.waiting:  # Tune asks for more: the scheduler let the trial go on
             self.bridge.verdicts.put("go")
         kind, *rest = self.bridge.events.get()
