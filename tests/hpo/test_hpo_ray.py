@@ -1,18 +1,25 @@
 """The ray engine against a real local Ray (started once for this module, 2 CPUs, stopped at the end):
 trials are Tune actors running tests/hpo/objective.py, Tune's ASHA stops the bad ones, every trial is a
-run record and the study (in the store's database) has the best."""
+run record and the study (in the store's database) has the best; SIGTERM and --resume; PBT over
+tests/hpo/pbt_objective.py (a command that checkpoints)."""
 
 from __future__ import annotations
 
 import json
+import signal
+import sys
+from pathlib import Path
 
+import psutil
 import pytest
+from optuna.trial import TrialState
 
 ray = pytest.importorskip("ray", reason="Ray cannot be installed here (no ray[tune] wheel for this Python and "
                           "architecture); the ray engine needs pip install 'dlbench[ray]'")
 pytest.importorskip("ray.tune", reason="Ray is installed without Tune; the ray engine needs pip install 'dlbench[ray]'")
 
 from test_hpo_study import command, records_of, status
+from test_hpo_workers import load, wait_for
 
 
 @pytest.fixture(scope="module")
@@ -68,3 +75,143 @@ def test_a_failing_trial_fails_and_the_study_goes_on(hpo, ray_address):
     assert by_mode["ok"]["status"] == "ok" and by_mode["exit3"]["status"] == "failed"
     assert "exited with code 3" in by_mode["exit3"]["error"]
     assert status(hpo, "ray-bad")["counts"] == {"ok": 1, "failed": 1}
+
+
+def _commands_with(marker: str) -> list[psutil.Process]:
+    """Live objective processes whose command line carries ``marker`` (Ray's workers, which start them,
+    were started before the test: they do not carry the left_running marker)."""
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if marker in proc.cmdline():
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
+def _running_with_epochs(db, name: str, n: int) -> bool:
+    try:
+        return sum(t.state == TrialState.RUNNING and bool(t.intermediate_values) for t in load(db, name).get_trials()) >= n
+    except KeyError:  # the study is not created yet
+        return False
+
+
+def test_sigterm_stops_a_ray_study_cleanly_and_resume_finishes_its_budget(hpo, ray_address):
+    marker = str(hpo.tmp / "ray-stop-marker")
+    doc = {"name": "ray-stop", "objective": command("--epochs", "12", "--sleep", "0.4", "--marker", marker),
+           "sampler": "random", "trials": 3, "workers": 2, "space": {"x": {"type": "float", "low": 0.0, "high": 1.0}}}
+    proc = hpo.popen("hpo", "run", "--config", hpo.write(doc), "--engine", "ray", "--address", ray_address)
+    assert wait_for(lambda: hpo.db.exists() and _running_with_epochs(hpo.db, "ray-stop", 2), 180)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert wait_for(lambda: _commands_with(marker) == [], 10)  # every trial's command is gone
+
+    aborted = [r for r in records_of(hpo.db, "ray-stop") if r["status"] == "aborted"]
+    assert len(aborted) == 2 and all("stopped by SIGTERM" in r["error"] for r in aborted)
+    assert all(0 < r["result"]["epochs"] < 12 for r in aborted)  # stopped mid-run, its epochs kept
+    trials = load(hpo.db, "ray-stop").get_trials()
+    failed = {t.number: t.params for t in trials if t.state == TrialState.FAIL}
+    assert failed == {int(r["spec"]["tags"]["hpo_trial"]): r["spec"]["params"] for r in aborted}
+    queued = [t for t in trials if t.state == TrialState.WAITING]  # queued again with the same parameters
+    assert sorted(t.system_attrs["failed_trial"] for t in queued) == sorted(failed)
+    assert all(t.params == failed[t.system_attrs["failed_trial"]] for t in queued)
+
+    out = hpo.cli("hpo", "run", "--resume", "ray-stop", "--address", ray_address, "--json")
+    assert out.returncode == 0, out.stderr
+    trials = load(hpo.db, "ray-stop").get_trials()
+    done = [t for t in trials if t.state == TrialState.COMPLETE]
+    assert len(done) == 3  # exactly the budget: the two interrupted ones again and one more
+    assert sorted(t.params["x"] for t in done if "failed_trial" in t.system_attrs) == sorted(p["x"] for p in failed.values())
+    assert sorted(t.number for t in trials) == list(range(len(trials))) == list(range(5))
+    records = records_of(hpo.db, "ray-stop")
+    numbers = [int(r["spec"]["tags"]["hpo_trial"]) for r in records]
+    assert sorted(numbers) == list(range(5))  # every trial one run record, none twice
+    assert sorted(r["status"] for r in records) == ["aborted", "aborted", "ok", "ok", "ok"]
+    assert json.loads(out.stdout)["counts"] == {"ok": 3, "failed": 2}
+
+
+PBT_OBJECTIVE = str(Path(__file__).with_name("pbt_objective.py"))
+
+
+def test_pbt_restarts_the_worse_trial_from_the_better_ones_checkpoint(hpo, ray_address):
+    # two members, one far better (a bigger lr learns faster): at every second epoch the worse one is
+    # stopped and restarted from the better one's newest checkpoint with its lr perturbed
+    doc = {"name": "ray-pbt", "objective": {"command": [sys.executable, PBT_OBJECTIVE, "--epochs", "8", "--sleep", "0.5"],
+                                            "timeout_s": 120},
+           "space": {"lr": {"type": "float", "low": 0.01, "high": 1.0, "log": True}}, "sampler": "random",
+           "pruner": "pbt", "pruner_options": {"perturbation_interval": 2}, "trials": 2, "workers": 2}
+    out, db = hpo(doc, "--engine", "ray", "--address", ray_address, "--json")
+    assert out.returncode == 0, out.stderr
+    records = records_of(db, "ray-pbt")
+    trial_of = {r["id"]: int(r["spec"]["tags"]["hpo_trial"]) for r in records}
+    cloned = [r for r in records if r["spec"]["pbt"] and r["spec"]["pbt"]["from_trial"] != trial_of[r["id"]]]
+    assert cloned, [(trial_of[r["id"]], r["spec"]["pbt"], r["status"]) for r in records]
+    trained_on = False
+    for seg in cloned:  # it went on from the other trial's state, with other hyperparameters
+        source, epoch = seg["spec"]["pbt"]["from_trial"], seg["spec"]["pbt"]["from_epoch"]
+        at_source = [r for r in records if trial_of[r["id"]] == source and str(epoch) in r["result"]["intermediate"]]
+        assert at_source and seg["spec"]["params"]["lr"] not in {r["spec"]["params"]["lr"] for r in at_source}
+        assert "--load-checkpoint" in seg["spec"]["command"]
+        if epoch == 8:  # cloned after the last epoch: nothing left to train, the clone's final state is its own
+            assert seg["result"]["epochs"] == 0 and seg["status"] == "ok"
+            continue
+        first = seg["result"]["intermediate"][str(epoch + 1)]  # loss = 10 - w: one epoch at the new lr on top
+        assert any(first == pytest.approx(r["result"]["intermediate"][str(epoch)] - seg["spec"]["params"]["lr"], abs=1e-5)
+                   for r in at_source)
+        trained_on = True
+    assert trained_on, [(trial_of[r["id"]], r["spec"]["pbt"], r["result"]["epochs"]) for r in cloned]
+    stopped = [r for r in records if r["status"] == "pruned"]
+    assert stopped and all("PBT ended this segment after epoch" in r["error"] for r in stopped)
+    assert sorted(trial_of[r["id"]] for r in records if r["status"] == "ok") == [0, 1]  # each member ended once
+
+    trials = load(db, "ray-pbt").get_trials()
+    assert [t.state for t in trials] == [TrialState.COMPLETE] * 2
+    by_trial = {t.number: t for t in trials}
+    for seg in cloned:
+        segments = by_trial[trial_of[seg["id"]]].user_attrs["pbt_segments"]
+        assert seg["spec"]["pbt"] | {"params": seg["spec"]["params"], "first_epoch": seg["spec"]["pbt"]["from_epoch"] + 1} \
+            in segments
+        assert segments[0]["from_trial"] is None and segments[0]["first_epoch"] == 1
+    for t in trials:  # the Optuna value is the final figure of the member's last segment
+        last = next(r for r in records if r["id"] == t.user_attrs["record_id"])
+        assert last["status"] == "ok" and t.value == pytest.approx(last["result"]["value"])
+
+
+
+def test_sigterm_stops_a_pbt_study_which_cannot_be_resumed(hpo, ray_address):
+    doc = {"name": "pbt-stop", "objective": {"command": [sys.executable, PBT_OBJECTIVE, "--epochs", "30", "--sleep", "0.4"],
+                                             "timeout_s": 120},
+           "space": {"lr": {"type": "float", "low": 0.01, "high": 1.0}}, "sampler": "random", "pruner": "pbt",
+           "trials": 2, "workers": 2}
+    proc = hpo.popen("hpo", "run", "--config", hpo.write(doc), "--engine", "ray", "--address", ray_address)
+    assert wait_for(lambda: hpo.db.exists() and _running_with_epochs(hpo.db, "pbt-stop", 2), 180)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    statuses: dict[str, list[str]] = {}  # each member's running segment was stopped by the signal, mid-run
+    for r in records_of(hpo.db, "pbt-stop"):
+        statuses.setdefault(r["spec"]["tags"]["hpo_trial"], []).append(r["status"])
+        if r["status"] == "aborted":
+            assert "stopped by SIGTERM" in r["error"] and r["result"]["epochs"] < 30
+    assert sorted(statuses) == ["0", "1"]
+    assert all(s.count("aborted") == 1 and set(s) <= {"aborted", "pruned"} for s in statuses.values()), statuses
+    trials = load(hpo.db, "pbt-stop").get_trials()  # failed, not queued: a population cannot go on
+    assert [t.state for t in trials] == [TrialState.FAIL] * 2
+    again = hpo.cli("hpo", "run", "--resume", "pbt-stop", "--address", ray_address)
+    assert again.returncode == 2 and "used PBT" in again.stderr and len(again.stderr.strip().splitlines()) == 1
+
+
+def test_pbt_command_that_breaks_the_checkpoint_contract_fails_with_the_reason(tmp_path):
+    from dlbench.api.hpo_ray_pbt import _PbtBridge  # Ray: only with the ray extra
+    from dlbench.errors import RunFailed
+
+    bridge = _PbtBridge(0, tmp_path)
+    (tmp_path / "1").mkdir()
+    bridge.report(9.0, 1)
+    (tmp_path / "2").mkdir()
+    bridge.report(8.0, 2)
+    assert [p.name for p in tmp_path.iterdir()] == ["2"] and bridge.latest == (2, tmp_path / "2")  # older ones go
+    with pytest.raises(RunFailed, match=r"printed FoM\[3\] but wrote no checkpoint"):
+        bridge.report(7.0, 3)

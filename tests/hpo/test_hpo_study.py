@@ -82,6 +82,13 @@ def test_failing_trials_fail_with_the_reason_and_the_study_goes_on(hpo):
     ({"name": "m", "objective": command(), "space": {"x": {"type": "float", "low": 1, "high": 0}}}, "low 1.0 above high 0.0"),
     ({"name": "m", "objective": {"command": ["./missing.sh"]}, "space": {"x": {"type": "int", "low": 0, "high": 1}}},
      "executable"),
+    # population-based training: the ray engine only, and only objectives that checkpoint
+    ({"name": "m", "objective": command(), "pruner": "pbt", "space": {"x": {"type": "float", "low": 0, "high": 1}}},
+     "runs on the ray engine only"),
+    ({"name": "m", "objective": {"workload": "mlp"}, "pruner": "pbt", "engine": "ray",
+      "space": {"batch_size": {"type": "int", "low": 1, "high": 8}}}, "which a workload's throughput run cannot"),
+    ({"name": "m", "objective": {"mlperf": "resnet"}, "pruner": "pbt", "engine": "ray",
+      "space": {"base_lr": {"type": "float", "low": 0.01, "high": 1}}}, "which mlperf task 'resnet' cannot"),
 ])
 def test_study_level_mistakes_exit_2_with_one_sentence(hpo, doc, words):
     out, _ = hpo(doc)

@@ -26,7 +26,7 @@ from optuna.trial import TrialState
 
 from dlbench.api import hpo_mlperf
 from dlbench.api.hpo_slurm import SlurmEngine
-from dlbench.api.hpo_trial import run_trial
+from dlbench.api.hpo_trial import record_unrun, run_trial
 from dlbench.config import load_yaml
 from dlbench.env import capture_env, host_load
 from dlbench.errors import Terminated, UsageError
@@ -35,8 +35,6 @@ from dlbench.hpo.engine import WORKER_ENV, LocalEngine, apply_pinning
 from dlbench.hpo.search import make_pruner, make_sampler, trial_budget
 from dlbench.hpo.space import suggest
 from dlbench.hpo.study import StudySpec, parse_study
-from dlbench.hpo.trial import TrialSession
-from dlbench.record import finish, new_record
 from dlbench.report.tensorboard import check_logdir, with_tensorboard
 from dlbench.store import default_location, open_store, to_url
 from dlbench.store._engine import display
@@ -81,14 +79,17 @@ def run_study(spec: StudySpec | None, db: str | None = None, storage: str | None
     url = storage_url(storage or (spec.storage if spec else None), db)
     if resume is not None:
         spec = parse_study(hpo_storage.study_doc(hpo_storage.open_storage(url), resume, display(url)), f"study {resume}")
+    if resume is not None and spec.pruner == "pbt":
+        raise UsageError(f"study {spec.name!r} used PBT, whose population lived in the checkpoints of the run that "
+                         "stopped, so it cannot be carried on; start a new study (its trials stay in the storage).")
     if spec.objective.kind == "mlperf":
         hpo_mlperf.check(spec)
-    ray_engine = _ray_engine(spec, resume) if spec.engine == "ray" else None
+    ray_engine = _ray_engine() if spec.engine == "ray" else None
     saver = _dead_saver(spec, store)
     backend = hpo_storage.open_storage(url, spec.heartbeat_s, saver)
     study = hpo_storage.create_or_load(spec, backend, make_sampler(spec), make_pruner(spec), resume is not None, display(url))
     if ray_engine is not None:
-        ray_engine.run(spec, url, store.url, address, (lambda: on_poll(study, spec)) if on_poll else None)
+        ray_engine.run(spec, study, url, store, address, (lambda: on_poll(study, spec)) if on_poll else None)
         return study
     deadline = time.time() + spec.timeout_s if spec.timeout_s else None
     argv = ["-m", "dlbench", "hpo", "worker", spec.name] + (["--deadline", str(deadline)] if deadline else [])
@@ -103,11 +104,8 @@ def run_study(spec: StudySpec | None, db: str | None = None, storage: str | None
     return study
 
 
-def _ray_engine(spec: StudySpec, resume: str | None):
+def _ray_engine():
     """The ray engine's module (Ray is an optional extra), or a usage error saying how to get it."""
-    if resume is not None:
-        raise UsageError(f"study {spec.name!r} ran on the ray engine, which cannot resume a study; start a new "
-                         "study (the finished trials stay in the storage).")
     try:
         from dlbench.api import hpo_ray  # Ray: optional and heavy, only for this engine
     except ImportError as exc:
@@ -173,11 +171,7 @@ class _Objective:
 
 def _dead_saver(spec: StudySpec, store) -> Callable[[Any, str], None]:
     """Saves a ``failed`` record for a trial whose worker died (nothing else could record it)."""
-    def save(trial, why: str) -> None:
-        record = new_record(dict(TrialSession(spec, trial, dict(trial.params)).resolved().record_spec), {})
-        finish(record, "failed", {"value": None, "epochs": len(trial.intermediate_values)}, f"trial failed: {why}")
-        store.save(record)
-    return save
+    return lambda trial, why: record_unrun(spec, store, trial, "failed", f"trial failed: {why}")
 
 
 def open_study(name: str, db: str | None = None, storage: str | None = None) -> tuple[optuna.Study, StudySpec]:

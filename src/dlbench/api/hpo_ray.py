@@ -1,5 +1,6 @@
 """The ``ray`` engine: a study run by Ray Tune, with Optuna's search and Tune's ASHA (or Hyperband, or
-the median stopping rule), on an existing Ray cluster (``--address``) or on a local one it starts.
+the median stopping rule, or population-based training), on an existing Ray cluster (``--address``) or
+on a local one it starts.
 
 Why this is not an :class:`~dlbench.hpo.engine.Engine`: that contract is N ``dlbench hpo worker``
 processes, each asking the shared Optuna study for its next trial and letting Optuna's pruner stop it.
@@ -7,35 +8,41 @@ Under Ray Tune one driver decides both: its search algorithm proposes every tria
 them, and the trials run as Ray actors wherever the cluster has room. So this is its own path:
 
 * this process is Tune's driver. Its search algorithm is Ray's ``OptunaSearch`` with the study's sampler,
-  writing into the study's own storage (created here as for every engine), so ``hpo status/best/list``,
-  the live table and optuna-dashboard see each trial as Ray runs it; trials Tune's scheduler stopped are
-  marked pruned there (Ray's own OptunaSearch would mark them complete, with an early epoch's value);
-* each trial is a :class:`RayTrial` actor. It runs the objective through the run pipeline in a thread
-  (recorded like every trial — ok, pruned or failed, tagged with study and trial) and hands Tune one
-  result per epoch; after each it waits for Tune's verdict. Continue: Tune asks for the next step. Stop:
-  Tune calls ``cleanup``, where ``should_prune`` answers yes, so the objective's process is ended and
-  its record says pruned before the actor goes away;
+  on the study's own storage (created here as for every engine; ``OptunaSearch`` loads it), so ``hpo
+  status/best/list``, the live table and optuna-dashboard see each trial as Ray runs it; trials Tune's
+  scheduler stopped are marked pruned there (Ray's own OptunaSearch would mark them complete, with an
+  early epoch's value);
+* each trial is a :class:`~dlbench.api.hpo_ray_trial.RayTrial` actor running the objective through the
+  run pipeline (recorded ok, pruned or failed, tagged with study and trial), one Tune step per epoch;
 * a trial whose run failed raises in ``step`` (Tune marks it errored, the study failed; the reason is
-  in the run record).
-
-Not supported under ray: ``--resume`` (Tune restores experiments its own way) and PBT (it needs trials
-that checkpoint and restore, which an external command cannot).
+  in the run record);
+* SIGTERM, SIGINT (Ctrl-C) or SIGHUP stop the study cleanly: the driver takes the signal from Tune's
+  loop, sets the trials' stop flag and waits (up to 30 s) for every running trial to end its run and save
+  its record (``aborted``, with its epochs); then Tune stops the actors, the interrupted Optuna trials
+  are failed and queued again with the same parameters (a trial stopped before its run started gets an
+  ``aborted`` record too), and the command exits 128 + the signal;
+* ``--resume STUDY`` runs the queued trials first, then what is left of the budget (``trials``: every
+  trial that is not a retry counts), on the same storage: the sampler sees every trial so far. Tune's own
+  experiment restore is not used — the study storage is the state;
+* ``pruner: pbt`` is population-based training (:mod:`dlbench.api.hpo_ray_pbt`, its contract there).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import queue
+import os
+import signal
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import optuna
 import ray
+from optuna.trial import TrialState
 from ray import tune
 from ray.tune.schedulers import (
     ASHAScheduler,
@@ -45,49 +52,73 @@ from ray.tune.schedulers import (
 )
 from ray.tune.search.optuna import OptunaSearch
 
-from dlbench.api.hpo_trial import run_trial
-from dlbench.env import capture_env, host_load
-from dlbench.errors import BenchmarkFailed
+from dlbench.api import hpo_ray_pbt
+from dlbench.api.hpo_ray_trial import (
+    ABORT_KEY,
+    FINAL_KEY,
+    TRIAL_KEY,
+    RayTrial,
+    StopFlag,
+)
+from dlbench.api.hpo_trial import has_record, record_unrun
+from dlbench.api.signals import SIGNALS
+from dlbench.errors import Terminated
 from dlbench.hpo import storage as hpo_storage
+from dlbench.hpo.engine import STOP_GRACE_S
 from dlbench.hpo.search import make_sampler, trial_budget
 from dlbench.hpo.space import distributions
-from dlbench.hpo.study import StudySpec, parse_study
-from dlbench.store import open_store
-
-#: The config key that carries the Optuna trial number to the actor (records are tagged with it).
-TRIAL_KEY = "_dlbench_trial"
-#: Set in a trial's last result: it ran to its end (not stopped by the scheduler).
-FINAL_KEY = "dlbench_final"
+from dlbench.hpo.study import StudySpec
 
 
-def run(spec: StudySpec, url: str, store_url: str, address: str | None, on_poll: Callable[[], Any] | None = None) -> None:
-    """Run study ``spec`` (already created in the storage at ``url``) to its budget on Ray; see the module
-    docstring. ``store_url``: the results store the trials record into."""
+def run(spec: StudySpec, study: optuna.Study, url: str, store, address: str | None,
+        on_poll: Callable[[], Any] | None = None) -> None:
+    """Run ``study`` (already created, or loaded for ``--resume``, in the storage at ``url``) to its budget on
+    Ray; see the module docstring. ``store``: the results store the trials record into."""
+    todo = hpo_storage.trials_to_run(study, trial_budget(spec))
+    if todo == 0:
+        return
     started = not ray.is_initialized()
     if started:  # a local Ray bound to this host only, or the cluster at ``address``
         ray.init(address=address, num_cpus=None if address else spec.workers, include_dashboard=False,
                  _node_ip_address=None if address else "127.0.0.1", logging_level=logging.WARNING,
                  log_to_driver=False, configure_logging=False)
     try:
-        gpus = 1 if ray.cluster_resources().get("GPU") else 0  # one GPU per trial where the cluster has them
-        trainable = tune.with_resources(tune.with_parameters(RayTrial, doc=spec.as_doc(), db=store_url),
-                                        {"cpu": 1, "gpu": gpus})
-        search = _Search(space=distributions(spec.space), metric="value", mode=spec.direction[:3],
-                         sampler=make_sampler(spec), study_name=spec.name,
-                         storage=hpo_storage.open_storage(url, heartbeat_s=0))  # its own: Tune pickles it
-        with tempfile.TemporaryDirectory(prefix="dlbench-ray-") as tmp:  # Tune's experiment folder
-            tuner = tune.Tuner(trainable, tune_config=tune.TuneConfig(
-                search_alg=search, scheduler=scheduler(spec), num_samples=trial_budget(spec),
-                max_concurrent_trials=spec.workers, time_budget_s=spec.timeout_s, metric="value",
-                mode=spec.direction[:3], reuse_actors=True),  # an actor imports dlbench once, not per trial
-                run_config=tune.RunConfig(name=spec.name, storage_path=tmp, verbose=0,
-                                          checkpoint_config=tune.CheckpointConfig(checkpoint_at_end=False),
-                                          callbacks=[_Poll(on_poll)] if on_poll else None))
-            with contextlib.redirect_stdout(sys.stderr):  # Tune prints its tables: stdout is --json's
-                tuner.fit()
+        with _signals_end_tune() as caught:
+            flag = StopFlag.remote()
+            if spec.pruner == "pbt":
+                tuning = hpo_ray_pbt.plan(spec, study, todo)
+            else:
+                search = _Search(space=distributions(spec.space), metric="value", mode=spec.direction[:3],
+                                 sampler=make_sampler(spec), study_name=spec.name,
+                                 storage=hpo_storage.open_storage(url, heartbeat_s=0),  # its own: Tune pickles it
+                                 caught=caught)
+                tuning = {"trainable": RayTrial, "search": search, "sched": scheduler(spec)}
+            _fit(spec, tuning, flag, todo, _Stopper(flag, caught), store.url, on_poll)
+        if caught["signum"] is not None:  # a PBT population cannot go on: its trials are failed, not queued
+            requeue_interrupted(spec, study, store, caught["signum"], queue_again=spec.pruner != "pbt")
+            raise Terminated(caught["signum"])
     finally:
         if started:
             ray.shutdown()
+
+
+def _fit(spec: StudySpec, tuning: dict[str, Any], flag, samples: int, stopper, db: str, on_poll) -> None:
+    """Tune's run of ``samples`` trials as ``tuning`` says (trainable, search, sched, param_space, callback);
+    its experiment folder is temporary: the study storage is the state."""
+    gpus = 1 if ray.cluster_resources().get("GPU") else 0  # one GPU per trial where the cluster has them
+    trainable = tune.with_resources(tune.with_parameters(tuning["trainable"], doc=spec.as_doc(), db=db, stop=flag),
+                                    {"cpu": 1, "gpu": gpus})
+    callbacks = [c for c in (_Poll(on_poll) if on_poll else None, tuning.get("callback")) if c is not None]
+    with tempfile.TemporaryDirectory(prefix="dlbench-ray-") as tmp:
+        tuner = tune.Tuner(trainable, param_space=tuning.get("param_space"), tune_config=tune.TuneConfig(
+            search_alg=tuning["search"], scheduler=tuning["sched"], num_samples=samples,
+            max_concurrent_trials=spec.workers, time_budget_s=spec.timeout_s, metric="value",
+            mode=spec.direction[:3], reuse_actors=True),  # an actor imports dlbench once, not per trial
+            run_config=tune.RunConfig(name=spec.name, storage_path=tmp, verbose=0, stop=stopper,
+                                      checkpoint_config=tune.CheckpointConfig(checkpoint_at_end=False),
+                                      callbacks=callbacks or None))
+        with contextlib.redirect_stdout(sys.stderr):  # Tune prints its tables: stdout is --json's
+            tuner.fit()
 
 
 def scheduler(spec: StudySpec):
@@ -106,11 +137,82 @@ def scheduler(spec: StudySpec):
     return FIFOScheduler()
 
 
+def requeue_interrupted(spec: StudySpec, study: optuna.Study, store, signum: int, queue_again: bool = True) -> None:
+    """After a signal: the study's running trials failed and (``queue_again``) queued again with their
+    parameters; one whose run never started (Tune had not placed it yet) gets an ``aborted`` record, as
+    every trial has one."""
+    name = signal.Signals(signum).name
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        if not has_record(spec, store, trial.number):
+            record_unrun(spec, store, trial, "aborted", f"stopped by {name} before its run started")
+        if queue_again:
+            hpo_storage.requeue_interrupted(study, trial._trial_id, f"stopped by {name}; queued again")
+        else:
+            study._storage.set_trial_user_attr(trial._trial_id, "error", f"stopped by {name}")
+            study._storage.set_trial_state_values(trial._trial_id, state=TrialState.FAIL)
+
+
+@contextlib.contextmanager
+def _signals_end_tune() -> Iterator[dict[str, int | None]]:
+    """Within the block, SIGTERM/SIGINT/SIGHUP only note the first signal (``caught["signum"]``): Tune's loop
+    then ends through :class:`_Stopper`. (dlbench's handlers raise ``Terminated`` wherever the main thread
+    is, which would leave Tune's actors running; Tune's own SIGINT handler is turned off.)"""
+    caught: dict[str, int | None] = {"signum": None}
+    if threading.current_thread() is not threading.main_thread():
+        yield caught
+        return
+
+    def note(signum, _frame) -> None:
+        caught["signum"] = caught["signum"] or signum
+
+    previous = {s: signal.signal(s, note) for s in SIGNALS}
+    tune_handler = os.environ.get("TUNE_DISABLE_SIGINT_HANDLER")
+    os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"
+    try:
+        yield caught
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        if tune_handler is None:
+            os.environ.pop("TUNE_DISABLE_SIGINT_HANDLER", None)
+        else:
+            os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = tune_handler
+
+
+class _Stopper(tune.Stopper):
+    """Ends Tune's loop after a signal, once every running trial has ended its run and saved its record."""
+
+    def __init__(self, flag, caught: dict[str, int | None]):
+        self.flag, self.caught, self.told = flag, caught, False
+
+    def __call__(self, trial_id: str, result: dict) -> bool:
+        return False
+
+    def stop_all(self) -> bool:
+        signum = self.caught["signum"]
+        if signum is None:
+            return False
+        if not self.told:
+            self.told = True
+            ray.get(self.flag.set.remote(signum))
+            deadline = time.monotonic() + STOP_GRACE_S
+            while ray.get(self.flag.count.remote()) and time.monotonic() < deadline:
+                time.sleep(0.2)
+        return True
+
+
 class _Search(OptunaSearch):
     """Ray's OptunaSearch on the study's storage, telling each Ray trial its Optuna number and ending
-    the Optuna trial as dlbench does: complete only when it ran to its end, pruned when stopped early."""
+    the Optuna trial as dlbench does: complete only when it ran to its end, pruned when stopped early.
+    After a signal it proposes nothing more, and leaves the interrupted trials to :func:`requeue_interrupted`."""
+
+    def __init__(self, *args, caught: dict[str, int | None], **kwargs):
+        super().__init__(*args, **kwargs)
+        self.caught = caught  # the driver's signal, noted by _signals_end_tune
 
     def suggest(self, trial_id: str):
+        if self.caught["signum"] is not None:
+            return None
         config = super().suggest(trial_id)
         if isinstance(config, dict):  # not a "wait" or "finished" marker
             config[TRIAL_KEY] = self._ot_trials[trial_id].number  # its number: only OptunaSearch holds it
@@ -121,7 +223,7 @@ class _Search(OptunaSearch):
             self._ot_trials[trial_id].report(result["value"], int(result["epoch"]))
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
-        if trial_id in self._completed_trials:
+        if trial_id in self._completed_trials or (result and result.get(ABORT_KEY)):
             return
         trial = self._ot_trials[trial_id]
         self._completed_trials.add(trial_id)
@@ -152,78 +254,3 @@ class _Poll(tune.Callback):
         if self.on_poll is not None and time.monotonic() - self.last >= 1.0:
             self.last = time.monotonic()
             self.on_poll()
-
-
-class _Bridge:
-    """What the objective sees as its trial: epochs go to Tune, Tune's verdict comes back."""
-
-    def __init__(self, number: int):
-        self.number = number
-        self.events: queue.Queue = queue.Queue()
-        self.verdicts: queue.Queue = queue.Queue()
-
-    def report(self, value: float, step: int) -> None:
-        self.events.put(("epoch", step, value))
-
-    def should_prune(self) -> bool:
-        return self.verdicts.get() == "stop"
-
-
-class RayTrial(tune.Trainable):
-    """One trial as a Tune actor: the run pipeline in a thread, one Tune step per epoch (module docstring)."""
-
-    def setup(self, config: dict, doc: dict | None = None, db: str | None = None) -> None:
-        self.spec, self.db = parse_study(doc, f"study {doc['name']}"), db
-        self.env = capture_env()
-        self._start(config)
-
-    def reset_config(self, new_config: dict) -> bool:
-        """The next trial in this actor (Tune reuses actors, and stops a trial without cleanup then)."""
-        self.cleanup()
-        self._start(new_config)
-        return True
-
-    def _start(self, config: dict) -> None:
-        self.bridge = _Bridge(int(config[TRIAL_KEY]))
-        self.waiting = False  # the objective waits for a verdict on its last epoch
-        params = {p.name: config[p.name] for p in self.spec.space}
-        env = self.env | {"host_load": host_load()}
-        self.thread = threading.Thread(target=self._run, args=(self.spec, params, open_store(self.db), env), daemon=True)
-        self.thread.start()
-
-    def _run(self, spec: StudySpec, params: dict, store, env: dict) -> None:
-        try:
-            self.bridge.events.put(("end", run_trial(spec, self.bridge, params, store, env)))
-        except BaseException as exc:  # noqa: BLE001 - handed to step(), which raises it for Tune
-            self.bridge.events.put(("error", exc))
-        finally:
-            store.close()
-
-    def step(self) -> dict:
-        if self.waiting:  # Tune asks for more: the scheduler let the trial go on
-            self.bridge.verdicts.put("go")
-        kind, *rest = self.bridge.events.get()
-        self.waiting = kind == "epoch"
-        if kind == "epoch":
-            return {"value": rest[1], "epoch": rest[0]}
-        if kind == "error":
-            raise rest[0]
-        record = rest[0]
-        if record["status"] != "ok":
-            raise BenchmarkFailed(f"trial {self.bridge.number} {record['status']}: {record['error']}")
-        result = record["result"]
-        return {"value": float(result["value"]), "epoch": result.get("epochs") or 1, "record_id": record["id"],
-                FINAL_KEY: True, "done": True}
-
-    def save_checkpoint(self, checkpoint_dir: str) -> dict:
-        return {}  # a trial cannot be checkpointed: it is a run from its start (so PBT is not offered)
-
-    def load_checkpoint(self, checkpoint: dict) -> None:
-        pass
-
-    def cleanup(self) -> None:
-        """The trial is over for Tune: a run still going was stopped by the scheduler, so it ends pruned
-        (its process tree ended, its record saved) before the actor moves on or goes away."""
-        if self.thread.is_alive():
-            self.bridge.verdicts.put("stop")
-            self.thread.join()

@@ -10,18 +10,22 @@ from dlbench.api.pipeline import execute
 from dlbench.api.resolve import resolve_train
 from dlbench.hpo.study import StudySpec
 from dlbench.hpo.trial import TrialSession, trial_tags
+from dlbench.record import finish, new_record
 from dlbench.spec import make_spec
+from dlbench.store import RunFilter
 
 
-def run_trial(spec: StudySpec, trial, params: dict[str, Any], store, env: dict[str, Any]) -> dict[str, Any]:
+def run_trial(spec: StudySpec, trial, params: dict[str, Any], store, env: dict[str, Any],
+              extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """Run one trial of ``spec`` through the run pipeline and return its record (saved to ``store``).
 
     ``trial`` is Optuna's, or anything with ``number``, ``report(value, step)`` and ``should_prune()``
-    (the ray engine's bridge): intermediate values go to it and it decides on pruning."""
+    (the ray engine's bridge): intermediate values go to it and it decides on pruning. ``extra``: more
+    fields of a command trial's record spec (a PBT segment's origin)."""
     if spec.objective.kind == "mlperf":
         return hpo_mlperf.run_trial(spec, trial, params, store, env)
     if spec.objective.kind == "command":
-        return execute(TrialSession(spec, trial, params).resolved(), store, env)[0]
+        return execute(TrialSession(spec, trial, params, extra).resolved(), store, env)[0]
     # a catalogue workload's throughput: the trial is a ``train`` run (its record, tagged)
     obj = spec.objective
     fields = obj.fixed | params | {"workload": obj.workload}
@@ -30,3 +34,16 @@ def run_trial(spec: StudySpec, trial, params: dict[str, Any], store, env: dict[s
     if record["status"] == "ok":
         record["result"]["value"] = record["result"]["samples_per_s"]
     return record
+
+
+def record_unrun(spec: StudySpec, store, trial, status: str, why: str) -> None:
+    """Save a record for a trial whose own run could not record it (its worker died, or a signal stopped
+    the study before its run started); ``trial`` is Optuna's (number, params, intermediate values)."""
+    record = new_record(dict(TrialSession(spec, trial, dict(trial.params)).resolved().record_spec), {})
+    finish(record, status, {"value": None, "epochs": len(trial.intermediate_values)}, why)
+    store.save(record)
+
+
+def has_record(spec: StudySpec, store, number: int) -> bool:
+    """Whether trial ``number`` of the study has a run record in ``store``."""
+    return bool(store.records(RunFilter(tags=trial_tags(spec.name, number))))

@@ -33,7 +33,7 @@ EXAMPLE = """Example study.yaml:
   direction: maximize
   trials: 40
   sampler: tpe        # random | grid | tpe | cmaes | nsga2
-  pruner: asha        # none | median | asha | hyperband (on 'FoM[<epoch>]: <value>' lines)
+  pruner: asha        # none | median | asha | hyperband (on 'FoM[<epoch>]: <value>' lines) | pbt (ray)
   workers: 4          # concurrent trials, one GPU (or set of cores) each
 """
 
@@ -46,7 +46,7 @@ def run(
     name: str = typer.Option(None, "--name", help="Study name (overrides the file's)."),
     trials: int = typer.Option(None, "--trials", "-n", help="Trials to run (overrides the file's)."),
     sampler: str = typer.Option(None, "--sampler", help="random | grid | tpe | cmaes | nsga2."),
-    pruner: str = typer.Option(None, "--pruner", help="none | median | asha | hyperband."),
+    pruner: str = typer.Option(None, "--pruner", help="none | median | asha | hyperband | pbt (ray engine)."),
     workers: int = typer.Option(None, "--workers", "-j", help="Concurrent trials."),
     seed: int = typer.Option(None, "--seed", help="Sampler seed (worker i uses seed + i)."),
     timeout_s: float = typer.Option(None, "--timeout-s", help="Stop starting trials after this many seconds."),

@@ -48,9 +48,11 @@ def trial_argv(argv: tuple[str, ...], params: Mapping[str, Any]) -> list[str]:
 
 
 def run_command(argv: list[str], timeout_s: float, on_intermediate: Callable[[int, float], None],
-                env: Mapping[str, str] | None = None) -> CommandResult:
+                env: Mapping[str, str] | None = None, check: Callable[[], None] | None = None) -> CommandResult:
     """Run ``argv`` to its end and return its final figure; a trial that fails raises
-    :class:`~dlbench.errors.RunFailed` with the reason (pruning raises what ``on_intermediate`` raised)."""
+    :class:`~dlbench.errors.RunFailed` with the reason (pruning raises what ``on_intermediate`` raised).
+    ``check`` is called about every 0.2 s while the command runs; what it raises ends the command (the
+    ray engine's trials learn of a signal to the study this way, mid-epoch)."""
     with tempfile.TemporaryFile(mode="w+") as stderr:
         try:
             proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=stderr, stdin=subprocess.DEVNULL, text=True,
@@ -58,7 +60,7 @@ def run_command(argv: list[str], timeout_s: float, on_intermediate: Callable[[in
         except OSError as exc:
             raise RunFailed("failed", f"cannot start {argv[0]!r}: {exc.strerror}") from None
         try:
-            final, intermediate = _read(proc, timeout_s, on_intermediate)
+            final, intermediate = _read(proc, timeout_s, on_intermediate, check)
             proc.wait()
         finally:
             kill_tree(proc)
@@ -72,7 +74,7 @@ def run_command(argv: list[str], timeout_s: float, on_intermediate: Callable[[in
     return CommandResult(final, intermediate, proc.returncode)
 
 
-def _read(proc: subprocess.Popen, timeout_s: float, on_intermediate) -> tuple[float | None, dict[int, float]]:
+def _read(proc: subprocess.Popen, timeout_s: float, on_intermediate, check=None) -> tuple[float | None, dict[int, float]]:
     """Read stdout until it closes; (final value, intermediate values)."""
     deadline = time.monotonic() + timeout_s
     lines: queue.Queue[str | None] = queue.Queue()
@@ -85,6 +87,8 @@ def _read(proc: subprocess.Popen, timeout_s: float, on_intermediate) -> tuple[fl
     threading.Thread(target=pump, daemon=True).start()
     final, intermediate = None, {}
     while True:
+        if check is not None:
+            check()
         try:
             line = lines.get(timeout=max(0.0, min(0.2, deadline - time.monotonic())))
         except queue.Empty:

@@ -137,6 +137,15 @@ def requeue_interrupted(study: optuna.Study, trial_id: int, why: str) -> None:
     RetryHeartbeatStaleTrialCallback(max_retry=None)(study, storage.get_trial(trial_id))
 
 
+def trials_to_run(study: optuna.Study, budget: int) -> int:
+    """Trials still to start for an engine that plans them at once (ray): the queued ones (interrupted,
+    queued again), then what is left of ``budget`` — every trial that is not a retry counts toward it."""
+    trials = study.get_trials(deepcopy=False)
+    queued = sum(t.state == TrialState.WAITING for t in trials)
+    originals = sum(t.state != TrialState.WAITING and "failed_trial" not in t.system_attrs for t in trials)
+    return queued + max(0, budget - originals)
+
+
 def create_or_load(spec: StudySpec, storage, sampler, pruner, resume: bool, where: str) -> optuna.Study:
     """The study of ``spec``: created (refusing an existing name) or, with ``resume``, loaded."""
     exists = spec.name in {s.study_name for s in optuna.get_all_study_summaries(storage, include_best_trial=False)}

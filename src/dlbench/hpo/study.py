@@ -21,8 +21,11 @@
     trials: 40                           # trials to finish (pruned and failed ones count)
     timeout_s: null                      # stop starting trials after this many seconds of one 'hpo run'
     sampler: tpe                         # random | grid | tpe | cmaes | nsga2 (the genetic option)
-    pruner: none                         # none | median | asha | hyperband, on the intermediate values
-    pruner_options: {}                   # min_resource, max_resource, reduction_factor, warmup_steps
+    pruner: none                         # none | median | asha | hyperband, on the intermediate values;
+                                         #  pbt: population-based training (engine ray, a command that
+                                         #  checkpoints: dlbench.api.hpo_ray_pbt)
+    pruner_options: {}                   # min_resource, max_resource, reduction_factor, warmup_steps,
+                                         #  perturbation_interval (pbt: epochs between exploit/explore)
     seed: 0
     engine: local                        # local | slurm (a job array; journal or PostgreSQL) | ray (Ray Tune)
     workers: 1                           # concurrent trials (one GPU each, or their own cores)
@@ -43,10 +46,10 @@ from dlbench.errors import UsageError, unknown_name
 from dlbench.hpo.space import Param, parse_space
 
 SAMPLERS = ("random", "grid", "tpe", "cmaes", "nsga2")
-PRUNERS = ("none", "median", "asha", "hyperband")
+PRUNERS = ("none", "median", "asha", "hyperband", "pbt")
 ENGINES = ("local", "slurm", "ray")  # slurm: dlbench.api.hpo_slurm; ray: dlbench.api.hpo_ray
 DIRECTIONS = ("minimize", "maximize")
-PRUNER_OPTIONS = ("min_resource", "max_resource", "reduction_factor", "warmup_steps")
+PRUNER_OPTIONS = ("min_resource", "max_resource", "reduction_factor", "warmup_steps", "perturbation_interval")
 GOALS = ("quality", "time-to-target")
 #: Run options of an MLPerf objective's ``fixed`` (``dlbench mlperf run`` flags of the same names).
 MLPERF_FIXED = ("device", "threads", "seed", "data_seed", "data_dir", "workers", "telemetry")
@@ -136,12 +139,25 @@ def parse_study(doc: Any, where: str, overrides: dict[str, Any] | None = None) -
             p.grid()  # a float range has no grid: say so now
     if spec.sampler == "cmaes" and any(p.type == "categorical" for p in spec.space):
         raise UsageError(f"{where}: the cmaes sampler searches numbers only; drop the categorical parameters or use tpe.")
+    if spec.pruner == "pbt":
+        _check_pbt(spec, where)
     if spec.objective.kind == "workload" and spec.pruner != "none":
         raise UsageError(f"{where}: a workload's throughput has no intermediate values to prune on; use pruner: none.")
     if spec.objective.goal == "time-to-target" and spec.pruner != "none":
         raise UsageError(f"{where}: goal time-to-target has no intermediate times to prune on (the per-epoch quality "
                          "points the other way); use pruner: none, or goal: quality.")
     return spec
+
+
+def _check_pbt(spec: StudySpec, where: str) -> None:
+    """PBT restarts trials from other trials' checkpoints: Ray Tune's scheduler, a command that checkpoints."""
+    if spec.engine != "ray":
+        raise UsageError(f"{where}: pruner pbt (population-based training) runs on the ray engine only; use "
+                         f"engine: ray (--engine ray), or another pruner on the {spec.engine} engine.")
+    if spec.objective.kind != "command":
+        what = "a workload's throughput run" if spec.objective.kind == "workload" else f"mlperf task {spec.objective.task!r}"
+        raise UsageError(f"{where}: pruner pbt needs trials that save and load checkpoints, which {what} cannot; "
+                         "use a command objective that takes --save-checkpoint/--load-checkpoint, or another pruner.")
 
 
 def _objective(doc: Any, where: str) -> Objective:

@@ -13,7 +13,7 @@ import os
 from typing import Any
 
 from dlbench.engine.run import ResolvedRun, frozen
-from dlbench.errors import RunFailed
+from dlbench.errors import RunFailed, Terminated
 from dlbench.hpo.command import run_command, trial_argv
 from dlbench.hpo.study import StudySpec
 
@@ -24,10 +24,11 @@ def trial_tags(study: str, number: int) -> dict[str, str]:
 
 
 class TrialSession:
-    """A command-objective trial: ``trial`` is Optuna's (``report``, ``should_prune``, ``number``)."""
+    """A command-objective trial: ``trial`` is Optuna's (``report``, ``should_prune``, ``number``);
+    ``extra``: more fields of the record's spec (a PBT segment's origin)."""
 
-    def __init__(self, spec: StudySpec, trial, params: dict[str, Any]):
-        self.study, self.trial, self.params = spec, trial, params
+    def __init__(self, spec: StudySpec, trial, params: dict[str, Any], extra: dict[str, Any] | None = None):
+        self.study, self.trial, self.params, self.extra = spec, trial, params, dict(extra or {})
         self.reported: dict[int, float] = {}
 
     def resolved(self) -> ResolvedRun:
@@ -40,7 +41,7 @@ class TrialSession:
             "pruner": self.study.pruner, "trial": self.trial.number, "device": "cuda" if gpus else "cpu",
             "cuda_visible_devices": gpus, "batch_size": None, "launcher": "local",
             "tags": trial_tags(self.study.name, self.trial.number),
-        }
+        } | self.extra
         return ResolvedRun(kind="trial", spec=self, record_spec=frozen(record_spec), job=frozen({}),
                            device_type=record_spec["device"], timeout_s=self.study.objective.timeout_s,
                            tags=frozen(record_spec["tags"]))
@@ -48,10 +49,14 @@ class TrialSession:
     def run(self) -> dict[str, Any]:
         """Run the command to its final figure of merit (failures and pruning raise ``RunFailed``)."""
         argv = trial_argv(self.study.objective.argv, self.params)
-        try:
-            result = run_command(argv, self.study.objective.timeout_s, self._report)
+        try:  # a trial of the ray engine can be told to stop mid-epoch (``check_stop``); Optuna's cannot
+            result = run_command(argv, self.study.objective.timeout_s, self._report,
+                                 check=getattr(self.trial, "check_stop", None))
         except RunFailed as exc:
             exc.result = self.result(None)
+            raise
+        except Terminated as exc:  # aborted: the record keeps the epochs it ran
+            exc.partial = exc.partial or self.result(None) | {"steps": len(self.reported)}
             raise
         return self.result(result.value)
 
@@ -59,8 +64,11 @@ class TrialSession:
         self.reported[step] = value
         self.trial.report(value, step)
         if self.trial.should_prune():
-            raise RunFailed("pruned", f"pruned by the {self.study.pruner} pruner after step {step} (value {value:g})",
-                            self.result(None))
+            why = f"pruned by the {self.study.pruner} pruner after step {step} (value {value:g})"
+            if self.study.pruner == "pbt":  # a segment ends; the trial goes on (hpo_ray_pbt)
+                why = (f"PBT ended this segment after epoch {step} (value {value:g}); the trial goes on from a "
+                       "checkpoint in its next segment (its own, or a better trial's with perturbed parameters)")
+            raise RunFailed("pruned", why, self.result(None))
 
     def result(self, value: float | None) -> dict[str, Any]:
         """The record's result: the figure of merit, the epochs (intermediate values) spent, their values."""
