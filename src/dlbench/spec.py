@@ -66,6 +66,9 @@ class RunSpec(BaseModel):
     )
     nproc: int = Field(default=1, gt=0, description="Processes per node (torchrun --nproc-per-node); >1 runs DDP.")
     nnodes: int = Field(default=1, gt=0, description="Nodes taking part (torchrun --nnodes).")
+    torchrun: bool | None = Field(
+        default=None, description="--launcher torchrun: start the ranks through torchrun even for one process "
+        "(a series compares like with like); --launcher local: one process here. None: torchrun when nproc > 1.")
     node_rank: int = Field(default=0, ge=0, description="This node's rank among nnodes (torchrun --node-rank).")
     rdzv_endpoint: str | None = Field(
         default=None, description="HOST:PORT of node 0 for multi-node runs (torchrun --rdzv-endpoint)."

@@ -55,3 +55,26 @@ def test_dry_run_and_no_wait_are_only_for_schedulers(capsys, monkeypatch, tmp_pa
     code = main(["run", "lstm", *TINY, "--dry-run"])
     _, err = capsys.readouterr()
     assert code == 2 and "--dry-run and --no-wait are for jobs submitted with --launcher slurm or k8s" in err
+
+
+def test_launcher_torchrun_runs_even_one_process_through_torchrun(capsys, monkeypatch, tmp_path):
+    """So that a series compares like with like: the 1-process point of a torchrun study is a torchrun
+    rank too (a process group of one, gloo), not a plain process."""
+    import json
+
+    monkeypatch.setenv("DLBENCH_SITE_CONFIG", str(tmp_path / "none.yaml"))
+    code = main(["run", "lstm", *TINY, "--warmup", "1", "--threads", "1", "--launcher", "torchrun", "--no-store", "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    record = json.loads(out)
+    assert (record["spec"]["launcher"], record["spec"]["backend"], record["result"]["world_size"]) == ("torchrun", "gloo", 1)
+    code = main(["run", "lstm", *TINY, "--warmup", "1", "--threads", "1", "--no-store", "--json"])
+    assert code == 0 and json.loads(capsys.readouterr()[0])["spec"]["launcher"] == "local"  # the default: one process here
+
+
+def test_launcher_local_with_several_processes_is_one_sentence(capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("DLBENCH_SITE_CONFIG", str(tmp_path / "none.yaml"))
+    code = main(["run", "lstm", *TINY, "--nproc", "2", "--launcher", "local", "--no-store"])
+    _, err = capsys.readouterr()
+    assert code == 2 and err.strip() == ("dlbench: error: --launcher local runs one process here, not --nproc 2 × "
+                                         "--nnodes 1; use --launcher torchrun, or drop --nproc/--nnodes.")

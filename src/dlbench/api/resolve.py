@@ -39,17 +39,21 @@ def resolve_train(spec: RunSpec, joined: LaunchEnv | None = None) -> ResolvedRun
         spec = spec.model_copy(update={"profile": str(writable_dir(spec.profile, "--profile") / new_id())})
     elif spec.profile:
         writable_dir(spec.profile, "--profile")
+    if spec.torchrun is False and spec.distributed and joined is None:
+        raise UsageError(f"--launcher local runs one process here, not --nproc {spec.nproc} × --nnodes {spec.nnodes}; "
+                         "use --launcher torchrun, or drop --nproc/--nnodes.")
     workload = registry.create(spec.workload, spec.params)
     device = resolve_device(spec.device)
     world = joined.world_size if joined is not None else spec.world_size
     batch_size = per_rank_batch(spec.batch_size or workload.default_batch_size, world, spec.scaling)
-    backend = _backend(spec.backend, device.type, world)
+    grouped = world > 1 or bool(spec.torchrun)  # ranks in a process group (torchrun even for one: --launcher torchrun)
+    backend = _backend(spec.backend, device.type, 2 if grouped else world)
     if joined is None and device.type == "cuda" and spec.nproc > torch.cuda.device_count():
         raise UsageError(
             f"--nproc {spec.nproc} asks for more processes than the {torch.cuda.device_count()} GPU(s) on "
             f"this node; use --nproc {torch.cuda.device_count()} or fewer (one process per GPU)."
         )
-    launched = joined is None and spec.distributed
+    launched = joined is None and (spec.distributed or bool(spec.torchrun))
     if launched:
         check_endpoint(spec.rdzv_endpoint, spec.node_rank)
     threads = spec.threads or (default_threads(spec.nproc) if launched else torch.get_num_threads())

@@ -84,7 +84,7 @@ _SLURM, _K8S = "Slurm", "Kubernetes"
 LAUNCHER_NAMES = ("local", "torchrun", "slurm", "k8s")
 #: name → (type, Option): appended to a command's parameters by :func:`launch_options`.
 LAUNCH_OPTIONS: dict[str, tuple[Any, Any]] = {
-    "launcher": (str | None, typer.Option(None, "--launcher", help="local | torchrun (this node) | slurm | k8s (submit a job) \\[default: local, torchrun with --nproc > 1; or the config's launcher.name].", rich_help_panel="Launch")),
+    "launcher": (str | None, typer.Option(None, "--launcher", help="local (one process here) | torchrun (this node, even for one process) | slurm | k8s (submit a job) \\[default: local, torchrun with --nproc > 1; or the config's launcher.name].", rich_help_panel="Launch")),
     "nodes": (int | None, typer.Option(None, "--nodes", help="Nodes of a slurm/k8s job \\[default: 1].", rich_help_panel="Launch")),
     "gpus_per_node": (int | None, typer.Option(None, "--gpus-per-node", help="GPUs (and ranks) per node of a slurm/k8s job.", rich_help_panel="Launch")),
     "nproc_per_node": (int | None, typer.Option(None, "--nproc-per-node", help="Ranks per node of a CPU job (instead of --gpus-per-node).", rich_help_panel="Launch")),
@@ -136,6 +136,14 @@ class LaunchOptions:
     def batch(self, config: str | None = None) -> bool:
         """Whether the run goes to a scheduler (slurm, k8s)."""
         return self.launcher_name(config) in ("slurm", "k8s")
+
+    def on_this_node(self, specs: list, config: str | None = None) -> list:
+        """``specs`` as ``--launcher local|torchrun`` asks: torchrun even for one process, or one process
+        here (several is then a usage error when resolved); unchanged without --launcher."""
+        name = self.launcher_name(config)
+        if name not in ("local", "torchrun"):
+            return specs
+        return [s.model_copy(update={"torchrun": name == "torchrun"}) for s in specs]
 
     def settings(self, config: str | None = None):
         """The LaunchSettings: the site's and ``config``'s ``launcher:`` keys, these flags on top."""

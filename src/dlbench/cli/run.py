@@ -157,6 +157,7 @@ def execute(specs, db: str | None, no_store: bool, as_json: bool, single: bool, 
         return
     if launch is not None and (launch.dry_run or launch.no_wait):
         raise UsageError("--dry-run and --no-wait are for jobs submitted with --launcher slurm or k8s.")
+    specs = launch.on_this_node(specs, config) if launch is not None else specs
 
     joined = joined_launch()
     # under torchrun/srun every rank runs this command: rank 0 alone stores and reports

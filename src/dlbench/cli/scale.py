@@ -69,6 +69,7 @@ def scale(
     elif nodes or launch.dry_run or launch.no_wait:
         raise UsageError("--nodes, --dry-run and --no-wait are for a series submitted with --launcher slurm or k8s.")
     else:
+        (base,) = launch.on_this_node([base])  # --launcher torchrun: every point through torchrun, 1 process too
         store = open_store(db)
         try:
             series, records = run_scale(base, counts, with_tensorboard(store, tensorboard), on_run=lambda s: info(
