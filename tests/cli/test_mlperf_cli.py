@@ -140,3 +140,10 @@ def test_launcher_torchrun_starts_the_ranks_and_files_rank_zeros_log(tmp_path, c
     assert '"key": "global_batch_size", "value": 128' in log and '"status": "aborted"' in log
     code, rows, _ = run_json(capsys, "results", "--db", str(db))
     assert [(r["workload"], r["status"]) for r in rows] == [("mlperf/gnmt", "aborted")]
+
+
+def test_rank_options_without_a_launcher_are_one_sentence(tmp_path, capsys):
+    code = main(["mlperf", "run", "gnmt", "--nproc-per-node", "2", "--out", str(tmp_path), "--no-store"])
+    _, err = capsys.readouterr()
+    assert code == 2 and "add --launcher torchrun" in err and "Traceback" not in err
+    assert list(tmp_path.iterdir()) == []

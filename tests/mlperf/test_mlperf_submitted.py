@@ -14,7 +14,7 @@ import torch
 from dlbench.api.jobs import JOBS
 from dlbench.api.mlperf import reserved_results, resolve_launched
 from dlbench.errors import UsageError
-from dlbench.launch.registry import run_document, run_from_document
+from dlbench.launch.registry import JobRegistry, run_document, run_from_document
 from dlbench.mlperf.log import ENERGY_KEY
 from dlbench.mlperf.runner import RunOptions
 from dlbench.spec import LaunchSettings
@@ -64,7 +64,8 @@ def test_mistakes_are_one_sentence_before_anything_is_submitted(tmp_path, task, 
     assert fragment in str(caught.value) and listing(tmp_path) == []
 
 
-def test_reservations_are_exclusive_and_released_when_the_submission_fails(tmp_path):
+def test_reservations_are_exclusive_and_released_when_the_submission_fails(tmp_path, monkeypatch):
+    monkeypatch.setenv("DLBENCH_JOBS_DIR", str(tmp_path / "jobs"))
     runs = resolve_launched("gnmt", tmp_path, RunOptions(runs=2, system="ci"), "slurm", LaunchSettings())
     with pytest.raises(UsageError, match="sbatch: error: invalid partition"):
         with reserved_results(runs):
@@ -88,7 +89,7 @@ def test_the_log_rank_0_sent_back_is_filed_with_its_energy_and_the_nodes_system(
     path = Path(run.spec.result_file)
     assert path.read_text() == log
     record = {"spec": dict(run.record_spec) | {"device_name": "cpu"}, "env": {"hostname": "nid001234", "cpu": {}},
-              "telemetry": {"energy_j": 5000.0}}  # what the nodes' reports said
+              "result": kept, "telemetry": {"energy_j": 5000.0}}  # what the nodes' reports said
     job.recorded(run, [record])
     assert f'"key": "{ENERGY_KEY}", "value": 5000.0' in path.read_text().splitlines()[-1]
     assert listing(tmp_path) == ["results", "results/ci", "results/ci/gnmt", "results/ci/gnmt/result_0.txt",
@@ -104,3 +105,29 @@ def test_torchrun_runs_are_resolved_on_this_node(tmp_path):
     if not torch.cuda.is_available():
         with pytest.raises(UsageError, match="cuda"):
             resolve_launched("gnmt", tmp_path, RunOptions(device="cuda"), "torchrun", nproc=2)
+
+
+def test_a_failing_submission_keeps_the_reservations_of_jobs_already_submitted(tmp_path, monkeypatch):
+    """k8s submits one job per run: if run 1's submission fails, run 0's job still runs and will file
+    its log, so its index stays reserved (another 'mlperf run' must not take it)."""
+    monkeypatch.setenv("DLBENCH_JOBS_DIR", str(tmp_path / "jobs"))
+    runs = resolve_launched("gnmt", tmp_path / "out", RunOptions(runs=2, system="ci"), "k8s", LaunchSettings(image="i"))
+    with pytest.raises(UsageError):
+        with reserved_results(runs):
+            JobRegistry().add("k8s", "default/job/j0", tmp_path / "j0", runs[0], [])  # run 0 went out
+            raise UsageError("HTTP 403: jobs.batch is forbidden")
+    folder = Path(runs[0].spec.result_file).parent
+    assert [p.name for p in folder.iterdir()] == [".result_0.txt.pending"]
+    (again,) = resolve_launched("gnmt", tmp_path / "out", RunOptions(system="ci"), "k8s", LaunchSettings(image="i"))
+    assert again.record_spec["result_index"] == 1
+
+
+def test_a_log_is_never_filed_over_another_runs(tmp_path):
+    (run,) = resolve_launched("gnmt", tmp_path, RunOptions(system="ci"), "slurm", LaunchSettings())
+    path = Path(run.spec.result_file)
+    path.parent.mkdir(parents=True)
+    path.write_text("another run's log\n")  # its index was taken after the reservation was lost
+    [(status, result, _)] = JOBS["mlperf"].endings(run, {"reached": True, "metric": "BLEU", "target": 60.0, "epochs": 2,
+                                                          "result_log": "this run's log\n"})
+    assert status == "ok" and path.read_text() == "another run's log\n"
+    assert result["result_file"] == str(path.with_name("result_1.txt")) and Path(result["result_file"]).read_text() == "this run's log\n"

@@ -68,3 +68,22 @@ def test_a_node_samples_its_host_for_real_and_thins_a_long_series():
     assert summary["gpu_count"] == 0 and summary["energy_j"] is None  # no GPU on this machine: nothing invented
     assert len(report["series"]) <= 5 + 2 and report["series"][-1]["mark"] == "end"
     assert report["series"][0] is telemetry.sampler.series[0] and report["node"] == "here"  # the first sample kept
+
+
+def test_sums_are_none_when_a_node_of_the_job_did_not_report():
+    """Node 1's report was lost: its energy is not zero, it is unknown, so the job's sum is too."""
+    only = node("n1", watts=100, util=50, memory=1e9)
+    combined = combine_nodes([only], nnodes=2)
+    assert combined["nodes_sampled"] == 1 and combined["energy_j"] is None and combined["gpu_count"] is None
+    assert combined["gpu_util_percent_mean"] == 50  # what was seen is still said, per node too
+    assert [n["node"] for n in combined["per_node"]] == ["n1"]
+    telemetry = ReportedTelemetry(nnodes=2)
+    telemetry.adopt({0: {"telemetry": only}})
+    record: dict = {}
+    telemetry.attach(record)
+    assert record["telemetry"]["energy_j"] is None
+
+
+def test_a_cpu_jobs_node_watches_no_gpu():
+    telemetry = RunTelemetry.for_node("lstm", interval_s=1.0, device_type="cpu")
+    assert [s.name for s in telemetry.sources] == ["host", "process"]

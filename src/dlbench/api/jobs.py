@@ -98,7 +98,7 @@ class TrainJob(Job):
 
     def telemetry(self, run: ResolvedRun, record: dict[str, Any]) -> RunTelemetry | NoTelemetry:
         if run.settings is not None:  # a batch job: its nodes sample, their reports carry it back
-            return ReportedTelemetry() if run.spec.telemetry else NoTelemetry()
+            return ReportedTelemetry(run.nnodes) if run.spec.telemetry else NoTelemetry()
         if run.launcher == "torchrun":  # sampled around torchrun: the node's GPUs and host, the ranks' memory
             return RunTelemetry.for_launcher(run.spec, record, torch.device(run.device_type))
         device = torch.device(run.device_type, run.joined.local_rank) if run.joined and run.device_type == "cuda" \
@@ -182,7 +182,7 @@ class MlperfJob(Job):
         if not run.spec.telemetry:
             return NoTelemetry()
         if run.settings is not None:  # a batch job: its nodes sample, their reports carry it back
-            return ReportedTelemetry()
+            return ReportedTelemetry(run.nnodes)
         return RunTelemetry.for_launcher(run.spec, record, torch.device(run.device_type))  # torchrun on this node
 
     def run_here(self, run, progress, on_step):
@@ -203,20 +203,24 @@ class MlperfJob(Job):
             return [run.spec.ending(result)]  # the session's (an HPO trial ends by the study's goal)
         log_text = result.pop("result_log", None)  # launched: rank 0 sent its result log back
         if log_text:
-            file_result(Path(run.spec.result_file), log_text)
+            filed = file_result(Path(run.spec.result_file), log_text)
+            if str(filed) != run.spec.result_file:  # its index was taken meanwhile: never over another run's log
+                result["result_file"] = str(filed)
         return [time_to_train_ending(result)]
 
     def recorded(self, run, records):
         record = records[0]
         path = Path(record["spec"]["result_file"])
+        filed = Path((record.get("result") or {}).get("result_file") or path)  # where endings filed it
         if isinstance(run.spec, MlperfJobSpec):
-            release_result(path)  # filed, or never will be (failed, cancelled): the index is free again
+            release_result(path)  # filed, or never will be (failed, cancelled): no longer reserved
             out, spec = path.parents[3], record["spec"]
-            if path.exists() and not (out / "systems" / f"{spec['system']}.json").exists():
+            if filed.exists() and not (out / "systems" / f"{spec['system']}.json").exists():
                 write_system(out, spec["system"], record["env"], spec | {"nproc": spec["world_size"]})  # the node's env
         energy_j = (record.get("telemetry") or {}).get("energy_j")
-        if energy_j is not None and path.exists():  # GPU runs: NVML's energy counter (or power) over the run window
-            log_energy(path, energy_j)
+        ours = not isinstance(run.spec, MlperfJobSpec) or record.get("result")  # a launched run filed a log
+        if energy_j is not None and ours and filed.exists():  # GPU runs: NVML's energy counter (or power) over the run window
+            log_energy(filed, energy_j)
 
 
 class TrialJob(Job):

@@ -17,6 +17,7 @@ from dlbench.engine.devices import device_name, resolve_device
 from dlbench.engine.run import ResolvedRun, frozen
 from dlbench.env import capture_env
 from dlbench.errors import UsageError
+from dlbench.launch.registry import JobRegistry
 from dlbench.mlperf import tasks
 from dlbench.mlperf.folder import (
     check_system_name,
@@ -137,8 +138,9 @@ def reserved_results(runs: list[ResolvedRun]) -> Iterator[None]:
             reserve_result(Path(run.spec.result_file))
             reserved.append(run)
         yield
-    except BaseException:
+    except BaseException:  # only what never went out is free again: a submitted job still files its log
+        submitted = {entry["run"]["record_spec"].get("result_file") for entry in JobRegistry().entries()}
         for run in reserved:
-            if not Path(run.spec.result_file).exists():
+            if run.spec.result_file not in submitted and not Path(run.spec.result_file).exists():
                 release_result(Path(run.spec.result_file))
         raise

@@ -74,7 +74,12 @@ def _node_telemetry(document: dict, launch) -> RunTelemetry | NoTelemetry:
     spec = document["spec"]
     if not document.get("batch") or launch.local_rank != 0 or not spec.get("telemetry"):
         return NoTelemetry()
-    return RunTelemetry.for_node(spec.get("workload") or document["kind"], spec.get("telemetry_interval_s") or 1.0)
+    try:
+        return RunTelemetry.for_node(spec.get("workload") or document["kind"], spec.get("telemetry_interval_s") or 1.0,
+                                     spec.get("device") or "cpu")
+    except Exception as exc:  # noqa: BLE001 - telemetry must never cost the run (or its report)
+        print(f"dlbench worker: telemetry off on this node: {error_text(exc)}", file=sys.stderr)
+        return NoTelemetry()
 
 
 def _telemetry_extras(telemetry: RunTelemetry | NoTelemetry, result: dict | None) -> dict:

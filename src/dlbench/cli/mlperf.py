@@ -96,6 +96,9 @@ def run(
         return
     if launch.dry_run or launch.no_wait:
         raise UsageError("--dry-run and --no-wait are for jobs submitted with --launcher slurm or k8s.")
+    if launch.nproc_per_node or launch.gpus_per_node or (launch.nodes or 1) > 1:
+        raise UsageError("--nproc-per-node, --gpus-per-node and --nodes start ranks: add --launcher torchrun (this "
+                         "node) or --launcher slurm|k8s; without them 'mlperf run' trains in this one process.")
 
     def progress(index: int, epoch: int, quality: float, reached: bool) -> None:
         info(f"run {index} epoch {epoch}: quality {quality:.4f}{' — target reached' if reached else ''}")

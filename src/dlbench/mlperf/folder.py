@@ -70,13 +70,24 @@ def release_result(path: Path) -> None:
     _pending(path).unlink(missing_ok=True)
 
 
-def file_result(path: Path, text: str) -> None:
-    """Write a submitted run's result log (from its job's rank 0) into the folder, atomically."""
+def file_result(path: Path, text: str) -> Path:
+    """Write a submitted run's result log (from its job's rank 0) into the folder, atomically, and
+    never over another run's: if ``path`` is taken (its reservation was lost), the next free index.
+    Returns where it went."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(text)
-    tmp.replace(path)
+    out, system, benchmark = path.parents[3], path.parents[1].name, path.parent.name
+    target = path
+    while True:
+        try:
+            os.link(tmp, target)  # fails if the name exists: an atomic "create, never replace"
+            break
+        except FileExistsError:
+            target = result_path(out, system, benchmark, next_result_index(out, system, benchmark))
+    tmp.unlink()
     release_result(path)
+    return target
 
 
 def _pending(path: Path) -> Path:

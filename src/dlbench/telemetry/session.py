@@ -68,33 +68,27 @@ class RunTelemetry:
 
     @classmethod
     def for_launcher(cls, spec, record: dict[str, Any], device) -> RunTelemetry | NoTelemetry:
-        """Telemetry of a run whose ranks this process launched through torchrun: every GPU of the
-        node, the host, and this process with its children (the ranks' memory)."""
+        """Telemetry of a run whose ranks this process launched through torchrun: the GPUs its ranks
+        use (CUDA devices 0 … nproc-1 as CUDA_VISIBLE_DEVICES orders them; NVML itself sees every GPU of
+        the node), the host, and this process with its children (the ranks' memory)."""
         if not spec.telemetry:
             return NoTelemetry()
         state = TrainingState(run_id=record["id"], workload=spec.workload, device=str(device),
                               batch_size=record["spec"]["global_batch_size"], interval_s=spec.telemetry_interval_s)
         sources: list = [HostSource(), ProcessSource()]
         if getattr(device, "type", None) == "cuda":
-            from dlbench.telemetry.nvml import NVMLSource
-
-            sources.insert(0, NVMLSource(uuids=None))
+            sources.insert(0, _visible_gpus(record["spec"].get("nproc")))
         return cls(state, sources, spec.telemetry_interval_s, metrics_dir(), spec.metrics_host, spec.metrics_port)
 
     @classmethod
-    def for_node(cls, workload: str, interval_s: float) -> RunTelemetry:
+    def for_node(cls, workload: str, interval_s: float, device_type: str = "cpu") -> RunTelemetry:
         """Telemetry of one node of a batch job, sampled by the node's local rank 0 (the host that
-        submitted the job is not where it runs): the GPUs this job's ranks see, the host, and the
-        sampling rank's own process. Nothing is published or served: the report carries it back."""
+        submitted the job is not where it runs): on a GPU job the GPUs this job's ranks see, the host,
+        and the sampling rank's own process. Nothing is published or served: the report carries it back."""
         state = TrainingState(run_id="", workload=workload, device="node", batch_size=0, interval_s=interval_s)
         sources: list = [HostSource(), ProcessSource()]
-        import torch
-
-        if torch.cuda.is_available():  # the job's GPUs only (CUDA_VISIBLE_DEVICES), not every GPU of a shared node
-            from dlbench.telemetry.nvml import NVMLSource
-
-            uuids = [u for u in (_cuda_uuid(i) for i in range(torch.cuda.device_count())) if u]
-            sources.insert(0, NVMLSource(uuids=uuids or None))
+        if device_type == "cuda":  # a CPU job on a GPU node watches no GPU
+            sources.insert(0, _visible_gpus(None))
         return cls(state, sources, interval_s)
 
     # -- the run ------------------------------------------------------------------------------
@@ -210,11 +204,13 @@ class NoTelemetry:
 
 
 class ReportedTelemetry(NoTelemetry):
-    """The telemetry of a batch run, sampled on the job's nodes (:meth:`RunTelemetry.for_node`) and
-    carried back in the ranks' reports: nothing is sampled here. :meth:`adopt` takes the reports;
-    :meth:`attach` gives the record the nodes' summary (:func:`combine_nodes`) and rank 0's node series."""
+    """The telemetry of a batch run, sampled on the job's ``nnodes`` nodes (:meth:`RunTelemetry.for_node`)
+    and carried back in the ranks' reports: nothing is sampled here. :meth:`adopt` takes the reports;
+    :meth:`attach` gives the record the nodes' summary (:func:`combine_nodes`) and the (thinned) series
+    of the lowest-ranked node that reported (rank 0's, unless its report was lost)."""
 
-    def __init__(self) -> None:
+    def __init__(self, nnodes: int = 1) -> None:
+        self.nnodes = nnodes
         self.nodes: list[dict[str, Any]] = []
 
     def adopt(self, statuses: dict[int, dict[str, Any]]) -> None:
@@ -225,12 +221,12 @@ class ReportedTelemetry(NoTelemetry):
         if not self.nodes:
             record["telemetry"] = None  # the job ended before a node reported (cancelled in the queue)
             return None
-        record["telemetry"] = combine_nodes(self.nodes)
+        record["telemetry"] = combine_nodes(self.nodes, self.nnodes)
         return self.nodes[0]["series"]
 
 
 def node_report(telemetry: RunTelemetry, result: dict[str, Any] | None, node: str,
-                max_samples: int = 2000) -> dict[str, Any]:
+                max_samples: int = 240) -> dict[str, Any]:
     """What a node's local rank 0 reports of its telemetry: the summary over the run's window (from
     ``result``) and the series, thinned to at most about ``max_samples`` samples (marked ones kept)."""
     probe: dict[str, Any] = {"result": result or {}}
@@ -246,20 +242,22 @@ _LARGEST = ("gpu_util_percent_max", "gpu_memory_peak_bytes", "gpu_temperature_ma
             "duration_s", "window_s", "samples")
 
 
-def combine_nodes(nodes: list[dict[str, Any]]) -> dict[str, Any]:
-    """One record summary from each node's (``node_report``): rank 0's node as is for a one-node job;
-    for several, GPUs, power and energy summed over the nodes (energy only when every node has it),
-    utilisation and host CPU the mean of the nodes' means, peaks the largest; ``nodes`` lists each
-    node's own summary. A figure no node gave stays None."""
+def combine_nodes(nodes: list[dict[str, Any]], nnodes: int | None = None) -> dict[str, Any]:
+    """One record summary from each node's (``node_report``) of a job on ``nnodes`` nodes (default: as
+    many as reported): rank 0's node as is for a one-node job; for several, GPUs, power and energy summed
+    over the nodes (only when every node of the job reported it: a missing node would make a sum look
+    whole), utilisation and host CPU the mean of the nodes' means, peaks the largest; ``per_node`` keeps
+    each node's own summary. A figure no node gave stays None."""
+    nnodes = nnodes or len(nodes)
     summaries = [n["summary"] for n in nodes]
     combined = dict(summaries[0]) | {"node": nodes[0]["node"], "nodes_sampled": len(nodes)}
-    if len(nodes) == 1:
+    if len(nodes) == 1 and nnodes == 1:
         return combined
     for key in summaries[0]:
         values = [s.get(key) for s in summaries]
         present = [v for v in values if v is not None]
         if key in _SUMMED:
-            combined[key] = sum(present) if present and len(present) == len(values) else None
+            combined[key] = sum(present) if present and len(present) == len(values) == nnodes else None
         elif key in _LARGEST:
             combined[key] = max(present) if present else None
         elif present and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in present):
@@ -267,6 +265,18 @@ def combine_nodes(nodes: list[dict[str, Any]]) -> dict[str, Any]:
     combined["nvml_up"] = all(s.get("nvml_up") for s in summaries)
     combined["per_node"] = [{"node": n["node"]} | n["summary"] for n in nodes]
     return combined
+
+
+def _visible_gpus(count: int | None):
+    """An NVML source on the first ``count`` CUDA devices this process sees (all when None), by UUID:
+    NVML ignores CUDA_VISIBLE_DEVICES, so a job on a shared node would otherwise watch every GPU."""
+    import torch
+
+    from dlbench.telemetry.nvml import NVMLSource
+
+    visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    uuids = [u for u in (_cuda_uuid(i) for i in range(min(count or visible, visible))) if u]
+    return NVMLSource(uuids=uuids or None)
 
 
 def _cuda_index(device) -> int | None:

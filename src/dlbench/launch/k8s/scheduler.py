@@ -242,11 +242,14 @@ class KubeScheduler(Scheduler):
         self._remove(ns, "ConfigMap", f"{name}-job")
         deadline = time.monotonic() + STOP_READ_S
         while time.monotonic() < deadline:  # until the pods are gone: each prints its ranks' reports, then lingers
-            started = [p for p in self.pods(ns, name) if (p.get("status") or {}).get("phase") != "Pending"]
+            try:
+                started = [p for p in self.pods(ns, name) if (p.get("status") or {}).get("phase") != "Pending"]
+                for pod in started:
+                    _SEEN.setdefault(job_id, {}).update(parse_reports(self._pod_log(ns, pod["metadata"]["name"])))
+            except UsageError:  # the API hiccuped: the job is deleted all the same; what was read is kept
+                return
             if not started:
                 return
-            for pod in started:
-                _SEEN.setdefault(job_id, {}).update(parse_reports(self._pod_log(ns, pod["metadata"]["name"])))
             time.sleep(0.5)
 
     def _job(self, ns: str, kind: str, name: str) -> dict[str, Any] | None:
