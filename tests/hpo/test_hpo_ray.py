@@ -65,6 +65,19 @@ def test_ray_engine_records_every_trial_and_asha_stops_the_bad_ones(hpo, ray_add
     assert best["record"] == by_x[0.3]["id"]
 
 
+def test_a_time_budget_that_runs_out_leaves_no_trial_running(hpo, ray_address):
+    """Tune's time budget stops trials without telling the search algorithm: the driver fails them in
+    the study with the reason, so a later --resume or 'hpo status' does not see them running for ever."""
+    doc = {"name": "ray-budget", "objective": command("--epochs", "100", "--sleep", "0.5"), "workers": 1,
+           "trials": 3, "timeout_s": 10, "space": {"x": {"type": "float", "low": 0.0, "high": 1.0}}}
+    out, db = hpo(doc, "--engine", "ray", "--address", ray_address)
+    study = load(db, "ray-budget")
+    states = [t.state for t in study.get_trials()]
+    assert states and TrialState.RUNNING not in states, (states, out.stderr[-2000:])
+    assert all("time budget" in t.user_attrs["error"] for t in study.get_trials() if t.state == TrialState.FAIL)
+    assert len(records_of(db, "ray-budget")) == len(states)  # every trial has its record
+
+
 def test_a_failing_trial_fails_and_the_study_goes_on(hpo, ray_address):
     doc = {"name": "ray-bad", "objective": command("--epochs", "1"), "sampler": "grid", "workers": 2,
            "space": {"mode": {"type": "categorical", "choices": ["ok", "exit3"]}}}

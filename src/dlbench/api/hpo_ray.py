@@ -18,12 +18,16 @@ them, and the trials run as Ray actors wherever the cluster has room. So this is
   in the run record);
 * SIGTERM, SIGINT (Ctrl-C) or SIGHUP stop the study cleanly: the driver takes the signal from Tune's
   loop, sets the trials' stop flag and waits (up to 30 s) for every running trial to end its run and save
-  its record (``aborted``, with its epochs); then Tune stops the actors, the interrupted Optuna trials
+  its record (``aborted``, with its epochs; a command objective stops within a second, an mlperf one at its
+  next epoch, a workload's throughput run only at its end, so past the 30 s its record is the driver's);
+  then Tune stops the actors, the interrupted Optuna trials
   are failed and queued again with the same parameters (a trial stopped before its run started gets an
   ``aborted`` record too), and the command exits 128 + the signal;
 * ``--resume STUDY`` runs the queued trials first, then what is left of the budget (``trials``: every
   trial that is not a retry counts), on the same storage: the sampler sees every trial so far. Tune's own
   experiment restore is not used — the study storage is the state;
+* trials Tune ends without telling the search algorithm (its time budget, ``timeout_s``) are failed
+  in the study with that reason (:func:`end_unfinished`), never left running;
 * ``pruner: pbt`` is population-based training (:mod:`dlbench.api.hpo_ray_pbt`, its contract there).
 """
 
@@ -97,6 +101,7 @@ def run(spec: StudySpec, study: optuna.Study, url: str, store, address: str | No
         if caught["signum"] is not None:  # a PBT population cannot go on: its trials are failed, not queued
             requeue_interrupted(spec, study, store, caught["signum"], queue_again=spec.pruner != "pbt")
             raise Terminated(caught["signum"])
+        end_unfinished(spec, study, store)
     finally:
         if started:
             ray.shutdown()
@@ -135,6 +140,17 @@ def scheduler(spec: StudySpec):
     if spec.pruner == "median":
         return MedianStoppingRule(time_attr="epoch", grace_period=opts.get("warmup_steps", 0), min_samples_required=5)
     return FIFOScheduler()
+
+
+def end_unfinished(spec: StudySpec, study: optuna.Study, store) -> None:
+    """Trials Tune ended without telling the search algorithm — its time budget (``timeout_s``) ran out —
+    would stay RUNNING in the study for ever: they fail, with the reason (and a record if they have none)."""
+    why = f"the study's time budget (timeout_s: {spec.timeout_s}) ran out before the trial ended"
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        if not has_record(spec, store, trial.number):
+            record_unrun(spec, store, trial, "aborted", why)
+        study._storage.set_trial_user_attr(trial._trial_id, "error", why)
+        study._storage.set_trial_state_values(trial._trial_id, state=TrialState.FAIL)
 
 
 def requeue_interrupted(spec: StudySpec, study: optuna.Study, store, signum: int, queue_again: bool = True) -> None:
