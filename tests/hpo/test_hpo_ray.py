@@ -209,7 +209,9 @@ def test_sigterm_stops_a_pbt_study_which_cannot_be_resumed(hpo, ray_address):
         if r["status"] == "aborted":
             assert "stopped by SIGTERM" in r["error"] and r["result"]["epochs"] < 30
     assert sorted(statuses) == ["0", "1"]
-    assert all(s.count("aborted") == 1 and set(s) <= {"aborted", "pruned"} for s in statuses.values()), statuses
+    # a member between segments (PBT stopped one, Tune had not started the next) has no running segment to abort
+    assert all(s.count("aborted") <= 1 and set(s) <= {"aborted", "pruned"} for s in statuses.values()), statuses
+    assert any("aborted" in s for s in statuses.values()), statuses
     trials = load(hpo.db, "pbt-stop").get_trials()  # failed, not queued: a population cannot go on
     assert [t.state for t in trials] == [TrialState.FAIL] * 2
     again = hpo.cli("hpo", "run", "--resume", "pbt-stop", "--address", ray_address)
