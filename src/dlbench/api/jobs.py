@@ -176,7 +176,7 @@ class MlperfJob(Job):
     kind = "mlperf"
 
     def telemetry(self, run, record):
-        if not isinstance(run.spec, MlperfJobSpec):  # here: sampled around the run, as for any run
+        if not _launched(run):  # here: sampled around the run, as for any run
             session = run.spec
             return RunTelemetry.for_run(session, record, session.device, run.record_spec["batch_size"])
         if not run.spec.telemetry:
@@ -199,7 +199,7 @@ class MlperfJob(Job):
         return {"device_name": device_name(device), "threads": spec.threads or torch.get_num_threads()}
 
     def endings(self, run, result):
-        if not isinstance(run.spec, MlperfJobSpec):
+        if not _launched(run):
             return [run.spec.ending(result)]  # the session's (an HPO trial ends by the study's goal)
         log_text = result.pop("result_log", None)  # launched: rank 0 sent its result log back
         if log_text:
@@ -212,15 +212,21 @@ class MlperfJob(Job):
         record = records[0]
         path = Path(record["spec"]["result_file"])
         filed = Path((record.get("result") or {}).get("result_file") or path)  # where endings filed it
-        if isinstance(run.spec, MlperfJobSpec):
+        if _launched(run):
             release_result(path)  # filed, or never will be (failed, cancelled): no longer reserved
             out, spec = path.parents[3], record["spec"]
             if filed.exists() and not (out / "systems" / f"{spec['system']}.json").exists():
                 write_system(out, spec["system"], record["env"], spec | {"nproc": spec["world_size"]})  # the node's env
         energy_j = (record.get("telemetry") or {}).get("energy_j")
-        ours = not isinstance(run.spec, MlperfJobSpec) or record.get("result")  # a launched run filed a log
+        ours = not _launched(run) or record.get("result")  # a launched run filed a log
         if energy_j is not None and ours and filed.exists():  # GPU runs: NVML's energy counter (or power) over the run window
             log_energy(filed, energy_j)
+
+
+def _launched(run: ResolvedRun) -> bool:
+    """Whether an MLPerf run's ranks were started by a launcher (its spec a ``MlperfJobSpec``; rank 0 sends
+    the log back) rather than run here or joined (its spec the task's ``TaskSession``)."""
+    return isinstance(run.spec, MlperfJobSpec)
 
 
 class TrialJob(Job):
