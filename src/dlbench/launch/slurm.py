@@ -18,7 +18,6 @@ A suite or a series with the same node count goes out as one job array (element 
 from __future__ import annotations
 
 import re
-import shlex
 import shutil
 import subprocess
 import sys
@@ -40,6 +39,7 @@ from dlbench.launch.batch import (
     Scheduler,
     batch_job_document,
 )
+from dlbench.safety import sbatch_line, shell_word
 
 SCRIPT = "job.sbatch"
 #: Slurm job states → dlbench's.
@@ -65,36 +65,43 @@ HOPELESS = {
 _FIELD = re.compile(r"(\w+)=(\S*)")
 
 
-def _q(value: Any) -> str:
-    return shlex.quote(str(value))
+_q = shell_word
 
 
 def sbatch_header(run: ResolvedRun, workdir: Path, array: int | None = None, nproc: int | None = None) -> list[str]:
-    """The ``#SBATCH`` lines for ``run`` (``array``: elements of a job array)."""
+    """The ``#SBATCH`` lines for ``run`` (``array``: elements of a job array); every value one checked token
+    (:func:`dlbench.safety.sbatch_line`), every line one option."""
     s = run.settings
     nproc = nproc or run.nproc
     label = str(run.record_spec.get("workload") or run.kind).replace("/", "-")
-    lines = [f"#SBATCH --job-name=dlbench-{label}", f"#SBATCH --nodes={run.nnodes}", "#SBATCH --ntasks-per-node=1"]
+    lines = [sbatch_line("job-name", f"dlbench-{label}"), sbatch_line("nodes", run.nnodes),
+             sbatch_line("ntasks-per-node", 1)]
     if s.gpus_per_node:
-        lines.append(f"#SBATCH --gpus-per-node={s.gpus_per_node}")
+        lines.append(sbatch_line("gpus-per-node", s.gpus_per_node))
     else:  # a CPU run: one core per process at least
-        lines.append(f"#SBATCH --cpus-per-task={nproc}")
-    for flag, value in (("time", s.time), ("partition", s.partition), ("account", s.account), ("qos", s.qos),
-                        ("constraint", s.constraint), ("reservation", s.reservation)):
-        if value:
-            lines.append(f"#SBATCH --{flag}={value}")
-    lines.append("#SBATCH --requeue" if s.requeue else "#SBATCH --no-requeue")
-    if s.exclusive:
-        lines.append("#SBATCH --exclusive")
-    if s.signal_lead_s:
-        lines.append(f"#SBATCH --signal=TERM@{s.signal_lead_s}")
+        lines.append(sbatch_line("cpus-per-task", nproc))
+    lines += site_lines(s)
     if s.container_image and s.container_runtime == "shifter":
-        lines.append(f"#SBATCH --image={s.container_image}")
+        lines.append(sbatch_line("image", s.container_image))
     if array is not None:
-        lines += [f"#SBATCH --array=0-{array - 1}", f"#SBATCH --output={workdir}/slurm-%A_%a.out"]
+        lines += [sbatch_line("array", f"0-{array - 1}"), sbatch_line("output", f"{workdir}/slurm-%A_%a.out")]
     else:
-        lines.append(f"#SBATCH --output={workdir}/slurm-%j.out")
-    return lines + [f"#SBATCH --chdir={workdir}"]
+        lines.append(sbatch_line("output", f"{workdir}/slurm-%j.out"))
+    return lines + [sbatch_line("chdir", workdir)]
+
+
+def site_lines(s: Any) -> list[str]:
+    """The site's ``#SBATCH`` options of launch settings ``s``: time, partition, account, QOS, constraint,
+    reservation, requeue, exclusive and the signal lead — the same for every job dlbench submits."""
+    lines = [sbatch_line(flag, value) for flag, value in (
+        ("time", s.time), ("partition", s.partition), ("account", s.account), ("qos", s.qos),
+        ("constraint", s.constraint), ("reservation", s.reservation)) if value]
+    lines.append(sbatch_line("requeue" if s.requeue else "no-requeue"))
+    if s.exclusive:
+        lines.append(sbatch_line("exclusive"))
+    if s.signal_lead_s:
+        lines.append(sbatch_line("signal", f"TERM@{s.signal_lead_s}"))
+    return lines
 
 
 def step_command(run: ResolvedRun, workdir: Path) -> list[str]:
