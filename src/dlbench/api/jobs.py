@@ -8,8 +8,8 @@ one line there (HPO trials and MLPerf runs plug in the same way).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from pathlib import Path
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
@@ -81,7 +81,8 @@ class Job(ABC):
             raise RunFailed("aborted", f"{outcome.stopped}{steps}", partial)
         if not outcome.ok:
             status, error = failure(outcome)
-            raise RunFailed(status, error)
+            partial = main.get("result")  # a rank that gave up on a lost node reports what it measured
+            raise RunFailed(status, error, partial if isinstance(partial, dict) and partial.get("partial") else None)
         return main.get("result")
 
 

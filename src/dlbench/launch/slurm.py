@@ -26,7 +26,7 @@ from typing import Any
 
 from dlbench.engine.run import ResolvedRun
 from dlbench.errors import UsageError
-from dlbench.launch._base import JOB_FILE, RANKS_DIR, LaunchPlan, read_statuses
+from dlbench.launch._base import JOB_FILE, NODES_DIR, RANKS_DIR, LaunchPlan, read_statuses
 from dlbench.launch.batch import (
     CANCELLED,
     DONE,
@@ -42,6 +42,8 @@ from dlbench.launch.batch import (
 from dlbench.safety import sbatch_line, shell_word
 
 SCRIPT = "job.sbatch"
+#: The step's first words on each node: mark JOBDIR/nodes/HOST ($0 is that folder), then run the rest.
+NODE_MARK = 'mkdir -p "$0" && : > "$0/$(hostname)" && exec "$@"'
 #: Slurm job states → dlbench's.
 STATES = {
     "PENDING": QUEUED, "REQUEUED": QUEUED, "REQUEUE_HOLD": QUEUED, "REQUEUE_FED": QUEUED,
@@ -105,28 +107,31 @@ def site_lines(s: Any) -> list[str]:
 
 
 def step_command(run: ResolvedRun, workdir: Path) -> list[str]:
-    """``srun [container] python -m torch.distributed.run … -m dlbench.api.worker JOB OUT`` as shell words
-    (``$JOBDIR``, ``$NPROC`` and ``$RDZV`` are set by the script)."""
+    """``srun [options] MARK [container] python -m torch.distributed.run … -m dlbench.api.worker JOB OUT`` as shell
+    words (``$JOBDIR``, ``$NPROC`` and ``$RDZV`` are set by the script). MARK: each node first touches
+    ``JOBDIR/nodes/HOST``, so that a node whose ranks never start is named (:class:`~dlbench.launch.batch_launcher.RankWatch`)."""
     s = run.settings
     srun = ["srun", f"--nodes={run.nnodes}", "--ntasks-per-node=1", '--cpus-per-task="$SLURM_CPUS_ON_NODE"', "--kill-on-bad-exit=1"]
+    prefix: list[str] = []  # the container runtime's command, between the marker and python
     python = sys.executable
     image = s.container_image
     if image and s.container_runtime == "pyxis":
         srun += [f"--container-image={_q(image)}", f"--container-mounts={_q(workdir)}:{_q(workdir)}"]
         python = "python3"
     elif image and s.container_runtime == "shifter":
-        srun.append("shifter")
-        python = "python3"
+        prefix, python = ["shifter"], "python3"
     elif image and s.container_runtime == "apptainer":
-        srun += ["apptainer", "exec"] + (["--nv"] if s.gpus_per_node else []) + [f"--bind={_q(workdir)}", _q(image)]
+        prefix = ["apptainer", "exec"] + (["--nv"] if s.gpus_per_node else []) + [f"--bind={_q(workdir)}", _q(image)]
         python = "python3"
+    marker = ["/bin/sh", "-c", _q(NODE_MARK), f'"$JOBDIR"/{NODES_DIR}']
     torchrun = [_q(python), "-m", "torch.distributed.run", '--nproc-per-node="$NPROC"', "--max-restarts=0",
                 "--monitor-interval=0.5"]
     if run.nnodes == 1:
         torchrun.append("--standalone")
-    else:
-        torchrun += [f"--nnodes={run.nnodes}", "--rdzv-backend=c10d", '--rdzv-endpoint="$RDZV"', '--rdzv-id="$SLURM_JOB_ID"']
-    return srun + torchrun + ["-m", "dlbench.api.worker", f'"$JOBDIR"/{JOB_FILE}', f'"$JOBDIR"/{RANKS_DIR}']
+    else:  # the rendezvous waits --timeout for every node, not torchrun's default of 600 s
+        torchrun += [f"--nnodes={run.nnodes}", "--rdzv-backend=c10d", '--rdzv-endpoint="$RDZV"', '--rdzv-id="$SLURM_JOB_ID"',
+                     f"--rdzv-conf=join_timeout={max(1, round(run.timeout_s))}"]
+    return srun + marker + prefix + torchrun + ["-m", "dlbench.api.worker", f'"$JOBDIR"/{JOB_FILE}', f'"$JOBDIR"/{RANKS_DIR}']
 
 
 BODY = """\
@@ -246,6 +251,14 @@ class SlurmScheduler(Scheduler):
                 state, _, reason = out.stdout.splitlines()[0].partition("|")
                 return JobState(STATES.get(state.split()[0], UNKNOWN), "" if reason == "None" else reason)
         return JobState(UNKNOWN, "the controller no longer knows the job and accounting is off; see its job directory")
+
+    def nodes(self, job_id: str) -> list[str]:
+        out = _run(["scontrol", "show", "job", "-o", job_id])
+        nodelist = dict(_FIELD.findall(out.stdout)).get("NodeList", "") if out.returncode == 0 else ""
+        if not nodelist or nodelist == "(null)":
+            return []
+        hosts = _run(["scontrol", "show", "hostnames", nodelist])
+        return hosts.stdout.split() if hosts.returncode == 0 else []
 
     def never_starts(self, state: JobState) -> str | None:
         return HOPELESS.get(state.reason)
