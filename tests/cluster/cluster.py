@@ -38,12 +38,13 @@ import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Self
 
 import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "launch"))
-from slurm_cluster import _sbin  # noqa: E402  (the one-node Slurm's helpers, reused)
-from slurm_cluster import missing as slurm_missing  # noqa: E402
+from slurm_cluster import _sbin  # the one-node Slurm's helpers, reused
+from slurm_cluster import missing as slurm_missing
 
 HEAD = "head"
 SUBNET = "10.213.0"
@@ -411,7 +412,7 @@ class NamespaceCluster:
         left += [f"host device {name}" for name in sorted(_host_links() - self._host_links_before)]
         return left
 
-    def __enter__(self) -> NamespaceCluster:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc) -> None:
@@ -450,13 +451,14 @@ def _main(argv: list[str]) -> int:
     if why:
         print(f"cannot build a namespace cluster here: {why}", file=sys.stderr)
         return 2
-    with tempfile.TemporaryDirectory(prefix="dlbench-cluster-") as tmp:
-        with NamespaceCluster(Path(tmp), int(argv[1])) as cluster:
-            print(usage(cluster), flush=True)
-            try:
-                signal.pause()
-            except KeyboardInterrupt:
-                pass
+    with tempfile.TemporaryDirectory(prefix="dlbench-cluster-") as tmp, NamespaceCluster(Path(tmp), int(argv[1])) as cluster:
+        print(usage(cluster), flush=True)
+        for sig in (signal.SIGINT, signal.SIGTERM):  # both tear down (a background job ignores SIGINT)
+            signal.signal(sig, signal.default_int_handler)
+        try:
+            signal.pause()
+        except KeyboardInterrupt:
+            print("tearing the cluster down", flush=True)
     return 0
 
 
