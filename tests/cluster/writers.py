@@ -25,11 +25,24 @@ ELEMENT = """\
 set -eu
 I=$SLURM_ARRAY_TASK_ID
 export OMP_NUM_THREADS=1
+echo "start $(date +%s.%N)"
 {python} -m dlbench run lstm -p seq_len=4 -p input_size=8 -p hidden_size=8 -b 4 --warmup 1 --steps 2 --threads 1 \\
     --no-telemetry --tag writers={tag} --tag writer=$I --db "$PG_URL" --json > {out}/record-$I.json
+echo "postgres $(date +%s.%N)"
 {python} -m dlbench store import {out}/record-$I.json --db {sqlite}
+echo "sqlite $(date +%s.%N)"
 echo "element $I on $(hostname) stored"
 """
+
+
+def stamps(output: str) -> dict[str, float]:
+    """An element's time stamps from its output: start, postgres (run + save done), sqlite (import done)."""
+    found = {}
+    for line in output.splitlines():
+        word, _, value = line.partition(" ")
+        if word in ("start", "postgres", "sqlite"):
+            found[word] = float(value)
+    return found
 
 
 @dataclass
@@ -52,13 +65,13 @@ def run_writers(cluster: NamespaceCluster, env: dict[str, str], out: Path, pg_ur
     script = out / "writers.sbatch"
     script.write_text(ELEMENT.format(last=elements - 1, out=shlex.quote(str(out)), python=shlex.quote(sys.executable),
                                      tag=shlex.quote(tag), sqlite=shlex.quote(str(sqlite))))
-    started = time.monotonic()
+    started = time.time()  # wall clock: comparable with the elements' own stamps (one kernel)
     submitted = cluster.run(HEAD, ["sbatch", "--parsable", str(script)], env=env | {"PG_URL": pg_url}, timeout_s=60)
     if submitted.returncode != 0:
         raise RuntimeError(f"sbatch refused the writers: {submitted.stderr.strip()}")
     job_id = submitted.stdout.strip().split(";")[0]
     while any(line.split()[0].startswith(f"{job_id}_") for line in cluster.squeue()):
-        if time.monotonic() - started > timeout_s:
+        if time.time() - started > timeout_s:
             raise TimeoutError(f"the writers' array {job_id} still runs after {timeout_s:.0f} s: {cluster.squeue()}")
         time.sleep(1.0)
-    return Writers(job_id, started, time.monotonic())
+    return Writers(job_id, started, time.time())
