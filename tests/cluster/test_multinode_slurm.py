@@ -5,7 +5,7 @@ and telemetry in the one record; nothing left running on any node."""
 from __future__ import annotations
 
 import pytest
-from conftest import TINY
+from login import TINY
 
 from dlbench.store import open_store
 

@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import TINY
+from login import TINY
 
 from dlbench.store import open_store
 
