@@ -10,9 +10,10 @@ Layout (``dlbt-<id>`` is unique per cluster, so parallel test runs never collide
 Every veth pair is created inside the switch namespace and its node end moved straight into the node's
 namespace, so **nothing is added to the host's namespace** and there is no route out: the 10.213.0.0/24
 addresses exist only inside these namespaces. A process "on" a node runs with ``nsenter --net`` into the
-node's network namespace plus ``unshare --uts --mount`` (its own hostname, and a hosts file naming every
-node bound over /etc/hosts). Not ``ip netns exec``: it remounts /sys, where slurmd finds no cgroup
-filesystem and exits. Everything else (the filesystem, the venv, the worktree, /proc) is shared, as on a
+node's network namespace plus ``unshare --uts --mount`` (its own hostname, a hosts file naming every
+node bound over /etc/hosts, a sysfs of its own with the host's cgroup tree moved into it). Not
+``ip netns exec``: it remounts /sys without /sys/fs/cgroup, where slurmd finds no cgroup filesystem and
+exits. Everything else (the filesystem, the venv, the worktree, /proc) is shared, as on a
 cluster with a shared filesystem.
 
 munged runs in the host namespace (it only listens on a Unix socket in the cluster's directory, which every
@@ -89,8 +90,11 @@ MailProg=/bin/true
 PartitionName=debug Nodes={node_list} Default=YES MaxTime=INFINITE State=UP
 """
 
-#: Enters a namespace's hostname and hosts file: ``sh -c ENTER HOSTNAME HOSTS_FILE ARGV…``.
-ENTER = 'hostname "$0" && mount --bind "$1" /etc/hosts && shift && exec "$@"'
+#: Enters a node: ``sh -c ENTER HOSTNAME HOSTS_FILE CGROUP_MOUNTPOINT ARGV…`` — its hostname, the hosts
+#: file, and a sysfs of its own (/sys/class/net lists the node's devices) with the host's cgroup tree
+#: moved into it (slurmd needs /sys/fs/cgroup: what ``ip netns exec``'s fresh /sys lacks).
+ENTER = ('hostname "$0" && mount --bind "$1" /etc/hosts && mount --rbind /sys/fs/cgroup "$2" '
+         '&& mount -t sysfs sysfs /sys && mount --move "$2" /sys/fs/cgroup && shift 2 && exec "$@"')
 
 
 def missing() -> str | None:
@@ -167,7 +171,7 @@ class NamespaceCluster:
         """Build the network, start munged, slurmctld and the slurmds; wait until every node is idle."""
         self._host_links_before = _host_links()
         try:
-            for sub in ("munge", "state", "spool"):
+            for sub in ("munge", "state", "spool", "cgroup"):
                 (self.root / sub).mkdir(mode=0o700, parents=True, exist_ok=True)
             self._network()
             self._start_slurm(timeout_s)
@@ -241,7 +245,7 @@ class NamespaceCluster:
         """``argv`` wrapped to run on ``node``: its network, hostname and hosts file (see the docstring)."""
         return [shutil.which("nsenter") or "nsenter", f"--net=/run/netns/{self.netns(node)}", "--",
                 shutil.which("unshare") or "unshare", "--uts", "--mount", "--propagation", "private", "--",
-                "/bin/sh", "-c", ENTER, node, str(self.hosts_file), *argv]
+                "/bin/sh", "-c", ENTER, node, str(self.hosts_file), str(self.root / "cgroup"), *argv]
 
     def popen(self, node: str, argv: Sequence[str], env: dict[str, str] | None = None, **kwargs) -> subprocess.Popen:
         """Start ``argv`` on ``node`` (SLURM_CONF set; ``env`` added to this process's environment)."""
