@@ -233,7 +233,12 @@ class RankWatch:
             if time.monotonic() - self.failed_since > FAILED_GRACE_S:
                 return ""
         if len(beats) < self.world_size and time.monotonic() - self.running_since > self.timeout_s + self.lost_after_s:
-            return f"{self.not_started(beats)} within {self.timeout_s:.0f} s (--timeout) of the job's start"
+            # only a node the job step never reached is sure not to come: ranks that are slow to start (torch
+            # imported from a busy filesystem) are ended by the rendezvous and process-group timeouts (--timeout)
+            marked = {p.name for p in (self.workdir / NODES_DIR).glob("*")}
+            allocated = self.scheduler.nodes(self.job_id)
+            if (allocated and set(allocated) - marked) or (not allocated and not marked and not beats):
+                return f"{self.not_started(beats)} within {self.timeout_s:.0f} s (--timeout) of the job's start"
         return None
 
     def not_started(self, beats: dict[int, dict[str, Any]] | None = None) -> str:
