@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 
 from dlbench.cli.app import main
+from dlbench.store import RunFilter, open_store
 
 
 @dataclass(frozen=True)
@@ -306,15 +307,19 @@ CASES: list[Case] = [
 
 @pytest.fixture(scope="session")
 def seeded_store(tmp_path_factory) -> tuple[Path, str]:
-    """A store holding one real tiny run with its telemetry series (copied for every case)."""
-    import json
-
+    """A store holding one real tiny run with its telemetry series (copied for every case); run in this
+    process (torch is loaded once for the session, not in a new interpreter)."""
     folder = tmp_path_factory.mktemp("seed")
-    env = os.environ | {"DLBENCH_DB": str(folder / "runs.db"), "DLBENCH_METRICS_DIR": str(folder / "metrics")}
-    out = subprocess.run([sys.executable, "-m", "dlbench", "run", *TINY, "--telemetry-interval", "0.05", "--json"],
-                         env=env, capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr
-    return folder / "runs.db", json.loads(out.stdout)["id"]
+    db = folder / "runs.db"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("DLBENCH_METRICS_DIR", str(folder / "metrics"))
+        assert main(["run", *TINY, "--telemetry-interval", "0.05", "--db", str(db)]) == 0
+    store = open_store(str(db))
+    try:
+        (record,) = store.records(RunFilter())
+    finally:
+        store.close()
+    return db, record["id"]
 
 
 def digest(path: Path) -> str | None:
@@ -325,32 +330,49 @@ def expand(text: str, tmp: Path, run_id: str) -> str:
     return text.replace("{tmp}", str(tmp)).replace("{run_id}", run_id)
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
-def test_hostile_input_is_one_sentence_exit_2_and_changes_nothing(case, seeded_store, tmp_path, monkeypatch, capsys):
+def prepare(case: Case, seeded_store: tuple[Path, str], tmp_path: Path) -> tuple[list[str], dict[str, str], dict]:
+    """The case's folder with its files and a copy of the seeded store: (argv, environment, digests before)."""
     seed, run_id = seeded_store
     store = tmp_path / "runs.db"
     shutil.copy(seed, store)
     for name, content in case.files.items():
         content(tmp_path) if callable(content) else (tmp_path / name).write_bytes(content)
-    before = {p: digest(p) for p in (store, seed)}
     argv = [expand(a, tmp_path, run_id) for a in case.argv]
     env = {"DLBENCH_DB": str(store), "DLBENCH_METRICS_DIR": str(tmp_path / "metrics")}
     env |= {k: expand(v, tmp_path, run_id) for k, v in case.env.items()}
-    if case.in_process:
-        for key, value in env.items():
-            monkeypatch.setenv(key, value)
-        monkeypatch.chdir(tmp_path)
-        code = main(argv)
-        out, err = capsys.readouterr()
-    else:
-        done = subprocess.run([sys.executable, "-m", "dlbench", *argv], env=os.environ | env, cwd=tmp_path,
-                              capture_output=True, text=True, timeout=120)
-        code, out, err = done.returncode, done.stdout, done.stderr
+    return argv, env, {p: digest(p) for p in (store, seed)}
+
+
+def check_refused(case: Case, code: int, out: str, err: str, seeded_store, tmp_path: Path, before: dict) -> None:
+    """Exit 2, one sentence naming the problem, nothing on stdout, both stores byte for byte as they were."""
     assert code == 2, f"exit {code}; stderr: {err[-2000:]}"
     assert "Traceback" not in err
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("dlbench: error: "), err[-2000:]
-    assert expand(case.fragment, tmp_path, run_id) in lines[0]
+    assert expand(case.fragment, tmp_path, seeded_store[1]) in lines[0]
     assert len(lines[0]) < 600  # one sentence, not a dump of the input
     assert out == ""
-    assert {p: digest(p) for p in (store, seed)} == before
+    assert {p: digest(p) for p in before} == before
+
+
+IN_PROCESS = [c for c in CASES if c.in_process]
+IN_SUBPROCESS = [c for c in CASES if not c.in_process]
+
+
+@pytest.mark.parametrize("case", IN_PROCESS, ids=[c.id for c in IN_PROCESS])
+def test_hostile_input_is_one_sentence_exit_2_and_changes_nothing(case, seeded_store, tmp_path, monkeypatch, capsys):
+    argv, env, before = prepare(case, seeded_store, tmp_path)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.chdir(tmp_path)
+    code = main(argv)
+    out, err = capsys.readouterr()
+    check_refused(case, code, out, err, seeded_store, tmp_path, before)
+
+
+@pytest.mark.parametrize("case", IN_SUBPROCESS, ids=[c.id for c in IN_SUBPROCESS])
+def test_hostile_input_seen_at_start_up_is_one_sentence_exit_2(case, seeded_store, tmp_path):
+    argv, env, before = prepare(case, seeded_store, tmp_path)
+    done = subprocess.run([sys.executable, "-m", "dlbench", *argv], env=os.environ | env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    check_refused(case, done.returncode, done.stdout, done.stderr, seeded_store, tmp_path, before)
