@@ -40,6 +40,7 @@ from dlbench.launch.batch import (
     Scheduler,
     batch_job_document,
 )
+from dlbench.launch.batch_launcher import batch_launcher
 
 SCRIPT = "job.sbatch"
 #: Slurm job states → dlbench's.
@@ -255,3 +256,7 @@ class SlurmScheduler(Scheduler):
     def reports(self, job_id: str, workdir: Path) -> dict[int, dict[str, Any]]:
         ranks = workdir / RANKS_DIR
         return read_statuses(ranks) if ranks.is_dir() else {}
+
+
+#: ``--launcher slurm``: the generic batch launcher over :class:`SlurmScheduler` (``LAUNCHERS["slurm"]``).
+SlurmLauncher = batch_launcher(SlurmScheduler)
