@@ -20,7 +20,7 @@ import time
 from contextlib import nullcontext
 from pathlib import Path
 
-from dlbench.api.jobs import JOBS
+from dlbench.api.jobs import job_kind
 from dlbench.api.pipeline import error_text, is_oom
 from dlbench.api.signals import stop_on_signals
 from dlbench.engine.dist import detect_launch_env
@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
         print("dlbench worker: not started by a launcher (no RANK/WORLD_SIZE in the environment)", file=sys.stderr)
         return 2
     document = json.loads(Path(job_path).read_text())
-    job = JOBS[document["kind"]]
+    job = job_kind(document["kind"])
     progress = Progress()
     out.mkdir(parents=True, exist_ok=True)  # a pod's ranks start with nobody to make it (no launcher process)
     mark_started(out, launch.rank)

@@ -39,6 +39,7 @@ from dlbench.launch.batch import (
     Scheduler,
     batch_job_document,
 )
+from dlbench.launch.batch_launcher import batch_launcher
 from dlbench.safety import sbatch_line, shell_word
 
 SCRIPT = "job.sbatch"
@@ -275,3 +276,7 @@ class SlurmScheduler(Scheduler):
     def reports(self, job_id: str, workdir: Path) -> dict[int, dict[str, Any]]:
         ranks = workdir / RANKS_DIR
         return read_statuses(ranks) if ranks.is_dir() else {}
+
+
+#: ``--launcher slurm``: the generic batch launcher over :class:`SlurmScheduler` (``LAUNCHERS["slurm"]``).
+SlurmLauncher = batch_launcher(SlurmScheduler)
