@@ -173,7 +173,8 @@ class BatchLauncher(Launcher):
                 info(f"dlbench: {trouble or 'a rank failed'}; cancelling {self.name} job {job_id}")
                 self.scheduler.cancel(job_id)
                 lost = f"{trouble}; dlbench cancelled the job" if trouble else None
-                return self._settle(job_id), lost
+                # the live ranks record what they measured within seconds of SIGTERM; a dead node's never will
+                return self._settle(job_id, watch.all_reported, limit_s=2 * FAILED_GRACE_S), lost
             why = self.scheduler.never_starts(state) if state.state == QUEUED else None
             hopeless_since = (hopeless_since or time.monotonic()) if why else None
             if why and time.monotonic() - hopeless_since > NEVER_STARTS_WAIT_S:
@@ -183,10 +184,12 @@ class BatchLauncher(Launcher):
                 raise UsageError(f"{self.name} job {job_id} was cancelled after {NEVER_STARTS_WAIT_S:.0f} s queued: {why}")
             time.sleep(POLL_S)
 
-    def _settle(self, job_id: str) -> JobState:
-        deadline = time.monotonic() + STOP_WAIT_S
+    def _settle(self, job_id: str, enough: Callable[[], bool] | None = None, limit_s: float = STOP_WAIT_S) -> JobState:
+        """Wait (at most ``limit_s``) until the cancelled job ended, or ``enough()``: every rank that can still
+        report has (a job with a lost node may stay 'completing' until the scheduler gives up on the node)."""
+        deadline = time.monotonic() + limit_s
         state = self.scheduler.state(job_id)
-        while not state.finished and time.monotonic() < deadline:
+        while not state.finished and time.monotonic() < deadline and not (enough and enough()):
             time.sleep(1.0)
             state = self.scheduler.state(job_id)
         return state
@@ -214,6 +217,11 @@ class RankWatch:
         self.lost_after_s = lost_after(self.timeout_s)
         self.running_since = time.monotonic()
         self.failed_since: float | None = None
+        self.lost: set[int] = set()  # the ranks found lost (they will never report)
+
+    def all_reported(self) -> bool:
+        """Every rank but the lost ones has written its final report."""
+        return set(range(self.world_size)) - self.lost <= set(self.scheduler.reports(self.job_id, self.workdir))
 
     def trouble(self) -> str | None:
         """None while all is well; a sentence naming the lost or never-started node(s); "" once a rank
@@ -227,6 +235,7 @@ class RankWatch:
         lost = lost_ranks(beats, set(reports), self.lost_after_s,
                           (lambda host: unreachable(host, store_port)) if store_port else None)
         if lost is not None:
+            self.lost = {rank for ranks in lost.hosts.values() for rank in ranks}
             return lost.message
         if len(reports) < self.world_size and any(r.get("status") in ("failed", "oom") for r in reports.values()):
             self.failed_since = self.failed_since or time.monotonic()
