@@ -62,7 +62,9 @@ def main(argv: list[str] | None = None) -> int:
                     | _batch_extras(job, document, launch) | _telemetry_extras(telemetry, partial))
             return 128 + exc.signum
         except BaseException as exc:  # noqa: BLE001 - every failure is reported to the launcher
+            partial = progress.partial_result()  # a peer lost mid-run: the steps measured before are kept
             _report(out, launch.rank, document, {"status": "oom" if is_oom(exc) else "failed", "error": error_text(exc)}
+                    | ({"result": partial} if partial else {})
                     | _batch_extras(job, document, launch, spec=False) | _telemetry_extras(telemetry, None))
             return 1
         _report(out, launch.rank, document, {"status": "ok", "result": result} | _batch_extras(job, document, launch)
