@@ -16,12 +16,14 @@ oc20, openfold). v0.5 logs predate the checker. ``--ruleset``/``--usage`` overri
 
 Compliance is about the log's format, not its outcome: a run that stopped at the epoch limit
 (status aborted) writes a compliant log. So every file's result also says, separately, whether the
-run reached its quality target (``target_reached``, judged by :mod:`dlbench.mlperf.runs`).
+run reached its quality target: ``target_reached`` is true only when the last evaluated quality
+meets the benchmark's published target for the log's round (:mod:`dlbench.mlperf.targets`),
+false when it misses it (whatever ``run_stop`` says), and "unknown" when the target or the quality
+cannot be told. ``run_status`` is what the log itself says.
 """
 
 from __future__ import annotations
 
-import math
 import re
 import subprocess
 import sys
@@ -30,13 +32,12 @@ from pathlib import Path
 from typing import Any
 
 from dlbench.errors import UsageError
+from dlbench.mlperf.layout import find_result_files
 from dlbench.mlperf.parse import ParsedLog, parse_file
-from dlbench.mlperf.runs import SUCCESS, run_time
-from dlbench.mlperf.score import find_result_files
+from dlbench.mlperf.runs import run_time
+from dlbench.mlperf.targets import HPC_BENCHMARKS, round_from_path
 
-HPC_BENCHMARKS = frozenset({"cosmoflow", "deepcam", "oc20", "openfold"})
 CHECK_TIMEOUT_S = 120.0
-_ROUND = re.compile(r"(?:^|[_-])(training|hpc)?[_-]?(?:results[_-])?v(\d+)\.(\d+)(?:\.\d+)?$", re.IGNORECASE)
 
 
 def _checker_dir() -> Path:
@@ -53,16 +54,6 @@ def installed_rulesets() -> dict[str, list[str]]:
         if match and folder.is_dir():
             out.setdefault(match.group(1), []).append(match.group(2))
     return {usage: sorted(v, key=lambda s: tuple(map(int, s.split(".")))) for usage, v in out.items()}
-
-
-def round_from_path(path: Path) -> tuple[str | None, str] | None:
-    """(usage or None, "X.Y.0") when a folder in ``path`` names an MLPerf round
-    (``hpc_results_v0.7``, ``training_v1.0``, ``v2.1``), the innermost one winning; else None."""
-    for part in reversed(Path(path).absolute().parts[:-1]):
-        match = _ROUND.search(part)
-        if match:
-            return (match.group(1).lower() if match.group(1) else None), f"{match.group(2)}.{match.group(3)}.0"
-    return None
 
 
 def pick_ruleset(fmt: str, benchmark: str | None, division: str | None,
@@ -110,14 +101,8 @@ def run_checker(path: Path, usage: str, ruleset: str) -> tuple[bool, str]:
 def _outcome(log: ParsedLog, path: Path) -> dict[str, Any]:
     """Whether the run reached its quality target, apart from format compliance."""
     run = run_time(log, str(path))
-    qualities = [e for e in log.events if e.key in ("eval_accuracy", "eval_error")]
-    last = qualities[-1].value if qualities else None
-    if isinstance(last, dict):  # mllog's {"value": x}, or Mask R-CNN's {"BBOX": x, "SEGM": y}: the lower
-        numbers = [v for v in last.values() if isinstance(v, (int, float))]
-        last = min(numbers) if numbers else None
-    finite = isinstance(last, (int, float)) and not isinstance(last, bool) and math.isfinite(last)
-    return {"target_reached": run.status == SUCCESS, "run_status": run.status, "run_problem": run.problem,
-            "last_quality": last if finite else None}
+    return {"target_reached": run.target_reached, "run_status": run.status, "run_problem": run.problem,
+            "last_quality": run.quality, "quality_target": run.quality_target, "target_message": run.target_message}
 
 
 def check_file(path: Path, usage: str | None = None, ruleset: str | None = None) -> dict[str, Any]:

@@ -78,11 +78,26 @@ def score_table(entries: Sequence[dict[str, Any]]) -> Table:
     return columns, rows
 
 
+def quality(value: float | dict[str, float] | None) -> str:
+    """A last evaluated quality: a number, or Mask R-CNN's components."""
+    if isinstance(value, dict):
+        return ", ".join(f"{name} {number:.4g}" for name, number in value.items())
+    return _num(value, 4)
+
+
+def target_cell(result: dict[str, Any]) -> str:
+    """yes / no: why / unknown: why, for a file's ``target_reached``."""
+    reached = result["target_reached"]
+    if reached is True:
+        return "yes"
+    return f"{'no' if reached is False else 'unknown'}: {result.get('target_message') or result.get('run_problem')}"
+
+
 def check_table(results: Sequence[dict[str, Any]]) -> Table:
-    """One row per checked file."""
-    columns = ["file", "format", "ruleset", "compliance", "target reached", "last quality", "messages"]
+    """One row per checked file: the log's own status and, apart, its quality against the target."""
+    columns = ["file", "format", "ruleset", "compliance", "log status", "target reached", "last quality", "messages"]
     rows = [[r["file"], r["format"], f"{r['usage']} {r['ruleset']}" if r["ruleset"] else "-", r["status"],
-             "yes" if r["target_reached"] else f"no: {r['run_problem']}", _num(r["last_quality"], 4),
+             r["run_status"], target_cell(r)[:120], quality(r["last_quality"]),
              (r["messages"] or "").splitlines()[0][:100] if r["messages"] else ""] for r in results]
     return columns, rows
 
