@@ -104,7 +104,7 @@ def division_conflicts(system: str, log_divisions: list[str], description: dict[
     if description and str(description.get("division", "")).strip():
         said["the system description"] = str(description["division"]).strip().lower()
     if len(set(log_divisions)) == 1:
-        said["the logs (submission_division)"] = log_divisions[0].lower()
+        said["the logs' submission_division"] = log_divisions[0].lower()
     if len(set(said.values())) <= 1:
         return []
     return ["division conflict: " + ", ".join(f"{who} says {division}" for who, division in said.items())

@@ -171,6 +171,14 @@ def _number(value: Any) -> float | None:
     return float(value)
 
 
+def _shown(raw: Any) -> float | dict[str, float] | None:
+    """A logged quality as plain finite numbers (a dict of them for Mask R-CNN), else None."""
+    if isinstance(raw, dict) and "value" not in raw:
+        parts = {str(k): _number(v) for k, v in raw.items()}
+        return {k: v for k, v in parts.items() if v is not None} or None
+    return _number(raw)
+
+
 def last_quality(log: ParsedLog, key: str) -> Any:
     """The value of the last ``key`` event before the first run_stop (all events if none)."""
     stop = log.first("run_stop")
@@ -191,10 +199,13 @@ def judge(log: ParsedLog, path: str | Path = "") -> Verdict:
     """Whether the last evaluated quality reached the target (module docstring)."""
     target = target_for(log, path)
     if isinstance(target, str):
-        return Verdict(UNKNOWN, None, None, f"quality target unknown: {target}")
+        raw = last_quality(log, "eval_accuracy")
+        raw = last_quality(log, "eval_error") if raw is None else raw
+        return Verdict(UNKNOWN, _shown(raw), None, f"quality target unknown: {target}")
     raw = last_quality(log, target.key)
     if raw is None:
-        return Verdict(UNKNOWN, None, target, f"the log has no {target.key} line, so its quality cannot be told")
+        why = "its {0} lines could not be parsed" if target.key in log.unparsed_keys else "the log has no {0} line"
+        return Verdict(UNKNOWN, None, target, why.format(target.key) + ", so its quality cannot be told")
     figure = _figure(target, log)
     if isinstance(figure, dict):
         parts = {name: _number(raw.get(name)) if isinstance(raw, dict) else None for name in figure}
