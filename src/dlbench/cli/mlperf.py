@@ -194,11 +194,24 @@ def score(
 
 def _report_unparsed(entries: list[dict]) -> None:
     for entry in entries:
+        name = f"{entry['system']}/{entry['benchmark']}"
         for flag in (entry.get("convergence") or {}).get("flags", []):
-            info(f"warning: {entry['system']}/{entry['benchmark']}: implausible convergence: {flag}")
+            info(f"warning: {name}: implausible convergence: {flag}")
+        for warning in entry.get("warnings", []):
+            info(f"warning: {name}: {warning}")
+        if entry.get("left_out"):
+            info(f"note: {name}: {len(entry['left_out'])} result file(s) in subfolders of the benchmark folder left out, "
+                 f"as MLCommons' summarizer reads only result_*.txt directly in it (e.g. {entry['left_out'][0]})")
+        if entry.get("target_missed_runs"):
+            info(f"warning: {name}: {entry['target_missed_runs']} run(s) missed the quality target "
+                 f"({'; '.join(entry['quality_targets'])})")
+        elif any(t.startswith("unknown") for t in entry.get("quality_targets", [])):
+            info(f"note: {name}: quality target {'; '.join(entry['quality_targets'])}: the logs' own status is taken")
         for f in entry["files"]:
             if f["unparsed_lines"]:
-                info(f"note: {f['path']}: {f['unparsed_lines']} MLPerf line(s) could not be parsed and were skipped")
+                reasons = "; ".join(f"{n} {why}" for why, n in (f.get("unparsed_reasons") or {}).items())
+                info(f"note: {f['path']}: {f['unparsed_lines']} MLPerf line(s) could not be parsed and were skipped"
+                     + (f" ({reasons})" if reasons else ""))
             if f["problem"]:
                 info(f"note: {f['path']}: run {f['status']} ({f['problem']})")
             if f["note"]:
@@ -232,10 +245,14 @@ def check(
         for r in results:
             if r["status"] == "fail":
                 info(f"--- {r['file']} ({r['usage']} {r['ruleset']}):\n{r['messages']}")
-    missed = [r for r in results if not r["target_reached"]]
+    missed = [r for r in results if r["target_reached"] is False]
     if missed:
         info(f"{len(missed)} of {len(results)} run(s) did not reach their quality target "
              "(compliance checks the log's format, not the outcome).")
+    unknown = [r for r in results if r["target_reached"] not in (True, False)]
+    if unknown:
+        info(f"{len(unknown)} of {len(results)} run(s): whether the quality target was reached is unknown "
+             f"({unknown[0]['target_message']}).")
     failed = [r for r in results if r["status"] == "fail"]
     if failed:
         raise BenchmarkFailed(f"{len(failed)} of {len(results)} file(s) failed the compliance check.")

@@ -71,7 +71,10 @@ def score_table(entries: Sequence[dict[str, Any]]) -> Table:
         files = e.get("files") or [{"status": "failed" if m is None else "success"} for m in e["run_minutes"]]
         minutes = ", ".join(f["status"] if m is None else f"{m:.2f}" for m, f in zip(e["run_minutes"], files))
         status = e["status"] if not e.get("message") else f"{e['status']}: {e['message']}"
-        row = [e["system"], e["benchmark"], e.get("scaling") or "-", str(e.get("accelerators") or "-"),
+        scale = str(e.get("accelerators") or "-")
+        if e.get("instance_accelerators"):
+            scale += f" ({e['instance_accelerators']}/model)"
+        row = [e["system"], e["benchmark"], e.get("scaling") or "-", scale,
                f"{e['runs']}/{e['required_runs'] or '?'}", str(e["failed_runs"]), minutes, _score(e)]
         row += [_num(None if e.get("energy_j") is None else e["energy_j"] / 1000)] * with_energy
         rows.append(row + [status])
