@@ -105,6 +105,25 @@ def check_table(results: Sequence[dict[str, Any]]) -> Table:
     return columns, rows
 
 
+def package_table(verdict: dict[str, Any]) -> Table:
+    """The package checker's findings: one row per system description and per benchmark folder."""
+    columns = ["what", "name", "status", "RCP", "errors", "warnings"]
+    rows = [["system description", s["system"], s["status"], "-", s["message"] or "", ""] for s in verdict["systems"]]
+    rows += [["benchmark", f"{b['system']}/{b['benchmark']}", b["status"], b["rcp"] or "-",
+              "; ".join(b["errors"])[:160], str(len(b["warnings"]))] for b in verdict["benchmarks"]]
+    if not rows:
+        rows = [["package", verdict["folder"], verdict["status"], "-", "; ".join(verdict["errors"])[:160], verdict["note"] or ""]]
+    return columns, rows
+
+
+def rcp_table(rows_in: Sequence[dict[str, Any]]) -> Table:
+    """The RCP checker's verdict per benchmark folder."""
+    columns = ["folder", "benchmark", "round", "status", "mean epochs", "RCP mean", "min epochs", "message"]
+    rows = [[r["folder"], r["benchmark"], f"{r['usage']} {r['ruleset'] or '?'}", r["status"], _num(r["mean_epochs"]),
+             _num(r["rcp_mean_epochs"]), _num(r["min_epochs"]), r["message"]] for r in rows_in]
+    return columns, rows
+
+
 def compare_table(rows_in: Sequence[dict[str, Any]]) -> Table:
     """One row per system and benchmark beside the reference; warnings are rendered separately."""
     columns = ["system", "benchmark", "status", "division", "accelerators", "score minutes", "accel-minutes",
