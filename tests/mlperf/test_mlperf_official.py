@@ -6,11 +6,11 @@ import shutil
 from pathlib import Path
 
 import pytest
+from mllog_lines import mllog, write
 
 from dlbench.cli.app import main
 from dlbench.errors import UsageError
 from dlbench.mlperf.official import installed_rounds, package_check, rcp_check_folder
-from mllog_lines import mllog, write
 
 CASES = Path(__file__).resolve().parents[1] / "data" / "mlperf_cases"
 FUGAKU = CASES / "hpc_results_v1.0" / "Fujitsu+RIKEN"

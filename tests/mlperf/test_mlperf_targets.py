@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 import yaml
+from mllog_lines import good_lines, mllog, write
 
 from dlbench.mlperf.check import check_file
 from dlbench.mlperf.parse import parse_file, parse_lines
 from dlbench.mlperf.runs import run_time
 from dlbench.mlperf.score import score_folder
 from dlbench.mlperf.targets import UNKNOWN, dlbench_target, judge, table, target_for
-from mllog_lines import good_lines, mllog, write
 
 CASES = Path(__file__).resolve().parents[1] / "data" / "mlperf_cases"
 ABCI_COSMOFLOW = CASES / "hpc_results_v0.7" / "Fujitsu" / "results" / "abci_512xV100_tensorflow_closed" / "cosmoflow"
@@ -182,8 +182,8 @@ def test_pointing_at_pruned_results_itself_scores_them():
 def test_folder_name_and_log_disagreeing_on_the_division_is_a_warning():
     [entry] = score_folder(ABCI_OPEN)
     assert entry["division"] == "closed"
-    assert entry["warnings"] == ["division conflict: the folder name says open, the system description says open, "
-                                 "the logs' submission_division says closed; MLCommons' tools take the system description's"]
+    assert entry["warnings"] == [("division conflict: the folder name says open, the system description says open, "
+                                  "the logs' submission_division says closed; MLCommons' tools take the system description's")]
 
 
 def test_unparsable_lines_are_counted_with_their_reason():

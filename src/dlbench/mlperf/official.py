@@ -192,7 +192,7 @@ def rcp_check_folder(folder: str | Path, usage: str | None = None, ruleset: str 
 
 def rcp_check(benchmark_folder: Path, usage: str | None = None, ruleset: str | None = None) -> dict[str, Any]:
     """The RCP checker on one benchmark folder (module docstring)."""
-    first = parse_file(sorted(benchmark_folder.glob("result_*.txt"))[0])
+    first = parse_file(min(benchmark_folder.glob("result_*.txt")))
     benchmark = first.benchmark or benchmark_folder.name
     usage = usage or ("hpc" if benchmark in HPC_BENCHMARKS else "training")
     base = {"check": "rcp", "folder": str(benchmark_folder), "benchmark": benchmark, "usage": usage,
