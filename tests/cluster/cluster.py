@@ -104,6 +104,10 @@ def missing() -> str | None:
     for tool in ("ip", "tc", "nsenter", "unshare"):
         if shutil.which(tool, path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin") is None:
             return f"the namespace cluster needs {tool} (Debian: iproute2, util-linux)"
+    # a container without CAP_SYS_ADMIN cannot make namespaces: try one (empty, gone when `true` exits)
+    probe = subprocess.run(["unshare", "--net", "--uts", "--mount", "true"], capture_output=True, text=True, check=False)
+    if probe.returncode != 0:
+        return f"network namespaces cannot be created here ({probe.stderr.strip()[:120]})"
     return slurm_missing()
 
 
