@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 
+from dlbench.api.mlperf import run_task
 from dlbench.errors import UsageError
 from dlbench.mlperf.check import (
     check_file,
@@ -12,7 +13,6 @@ from dlbench.mlperf.check import (
     pick_ruleset,
     round_from_path,
 )
-from dlbench.api.mlperf import run_task
 from dlbench.mlperf.runner import RunOptions
 
 

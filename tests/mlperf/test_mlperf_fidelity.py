@@ -6,11 +6,11 @@ import math
 import os
 
 import pytest
+from mllog_lines import good_lines, mllog, write
 
 from dlbench.mlperf.parse import MAX_LINE_CHARS, parse_file, parse_lines
 from dlbench.mlperf.runs import run_time
 from dlbench.mlperf.score import score_folder
-from mllog_lines import good_lines, mllog, write
 
 
 def test_run_stop_before_run_start_is_invalid_not_negative():
