@@ -1,6 +1,6 @@
 """torchrun's multi-node mode across two namespace nodes, without Slurm: one ``dlbench run --nnodes 2
---node-rank K --rdzv-endpoint node0:PORT`` per node (each starts its torchrun agent), a c10d rendezvous
-on node0's address, gloo between the nodes' own addresses."""
+--node-rank K --rdzv-endpoint node0:PORT`` per node (each starts its torchrun agent), torchrun's static
+rendezvous on node0's address, gloo between the nodes' own addresses."""
 
 from __future__ import annotations
 
