@@ -23,6 +23,7 @@ from dlbench.cli import hpo
 from dlbench.cli import jobs
 from dlbench.cli import advise
 from dlbench.cli import tensorboard
+from dlbench.cli import io
 
 app = typer.Typer(
     name="dlbench",
@@ -70,6 +71,7 @@ app.add_typer(hpo.hpo_app, name="hpo")
 app.add_typer(jobs.jobs_app, name="jobs")
 app.command("advise")(advise.advise)
 app.add_typer(tensorboard.tensorboard_app, name="tensorboard")
+app.add_typer(io.io_app, name="io")
 
 
 def _is_parser_error(exc: Exception) -> bool:
