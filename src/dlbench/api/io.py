@@ -22,19 +22,17 @@ from dlbench.storage.manifest import Manifest, read_manifest
 from dlbench.storage.presets import random_samples
 
 
-def generate_data_set(root: Path, planned: Manifest | None, on_file: OnFile | None = None,
-                      workload: str | None = None, params: dict[str, Any] | None = None) -> Manifest:
+def generate_data_set(root: Path, planned: Manifest | None, on_file: OnFile | None = None) -> Manifest:
     """Write (or finish) the data set ``planned`` in ``root``; ``planned`` None resumes the one there.
-    With ``workload``, the samples are the catalogue workload's (its input tensors and targets), for
-    ``dlbench run WORKLOAD --data files:ROOT``."""
+    A data set of a catalogue workload (``source.workload``: see :func:`plan_workload_data_set`) holds
+    its samples (input tensors and targets), for ``dlbench run WORKLOAD --data files:ROOT``."""
     if planned is None:
         planned = read_manifest(root) if root.is_dir() else None
         if planned is None:
             raise UsageError(f"{root} holds no data set to resume; give --preset, --format or --workload, e.g. "
                              f"'dlbench io generate {root} --preset resnet50 --samples 1000'.")
-        workload = planned.source.get("workload")
-        params = planned.source.get("params")
-    make = workload_samples(workload, params or {}, planned.seed) if workload else random_samples(planned)
+    workload = planned.source.get("workload")
+    make = workload_samples(workload, planned.source.get("params") or {}, planned.seed) if workload else random_samples(planned)
     return generate(root, planned, make, on_file)
 
 

@@ -46,6 +46,8 @@ def resolve_train(spec: RunSpec, joined: LaunchEnv | None = None) -> ResolvedRun
         raise UsageError(f"--launcher local runs one process here, not --nproc {spec.nproc} × --nnodes {spec.nnodes}; "
                          "use --launcher torchrun, or drop --nproc/--nnodes.")
     workload = registry.create(spec.workload, spec.params)
+    if spec.files_dir:
+        check_files_fit(spec, workload)
     device = resolve_device(spec.device)
     world = joined.world_size if joined is not None else spec.world_size
     batch_size = per_rank_batch(spec.batch_size or workload.default_batch_size, world, spec.scaling)
@@ -75,6 +77,22 @@ def resolve_train(spec: RunSpec, joined: LaunchEnv | None = None) -> ResolvedRun
         node_rank=record_spec["node_rank"], rdzv_endpoint=spec.rdzv_endpoint, threads=threads,
         timeout_s=spec.timeout_s, launcher="torchrun" if launched else "local", joined=joined, tags=frozen(spec.tags),
     )
+
+
+def check_files_fit(spec: RunSpec, workload) -> None:
+    """``--data files:PATH``: a complete data set whose samples are what the workload's model takes."""
+    manifest = load_data_set(Path(spec.files_dir))
+    probe = workload.sample(1, torch.Generator().manual_seed(0))
+    wanted = [{"shape": list(t.shape[1:]), "dtype": t.numpy().dtype.str} for t in probe]
+    if manifest.fields != wanted:
+        params = " ".join(f"-p {k}={v}" for k, v in workload.params.items())
+        raise UsageError(f"data set {spec.files_dir} holds samples of {_fields(manifest.fields)}, but {spec.workload} "
+                         f"with these parameters takes {_fields(wanted)}; write one with 'dlbench io generate DIR "
+                         f"--workload {spec.workload} {params}'.")
+
+
+def _fields(fields: list[dict]) -> str:
+    return " + ".join(f"{'x'.join(map(str, f['shape'])) or 'scalar'} {f['dtype']}" for f in fields)
 
 
 def resolve_comm(spec: CommSpec) -> ResolvedRun:

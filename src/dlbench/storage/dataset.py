@@ -59,8 +59,9 @@ class FileDataset(Dataset):
 
 def _writable(array: np.ndarray) -> np.ndarray:
     """torch wants writable arrays; a parsed buffer (a tar member) is read-only and is copied."""
-    array = np.ascontiguousarray(array)
-    return array if array.flags.writeable else array.copy()
+    if array.flags.c_contiguous and array.flags.writeable:
+        return array
+    return np.array(array, order="C", copy=True)  # not ascontiguousarray: it makes a 0-d target 1-d
 
 
 def collate(items: list[Any]) -> dict[str, Any]:
