@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -44,7 +45,7 @@ def generate(root: Path, planned: Manifest, make_samples: MakeSamples, on_file: 
                 entry = _write_file(form, root, name, make_samples(i, count), count)
             except OSError as exc:
                 _checkpoint(root, planned, files)
-                raise _write_error(exc, root, name, i, planned.file_count) from None
+                raise _write_error(exc, root, name, i, planned.file_count, planned.sample_bytes * count) from None
         files.append(entry)
         if time.monotonic() - checkpointed > CHECKPOINT_S:
             _checkpoint(root, planned, files)
@@ -115,8 +116,9 @@ def _checkpoint(root: Path, planned: Manifest, files: list[dict[str, Any]]) -> N
         pass  # a full disk: the files renamed into place are complete; the next generate indexes them
 
 
-def _write_error(exc: OSError, root: Path, name: str, index: int, total: int) -> UsageError:
-    if exc.errno in _NO_SPACE:
+def _write_error(exc: OSError, root: Path, name: str, index: int, total: int, needed_bytes: int) -> UsageError:
+    # numpy reports a short write without an errno ("N requested and M written"): ask the disk
+    if exc.errno in _NO_SPACE or (exc.errno is None and shutil.disk_usage(root).free < needed_bytes):
         return UsageError(f"no space left writing {root / name} ({index} of {total} files written, kept); free space "
                           f"and run the same 'dlbench io generate' again: it resumes at file {index + 1}.")
     return UsageError(f"cannot write {root / name} ({exc.strerror or exc}); check the directory and run the same "

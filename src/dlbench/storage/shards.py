@@ -24,12 +24,15 @@ class TarFormat(Format):
     sharded = True
 
     def write(self, path: Path, samples: list[list[np.ndarray]]) -> None:
+        shard = path.name.lstrip(".").split(".")[0]  # the final name's stem, also when writing to ".NAME.tmp"
         with tarfile.open(path, "w", format=tarfile.USTAR_FORMAT) as tar:
             for i, fields in enumerate(samples):
                 for f, array in enumerate(fields):
                     data = io.BytesIO()
                     np.save(data, array, allow_pickle=False)
-                    info = tarfile.TarInfo(f"{path.stem}_{i:07d}.{f}.npy")  # equal-length names: a regular stride
+                    # key "<shard>_<i>" (no dot: WebDataset groups members by the name up to the first one);
+                    # names of equal length, so the members lie at a regular stride
+                    info = tarfile.TarInfo(f"{shard}_{i:07d}.{f}.npy")
                     info.size, info.mode, info.mtime = data.tell(), 0o644, 0
                     data.seek(0)
                     tar.addfile(info, data)
