@@ -45,7 +45,7 @@ def generate(root: Path, planned: Manifest, make_samples: MakeSamples, on_file: 
                 entry = _write_file(form, root, name, make_samples(i, count), count)
             except OSError as exc:
                 _checkpoint(root, planned, files)
-                raise _write_error(exc, root, name, i, planned.file_count, planned.sample_bytes * count) from None
+                raise _write_error(exc, root, name, i, planned.file_count) from None
         files.append(entry)
         if time.monotonic() - checkpointed > CHECKPOINT_S:
             _checkpoint(root, planned, files)
@@ -96,6 +96,12 @@ def _write_file(form: Format, root: Path, name: str, samples: list[list[np.ndarr
         form.write(tmp, samples)
         entry = _entry(form, tmp, count) | {"name": name}
         tmp.replace(root / name)
+    except OSError as exc:
+        # numpy reports a short write without an errno ("N requested and M written"): ask the disk while
+        # the partial file still takes its room
+        if exc.errno is None and shutil.disk_usage(root).free < sum(a.nbytes for s in samples for a in s):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)) from exc
+        raise
     finally:
         tmp.unlink(missing_ok=True)
     return entry
@@ -116,9 +122,8 @@ def _checkpoint(root: Path, planned: Manifest, files: list[dict[str, Any]]) -> N
         pass  # a full disk: the files renamed into place are complete; the next generate indexes them
 
 
-def _write_error(exc: OSError, root: Path, name: str, index: int, total: int, needed_bytes: int) -> UsageError:
-    # numpy reports a short write without an errno ("N requested and M written"): ask the disk
-    if exc.errno in _NO_SPACE or (exc.errno is None and shutil.disk_usage(root).free < needed_bytes):
+def _write_error(exc: OSError, root: Path, name: str, index: int, total: int) -> UsageError:
+    if exc.errno in _NO_SPACE:
         return UsageError(f"no space left writing {root / name} ({index} of {total} files written, kept); free space "
                           f"and run the same 'dlbench io generate' again: it resumes at file {index + 1}.")
     return UsageError(f"cannot write {root / name} ({exc.strerror or exc}); check the directory and run the same "
