@@ -83,3 +83,13 @@ def test_torchrun_ranks_each_read_their_shard(capsys, db, tmp_path, left_running
     assert record["spec"]["launcher"] == "torchrun" and result["world_size"] == 2
     assert result["samples"] == 24 and [r["rank"] for r in result["per_rank"]] == [0, 1]  # 12 each: disjoint shards
     assert left_running() == []
+
+
+def test_a_plain_directory_tree_stages_for_mlperf_data_dir(capsys, db, tmp_path):
+    source = tmp_path / "imagenet"
+    for split, cls in (("train", "n01"), ("train", "n02"), ("val", "n01")):
+        (source / split / cls).mkdir(parents=True)
+        (source / split / cls / "a.JPEG").write_bytes(bytes(range(256)) * 4)
+    record = run_json(capsys, "io", "stage", str(source), str(tmp_path / "bb"), "--cache", "asis")
+    assert record["spec"]["workload"] == "io-stage/tree" and record["result"]["files"] == 3
+    assert (tmp_path / "bb" / "val" / "n01" / "a.JPEG").read_bytes() == bytes(range(256)) * 4

@@ -107,6 +107,8 @@ CASES = [
     Case("stage-onto-itself", ["io", "stage", "{tmp}/ds", "{tmp}/ds"], "is the source itself", files={"x": data_set}),
     Case("stage-onto-a-file", ["io", "stage", "{tmp}/ds", "{tmp}/f"], "is a file", files={"x": data_set, "f": b"x"}),
     Case("stage-from-nothing", ["io", "stage", "{tmp}/none", "{tmp}/d"], "does not exist"),
+    Case("stage-tree-with-a-link", ["io", "stage", "{tmp}/t", "{tmp}/d"], "holds a symbolic link (x)",
+         files={"x": lambda folder: ((folder / "t").mkdir(), (folder / "t" / "x").symlink_to("/etc/passwd"))}),
     Case("stage-zero-streams", ["io", "stage", "{tmp}/ds", "{tmp}/d", "--streams", "0"], "--streams 0",
          files={"x": data_set}),
     Case("train-files-missing", ["run", *LSTM, "--data", "files:{tmp}/nowhere"], "does not exist"),

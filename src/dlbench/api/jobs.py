@@ -298,7 +298,8 @@ class StageJob(Job):
         spec = run.spec
         source = Path(spec.source)
         report = (lambda done, total, _bytes: on_step("copy", done - 1, total)) if on_step else None
-        return stage(source, Path(spec.destination), load_data_set(source), spec.streams, spec.cache == "cold", report)
+        manifest = load_data_set(source) if run.record_spec["workload"] != "io-stage/tree" else None
+        return stage(source, Path(spec.destination), manifest, spec.streams, spec.cache == "cold", report)
 
     def run_rank(self, doc, launch, progress, on_joined):
         raise UsageError("a staging copy runs in this process (--streams copies in parallel); it is not launched as ranks.")

@@ -19,8 +19,8 @@ from dlbench.engine.run import ResolvedRun, frozen
 from dlbench.errors import UsageError
 from dlbench.record import new_id
 from dlbench.spec import CommSpec, IoReadSpec, LaunchSettings, RunSpec, StageSpec
-from dlbench.storage.manifest import Manifest, load_data_set
-from dlbench.storage.stage import check_destination
+from dlbench.storage.manifest import Manifest, load_data_set, read_manifest
+from dlbench.storage.stage import check_destination, source_files
 
 
 def joined_launch(environ: Mapping[str, str] | None = None) -> LaunchEnv | None:
@@ -149,17 +149,20 @@ def resolve_io(spec: IoReadSpec, joined: LaunchEnv | None = None, stored_step_s:
 
 
 def resolve_stage(spec: StageSpec) -> ResolvedRun:
-    """A staging copy (``dlbench io stage``): the source a complete data set, the destination able to take it."""
+    """A staging copy (``dlbench io stage``): the source a complete data set (or a plain directory tree, such
+    as an ImageFolder for ``mlperf run --data-dir``), the destination able to take it."""
     source, destination = Path(spec.source), Path(spec.destination)
-    manifest = load_data_set(source)
+    manifest = load_data_set(source) if read_manifest(source) is not None or not source.is_dir() else None
+    files = source_files(source, manifest)
     check_destination(source, destination, manifest)
-    name = manifest.source.get("preset") or manifest.format
+    name = (manifest.source.get("preset") or manifest.format) if manifest is not None else "tree"
+    params = {"files": len(files)} if manifest is None else {
+        "format": manifest.format, "samples": manifest.samples, "sample_bytes": manifest.sample_bytes,
+        "samples_per_file": manifest.samples_per_file}
     record_spec = spec.model_dump() | {
         "workload": f"io-stage/{name}", "mode": "stage", "precision": "-", "device": "cpu", "batch_size": None,
-        "params": {"format": manifest.format, "samples": manifest.samples, "sample_bytes": manifest.sample_bytes,
-                   "samples_per_file": manifest.samples_per_file},
-        "source": str(source.resolve()), "destination": str(destination.resolve()),
-        "data_set_bytes": manifest.total_bytes, "nproc": 1, "nnodes": 1, "world_size": 1, "launcher": "local",
+        "params": params, "source": str(source.resolve()), "destination": str(destination.resolve()),
+        "data_set_bytes": sum(size for _, size in files), "nproc": 1, "nnodes": 1, "world_size": 1, "launcher": "local",
     }
     return ResolvedRun(kind="stage", spec=spec, record_spec=frozen(record_spec), job=frozen(spec.model_dump()),
                        device_type="cpu", tags=frozen(spec.tags))
