@@ -42,7 +42,7 @@ def io_read_bw(root: Path, workers: int) -> float:
 def fio_bw(root: Path, block_mib: int) -> float:
     # --opendir: every file of DIR (a --filename list is capped at 4096 characters); the manifest, smaller than
     # one block, adds no read, and each sample file's 128-byte npy header beyond the last full block neither
-    argv = ["fio", "--name=seqread", f"--opendir={root}", "--rw=read",
+    argv = ["fio", "--name=seqread", f"--opendir={root}", "--readonly", "--rw=read",
             f"--bs={block_mib}M", "--ioengine=psync", "--invalidate=1", "--file_service_type=sequential",
             "--numjobs=1", "--output-format=json"]
     stdout = subprocess.run(argv, capture_output=True, text=True, check=True).stdout

@@ -1,12 +1,13 @@
 """`dlbench io read` of a data set 4x larger than the memory it may use: RSS stays bounded.
 
-    python bench/io_memory.py DIR [--limit-mib 1536] [--sample-mib 4] [--factor 4]
+    python bench/io_memory.py DIR [--limit-mib 1536] [--sample-mib 4] [--factor 4] [--big DATASET]
 
 Runs the read inside a cgroup-v1 memory cgroup (``/sys/fs/cgroup/memory/dlbench-io-bench``, root needed)
 whose limit, page cache included, is LIMIT_MIB: the RAM the reader gets. The data set (npy, SAMPLE_MIB MiB
 per sample) is FACTOR x LIMIT_MIB, so neither the reader nor the page cache can keep it; a reader whose
 memory grew with the data read would be killed by the cgroup's OOM killer. A second read of a data set of
-LIMIT_MIB / 4 gives the same figures at a size that fits, for comparison.
+LIMIT_MIB / 4 gives the same figures at a size that fits, for comparison. ``--big DATASET`` reads an
+existing npy data set instead (the limit is then its size / FACTOR).
 
 Reports the cgroup's peak charge (``memory.max_usage_in_bytes``: RSS and page cache of the reader and
 its workers) and the read's own ``peak_rss_bytes`` (rank + workers, summed RSS: shared pages counted
@@ -44,7 +45,7 @@ def limited_read(root: Path, limit_bytes: int) -> dict:
     (CGROUP / "memory.failcnt").write_text("0")
     argv = [sys.executable, "-m", "dlbench", "io", "read", str(root), *READ]
     # the child joins the cgroup before it execs Python: everything it and its workers use is charged there
-    done = subprocess.run(argv, capture_output=True, text=True,
+    done = subprocess.run(argv, capture_output=True, text=True, check=False,
                           preexec_fn=lambda: (CGROUP / "cgroup.procs").write_text(str(os.getpid())))
     peak = int((CGROUP / "memory.max_usage_in_bytes").read_text())
     failcnt = int((CGROUP / "memory.failcnt").read_text())
@@ -61,10 +62,16 @@ def main() -> None:
     parser.add_argument("--limit-mib", type=int, default=1536)
     parser.add_argument("--sample-mib", type=int, default=4)
     parser.add_argument("--factor", type=int, default=4)
+    parser.add_argument("--big", type=Path, help="an existing npy data set to read (the limit: its size / factor)")
     args = parser.parse_args()
+    big, small = args.big or args.dir / "big", args.dir / "small"
+    if args.big:
+        manifest = json.loads((big / "dlbench-dataset.json").read_text())
+        args.limit_mib = sum(f["bytes"] for f in manifest["files"]) // args.factor >> 20
+        args.sample_mib = max(1, int(manifest["fields"][0]["shape"][0]) >> 20)
+    else:
+        generate(big, args.factor * args.limit_mib // args.sample_mib, args.sample_mib)
     limit = args.limit_mib << 20
-    big, small = args.dir / "big", args.dir / "small"
-    generate(big, args.factor * args.limit_mib // args.sample_mib, args.sample_mib)
     generate(small, max(8, args.limit_mib // 4 // args.sample_mib), args.sample_mib)
     print(f"# limit {args.limit_mib} MiB (page cache included); load {os.getloadavg()}; "
           f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
@@ -75,8 +82,9 @@ def main() -> None:
     finally:
         if CGROUP.exists():
             CGROUP.rmdir()
-    if "--keep" not in sys.argv:
-        shutil.rmtree(args.dir, ignore_errors=True)
+    shutil.rmtree(small, ignore_errors=True)
+    if not args.big:
+        shutil.rmtree(big, ignore_errors=True)
 
 
 if __name__ == "__main__":

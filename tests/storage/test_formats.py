@@ -3,8 +3,6 @@ written reads back, decoded and raw, and the manifest's layout finds every sampl
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 

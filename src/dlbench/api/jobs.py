@@ -8,8 +8,8 @@ one line there (HPO trials and MLPerf runs plug in the same way).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from pathlib import Path
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
@@ -18,7 +18,12 @@ from dlbench.api.resolve import resolve_io, resolve_train
 from dlbench.catalog import registry
 from dlbench.engine.comm import run_comm_rank
 from dlbench.engine.devices import device_name, resolve_device, torch_threads
-from dlbench.engine.dist import LaunchEnv, destroy_process_group, init_process_group, rank_device
+from dlbench.engine.dist import (
+    LaunchEnv,
+    destroy_process_group,
+    init_process_group,
+    rank_device,
+)
 from dlbench.engine.io_read import read_data_set
 from dlbench.engine.loop import OnStep, Progress, measure
 from dlbench.engine.run import ResolvedRun

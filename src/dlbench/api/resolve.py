@@ -14,7 +14,13 @@ from dlbench.catalog import registry
 from dlbench.config import writable_dir
 from dlbench.engine.aggregate import per_rank_batch
 from dlbench.engine.devices import device_name, resolve_device
-from dlbench.engine.dist import LaunchEnv, check_backend, check_endpoint, default_backend, detect_launch_env
+from dlbench.engine.dist import (
+    LaunchEnv,
+    check_backend,
+    check_endpoint,
+    default_backend,
+    detect_launch_env,
+)
 from dlbench.engine.run import ResolvedRun, frozen
 from dlbench.errors import UsageError
 from dlbench.record import new_id
@@ -137,6 +143,7 @@ def resolve_io(spec: IoReadSpec, joined: LaunchEnv | None = None, stored_step_s:
         "device": device.type, "device_name": device_name(device), "threads": threads, "world_size": world,
         "backend": backend, "launcher": "torchrun" if launched else (joined.launcher if joined else "local"),
         "joined": joined is not None, "pin_memory": job_spec.pin_memory if job_spec.pin_memory is not None else device.type == "cuda",
+        "compute_from": spec.compute_from,  # where compute_ms came from (the job's spec carries the time)
     }
     if joined is not None:
         record_spec |= {"nproc": joined.local_world_size, "nnodes": joined.nnodes, "node_rank": joined.rank // max(1, joined.local_world_size)}
@@ -177,7 +184,7 @@ def io_settings(spec: IoReadSpec, manifest: Manifest | None, stored_step_s: floa
     return spec.model_copy(update={
         "batch_size": spec.batch_size or int(preset.get("batch_size", 1)),
         "workers": spec.workers if spec.workers is not None else int(preset.get("workers", 4)),
-        "compute_ms": compute_ms,
+        "compute_ms": compute_ms, "compute_from": None,  # resolved: the ranks' spec carries the time itself
     })
 
 
@@ -265,7 +272,7 @@ def resolve_io_batch(spec: IoReadSpec, settings: LaunchSettings, launcher: str, 
         "device": device_type, "device_name": None, "threads": spec.threads, "world_size": world,
         "backend": spec.backend or (default_backend(device_type) if world > 1 else None), "launcher": launcher,
         "nnodes": settings.nodes, "nproc": nproc, "joined": False, "container": batch_container(settings, launcher),
-        "telemetry": False, "global_batch_size": job_spec.batch_size * world,
+        "telemetry": False, "global_batch_size": job_spec.batch_size * world, "compute_from": spec.compute_from,
     }
     return ResolvedRun(
         kind="io", spec=job_spec, record_spec=frozen(record_spec), job=frozen(job_spec.model_dump()),

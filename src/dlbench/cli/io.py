@@ -7,7 +7,16 @@ from typing import Any
 
 import typer
 
-from dlbench.cli._common import DB_OPTION, JSON_OPTION, LaunchOptions, StepProgress, emit_json, info, launch_options, open_store
+from dlbench.cli._common import (
+    DB_OPTION,
+    JSON_OPTION,
+    LaunchOptions,
+    StepProgress,
+    emit_json,
+    info,
+    launch_options,
+    open_store,
+)
 from dlbench.errors import BenchmarkFailed, UsageError
 from dlbench.report.tables import render
 

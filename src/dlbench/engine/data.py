@@ -14,10 +14,9 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
-
-import torch
 from pathlib import Path
 
+import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from dlbench.catalog._base import Batch, Workload

@@ -13,6 +13,7 @@ flight per rank, nothing is cached by the reader (the page cache is the kernel's
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
 import time
@@ -51,7 +52,7 @@ def read_data_set(spec: IoReadSpec, manifest: Manifest, settings: dict[str, Any]
                                  drop_last=world > 1)
     workers = settings["workers"]
     loader = DataLoader(dataset, batch_size=settings["batch_size"], sampler=sampler, num_workers=workers,
-                        collate_fn=collate, pin_memory=settings["pin_memory"],
+                        collate_fn=functools.partial(collate, stack=spec.decode), pin_memory=settings["pin_memory"],
                         prefetch_factor=spec.prefetch if workers else None, persistent_workers=False)
     local = _timed_read(spec, loader, sampler, settings["compute_s"], device, dist, progress)
     local |= {"rank": rank, "host": socket.gethostname()}

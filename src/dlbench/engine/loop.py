@@ -275,4 +275,4 @@ def count_flops(fn: Callable[[], Any]) -> int:
     return counter.get_total_flops()
 
 
-__all__ = ["Progress", "measure", "prepare", "summarise", "count_flops", "count_flops_per_sample", "OnStep"]
+__all__ = ["OnStep", "Progress", "count_flops", "count_flops_per_sample", "measure", "prepare", "summarise"]

@@ -82,12 +82,12 @@ def get_format(name: str) -> Format:
     return getattr(importlib.import_module(module), cls)()
 
 
-def read_spans(path: Path, spans: list[tuple[int, int]]) -> bytearray:
-    """The bytes of ``spans`` of ``path``, read with pread into one buffer (no Python-level copies per
-    chunk); a short read means the file is shorter than its manifest says."""
+def read_spans(path: Path, spans: list[tuple[int, int]], into: memoryview | None = None) -> memoryview:
+    """The bytes of ``spans`` of ``path``, read with ``preadv`` straight into ``into`` (a writable buffer of
+    their total size: no zeroing, no copy after the kernel's) or a new bytearray; a short read means the
+    file is shorter than its manifest says."""
     total = sum(size for _, size in spans)
-    buffer = bytearray(total)
-    view = memoryview(buffer)
+    view = memoryview(bytearray(total)) if into is None else into.cast("B")
     fd = os.open(path, os.O_RDONLY)
     try:
         at = 0
@@ -98,7 +98,7 @@ def read_spans(path: Path, spans: list[tuple[int, int]]) -> bytearray:
             at += size
     finally:
         os.close(fd)
-    return buffer
+    return view
 
 
 def describe(fields: list[np.ndarray]) -> list[dict[str, Any]]:

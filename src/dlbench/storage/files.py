@@ -47,7 +47,9 @@ class JpegFormat(Format):
     max_fields = 1
 
     def write(self, path: Path, samples: list[list[np.ndarray]]) -> None:
-        from PIL import Image  # Pillow: only for JPEG data sets (it comes with torchvision)
+        from PIL import (
+            Image,  # Pillow: only for JPEG data sets (it comes with torchvision)
+        )
 
         Image.fromarray(samples[0][0]).save(path, format="JPEG", quality=90)
 

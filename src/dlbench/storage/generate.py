@@ -20,7 +20,12 @@ import numpy as np
 
 from dlbench.errors import UsageError
 from dlbench.storage._base import Format, get_format
-from dlbench.storage.manifest import MANIFEST_NAME, Manifest, read_manifest, write_manifest
+from dlbench.storage.manifest import (
+    MANIFEST_NAME,
+    Manifest,
+    read_manifest,
+    write_manifest,
+)
 
 #: Errors that mean "no room": the disk, a quota, a file size limit.
 _NO_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)

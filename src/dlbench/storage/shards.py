@@ -115,8 +115,7 @@ class TokensFormat(Format):
 
     def write(self, path: Path, samples: list[list[np.ndarray]]) -> None:
         with open(path, "wb") as f:
-            for fields in samples:
-                f.write(np.ascontiguousarray(fields[0]).tobytes())
+            f.writelines(np.ascontiguousarray(fields[0]).tobytes() for fields in samples)
 
     def layout(self, path: Path, samples: int) -> list[Span]:
         size = path.stat().st_size // samples
