@@ -167,16 +167,21 @@ def _run(spec, db: str | None, no_store: bool) -> dict | None:
 
     joined = joined_launch()
     follower = joined is not None and joined.rank != 0
-    store = None if no_store or follower else open_store(db)
+    record = _stored_run(f"io read {spec.path}", run_io_read, spec, None if no_store or follower else open_store(db))
+    return None if follower else record
+
+
+def _stored_run(label: str, run, spec, store) -> dict:
+    """``run(spec, store)`` with a progress bar; the store closed after, whatever happens."""
     try:
-        with StepProgress(f"io read {spec.path}") as progress:
-            record = run_io_read(spec, store, on_step=progress.callback)
+        with StepProgress(label) as progress:
+            record = run(spec, store, on_step=progress.callback)
     finally:
         if store is not None:
             store.close()
     if store is not None:
         info(f"saved run {record['id']} in {store.location}")
-    return None if follower else record
+    return record
 
 
 def _submit(spec, launch: LaunchOptions, db: str | None, no_store: bool, as_json: bool) -> list[dict] | None:
@@ -241,13 +246,7 @@ def stage(
 
     spec = _spec(StageSpec, source=source, destination=destination, streams=streams, cache=cache,
                  tags=parse_key_values(tag or [], "--tag"))
-    store = None if no_store else open_store(db)
-    try:
-        with StepProgress(f"stage {source} → {destination}") as progress:
-            record = run_stage(spec, store, on_step=progress.callback)
-    finally:
-        if store is not None:
-            store.close()
+    record = _stored_run(f"stage {source} → {destination}", run_stage, spec, None if no_store else open_store(db))
     if as_json:
         emit_json(record)
     elif record.get("result"):
