@@ -6,6 +6,9 @@ One rank, one batch, as MLPerf Storage's DLIO emulates it::
     compute = sleep(compute_s)            # the accelerator busy with the batch; the workers read ahead meanwhile
     AU      = Σ compute / wall time       # the accelerator's utilisation: 1.0 when the input never stalls it
 
+AU is DLIO's (MLPerf Storage's): the first batch — the workers starting — is left out of both sums
+(``au_with_first_step`` keeps it).
+
 Each rank reads its shard of every epoch (``DistributedSampler``: disjoint, equal shares of one shuffled
 order). Memory is bounded whatever the data set's size: at most ``workers × prefetch`` batches are in
 flight per rank, nothing is cached by the reader (the page cache is the kernel's, and reclaimable).
@@ -139,10 +142,12 @@ def merge_ranks(per_rank: list[dict[str, Any]], settings: dict[str, Any]) -> dic
     samples, nbytes = sum(r["samples"] for r in per_rank), sum(r["bytes"] for r in per_rank)
     waits = sorted(w for r in per_rank for w in r["wait_times_s"])
     steps = [max(times) for times in zip(*(r["step_times_s"] for r in per_rank))]
-    au = [r["compute_s"] / r["window_s"] if r["window_s"] else 0.0 for r in per_rank]
+    au = [_au(r, settings["compute_s"]) for r in per_rank]
+    au_all = [r["compute_s"] / r["window_s"] if r["window_s"] else 0.0 for r in per_rank]
     return {
         "mode": "io", "samples_per_s": samples / window_s if window_s else None,
         "bytes_per_s": nbytes / window_s if window_s else None, "au": sum(au) / len(au), "au_min": min(au),
+        "au_with_first_step": sum(au_all) / len(au_all),
         "samples": samples, "bytes": nbytes, "window_s": window_s, "steps": len(steps),
         "batch_size": settings["batch_size"], "global_batch_size": settings["batch_size"] * len(per_rank),
         "compute_s_per_batch": settings["compute_s"],
@@ -156,6 +161,15 @@ def merge_ranks(per_rank: list[dict[str, Any]], settings: dict[str, Any]) -> dic
         "per_rank": [{"rank": r["rank"], "host": r["host"], "samples_per_s": r["samples"] / r["window_s"] if r["window_s"] else None,
                       "au": a, "peak_rss_bytes": r["peak_rss_bytes"]} for r, a in zip(per_rank, au)],
     }
+
+
+def _au(rank: dict[str, Any], compute_s: float) -> float:
+    """DLIO's AU of one rank: compute over wall time, both without the first batch (the workers' start)."""
+    steps = rank["step_times_s"]
+    if len(steps) < 2:
+        return rank["compute_s"] / rank["window_s"] if rank["window_s"] else 0.0
+    busy_s = rank["window_s"] - steps[0]
+    return min(1.0, compute_s * (len(steps) - 1) / busy_s) if busy_s > 0 else 0.0
 
 
 def _wait_stats(sorted_waits: list[float]) -> dict[str, float] | None:
