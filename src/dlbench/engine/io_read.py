@@ -37,6 +37,8 @@ from dlbench.storage.manifest import Manifest
 
 #: Corrupt samples named in the record (all are counted).
 NAMED_CORRUPT = 20
+#: Seconds between samples of the reader's memory (rank and workers) during the read.
+RSS_EVERY_S = 1.0
 
 
 def read_data_set(spec: IoReadSpec, manifest: Manifest, settings: dict[str, Any], device: torch.device,
@@ -88,7 +90,7 @@ def _timed_read(spec: IoReadSpec, loader: DataLoader, sampler: DistributedSample
     waits: list[float] = []
     samples = nbytes = corrupt_count = 0
     corrupt: list[str] = []
-    peak_rss = _rss_bytes()
+    peak_rss, rss_at = _rss_bytes(), time.perf_counter()
     clock = StepClock("cpu", barrier=dist.barrier if dist else None)  # wall clock: the sleep is the compute
     if progress is not None:
         progress.batch_size, progress.clock = loader.batch_size or 0, clock
@@ -112,8 +114,8 @@ def _timed_read(spec: IoReadSpec, loader: DataLoader, sampler: DistributedSample
             samples, nbytes = samples + batch["samples"], nbytes + batch["bytes"]
             corrupt_count += len(batch["corrupt"])
             corrupt += [f"{where}: {error}" for where, error in batch["corrupt"]][:NAMED_CORRUPT - len(corrupt)]
-            if len(waits) % 16 == 0:
-                peak_rss = max(peak_rss, _rss_bytes())
+            if time.perf_counter() - rss_at > RSS_EVERY_S:  # psutil scans the process table: not every batch
+                peak_rss, rss_at = max(peak_rss, _rss_bytes()), time.perf_counter()
         del batches  # workers end here: the next epoch starts its own
         if spec.steps is not None and len(waits) >= spec.steps:
             break
@@ -127,7 +129,7 @@ def _rss_bytes() -> int:
     """This rank's resident memory and its DataLoader workers' (what the job costs the node)."""
     me = psutil.Process(os.getpid())
     total = me.memory_info().rss
-    for child in me.children(recursive=True):
+    for child in me.children():  # the DataLoader's workers
         try:
             total += child.memory_info().rss
         except psutil.Error:
