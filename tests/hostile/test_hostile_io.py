@@ -1,6 +1,6 @@
-"""Hostile input to ``dlbench io`` and ``--data files:``: every case ends as the corpus of
-``test_hostile_inputs`` does — exit 2, one ``dlbench: error:`` line naming the problem, no traceback,
-nothing on stdout, the results store byte for byte as it was.
+"""Hostile input to ``dlbench io`` and ``--data files:``: every case meets the corpus's verdict
+(``hostile_corpus.check``: exit 2, one ``dlbench: error:`` line naming the problem, no traceback, nothing on
+stdout, the results store byte for byte as it was).
 
 A case's ``files`` callables build its inputs in its folder: a tiny data set, then broken (a missing
 shard, a truncated one, a manifest of garbage, a file name that climbs out of the directory …).
@@ -10,15 +10,12 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from test_hostile_inputs import Case, digest, expand
+from hostile_corpus import Case, check, params
 
-from dlbench.cli.app import main
 from dlbench.storage.generate import generate
 from dlbench.storage.manifest import MANIFEST_NAME
 from dlbench.storage.presets import plan_data_set, random_samples
@@ -119,18 +116,6 @@ CASES = [
 ]
 
 
-@pytest.fixture(scope="module")
-def seeded_io_store(tmp_path_factory) -> Path:
-    """A store holding one real io read (copied for every case)."""
-    folder = tmp_path_factory.mktemp("seed")
-    data_set(folder)
-    env = {"DLBENCH_DB": str(folder / "runs.db")}
-    done = subprocess.run([sys.executable, "-m", "dlbench", "io", "read", str(folder / "ds"), "-w", "0", "--json"],
-                          env=os.environ | env, capture_output=True, text=True, timeout=300, check=False)
-    assert done.returncode == 0, done.stderr
-    return folder / "runs.db"
-
-
 @pytest.fixture
 def folder(tmp_path):
     yield tmp_path
@@ -138,22 +123,6 @@ def folder(tmp_path):
         subprocess.run(["umount", "-l", str(tmp_path / "disk")], check=False)
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
-def test_hostile_io_input_is_one_sentence_exit_2_and_changes_nothing(case, seeded_io_store, folder, monkeypatch, capsys):
-    store = folder / "runs.db"
-    shutil.copy(seeded_io_store, store)
-    for name, content in case.files.items():
-        content(folder) if callable(content) else (folder / name).write_bytes(content)
-    before = digest(store)
-    monkeypatch.setenv("DLBENCH_DB", str(store))
-    monkeypatch.chdir(folder)
-    code = main([expand(a, folder, "") for a in case.argv])
-    out, err = capsys.readouterr()
-    assert code == 2, f"exit {code}; stderr: {err[-2000:]}"
-    assert "Traceback" not in err
-    lines = [line for line in err.strip().splitlines() if not line.startswith(("running ", "dlbench: warning: the CPUs"))]
-    assert len(lines) == 1 and lines[0].startswith("dlbench: error: "), err[-2000:]
-    assert expand(case.fragment, folder, "") in lines[0]
-    assert len(lines[0]) < 600
-    assert out == ""
-    assert digest(store) == before
+@pytest.mark.parametrize("case", params(CASES))
+def test_hostile_io_input_is_one_sentence_exit_2_and_changes_nothing(case, seeded_store, folder, monkeypatch, capsys):
+    check(case, seeded_store, folder, monkeypatch, capsys)

@@ -17,7 +17,7 @@ from dlbench.catalog import registry
 from dlbench.engine.run import ResolvedRun
 from dlbench.errors import UsageError
 from dlbench.spec import IoReadSpec, StageSpec
-from dlbench.storage.generate import OnFile, generate
+from dlbench.storage.generate import OnFile, generate, prepare
 from dlbench.storage.manifest import Manifest, read_manifest
 from dlbench.storage.presets import random_samples
 
@@ -26,6 +26,12 @@ def generate_data_set(root: Path, planned: Manifest | None, on_file: OnFile | No
     """Write (or finish) the data set ``planned`` in ``root``; ``planned`` None resumes the one there.
     A data set of a catalogue workload (``source.workload``: see :func:`plan_workload_data_set`) holds
     its samples (input tensors and targets), for ``dlbench run WORKLOAD --data files:ROOT``."""
+    return write_data_set(*prepare_data_set(root, planned), on_file)
+
+
+def prepare_data_set(root: Path, planned: Manifest | None) -> tuple[Path, Manifest, Callable, dict]:
+    """Everything checked before the first file is written (the directory, what it holds): the arguments
+    of :func:`write_data_set`."""
     if planned is None:
         planned = read_manifest(root) if root.is_dir() else None
         if planned is None:
@@ -33,7 +39,12 @@ def generate_data_set(root: Path, planned: Manifest | None, on_file: OnFile | No
                              f"'dlbench io generate {root} --preset resnet50 --samples 1000'.")
     workload = planned.source.get("workload")
     make = workload_samples(workload, planned.source.get("params") or {}, planned.seed) if workload else random_samples(planned)
-    return generate(root, planned, make, on_file)
+    return root, planned, make, prepare(root, planned)
+
+
+def write_data_set(root: Path, planned: Manifest, make: Callable, known: dict, on_file: OnFile | None = None) -> Manifest:
+    """Write the files :func:`prepare_data_set` checked; the complete manifest."""
+    return generate(root, planned, make, on_file, known)
 
 
 def plan_workload_data_set(workload: str, params: dict[str, Any], fmt: str, samples: int, samples_per_file: int | None,
@@ -90,13 +101,16 @@ def resolve_read(spec: IoReadSpec, store=None) -> ResolvedRun:
     return resolve_io(spec, joined_launch(), stored_step_s(spec, store))
 
 
+def record_run(run: ResolvedRun, store=None, env: dict | None = None, on_step=None) -> dict[str, Any]:
+    """Run a resolved io read or stage through the pipeline; its record, saved to ``store``."""
+    return execute(run, store, env if env is not None else run_env(), on_step)[0]
+
+
 def run_io_read(spec: IoReadSpec, store=None, env: dict | None = None, on_step=None) -> dict[str, Any]:
     """Read the data set ``spec.path`` as a training job does; its record, saved to ``store``."""
-    run = resolve_read(spec, store)
-    return execute(run, store, env if env is not None else run_env(), on_step)[0]
+    return record_run(resolve_read(spec, store), store, env, on_step)
 
 
 def run_stage(spec: StageSpec, store=None, env: dict | None = None, on_step=None) -> dict[str, Any]:
     """Copy a data set to ``spec.destination`` with ``spec.streams`` parallel copies; its record."""
-    run = resolve_stage(spec)
-    return execute(run, store, env if env is not None else run_env(), on_step)[0]
+    return record_run(resolve_stage(spec), store, env, on_step)

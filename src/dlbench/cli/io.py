@@ -54,7 +54,7 @@ def generate(
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Write a data set in a training job's format, with a manifest beside it; rerun to resume."""
-    from dlbench.api.io import generate_data_set, plan_workload_data_set
+    from dlbench.api.io import plan_workload_data_set, prepare_data_set, write_data_set
     from dlbench.cli.scale import parse_size
     from dlbench.spec import parse_key_values
     from dlbench.storage.presets import plan_data_set
@@ -78,8 +78,9 @@ def generate(
             raise UsageError(f"--dtype {dtype!r} is not a numpy dtype; use e.g. uint8, uint16, float32.") from None
     else:
         planned = None  # resume the data set in DIRECTORY
+    prepared = prepare_data_set(root, planned)  # before the progress line: bad input is one sentence
     with StepProgress(f"generate {root}") as progress:
-        manifest = generate_data_set(root, planned, lambda done, total, _b: progress.callback("files", done - 1, total))
+        manifest = write_data_set(*prepared, lambda done, total, _b: progress.callback("files", done - 1, total))
     summary = {"path": str(root), "format": manifest.format, "samples": manifest.samples, "files": len(manifest.files),
                "bytes": manifest.total_bytes, "sample_bytes": manifest.sample_bytes, "source": manifest.source}
     if as_json:
@@ -162,20 +163,25 @@ _FLAGS = {"timeout_s": "--timeout", "path": "PATH", "source": "SOURCE", "destina
 
 
 def _run(spec, db: str | None, no_store: bool) -> dict | None:
-    from dlbench.api.io import run_io_read
+    from dlbench.api.io import resolve_read
     from dlbench.api.resolve import joined_launch
 
     joined = joined_launch()
     follower = joined is not None and joined.rank != 0
-    record = _stored_run(f"io read {spec.path}", run_io_read, spec, None if no_store or follower else open_store(db))
+    record = _stored_run(f"io read {spec.path}", lambda store: resolve_read(spec, store),
+                         None if no_store or follower else open_store(db))
     return None if follower else record
 
 
-def _stored_run(label: str, run, spec, store) -> dict:
-    """``run(spec, store)`` with a progress bar; the store closed after, whatever happens."""
+def _stored_run(label: str, resolve, store) -> dict:
+    """The run ``resolve(store)`` gives (checked before the progress line), recorded with a progress bar;
+    the store closed after, whatever happens."""
+    from dlbench.api.io import record_run
+
     try:
+        run = resolve(store)
         with StepProgress(label) as progress:
-            record = run(spec, store, on_step=progress.callback)
+            record = record_run(run, store, on_step=progress.callback)
     finally:
         if store is not None:
             store.close()
@@ -241,12 +247,13 @@ def stage(
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Copy a data set to a faster tier with parallel streams; the time and bandwidth are recorded."""
-    from dlbench.api.io import run_stage
+    from dlbench.api.resolve import resolve_stage
     from dlbench.spec import StageSpec, parse_key_values
 
     spec = _spec(StageSpec, source=source, destination=destination, streams=streams, cache=cache,
                  tags=parse_key_values(tag or [], "--tag"))
-    record = _stored_run(f"stage {source} → {destination}", run_stage, spec, None if no_store else open_store(db))
+    record = _stored_run(f"stage {source} → {destination}", lambda _store: resolve_stage(spec),
+                         None if no_store else open_store(db))
     if as_json:
         emit_json(record)
     elif record.get("result"):

@@ -35,10 +35,12 @@ MakeSamples = Callable[[int, int], list[list[np.ndarray]]]
 OnFile = Callable[[int, int, int], None]  # (files done, files in all, bytes written so far)
 
 
-def generate(root: Path, planned: Manifest, make_samples: MakeSamples, on_file: OnFile | None = None) -> Manifest:
-    """Write the data set ``planned`` describes into ``root`` (or finish it); returns the complete manifest."""
+def generate(root: Path, planned: Manifest, make_samples: MakeSamples, on_file: OnFile | None = None,
+             known: dict[str, dict[str, Any]] | None = None) -> Manifest:
+    """Write the data set ``planned`` describes into ``root`` (or finish it); returns the complete manifest.
+    ``known``: what :func:`prepare` returned, when the caller checked ``root`` first."""
     form = get_format(planned.format)
-    known = _prepare(root, planned)
+    known = prepare(root, planned) if known is None else known
     files: list[dict[str, Any]] = []
     checkpointed = time.monotonic()
     for i in range(planned.file_count):
@@ -62,7 +64,7 @@ def generate(root: Path, planned: Manifest, make_samples: MakeSamples, on_file: 
     return planned
 
 
-def _prepare(root: Path, planned: Manifest) -> dict[str, dict[str, Any]]:
+def prepare(root: Path, planned: Manifest) -> dict[str, dict[str, Any]]:
     """Check ``root`` can take the data set; the files an earlier generate of the same data set recorded."""
     try:
         root.mkdir(parents=True, exist_ok=True)
