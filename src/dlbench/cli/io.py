@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -78,9 +80,11 @@ def generate(
             raise UsageError(f"--dtype {dtype!r} is not a numpy dtype; use e.g. uint8, uint16, float32.") from None
     else:
         planned = None  # resume the data set in DIRECTORY
-    prepared = prepare_data_set(root, planned)  # before the progress line: bad input is one sentence
-    with StepProgress(f"generate {root}") as progress:
-        manifest = write_data_set(*prepared, lambda done, total, _b: progress.callback("files", done - 1, total))
+    prepared = prepare_data_set(root, planned)  # before the progress bar: bad input is one sentence
+    # a bar on a terminal only: a full disk mid-way is then the one line on stderr, as any bad input
+    bar = StepProgress(f"generate {root}") if sys.stderr.isatty() else None
+    with bar or contextlib.nullcontext():
+        manifest = write_data_set(*prepared, (lambda done, total, _b: bar.callback("files", done - 1, total)) if bar else None)
     summary = {"path": str(root), "format": manifest.format, "samples": manifest.samples, "files": len(manifest.files),
                "bytes": manifest.total_bytes, "sample_bytes": manifest.sample_bytes, "source": manifest.source}
     if as_json:
