@@ -2,9 +2,10 @@
 
 Which interface: the one the collective library is told to use (``NCCL_SOCKET_IFNAME``, then
 ``GLOO_SOCKET_IFNAME``: the first name of the list), else the interface that holds the address this
-host's name resolves to (what gloo and torchrun use by default). Its rate: the kernel's
-``/sys/class/net/IF/speed`` (Mbit/s; virtual interfaces often report none, or a nominal 10 Gbit/s),
-lowered to a rate limit set with ``tc`` on the interface (a ``tbf`` qdisc) when there is one — a shaped
+host's name resolves to (what gloo and torchrun use by default). Its rate: the speed the kernel reports
+for it (``/sys/class/net/IF/speed``, Mbit/s — read through ethtool's ioctl first, since sysfs shows the
+network namespace it was mounted in, which inside a container or a namespace node is not the
+process's own; virtual interfaces report none, or a nominal 10 Gbit/s), lowered to a rate limit set with ``tc`` on the interface (a ``tbf`` qdisc) when there is one — a shaped
 link runs at the shaper's rate, whatever the hardware says. InfiniBand fabrics are not read here:
 give ``--link-rate`` for them.
 """
@@ -51,6 +52,19 @@ def sysfs_rate_bits_per_s(interface: str, root: Path = SYS_NET) -> float | None:
     return mbit * 1e6 if mbit > 0 else None
 
 
+def speed_bits_per_s(interface: str, root: Path = SYS_NET) -> float | None:
+    """The interface's speed in bits/s as the kernel reports it (ethtool, else sysfs where sysfs shows
+    this process's network namespace: the same interface index), or None."""
+    stats = psutil.net_if_stats().get(interface)
+    if stats is not None and stats.speed > 0:
+        return stats.speed * 1e6
+    try:
+        same = int((root / interface / "ifindex").read_text()) == socket.if_nametoindex(interface)
+    except (OSError, ValueError):
+        return None
+    return sysfs_rate_bits_per_s(interface, root) if same else None
+
+
 def tc_rate_bits_per_s(qdisc_json: str) -> float | None:
     """The lowest ``tbf`` rate in ``tc -j qdisc show dev IF``'s output (bits/s), or None."""
     try:
@@ -80,11 +94,11 @@ def local_link(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     link: dict[str, Any] = {"host": socket.gethostname(), "interface": interface, "rate_bits_per_s": None, "source": None}
     if interface is None:
         return link
-    sysfs, shaped = sysfs_rate_bits_per_s(interface), _tc_rate(interface)
-    if shaped is not None and (sysfs is None or shaped < sysfs):
+    speed, shaped = speed_bits_per_s(interface), _tc_rate(interface)
+    if shaped is not None and (speed is None or shaped < speed):
         return link | {"rate_bits_per_s": shaped, "source": f"tc tbf on {interface}"}
-    if sysfs is not None:
-        return link | {"rate_bits_per_s": sysfs, "source": f"/sys/class/net/{interface}/speed"}
+    if speed is not None:
+        return link | {"rate_bits_per_s": speed, "source": f"speed of {interface}"}
     return link
 
 
