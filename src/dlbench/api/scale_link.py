@@ -64,7 +64,7 @@ def measure_here(base: RunSpec, nproc: int, series: str, store, overlap: float) 
     return measured_link(run_comm(comm_spec_for(base, message, nproc, series), store), message, overlap)
 
 
-def measure_batch(base: RunSpec, settings: LaunchSettings, launcher: str, nodes: int, series: str, store,
+def measure_batch(base: RunSpec, settings: LaunchSettings, launcher: str, nodes: int, series: str,
                   submit: Callable[[list], list[dict[str, Any]] | None], overlap: float) -> Link:
     """--measure-comm for a series through a scheduler: one all-reduce job on ``nodes`` nodes with the
     series' processes per node, submitted and waited for by ``submit`` before the series."""

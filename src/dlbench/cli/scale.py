@@ -112,6 +112,8 @@ def scale(
         _render_scale(rows, series, link)
         if png:
             info(f"plot: {png}")
+    if link:
+        info(network_note(rows, link))
     for row in rows:
         if row["suspect"]:
             info(f"warning: {row['efficiency']:.0%} efficiency at {row['nproc']} processes is above 100 % — suspect: "
@@ -185,8 +187,6 @@ def _render_scale(rows, series: str, link: Link | None) -> None:
          num(r["host_cpu_busy_percent"], ".0f") + ("%" if r["host_cpu_busy_percent"] is not None else ""),
          r["run_id"], r["status"]] for r in rows])
     render(table, title=f"scaling series {series} (tag scale_series={series})")
-    if link:
-        info(network_note(rows, link))
 
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmMgG]?)i?[bB]?\s*$")
