@@ -19,8 +19,8 @@ from dlbench.cli._common import (
     open_store,
 )
 from dlbench.errors import BenchmarkFailed, UsageError, unknown_name
-from dlbench.report.charts import render_bandwidth, render_scaling, scaling_series  # matplotlib only when drawing
 from dlbench.record import new_id
+from dlbench.report.charts import render_bandwidth, render_scaling, scaling_series  # matplotlib only when drawing
 from dlbench.report.network import OVERLAP_BACKWARD, Link, ddp_message_bytes, parse_rate
 from dlbench.report.scaling import network_note, scale_rows
 from dlbench.report.tables import render

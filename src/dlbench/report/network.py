@@ -30,6 +30,7 @@ pass, is assumed hidden too (optimistic by one bucket).
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from dataclasses import asdict, dataclass
@@ -86,7 +87,7 @@ def busbw_at(sizes: list[dict[str, Any]], message_bytes: float) -> float:
         raise ValueError("no measured size")
     if message_bytes <= points[0][0]:
         return points[0][1]
-    for (size_a, bw_a), (size_b, bw_b) in zip(points, points[1:]):
+    for (size_a, bw_a), (size_b, bw_b) in itertools.pairwise(points):
         if message_bytes <= size_b:
             share = math.log(message_bytes / size_a) / math.log(size_b / size_a)
             return bw_a + share * (bw_b - bw_a)
