@@ -10,9 +10,10 @@ Layout (``dlbt-<id>`` is unique per cluster, so parallel test runs never collide
 Every veth pair is created inside the switch namespace and its node end moved straight into the node's
 namespace, so **nothing is added to the host's namespace** and there is no route out: the 10.213.0.0/24
 addresses exist only inside these namespaces. A process "on" a node runs with ``nsenter --net`` into the
-node's network namespace plus ``unshare --uts --mount`` (its own hostname, and a hosts file naming every
-node bound over /etc/hosts). Not ``ip netns exec``: it remounts /sys, where slurmd finds no cgroup
-filesystem and exits. Everything else (the filesystem, the venv, the worktree, /proc) is shared, as on a
+node's network namespace plus ``unshare --uts --mount`` (its own hostname, a hosts file naming every
+node bound over /etc/hosts, a sysfs of its own with the host's cgroup tree moved into it). Not
+``ip netns exec``: it remounts /sys without /sys/fs/cgroup, where slurmd finds no cgroup filesystem and
+exits. Everything else (the filesystem, the venv, the worktree, /proc) is shared, as on a
 cluster with a shared filesystem.
 
 munged runs in the host namespace (it only listens on a Unix socket in the cluster's directory, which every
@@ -38,12 +39,13 @@ import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Self
 
 import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "launch"))
-from slurm_cluster import _sbin  # noqa: E402  (the one-node Slurm's helpers, reused)
-from slurm_cluster import missing as slurm_missing  # noqa: E402
+from slurm_cluster import _sbin  # the one-node Slurm's helpers, reused
+from slurm_cluster import missing as slurm_missing
 
 HEAD = "head"
 SUBNET = "10.213.0"
@@ -88,8 +90,11 @@ MailProg=/bin/true
 PartitionName=debug Nodes={node_list} Default=YES MaxTime=INFINITE State=UP
 """
 
-#: Enters a namespace's hostname and hosts file: ``sh -c ENTER HOSTNAME HOSTS_FILE ARGV…``.
-ENTER = 'hostname "$0" && mount --bind "$1" /etc/hosts && shift && exec "$@"'
+#: Enters a node: ``sh -c ENTER HOSTNAME HOSTS_FILE CGROUP_MOUNTPOINT ARGV…`` — its hostname, the hosts
+#: file, and a sysfs of its own (/sys/class/net lists the node's devices) with the host's cgroup tree
+#: moved into it (slurmd needs /sys/fs/cgroup: what ``ip netns exec``'s fresh /sys lacks).
+ENTER = ('hostname "$0" && mount --bind "$1" /etc/hosts && mount --rbind /sys/fs/cgroup "$2" '
+         '&& mount -t sysfs sysfs /sys && mount --move "$2" /sys/fs/cgroup && shift 2 && exec "$@"')
 
 
 def missing() -> str | None:
@@ -99,6 +104,10 @@ def missing() -> str | None:
     for tool in ("ip", "tc", "nsenter", "unshare"):
         if shutil.which(tool, path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin") is None:
             return f"the namespace cluster needs {tool} (Debian: iproute2, util-linux)"
+    # a container without CAP_SYS_ADMIN cannot make namespaces: try one (empty, gone when `true` exits)
+    probe = subprocess.run(["unshare", "--net", "--uts", "--mount", "true"], capture_output=True, text=True, check=False)
+    if probe.returncode != 0:
+        return f"network namespaces cannot be created here ({probe.stderr.strip()[:120]})"
     return slurm_missing()
 
 
@@ -134,6 +143,7 @@ class NamespaceCluster:
         self._namespaces: list[str] = []
         self._host_links_before: set[str] = set()
         self._netem: str | None = None  # why a delay cannot be added ("" when it can); probed once
+        self._healthy = True  # no link shaped, pulled or node killed since start() or heal()
 
     # -- names and addresses ----------------------------------------------------------------------
 
@@ -166,13 +176,14 @@ class NamespaceCluster:
         """Build the network, start munged, slurmctld and the slurmds; wait until every node is idle."""
         self._host_links_before = _host_links()
         try:
-            for sub in ("munge", "state", "spool"):
+            for sub in ("munge", "state", "spool", "cgroup"):
                 (self.root / sub).mkdir(mode=0o700, parents=True, exist_ok=True)
             self._network()
             self._start_slurm(timeout_s)
         except BaseException:
             self.stop()
             raise
+        self._healthy = True
         return self
 
     def _network(self) -> None:
@@ -240,7 +251,7 @@ class NamespaceCluster:
         """``argv`` wrapped to run on ``node``: its network, hostname and hosts file (see the docstring)."""
         return [shutil.which("nsenter") or "nsenter", f"--net=/run/netns/{self.netns(node)}", "--",
                 shutil.which("unshare") or "unshare", "--uts", "--mount", "--propagation", "private", "--",
-                "/bin/sh", "-c", ENTER, node, str(self.hosts_file), *argv]
+                "/bin/sh", "-c", ENTER, node, str(self.hosts_file), str(self.root / "cgroup"), *argv]
 
     def popen(self, node: str, argv: Sequence[str], env: dict[str, str] | None = None, **kwargs) -> subprocess.Popen:
         """Start ``argv`` on ``node`` (SLURM_CONF set; ``env`` added to this process's environment)."""
@@ -277,6 +288,7 @@ class NamespaceCluster:
         kernel's sch_netem (:meth:`netem_missing` says why not)."""
         if delay_ms and (why := self.netem_missing()):
             raise RuntimeError(f"cannot add {delay_ms} ms to {node}'s link: {why}")
+        self._healthy = False
         for ns, dev in ((self.netns(node), NODE_DEVICE), (self.switch, self.port(node))):
             _tc(ns, "qdisc", "del", "dev", dev, "root", check=False)
             if delay_ms:
@@ -301,6 +313,7 @@ class NamespaceCluster:
     def link_down(self, node: str) -> None:
         """Pull ``node``'s cable at the switch: its traffic is dropped silently both ways (no error reaches
         either side; TCP retransmits into the void)."""
+        self._healthy = False
         _ip("-n", self.switch, "link", "set", self.port(node), "down")
 
     def link_up(self, node: str) -> None:
@@ -335,11 +348,20 @@ class NamespaceCluster:
             time.sleep(0.5)
         return left
 
-    def kill_node(self, node: str) -> None:
-        """The node dies: SIGKILL to its slurmd and every process on it (job steps, ranks). Its link stays up;
-        :meth:`start_node` brings slurmd back."""
-        self._kill_all(self.pids(node))
-        self._daemons.pop(f"slurmd-{node}", None)
+    def kill_node(self, node: str, timeout_s: float = 10.0) -> None:
+        """The node dies: SIGKILL to its slurmd and every process on it (job steps, ranks), again until none
+        is left (a process forked meanwhile is caught by the next round). Its link stays up;
+        :meth:`start_node` (or :meth:`heal`) brings slurmd back."""
+        self._healthy = False
+        deadline = time.monotonic() + timeout_s
+        while pids := self.pids(node):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{node}: processes {pids} survived SIGKILL for {timeout_s:.0f} s")
+            self._kill_all(pids)
+            time.sleep(0.05)
+        slurmd = self._daemons.pop(f"slurmd-{node}", None)
+        if slurmd is not None:
+            slurmd.wait()  # reaped: no zombie left behind
 
     def start_node(self, node: str, timeout_s: float = 60.0) -> None:
         """Start ``node``'s slurmd again (after :meth:`kill_node`) and wait until Slurm has it idle."""
@@ -347,7 +369,10 @@ class NamespaceCluster:
         self._wait(lambda: node in self.idle_nodes(), timeout_s, f"{node} did not become idle again")
 
     def heal(self, timeout_s: float = 60.0) -> None:
-        """Every link up with the shaping the cluster started with, every killed node's slurmd started again."""
+        """Every link up with the shaping the cluster started with, every killed node's slurmd started again
+        (nothing to do, and nothing done, when no link or node was touched since)."""
+        if self._healthy:
+            return
         for node in self.nodes:
             self.link_up(node)
             self.shape(node, *self._link)
@@ -356,6 +381,7 @@ class NamespaceCluster:
             self._start_slurmd(node)
         if dead:
             self._wait(lambda: set(dead) <= set(self.idle_nodes()), timeout_s, f"{', '.join(dead)} did not become idle again")
+        self._healthy = True
 
     @staticmethod
     def _kill_all(pids: Sequence[int]) -> None:
@@ -411,7 +437,7 @@ class NamespaceCluster:
         left += [f"host device {name}" for name in sorted(_host_links() - self._host_links_before)]
         return left
 
-    def __enter__(self) -> NamespaceCluster:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc) -> None:
@@ -450,13 +476,14 @@ def _main(argv: list[str]) -> int:
     if why:
         print(f"cannot build a namespace cluster here: {why}", file=sys.stderr)
         return 2
-    with tempfile.TemporaryDirectory(prefix="dlbench-cluster-") as tmp:
-        with NamespaceCluster(Path(tmp), int(argv[1])) as cluster:
-            print(usage(cluster), flush=True)
-            try:
-                signal.pause()
-            except KeyboardInterrupt:
-                pass
+    with tempfile.TemporaryDirectory(prefix="dlbench-cluster-") as tmp, NamespaceCluster(Path(tmp), int(argv[1])) as cluster:
+        print(usage(cluster), flush=True)
+        for sig in (signal.SIGINT, signal.SIGTERM):  # both tear down (a background job ignores SIGINT)
+            signal.signal(sig, signal.default_int_handler)
+        try:
+            signal.pause()
+        except KeyboardInterrupt:
+            print("tearing the cluster down", flush=True)
     return 0
 
 

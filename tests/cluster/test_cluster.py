@@ -61,10 +61,10 @@ def test_a_cluster_starts_in_seconds_and_leaves_nothing_behind(tmp_path):
         cluster.start()
         assert time.monotonic() - started < 30
         assert cluster.leftovers() != []  # while up: its namespaces (the check sees them)
-        out = cluster.run("node1", ["sh", "-c", "hostname; getent hosts node0 head; ip -o -4 addr show eth0"])
+        out = cluster.run("node1", ["sh", "-c", "hostname; getent hosts node0 head; ip -o -4 addr show eth0; ls /sys/class/net"])
         lines = out.stdout.splitlines()
         assert lines[0] == "node1" and lines[1].split() == ["10.213.0.10", "node0"] and lines[2].split() == ["10.213.0.1", "head"]
-        assert "10.213.0.11/24" in lines[3]
+        assert "10.213.0.11/24" in lines[3] and lines[4:] == ["eth0", "lo"]  # its own devices in its /sys
         assert cluster.run("node0", ["ip", "route", "get", "192.0.2.1"]).returncode != 0  # no route out
         srun = cluster.run(HEAD, ["srun", "--nodes=2", "--ntasks-per-node=1", "hostname"], timeout_s=60)
         assert sorted(srun.stdout.split()) == ["node0", "node1"], srun.stderr
@@ -115,8 +115,10 @@ def test_a_killed_node_loses_its_job_processes_and_comes_back(cluster2):
     while not cluster2.job_processes(["node1"]):
         assert time.monotonic() < deadline, cluster2.squeue()
         time.sleep(0.5)
-    cluster2.kill_node("node1")
-    assert cluster2.pids("node1") == []  # slurmd, slurmstepd, the job: all gone
-    cluster2.cancel_all()
-    cluster2.heal()
+    try:
+        cluster2.kill_node("node1")
+        assert cluster2.pids("node1") == []  # slurmd, slurmstepd, the job: all gone
+        cluster2.cancel_all()
+    finally:
+        cluster2.heal()  # the session's later tests need node1
     assert cluster2.idle_nodes() == ["node0", "node1"] and cluster2.job_processes() == []

@@ -27,7 +27,7 @@ from dlbench.errors import BenchmarkFailed, Terminated, UsageError
 from dlbench.hpo.engine import WORKER_ENV, Engine, WorkerPlan
 from dlbench.launch.batch import FINISHED, JobState
 from dlbench.launch.batch_launcher import default_job_root
-from dlbench.launch.slurm import SlurmScheduler
+from dlbench.launch.slurm import SlurmScheduler, slurm_words
 from dlbench.record import new_id
 from dlbench.spec import LaunchSettings
 
@@ -105,7 +105,7 @@ class SlurmEngine(Engine):
         out = subprocess.run(["sbatch", "--parsable", "workers.sbatch"], cwd=self._workdir, capture_output=True,
                              text=True, timeout=120, env={**os.environ, **plans[0].env}, check=False)
         if out.returncode != 0:
-            raise UsageError(f"Slurm rejected the study's workers: {out.stderr.strip().splitlines()[-1:] or 'no message'}.")
+            raise UsageError(f"Slurm rejected the study's workers: {slurm_words(out.stderr)}.")
         return out.stdout.strip().split(";")[0]
 
     def _stop(self, array_id: str, workers: int) -> None:

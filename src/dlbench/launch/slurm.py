@@ -178,7 +178,7 @@ def _run(argv: list[str], timeout_s: float = 60.0) -> subprocess.CompletedProces
         raise UsageError(f"{argv[0]} did not answer within {timeout_s:.0f} s; is slurmctld up ('scontrol ping')?") from None
 
 
-def _words(stderr: str) -> str:
+def slurm_words(stderr: str) -> str:
     """Slurm's own message, one line: ``sbatch: error: X`` lines joined."""
     lines = [re.sub(r"^\w+: (error|fatal): ", "", line).strip() for line in stderr.splitlines() if line.strip()]
     return "; ".join(dict.fromkeys(lines)) or "no message"
@@ -197,7 +197,7 @@ class SlurmScheduler(Scheduler):
         if partition:
             out = _run(["scontrol", "show", "partition", partition])
             if out.returncode != 0:
-                raise UsageError(f"unknown Slurm partition {partition!r} ({_words(out.stderr + out.stdout)}); "
+                raise UsageError(f"unknown Slurm partition {partition!r} ({slurm_words(out.stderr + out.stdout)}); "
                                  "'sinfo -s' lists the partitions.")
 
     def render(self, run: ResolvedRun, workdir: Path) -> LaunchPlan:
@@ -219,7 +219,7 @@ class SlurmScheduler(Scheduler):
     def submit(self, plan: LaunchPlan, workdir: Path) -> str:
         out = subprocess.run(list(plan.argv), cwd=workdir, capture_output=True, text=True, timeout=120, check=False)
         if out.returncode != 0:
-            raise UsageError(f"Slurm rejected the job: {_words(out.stderr)}.")
+            raise UsageError(f"Slurm rejected the job: {slurm_words(out.stderr)}.")
         return out.stdout.strip().split(";")[0]
 
     def state(self, job_id: str) -> JobState:
