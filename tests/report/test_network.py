@@ -88,7 +88,8 @@ def test_rates_need_their_unit():
 def _comm_record(nnodes=2, collective="all_reduce"):
     record = new_record({"workload": f"comm/{collective}", "collective": collective, "mode": "collective",
                          "nnodes": nnodes, "world_size": 2}, {})
-    return finish(record, "ok", {"sizes": [{"size_bytes": 1 << 20, "busbw_bytes_per_s": 11.5 * MB}]})
+    return finish(record, "ok", {"sizes": [{"size_bytes": 1 << 20, "busbw_bytes_per_s": 11.5 * MB,
+                                            "algbw_bytes_per_s": 11.5 * MB, "time_s": 0.09}]})
 
 
 def test_link_from_a_comm_run_and_back_through_tags():
@@ -132,3 +133,16 @@ def test_the_note_says_when_efficiency_is_lost_elsewhere():
     rows = [{"nproc": 4, "efficiency": 0.71, "predicted_efficiency": 0.78, "gradient_bytes": 4e6, "comm_s": 0.05}]
     note = network_note(rows, Link(12 * MB, "comm run abc", True))
     assert "measured 71%, the link alone allows 78%" in note and "7% of efficiency is lost elsewhere" in note
+
+
+def test_the_report_draws_the_link_beside_a_comm_runs_busbw():
+    from dlbench.report.html import _scaling_section
+    from dlbench.report.sections import bandwidth
+
+    record = _comm_record()
+    record["result"]["link"] = {"rate_bits_per_s": 100e6, "source": "tc tbf on eth0 of node0"}
+    record["result"]["sizes"][0]["link_fraction"] = 0.92
+    (entry,) = bandwidth([record])
+    assert entry["link_rate_bits_per_s"] == 100e6
+    html = _scaling_section([], [entry])
+    assert "busbw ÷ link 0.92" in html and "link rate 0.1 Gbit/s" in html

@@ -85,8 +85,11 @@ def render_bandwidth(records: list[dict[str, Any]], path: str | Path, title: str
         if not r.get("result"):
             continue
         rows = r["result"]["sizes"]
-        ax.plot([x["size_bytes"] for x in rows], [x["busbw_bytes_per_s"] / 1e9 for x in rows], "o-",
-                label=r["spec"]["collective"])
+        line, = ax.plot([x["size_bytes"] for x in rows], [x["busbw_bytes_per_s"] / 1e9 for x in rows], "o-",
+                        label=r["spec"]["collective"])
+        rate = (r["result"].get("link") or {}).get("rate_bits_per_s")
+        if rate:  # what the wire allows: busbw can reach it, not pass it
+            ax.axhline(rate / 8 / 1e9, color=line.get_color(), ls=":", lw=1, label=f"link {rate / 1e9:g} Gbit/s")
     ax.set_xscale("log", base=2)
     sizes = sorted({x["size_bytes"] for r in records if r.get("result") for x in r["result"]["sizes"]})
     ax.set_xticks(sizes, [_human_bytes(s) for s in sizes], rotation=45)

@@ -95,12 +95,18 @@ def _scaling_section(series: list[dict[str, Any]], comm: list[dict[str, Any]]) -
         lines = [{"label": f"{c['collective']} ×{c['nproc']} {c['id'][:6]}", "points": [
             (s["size_bytes"], s["busbw_bytes_per_s"] / 1e9, None,
              f"{c['collective']} {s['size_bytes']} B: busbw {s['busbw_bytes_per_s'] / 1e9:.3g} GB/s, algbw "
-             f"{s['algbw_bytes_per_s'] / 1e9:.3g} GB/s, {s['time_s'] * 1e6:.1f} µs") for s in c["sizes"]]} for c in comm]
+             f"{s['algbw_bytes_per_s'] / 1e9:.3g} GB/s, {s['time_s'] * 1e6:.1f} µs"
+             + (f", busbw ÷ link {s['link_fraction']:.2f}" if s.get("link_fraction") is not None else ""))
+            for s in c["sizes"]]} for c in comm]
+        lines += [{"label": f"link {c['id'][:6]}", "points": [  # what the wire allows, flat over the sizes
+            (s["size_bytes"], c["link_rate_bits_per_s"] / 8e9, None, f"link rate {c['link_rate_bits_per_s'] / 1e9:g} Gbit/s")
+            for s in (c["sizes"][0], c["sizes"][-1])]} for c in comm if c.get("link_rate_bits_per_s")]
         out.append('<div class="charts">' + line_chart(lines, "collectives: bus bandwidth vs message size",
                                                         "message size (bytes)", "GB/s", logx=2, logy=True) + "</div>")
         out.append(method("As nccl-tests: warm-up iterations, then timed iterations between device synchronisations; the "
                           "time is the slowest rank's mean. algbw = bytes / time; busbw = algbw × 2(n−1)/n for all-reduce, "
-                          "(n−1)/n for all-gather, 1 for broadcast. Every size's result is checked on known values."))
+                          "(n−1)/n for all-gather, 1 for broadcast. Every size's result is checked on known values. Across nodes, "
+                          "busbw ÷ link compares busbw with the slowest node's link rate (its speed, a tc rate limit, or --link-rate)."))
     return "".join(out)
 
 

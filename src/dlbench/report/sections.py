@@ -118,7 +118,8 @@ def bandwidth(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if record["spec"].get("mode") == "collective" and result.get("sizes"):
             out.append({"id": record["id"], "collective": record["spec"].get("collective", record["spec"]["workload"]),
                         "nproc": world_size(record), "backend": record["spec"].get("backend"),
-                        "device": record["spec"].get("device_name"), "status": record["status"], "sizes": result["sizes"]})
+                        "device": record["spec"].get("device_name"), "status": record["status"], "sizes": result["sizes"],
+                        "link_rate_bits_per_s": (result.get("link") or {}).get("rate_bits_per_s")})
     return out
 
 
