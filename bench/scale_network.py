@@ -42,19 +42,23 @@ def dlbench(cluster: NamespaceCluster, env: dict[str, str], *args: str) -> dict 
     return json.loads(out.stdout)
 
 
-def one_rate(cluster: NamespaceCluster, env: dict[str, str], rate_mbit: float, nodes: list[int], steps: int) -> dict:
+def one_rate(cluster: NamespaceCluster, env: dict[str, str], rate_mbit: float, nodes: list[int], steps: int,
+             max_bytes: str, comm_only: bool) -> dict:
     for node in cluster.nodes:
         cluster.shape(node, rate_mbit)
     db = str(Path(env["HOME"]) / "runs.db")
-    (comm,) = dlbench(cluster, env, "comm", "-c", "all_reduce", "-b", "1M", "-e", "16M", "-f", "4", "-n", "5", "-w", "2",
+    (comm,) = dlbench(cluster, env, "comm", "-c", "all_reduce", "-b", "1M", "-e", max_bytes, "-f", "4", "-n", "5", "-w", "2",
                       "--launcher", "slurm", "--nodes", str(max(nodes)), "--nproc-per-node", "1", "--db", db)
     largest = comm["result"]["sizes"][-1]
+    figures = {"rate_mbit": rate_mbit, "link": comm["result"]["link"], "largest_bytes": largest["size_bytes"],
+               "largest_busbw_bytes_per_s": largest["busbw_bytes_per_s"], "largest_link_fraction": largest["link_fraction"],
+               "busbw_by_size": {s["size_bytes"]: round(s["link_fraction"], 3) for s in comm["result"]["sizes"]}}
+    if comm_only:
+        return figures | {"rows": [], "network": None}
     scale = dlbench(cluster, env, "scale", *WORKLOAD, "--steps", str(steps), "--warmup", "5", "--threads", "1",
                     "--launcher", "slurm", "--nodes", ",".join(map(str, nodes)), "--nproc-per-node", "1",
                     "--measure-comm", "--no-plot", "--db", db)
-    return {"rate_mbit": rate_mbit, "link": comm["result"]["link"], "largest_bytes": largest["size_bytes"],
-            "largest_busbw_bytes_per_s": largest["busbw_bytes_per_s"], "largest_link_fraction": largest["link_fraction"],
-            "series": scale["series"], "network": scale["network"], "rows": scale["rows"]}
+    return figures | {"series": scale["series"], "network": scale["network"], "rows": scale["rows"]}
 
 
 def table(results: list[dict]) -> str:
@@ -72,7 +76,8 @@ def table(results: list[dict]) -> str:
     for res in results:
         lines.append(f"| {res['rate_mbit']:g} Mbit/s ({res['link']['source']}) | {res['largest_busbw_bytes_per_s'] / 1e6:.2f} MB/s "
                      f"at {res['largest_bytes'] >> 20} MiB | **{res['largest_link_fraction']:.2f}** | "
-                     f"{res['network']['busbw_bytes_per_s'] / 1e6:.2f} MB/s ({res['network']['source']}) |")
+                     + (f"{res['network']['busbw_bytes_per_s'] / 1e6:.2f} MB/s ({res['network']['source']}) |"
+                        if res["network"] else "- |"))
     return "\n".join(lines)
 
 
@@ -81,6 +86,8 @@ def main() -> int:
     parser.add_argument("--nodes", default="1,2,4")
     parser.add_argument("--rates", default="100,1000", help="Link rates in Mbit/s, comma-separated.")
     parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--max-bytes", default="16M", help="The largest all-reduce message of the comm sweep.")
+    parser.add_argument("--comm-only", action="store_true", help="Only the comm sweep at each rate (no series).")
     args = parser.parse_args()
     if why := missing():
         print(f"cannot build the namespace cluster: {why}", file=sys.stderr)
@@ -92,7 +99,7 @@ def main() -> int:
                "PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")]))}
         load_before = subprocess.run(["uptime"], check=False, capture_output=True, text=True).stdout.strip()
         started = time.monotonic()
-        results = [one_rate(cluster, env, float(rate), nodes, args.steps) for rate in args.rates.split(",")]
+        results = [one_rate(cluster, env, float(rate), nodes, args.steps, args.max_bytes, args.comm_only) for rate in args.rates.split(",")]
         load_after = subprocess.run(["uptime"], check=False, capture_output=True, text=True).stdout.strip()
     print(json.dumps(results, indent=1, default=str))
     print(table(results))
