@@ -76,6 +76,6 @@ def measure_batch(base: RunSpec, settings: LaunchSettings, launcher: str, nodes:
                          "add nodes (--nodes 1,2) or give --busbw.")
     records = submit([run])
     if records is None:
-        raise UsageError("--measure-comm waits for the all-reduce result before the series; drop --no-wait "
-                         "and --dry-run, or give --busbw.")
+        raise UsageError("--measure-comm waits for the all-reduce result before the series; drop --no-wait, "
+                         "or give --busbw.")
     return measured_link(records, message, overlap)

@@ -157,6 +157,9 @@ def _scale_batch(base, launch: LaunchOptions, nodes: str | None, nprocs: list[in
     if launch.nproc_per_node:
         base = base.model_copy(update={"nproc": launch.nproc_per_node})
     settings, name = launch.settings(), launch.launcher_name()
+    if network.measure and launch.no_wait:  # checked before the all-reduce job is submitted
+        raise UsageError("--measure-comm waits for the all-reduce result before the series; drop --no-wait, "
+                         "or give --busbw.")
     link = None
     if not launch.dry_run:  # --dry-run prints the series' scripts only
         store = open_store(db)
