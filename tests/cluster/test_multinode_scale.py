@@ -7,7 +7,7 @@ batch over every node's ranks. Nothing is left running on any node."""
 from __future__ import annotations
 
 import pytest
-from conftest import TINY
+from login import TINY
 
 from dlbench.store import RunFilter, open_store
 
