@@ -9,6 +9,7 @@ will send — so the figure is that of the same nodes and the same link as the s
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from dlbench.api.resolve import resolve_batch
@@ -79,3 +80,23 @@ def measure_batch(base: RunSpec, settings: LaunchSettings, launcher: str, nodes:
         raise UsageError("--measure-comm waits for the all-reduce result before the series; drop --no-wait, "
                          "or give --busbw.")
     return measured_link(records, message, overlap)
+
+
+@dataclass(frozen=True)
+class NetworkOptions:
+    """``scale``'s --busbw / --comm-run / --measure-comm / --overlap: where the series' link comes from."""
+
+    busbw: str | None
+    comm_run: str | None
+    measure: bool
+    overlap: float
+
+    def link(self, base: RunSpec, store, between_nodes: bool, measure: Callable[[], Link]) -> Link | None:
+        """The series' :class:`Link` (``measure`` runs the all-reduce benchmark), or None when no option
+        asks for the network's share."""
+        if self.measure and (self.busbw or self.comm_run):
+            raise UsageError("--measure-comm measures the bus bandwidth that --busbw/--comm-run give; use one of them.")
+        if self.measure:
+            return measure()
+        message = ddp_message_bytes(model_gradient_bytes(base)) if self.comm_run else 0
+        return given_link(self.busbw, self.comm_run, store, message, self.overlap, between_nodes)

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
-from dataclasses import dataclass
 
 import typer
 
@@ -21,7 +19,7 @@ from dlbench.cli._common import (
 from dlbench.errors import BenchmarkFailed, UsageError, unknown_name
 from dlbench.record import new_id
 from dlbench.report.charts import render_bandwidth, render_scaling, scaling_series  # matplotlib only when drawing
-from dlbench.report.network import OVERLAP_BACKWARD, Link, ddp_message_bytes, parse_rate
+from dlbench.report.network import OVERLAP_BACKWARD, Link, parse_rate
 from dlbench.report.scaling import network_note, scale_rows
 from dlbench.report.tables import render
 from dlbench.report.tensorboard import with_tensorboard
@@ -63,7 +61,7 @@ def scale(
     """
     from dlbench.api.resolve import default_threads  # these import torch: only when running
     from dlbench.api.runs import parse_counts, run_scale
-    from dlbench.api.scale_link import measure_here
+    from dlbench.api.scale_link import NetworkOptions, measure_here
     from dlbench.spec import make_spec, parse_key_values
 
     counts = parse_counts(nproc)
@@ -74,7 +72,7 @@ def scale(
         "tags": parse_key_values(tag or [], "--tag"),
     })
     series = new_id()
-    network = _Network(busbw, comm_run, measure_comm, overlap)
+    network = NetworkOptions(busbw, comm_run, measure_comm, overlap)
     if launch.batch():
         link, records = _scale_batch(base, launch, nodes, None if nodes else counts, db, as_json, series, network)
         if records is None:
@@ -124,29 +122,8 @@ def scale(
         raise BenchmarkFailed(f"{len(failed)} of {len(records)} run(s) failed: " + "; ".join(r["error"] or r["status"] for r in failed))
 
 
-@dataclass(frozen=True)
-class _Network:
-    """The --busbw / --comm-run / --measure-comm / --overlap options: where the series' link comes from."""
-
-    busbw: str | None
-    comm_run: str | None
-    measure: bool
-    overlap: float
-
-    def link(self, base, store, between_nodes: bool, measure: Callable[[], Link]) -> Link | None:
-        """The series' :class:`Link`, or None when no option asks for the network's share."""
-        from dlbench.api.scale_link import given_link, model_gradient_bytes
-
-        if self.measure and (self.busbw or self.comm_run):
-            raise UsageError("--measure-comm measures the bus bandwidth that --busbw/--comm-run give; use one of them.")
-        if self.measure:
-            return measure()
-        message = ddp_message_bytes(model_gradient_bytes(base)) if self.comm_run else 0
-        return given_link(self.busbw, self.comm_run, store, message, self.overlap, between_nodes)
-
-
 def _scale_batch(base, launch: LaunchOptions, nodes: str | None, nprocs: list[int] | None, db, as_json, series: str,
-                 network: _Network):
+                 network):
     """The series through a scheduler: (link, records), or (None, None) after --dry-run / --no-wait."""
     from dlbench.api.batch import scale_runs
     from dlbench.api.runs import parse_counts
