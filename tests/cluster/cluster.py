@@ -44,8 +44,10 @@ from typing import Self
 import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "launch"))
-from slurm_cluster import _sbin  # the one-node Slurm's helpers, reused
-from slurm_cluster import missing as slurm_missing
+from slurm_cluster import (
+    _sbin,  # the one-node Slurm's helpers, reused
+    missing as slurm_missing,
+)
 
 HEAD = "head"
 SUBNET = "10.213.0"

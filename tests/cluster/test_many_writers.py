@@ -8,8 +8,7 @@ import json
 import sys
 
 import pytest
-from postgres import PostgresServer
-from postgres import missing as postgres_missing
+from postgres import PostgresServer, missing as postgres_missing
 from writers import run_writers
 
 from dlbench.store import RunFilter, open_store
