@@ -23,7 +23,7 @@
     sampler: tpe                         # random | grid | tpe | cmaes | nsga2 (the genetic option)
     pruner: none                         # none | median | asha | hyperband, on the intermediate values;
                                          #  pbt: population-based training (engine ray, a command that
-                                         #  checkpoints: dlbench.api.hpo_ray_pbt)
+                                         #  checkpoints: dlbench.hpo.ray_pbt)
     pruner_options: {}                   # min_resource, max_resource, reduction_factor, warmup_steps,
                                          #  perturbation_interval (pbt: epochs between exploit/explore)
     seed: 0
@@ -47,7 +47,7 @@ from dlbench.hpo.space import Param, parse_space
 
 SAMPLERS = ("random", "grid", "tpe", "cmaes", "nsga2")
 PRUNERS = ("none", "median", "asha", "hyperband", "pbt")
-ENGINES = ("local", "slurm", "ray")  # slurm: dlbench.api.hpo_slurm; ray: dlbench.api.hpo_ray
+ENGINES = ("local", "slurm", "ray")  # dlbench.hpo._base.ENGINES: where each one lives
 DIRECTIONS = ("minimize", "maximize")
 PRUNER_OPTIONS = ("min_resource", "max_resource", "reduction_factor", "warmup_steps", "perturbation_interval")
 GOALS = ("quality", "time-to-target")
@@ -191,7 +191,7 @@ def _objective(doc: Any, where: str) -> Objective:
 
 def _mlperf_objective(doc: dict, where: str) -> Objective:
     """An MLPerf quality task (``mlperf: NAME``); the task's own checks (its name, its knobs, the direction
-    of its metric) are made where the tasks are known, in ``dlbench.api.hpo_mlperf``."""
+    of its metric) are made where the tasks are known, in ``dlbench.hpo.mlperf_trial``."""
     extra = sorted(set(doc) - {"mlperf", "epochs", "goal", "fixed", "out"})
     if extra:
         raise UsageError(f"{where}: an mlperf objective takes 'mlperf', 'epochs', 'goal', 'fixed' and 'out', not {extra[0]!r}.")
