@@ -5,16 +5,30 @@ from __future__ import annotations
 
 from typing import Any
 
-from dlbench.api.pipeline import execute
-from dlbench.api.resolve import resolve_train
 from dlbench.hpo import run as _run
 from dlbench.hpo._base import Pipeline
-from dlbench.hpo.run import list_studies, load_study_file, open_study, storage_url, work_left
+from dlbench.hpo.run import link_records, list_studies, load_study_file, open_study, storage_url, work_left
+
+
+def execute(run, store, env) -> list[dict[str, Any]]:
+    """:func:`dlbench.api.pipeline.execute`, imported when a trial runs: the pipeline imports torch (seconds),
+    which the process that only drives a study's workers never needs."""
+    from dlbench.api.pipeline import execute as pipeline_execute
+
+    return pipeline_execute(run, store, env)
+
+
+def resolve_train(spec) -> Any:
+    """:func:`dlbench.api.resolve.resolve_train`, imported when a trial runs (it imports torch)."""
+    from dlbench.api.resolve import resolve_train as resolve
+
+    return resolve(spec)
+
 
 #: The run pipeline every trial goes through.
 PIPELINE = Pipeline(execute=execute, resolve_train=resolve_train)
 
-__all__ = ["PIPELINE", "list_studies", "load_study_file", "open_study", "run_study", "run_worker", "storage_url",
+__all__ = ["PIPELINE", "link_records", "list_studies", "load_study_file", "open_study", "run_study", "run_worker", "storage_url",
            "work_left"]
 
 

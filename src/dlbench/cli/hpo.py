@@ -71,7 +71,7 @@ def run(
     with progress:
         study = hpo.run_study(spec, db, storage, resume, progress.update, address, tensorboard)
     _, spec = hpo.open_study(study.study_name, db, storage or (spec.storage if spec else None))
-    _print_status(study, spec, as_json)
+    _print_status(study, spec, as_json, db)
     if not any(t.value is not None for t in study.get_trials(deepcopy=False) if t.state.name == "COMPLETE"):
         raise BenchmarkFailed(f"study {spec.name!r} has no successful trial; each trial's reason is in "
                               f"'dlbench hpo status {spec.name}' (and its run record).")
@@ -95,7 +95,7 @@ def status(name: str = typer.Argument(..., help="Study name."), db: str = DB_OPT
     from dlbench.api import hpo  # optuna
 
     study, spec = hpo.open_study(name, db, storage)
-    _print_status(study, spec, as_json)
+    _print_status(study, spec, as_json, db)
 
 
 @hpo_app.command("best")
@@ -168,11 +168,12 @@ def compare(names: list[str] = typer.Argument(..., help="Study names."),
             print(f"{n:<24} " + (f"best {c[-1][1]:.6g} after {c[-1][0]} epochs" if c else "no finished trial"))
 
 
-def _print_status(study, spec, as_json: bool) -> None:
+def _print_status(study, spec, as_json: bool, db: str | None) -> None:
+    from dlbench.api.hpo import link_records
     from dlbench.hpo.summary import best_trial, counts, table_rows
 
     trials = study.get_trials(deepcopy=False)
-    rows = table_rows(trials, spec.direction)
+    rows = link_records(table_rows(trials, spec.direction), spec, db)
     best = best_trial(trials, spec.direction)
     if as_json:
         emit_json({"study": spec.name, "direction": spec.direction, "counts": counts(trials),

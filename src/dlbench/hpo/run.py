@@ -26,11 +26,10 @@ from dlbench.errors import Terminated, UsageError
 from dlbench.hpo import storage as hpo_storage
 from dlbench.hpo._base import STORAGE_ENV, Pipeline, StudyRun, engine_class
 from dlbench.hpo.local import apply_pinning
-from dlbench.hpo.objective import TrialFailed, TrialObjective, record_unrun
 from dlbench.hpo.search import make_pruner, make_sampler, trial_budget
 from dlbench.hpo.study import StudySpec, parse_study
 from dlbench.report.tensorboard import check_logdir, with_tensorboard
-from dlbench.store import default_location, open_store, to_url
+from dlbench.store import RunFilter, default_location, open_store, to_url
 from dlbench.store._engine import display
 
 log = logging.getLogger("dlbench")
@@ -119,6 +118,8 @@ def run_worker(name: str, url: str | None, db: str | None, pipeline: Pipeline, i
     backend = hpo_storage.open_storage(url, spec.heartbeat_s, _dead_saver(spec, store))
     study = optuna.load_study(study_name=name, storage=backend, sampler=make_sampler(spec, index), pruner=make_pruner(spec))
     env = capture_env() | {"host_load": host_load()}  # the engine warned once about a busy host, not each worker
+    from dlbench.hpo.objective import TrialFailed, TrialObjective  # the run's machinery: only where trials run
+
     objective = TrialObjective(spec, store, env, pipeline)
     while work_left(study, spec, deadline):
         try:
@@ -131,7 +132,12 @@ def run_worker(name: str, url: str | None, db: str | None, pipeline: Pipeline, i
 
 def _dead_saver(spec: StudySpec, store) -> Callable[[Any, str], None]:
     """Saves a ``failed`` record for a trial whose worker died (nothing else could record it)."""
-    return lambda trial, why: record_unrun(spec, store, trial, "failed", f"trial failed: {why}")
+    def save(trial, why: str) -> None:
+        from dlbench.hpo.objective import record_unrun  # imports the run machinery (torch): only when needed
+
+        record_unrun(spec, store, trial, "failed", f"trial failed: {why}")
+
+    return save
 
 
 def open_study(name: str, db: str | None = None, storage: str | None = None) -> tuple[optuna.Study, StudySpec]:
@@ -140,6 +146,24 @@ def open_study(name: str, db: str | None = None, storage: str | None = None) -> 
     backend = hpo_storage.open_storage(url)
     spec = parse_study(hpo_storage.study_doc(backend, name, display(url)), f"study {name}")
     return optuna.load_study(study_name=name, storage=backend), spec
+
+
+def link_records(rows: list[dict[str, Any]], spec: StudySpec, db: str | None) -> list[dict[str, Any]]:
+    """``rows`` (:func:`~dlbench.hpo.summary.table_rows`) with every trial's run record: a trial that ended
+    without telling the study its record (a ray trial Tune's scheduler stopped, a worker that died) is
+    found in the store by its tags. A store that cannot be read leaves them as they are."""
+    if all(r["record"] is not None or r["state"] in ("running", "queued") for r in rows):
+        return rows
+    try:
+        store = open_store(db, create=False)
+    except (UsageError, OSError):
+        return rows
+    try:
+        records = store.records(RunFilter(tags={"hpo_study": spec.name}))  # newest first
+        ids = {str(r["spec"]["tags"].get("hpo_trial")): r["id"] for r in reversed(records)}  # the newest wins
+    finally:
+        store.close()
+    return [r | {"record": r["record"] or ids.get(str(r["trial"]))} for r in rows]
 
 
 def list_studies(db: str | None = None, storage: str | None = None) -> list[dict[str, Any]]:
