@@ -47,7 +47,7 @@ def test_fom_grammar():
     ({"sampler": "bayes"}, "unknown sampler"),
     ({"pruner": "asha2"}, "did you mean 'asha'"),
     ({"engine": "kubernetes"}, "unknown engine"),
-    ({"trials": 0}, "'trials' must be an integer of at least 1"),
+    ({"trials": 0}, "'trials' must be an integer from 1 to"),
     ({"objective": {"command": ["no-such-program-xyz"]}}, "'no-such-program-xyz' is not found"),
     ({"objective": {"command": "x", "workload": "y"}}, "exactly one of"),
     ({"sampler": "grid"}, "grid search needs a finite list"),

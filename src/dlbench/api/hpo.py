@@ -7,7 +7,15 @@ from typing import Any
 
 from dlbench.hpo import run as _run
 from dlbench.hpo._base import Pipeline
-from dlbench.hpo.run import link_records, list_studies, load_study_file, open_study, storage_url, work_left
+from dlbench.hpo.run import (
+    link_records,
+    list_studies,
+    load_study_file,
+    open_study,
+    spec_of,
+    storage_url,
+    work_left,
+)
 
 
 def execute(run, store, env) -> list[dict[str, Any]]:
@@ -28,7 +36,7 @@ def resolve_train(spec) -> Any:
 #: The run pipeline every trial goes through.
 PIPELINE = Pipeline(execute=execute, resolve_train=resolve_train)
 
-__all__ = ["PIPELINE", "link_records", "list_studies", "load_study_file", "open_study", "run_study", "run_worker", "storage_url",
+__all__ = ["PIPELINE", "link_records", "list_studies", "load_study_file", "open_study", "run_study", "run_worker", "spec_of", "storage_url",
            "work_left"]
 
 

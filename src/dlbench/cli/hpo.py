@@ -70,7 +70,7 @@ def run(
     progress = LiveTable()
     with progress:
         study = hpo.run_study(spec, db, storage, resume, progress.update, address, tensorboard)
-    _, spec = hpo.open_study(study.study_name, db, storage or (spec.storage if spec else None))
+    spec = hpo.spec_of(study)  # the study's own (a resumed one's too), without opening its storage again
     _print_status(study, spec, as_json, db)
     if not any(t.value is not None for t in study.get_trials(deepcopy=False) if t.state.name == "COMPLETE"):
         raise BenchmarkFailed(f"study {spec.name!r} has no successful trial; each trial's reason is in "
@@ -139,10 +139,12 @@ def plot(name: str = typer.Argument(..., help="Study name."),
          db: str = DB_OPTION, storage: str = STORAGE_OPTION) -> None:
     """Optimisation history, parameter importances and parallel coordinates of a study, as PNG."""
     from dlbench.api import hpo  # optuna
+    from dlbench.config import writable_dir
     from dlbench.report.hpo_plots import study_plots  # matplotlib
 
+    folder = writable_dir(out, "--out")  # a file, or a folder that cannot be made: one sentence, before any work
     study, _ = hpo.open_study(name, db, storage)
-    for path, note in study_plots(study, Path(out)):
+    for path, note in study_plots(study, folder):
         info(f"{path}" + (f" ({note})" if note else ""))
 
 
@@ -152,9 +154,14 @@ def compare(names: list[str] = typer.Argument(..., help="Study names."),
             db: str = DB_OPTION, storage: str = STORAGE_OPTION, as_json: bool = JSON_OPTION) -> None:
     """Best value found against epochs spent, one line per study (e.g. random search vs ASHA)."""
     from dlbench.api import hpo  # optuna
+    from dlbench.config import writable_dir
     from dlbench.hpo.summary import best_vs_epochs
     from dlbench.report.hpo_plots import render_best_vs_epochs  # matplotlib
 
+    target = Path(out).expanduser()
+    if target.is_dir() or out.endswith(("/", "\\")):
+        raise UsageError(f"--out {out!r} is a folder; give the PNG file to write, e.g. {target / 'hpo-compare.png'}.")
+    writable_dir(str(target.parent), "--out's folder")
     curves = {}
     for name in names:
         study, spec = hpo.open_study(name, db, storage)

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 
 from dlbench.errors import BenchmarkFailed, Terminated, UsageError
 from dlbench.hpo._base import STOP_GRACE_S, WORKER_ENV, WorkerEngine, WorkerPlan
+from dlbench.hpo.command import die_with_parent
 
 CORES_ENV = "DLBENCH_HPO_CORES"
 
@@ -102,24 +103,26 @@ class LocalEngine(WorkerEngine):
                 for i, plan in enumerate(plans):
                     if i not in running and more and (i not in idle or not running):
                         idle.discard(i)
+                        # Ctrl-C reaches us only: we stop them; killed (SIGKILL), we leave none running
                         running[i] = subprocess.Popen(list(plan.argv), env={**os.environ, **plan.env},
-                                                      start_new_session=True)  # Ctrl-C reaches us only: we stop them
+                                                      start_new_session=True, preexec_fn=die_with_parent(signal.SIGTERM))
                 if on_poll is not None:
                     on_poll()
                 if not running and not more:
                     return
                 time.sleep(0.5)
-        except (Terminated, KeyboardInterrupt):
-            _stop(running.values())
+        except (Terminated, KeyboardInterrupt) as exc:
+            _stop(running.values(), exc.signum if isinstance(exc, Terminated) else signal.SIGINT)
             raise
 
 
-def _stop(procs) -> None:
-    """SIGTERM every worker (each records its trial and queues it again), SIGKILL after a grace."""
+def _stop(procs, signum: int = signal.SIGTERM) -> None:
+    """Pass the study's stop signal to every worker (each records its trial "stopped by" that signal and
+    queues it again), SIGKILL after a grace."""
     procs = list(procs)
     for proc in procs:
         if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
+            os.killpg(proc.pid, signum)
     deadline = time.monotonic() + STOP_GRACE_S
     for proc in procs:
         try:

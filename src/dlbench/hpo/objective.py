@@ -5,6 +5,7 @@ engine's actors call it too)."""
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 from typing import Any
@@ -25,6 +26,17 @@ class TrialFailed(Exception):
     """A trial's run failed (it is recorded); Optuna marks the trial failed and the study goes on."""
 
 
+class _QuietFailures(logging.Filter):
+    """Optuna logs every failed trial as a warning with a traceback; a :class:`TrialFailed` is no bug (its
+    reason is in the trial's record and the engine's table), so it is left out."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and isinstance(record.exc_info[1], TrialFailed))
+
+
+logging.getLogger("optuna.study._optimize").addFilter(_QuietFailures())
+
+
 class TrialObjective:
     """Optuna's objective: one trial through the run pipeline; its record's status decides the trial's
     (ok: its value; pruned: ``TrialPruned``; otherwise :class:`TrialFailed`, for ``catch``). The trial
@@ -42,6 +54,8 @@ class TrialObjective:
         self.current = None
         trial.set_user_attr("record_id", record["id"])
         if record["status"] == "ok":
+            if trial.user_attrs.get("error") is not None:  # a retry keeps its first try's attributes
+                trial.set_user_attr("error", None)
             return float(record["result"]["value"])
         trial.set_user_attr("error", record["error"])
         if record["status"] == "pruned":

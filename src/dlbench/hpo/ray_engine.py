@@ -155,7 +155,8 @@ class RayEngine(Engine):
                 tuning = ray_pbt.plan(spec, study, todo)
             else:
                 search = _Search(space=distributions(spec.space), metric="value", mode=spec.direction[:3],
-                                 sampler=make_sampler(spec), study_name=spec.name,
+                                 sampler=make_sampler(spec, 0, len(study.get_trials(deepcopy=False))),
+                                 study_name=spec.name,
                                  storage=hpo_storage.open_storage(job.url, heartbeat_s=0),  # its own: Tune pickles it
                                  caught=caught)
                 tuning = {"trainable": RayTrial, "search": search, "sched": scheduler(spec)}

@@ -34,6 +34,8 @@ from dlbench.store._engine import display
 
 log = logging.getLogger("dlbench")
 
+#: When this ``hpo run`` started (epoch seconds), for its workers: trials before it are an earlier run's.
+RUN_STARTED_ENV = "DLBENCH_HPO_RUN_STARTED"
 #: The --tensorboard directory, for the workers (each writes the runs of its trials there).
 TENSORBOARD_ENV = "DLBENCH_HPO_TENSORBOARD"
 
@@ -66,8 +68,11 @@ def run_study(spec: StudySpec | None, pipeline: Pipeline, db: str | None = None,
     store = open_store(db)  # before any work: a store that cannot take the trials is exit 2 now
     board = {TENSORBOARD_ENV: str(check_logdir(tensorboard))} if tensorboard else {}
     url = storage_url(storage or (spec.storage if spec else None), db)
-    if resume is not None:
-        spec = parse_study(hpo_storage.study_doc(hpo_storage.open_storage(url), resume, display(url)), f"study {resume}")
+    if resume is not None:  # read first: a mistyped name or store creates nothing
+        reading = hpo_storage.open_for_reading(url)
+        if reading is None:
+            raise UsageError(f"there is no study {resume!r} in {display(url)} (it holds no studies); see 'dlbench hpo list'.")
+        spec = parse_study(hpo_storage.study_doc(reading, resume, display(url)), f"study {resume}")
     if resume is not None and spec.pruner == "pbt":
         raise UsageError(f"study {spec.name!r} used PBT, whose population lived in the checkpoints of the run that "
                          "stopped, so it cannot be carried on; start a new study (its trials stay in the storage).")
@@ -75,6 +80,8 @@ def run_study(spec: StudySpec | None, pipeline: Pipeline, db: str | None = None,
         from dlbench.hpo import mlperf_trial
 
         mlperf_trial.check(spec)
+    if spec.objective.kind == "workload":
+        check_workload(spec, pipeline)
     # the engine (and its launch settings) before the study: a refused engine leaves no study behind
     engine = engine_class(spec.engine)()
     engine.check(spec, url)
@@ -88,13 +95,24 @@ def run_study(spec: StudySpec | None, pipeline: Pipeline, db: str | None = None,
         # the URLs go through the environment: a password never shows in the process list
         engine.run(StudyRun(
             spec=spec, study=study, url=url, store=store, pipeline=pipeline,
-            worker_env={"DLBENCH_DB": store.url, STORAGE_ENV: url} | board,
+            worker_env={"DLBENCH_DB": store.url, STORAGE_ENV: url, RUN_STARTED_ENV: repr(time.time())} | board,
             work_left=lambda: work_left(study, spec, deadline),
             on_dead=lambda worker, why: hpo_storage.fail_worker_trials(study, worker, why, saver),
             on_poll=(lambda: on_poll(study, spec)) if on_poll else None, address=address, deadline=deadline))
     finally:
         engine.close()
     return study
+
+
+def check_workload(spec: StudySpec, pipeline: Pipeline) -> None:
+    """A workload objective's run, resolved once with the space's first values: an unknown workload, a bad
+    ``fixed`` value or a space parameter that is no run setting is a usage error now, not in every trial."""
+    from dlbench.spec import make_spec  # pydantic: only for workload studies
+
+    sample = {p.name: p.choices[0] if p.type == "categorical" else (int(p.low) if p.type == "int" else p.low)
+              for p in spec.space}
+    fields = spec.objective.fixed | sample | {"workload": spec.objective.workload}
+    pipeline.resolve_train(make_spec(fields, f"study {spec.name}"))
 
 
 def work_left(study: optuna.Study, spec: StudySpec, deadline: float | None) -> bool:
@@ -116,7 +134,8 @@ def run_worker(name: str, url: str | None, db: str | None, pipeline: Pipeline, i
     store = with_tensorboard(open_store(db), os.environ.get(TENSORBOARD_ENV))
     spec = parse_study(hpo_storage.study_doc(hpo_storage.open_storage(url), name, display(url)), f"study {name}")
     backend = hpo_storage.open_storage(url, spec.heartbeat_s, _dead_saver(spec, store))
-    study = optuna.load_study(study_name=name, storage=backend, sampler=make_sampler(spec, index), pruner=make_pruner(spec))
+    study = optuna.load_study(study_name=name, storage=backend, pruner=make_pruner(spec))
+    study.sampler = make_sampler(spec, index, _trials_before(study))
     env = capture_env() | {"host_load": host_load()}  # the engine warned once about a busy host, not each worker
     from dlbench.hpo.objective import TrialFailed, TrialObjective  # the run's machinery: only where trials run
 
@@ -124,10 +143,24 @@ def run_worker(name: str, url: str | None, db: str | None, pipeline: Pipeline, i
     while work_left(study, spec, deadline):
         try:
             study.optimize(objective, n_trials=1, catch=(TrialFailed,))
-        except (Terminated, KeyboardInterrupt):
+        except (Terminated, KeyboardInterrupt) as exc:
             if objective.current is not None:  # recorded aborted; failed here and queued for --resume
-                hpo_storage.requeue_interrupted(study, objective.current, "stopped by a signal; queued again")
+                hpo_storage.requeue_interrupted(study, objective.current, f"stopped by {_signal_name(exc)}; queued again")
             raise
+
+
+def _trials_before(study: optuna.Study) -> int:
+    """Trials of earlier runs of the study (a resumed one's); this run's own workers' are not counted."""
+    started = [t for t in study.get_trials(deepcopy=False) if t.datetime_start is not None]
+    run_began = os.environ.get(RUN_STARTED_ENV)
+    if run_began:
+        began = float(run_began)
+        started = [t for t in started if t.datetime_start.timestamp() < began]
+    return len(started)
+
+
+def _signal_name(exc: BaseException) -> str:
+    return exc.name if isinstance(exc, Terminated) else "SIGINT"
 
 
 def _dead_saver(spec: StudySpec, store) -> Callable[[Any, str], None]:
@@ -140,10 +173,17 @@ def _dead_saver(spec: StudySpec, store) -> Callable[[Any, str], None]:
     return save
 
 
+def spec_of(study: optuna.Study) -> StudySpec:
+    """The study file kept in ``study`` (created by :func:`run_study`)."""
+    return parse_study(study.user_attrs[hpo_storage.SPEC_ATTR], f"study {study.study_name}")
+
+
 def open_study(name: str, db: str | None = None, storage: str | None = None) -> tuple[optuna.Study, StudySpec]:
     """Study ``name`` for reading (status, best, plots), with its study file."""
     url = storage_url(storage, db)
-    backend = hpo_storage.open_storage(url)
+    backend = hpo_storage.open_for_reading(url)
+    if backend is None:
+        raise UsageError(f"there is no study {name!r} in {display(url)} (it holds no studies); see 'dlbench hpo list'.")
     spec = parse_study(hpo_storage.study_doc(backend, name, display(url)), f"study {name}")
     return optuna.load_study(study_name=name, storage=backend), spec
 
@@ -168,8 +208,10 @@ def link_records(rows: list[dict[str, Any]], spec: StudySpec, db: str | None) ->
 
 def list_studies(db: str | None = None, storage: str | None = None) -> list[dict[str, Any]]:
     """Every study in the storage: name, direction, trials, best value, created."""
-    backend = hpo_storage.open_storage(storage_url(storage, db))
+    backend = hpo_storage.open_for_reading(storage_url(storage, db))
     rows = []
+    if backend is None:
+        return rows
     for s in optuna.get_all_study_summaries(backend, include_best_trial=True):
         best = s.best_trial
         rows.append({"name": s.study_name, "direction": s.direction.name.lower(), "trials": s.n_trials,
