@@ -7,6 +7,7 @@ saying why, where Ray or Slurm's daemons are absent)."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 from pathlib import Path
@@ -175,3 +176,25 @@ def _processes_with(marker: str) -> list[psutil.Process]:
         except psutil.Error:
             continue
     return found
+
+
+def test_a_ray_that_will_not_start_is_one_sentence_and_leaves_no_study(hpo):
+    """Ray's start-up timeouts come from dlbench (DLBENCH_RAY_START_TIMEOUT_S); one too short for this machine
+    makes Ray fail to start: one sentence, exit 1, no study left behind, so the same command simply runs again."""
+    pytest.importorskip("ray.tune", reason="the ray engine needs pip install 'dlbench[ray]'")
+    doc = study("ray-nostart", "--epochs", "1", engine="ray")
+    env_before = dict(os.environ)
+    try:
+        os.environ["DLBENCH_RAY_START_TIMEOUT_S"] = "abc"
+        out, _ = hpo(doc)
+        assert out.returncode == 2 and "DLBENCH_RAY_START_TIMEOUT_S='abc' must be a number" in out.stderr
+        os.environ["DLBENCH_RAY_START_TIMEOUT_S"] = "0.001"
+        out, _ = hpo(doc)
+    finally:
+        os.environ.clear()
+        os.environ.update(env_before)
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode == 1, out.stderr[-3000:]
+    assert "Traceback" not in out.stderr and "did not start" in lines[-1] and "no study was created" in lines[-1]
+    listed = hpo.cli("hpo", "list", "--json")
+    assert listed.returncode == 0 and json.loads(listed.stdout) == []  # nothing to --resume: run it again
