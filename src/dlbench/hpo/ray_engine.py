@@ -61,7 +61,11 @@ from ray.tune.schedulers import (
 )
 from ray.tune.search.optuna import OptunaSearch
 
+from dlbench.errors import BenchmarkFailed, Terminated, UsageError
 from dlbench.hpo import ray_pbt
+from dlbench.hpo import storage as hpo_storage
+from dlbench.hpo._base import STOP_GRACE_S, STOP_SIGNALS, Engine, StudyRun
+from dlbench.hpo.objective import has_record, record_unrun
 from dlbench.hpo.ray_trial import (
     ABORT_KEY,
     FINAL_KEY,
@@ -69,14 +73,9 @@ from dlbench.hpo.ray_trial import (
     RayTrial,
     StopFlag,
 )
-from dlbench.errors import BenchmarkFailed, Terminated, UsageError
-from dlbench.hpo import storage as hpo_storage
-from dlbench.hpo._base import STOP_GRACE_S, STOP_SIGNALS, Engine, StudyRun
-from dlbench.hpo.objective import has_record, record_unrun
 from dlbench.hpo.search import make_sampler, trial_budget
 from dlbench.hpo.space import distributions
 from dlbench.hpo.study import StudySpec
-
 
 #: Seconds Ray's processes get to start on this host (its raylet waits this long for its agents, its
 #: clients for the GCS); Ray's own defaults (30 s) are too short on a loaded machine. Override with

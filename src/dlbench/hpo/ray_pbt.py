@@ -45,8 +45,8 @@ from ray import tune
 from ray.tune.schedulers import PopulationBasedTraining
 from ray.tune.search.basic_variant import BasicVariantGenerator
 
-from dlbench.hpo.ray_trial import ABORT_KEY, FINAL_KEY, TRIAL_KEY, Bridge, RayTrial
 from dlbench.errors import RunFailed
+from dlbench.hpo.ray_trial import ABORT_KEY, FINAL_KEY, TRIAL_KEY, Bridge, RayTrial
 from dlbench.hpo.space import Param, distributions
 from dlbench.hpo.study import StudySpec
 
