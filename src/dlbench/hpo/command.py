@@ -137,10 +137,10 @@ def die_with_parent(signum: int) -> Callable[[], None] | None:
     nor a worker the ``hpo run`` that started it. None where the kernel has no such thing."""
     if not sys.platform.startswith("linux"):
         return None
-    libc = ctypes.CDLL(None, use_errno=True)
+    prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up here: the child only calls it
 
     def set_death_signal() -> None:
-        libc.prctl(1, signum, 0, 0, 0)  # PR_SET_PDEATHSIG
+        prctl(1, signum, 0, 0, 0)  # PR_SET_PDEATHSIG
 
     return set_death_signal
 
