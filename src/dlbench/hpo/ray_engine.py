@@ -90,9 +90,9 @@ def start_timeouts(seconds: float) -> dict[str, str]:
     >>> start_timeouts(120)["RAY_agent_register_timeout_ms"]
     '120000'
     """
-    wanted = {"RAY_agent_register_timeout_ms": str(int(seconds * 1000)),
-              "RAY_gcs_server_request_timeout_seconds": str(int(seconds)),
-              "RAY_gcs_rpc_server_connect_timeout_s": str(int(seconds))}
+    whole_s = str(max(1, round(seconds)))  # 0 would mean "for ever" to some of them
+    wanted = {"RAY_agent_register_timeout_ms": str(max(1, round(seconds * 1000))),
+              "RAY_gcs_server_request_timeout_seconds": whole_s, "RAY_gcs_rpc_server_connect_timeout_s": whole_s}
     return {k: os.environ.get(k, v) for k, v in wanted.items()}
 
 
@@ -124,17 +124,22 @@ class RayEngine(Engine):
             return
         timeout_s = start_timeout_s()
         os.environ.update(start_timeouts(timeout_s))  # read by the processes ray.init starts
-        try:  # a local Ray bound to this host only, or the cluster at ``address``
-            with contextlib.redirect_stderr(io.StringIO()) as said:
-                ray.init(address=address, num_cpus=None if address else spec.workers, include_dashboard=False,
-                         _node_ip_address=None if address else "127.0.0.1", logging_level=logging.WARNING,
-                         log_to_driver=False, configure_logging=False)
-        except Exception as exc:  # noqa: BLE001 - Ray raises many kinds; each is one sentence here
-            ray.shutdown()
-            where = f"the Ray cluster at {address}" if address else f"a local Ray (given {timeout_s:g} s)"
-            first = (str(exc).strip().splitlines() or said.getvalue().strip().splitlines() or ["no message"])[0]
-            raise BenchmarkFailed(f"{where} did not start ({first[:300]}); no study was created: on a busy machine "
-                                  f"raise {START_TIMEOUT_ENV} and run the same command again.") from None
+        deadline = time.monotonic() + timeout_s
+        while True:  # Ray waits a fixed 30 s for its node to register: on a loaded machine, try again
+            try:  # a local Ray bound to this host only, or the cluster at ``address``
+                with contextlib.redirect_stderr(io.StringIO()) as said:
+                    ray.init(address=address, num_cpus=None if address else spec.workers, include_dashboard=False,
+                             _node_ip_address=None if address else "127.0.0.1", logging_level=logging.WARNING,
+                             log_to_driver=False, configure_logging=False)
+                break
+            except Exception as exc:  # noqa: BLE001 - Ray raises many kinds; each is one sentence here
+                ray.shutdown()
+                if time.monotonic() < deadline:
+                    continue
+                where = f"the Ray cluster at {address}" if address else f"a local Ray (given {timeout_s:g} s)"
+                first = (str(exc).strip().splitlines() or said.getvalue().strip().splitlines() or ["no message"])[0]
+                raise BenchmarkFailed(f"{where} did not start ({first[:300]}); no study was created: on a busy "
+                                      f"machine raise {START_TIMEOUT_ENV} and run the same command again.") from None
         self.started = True
 
     def close(self) -> None:
