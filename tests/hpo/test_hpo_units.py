@@ -11,12 +11,12 @@ import pytest
 
 from dlbench.errors import BenchmarkFailed, RunFailed, UsageError
 from dlbench.hpo.command import run_command, trial_argv
-from dlbench.hpo.local import LocalEngine, pinning
 from dlbench.hpo.fom import BadFom, Fom, parse_line
+from dlbench.hpo.local import LocalEngine, pinning
 from dlbench.hpo.search import trial_budget
 from dlbench.hpo.storage import open_storage
-from dlbench.report.sections import hpo as hpo_section
 from dlbench.hpo.study import parse_study
+from dlbench.report.sections import hpo as hpo_section
 
 OBJECTIVE = str(Path(__file__).with_name("objective.py"))
 

@@ -13,16 +13,22 @@ import typer
 
 from dlbench import __version__
 from dlbench.api.signals import stop_on_signals
+from dlbench.cli import (
+    advise,
+    catalog,
+    hpo,
+    jobs,
+    mlperf,
+    monitor,
+    plot,
+    report,
+    results,
+    run,
+    scale,
+    store,
+    tensorboard,
+)
 from dlbench.errors import BenchmarkFailed, Terminated, UsageError
-from dlbench.cli import catalog, results, run, scale
-from dlbench.cli import monitor, plot
-from dlbench.cli import mlperf
-from dlbench.cli import store
-from dlbench.cli import report
-from dlbench.cli import hpo
-from dlbench.cli import jobs
-from dlbench.cli import advise
-from dlbench.cli import tensorboard
 
 app = typer.Typer(
     name="dlbench",

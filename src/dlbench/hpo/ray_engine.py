@@ -62,8 +62,7 @@ from ray.tune.schedulers import (
 from ray.tune.search.optuna import OptunaSearch
 
 from dlbench.errors import BenchmarkFailed, Terminated, UsageError
-from dlbench.hpo import ray_pbt
-from dlbench.hpo import storage as hpo_storage
+from dlbench.hpo import ray_pbt, storage as hpo_storage
 from dlbench.hpo._base import STOP_GRACE_S, STOP_SIGNALS, Engine, StudyRun
 from dlbench.hpo.objective import has_record, record_unrun
 from dlbench.hpo.ray_trial import (

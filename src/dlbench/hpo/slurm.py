@@ -27,7 +27,7 @@ from dlbench.errors import BenchmarkFailed, Terminated, UsageError
 from dlbench.hpo._base import WORKER_ENV, WorkerEngine, WorkerPlan
 from dlbench.launch.batch import FINISHED, JobState
 from dlbench.launch.batch_launcher import POLL_S, STOP_WAIT_S, default_job_root
-from dlbench.launch.slurm import SlurmScheduler, container_words, site_lines
+from dlbench.launch.slurm import SlurmScheduler, container_words, site_lines, slurm_words
 from dlbench.record import new_id
 from dlbench.safety import sbatch_line, shell_word
 from dlbench.spec import LaunchSettings, make_launch_settings
@@ -40,7 +40,8 @@ def worker_array_script(plans: Sequence[WorkerPlan], settings: LaunchSettings, w
     """The sbatch script of the workers' job array (element i runs plan i's command). Pure. The site's
     options (time, partition, account, QOS, requeue, exclusive, signal …) and the container are
     ``--launcher slurm``'s own (:func:`dlbench.launch.slurm.site_lines`, ``container_words``)."""
-    container, python = container_words(settings, workdir)
+    options, prefix, python = container_words(settings, workdir)
+    container = options + prefix
     argv = [shell_word(python if container else plans[0].argv[0])]
     argv += [shell_word(a) for a in plans[0].argv[1:-1]]  # the worker command without its index value
     lines = ["#!/bin/bash", sbatch_line("job-name", f"dlbench-hpo-{study}"), sbatch_line("array", f"0-{len(plans) - 1}"),
@@ -112,8 +113,7 @@ class SlurmEngine(WorkerEngine):
         out = subprocess.run(["sbatch", "--parsable", "workers.sbatch"], cwd=self._workdir, capture_output=True,
                              text=True, timeout=120, env={**os.environ, **plans[0].env}, check=False)
         if out.returncode != 0:
-            said = out.stderr.strip().splitlines() or ["no message"]
-            raise UsageError(f"Slurm rejected the study's workers: {said[-1]}.")
+            raise UsageError(f"Slurm rejected the study's workers: {slurm_words(out.stderr)}.")
         return out.stdout.strip().split(";")[0]
 
     def _stop(self, array_id: str, workers: int) -> None:
