@@ -8,6 +8,7 @@ early (pruning, the timeout, a signal to dlbench) kills the command's whole proc
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import queue
@@ -88,18 +89,38 @@ def _read(proc: subprocess.Popen, timeout_s: float, on_intermediate, check=None)
     it left in the background may hold stdout open for ever); (final value, intermediate values). The
     queue is bounded and lines are cut at :data:`LINE_BYTES`, so a command that floods stdout costs no
     memory and still meets its timeout."""
-    deadline = time.monotonic() + timeout_s
     lines: queue.Queue[str | None] = queue.Queue(maxsize=QUEUE_LINES)
+    done = threading.Event()
+    threading.Thread(target=_pump, args=(proc, lines, done), daemon=True).start()
+    try:
+        return _take(proc, lines, timeout_s, on_intermediate, check)
+    finally:
+        done.set()  # the reader stops too (it may wait on a full queue)
 
-    def pump() -> None:  # a thread, so that the timeout and signals are seen while the command is silent
-        while line := proc.stdout.readline(LINE_BYTES):
+
+def _pump(proc: subprocess.Popen, lines: queue.Queue, done: threading.Event) -> None:
+    """stdout's lines into ``lines`` (a thread, so that the timeout and signals are seen while the command is
+    silent) until it closes or the trial is over; None at the end."""
+    try:
+        while not done.is_set() and (line := proc.stdout.readline(LINE_BYTES)):
             if not line.endswith("\n"):  # a line longer than LINE_BYTES: its start counts, the rest goes
                 while (more := proc.stdout.readline(LINE_BYTES)) and not more.endswith("\n"):
                     pass
-            lines.put(line)
-        lines.put(None)
+            while not done.is_set():
+                try:
+                    lines.put(line, timeout=0.2)
+                    break
+                except queue.Full:
+                    continue
+    except (ValueError, OSError):  # stdout closed under us: the trial is over
+        return
+    with contextlib.suppress(queue.Full):
+        lines.put(None, timeout=0.2)
 
-    threading.Thread(target=pump, daemon=True).start()
+
+def _take(proc, lines: queue.Queue, timeout_s: float, on_intermediate, check) -> tuple[float | None, dict[int, float]]:
+    """The figures of the lines read, until stdout closes, the command has exited and drained, or the timeout."""
+    deadline = time.monotonic() + timeout_s
     final, intermediate, exited_at = None, {}, None
     while True:
         if check is not None:
