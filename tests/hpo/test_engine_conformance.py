@@ -16,6 +16,7 @@ import optuna
 import psutil
 import pytest
 from optuna.trial import TrialState
+from test_hpo_workers import wait_for
 
 from dlbench.hpo._base import ENGINES
 from dlbench.hpo.storage import open_storage
@@ -98,15 +99,6 @@ def trials(url: str, name: str) -> list:
         return []
 
 
-def wait_for(predicate, timeout_s: float) -> bool:
-    import time
-
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.5)
-    return False
 
 
 def status_of(hpo, name: str, extra: dict) -> dict:

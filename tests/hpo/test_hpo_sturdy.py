@@ -19,6 +19,7 @@ import optuna
 import psutil
 import pytest
 from test_hpo_study import command, records_of
+from test_hpo_workers import wait_for
 
 from dlbench.errors import RunFailed
 from dlbench.hpo.command import run_command
@@ -28,13 +29,6 @@ from dlbench.hpo.study import parse_study
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 
 
-def wait_for(predicate, timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.2)
-    return False
 
 
 def test_a_command_flooding_stdout_meets_its_timeout_in_bounded_memory(left_running):
