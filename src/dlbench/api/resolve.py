@@ -16,6 +16,7 @@ from dlbench.engine.devices import device_name, resolve_device
 from dlbench.engine.dist import LaunchEnv, check_backend, check_endpoint, default_backend, detect_launch_env
 from dlbench.engine.run import ResolvedRun, frozen
 from dlbench.errors import UsageError
+from dlbench.layout import Layout, layout_of
 from dlbench.record import new_id
 from dlbench.spec import CommSpec, LaunchSettings, RunSpec
 
@@ -46,6 +47,7 @@ def resolve_train(spec: RunSpec, joined: LaunchEnv | None = None) -> ResolvedRun
     device = resolve_device(spec.device)
     world = joined.world_size if joined is not None else spec.world_size
     batch_size = per_rank_batch(spec.batch_size or workload.default_batch_size, world, spec.scaling)
+    layout = check_layout(spec, workload, world, batch_size, device.type)
     grouped = world > 1 or bool(spec.torchrun)  # ranks in a process group (torchrun even for one: --launcher torchrun)
     backend = _backend(spec.backend, device.type, 2 if grouped else world)
     if joined is None and device.type == "cuda" and spec.nproc > torch.cuda.device_count():
@@ -62,7 +64,7 @@ def resolve_train(spec: RunSpec, joined: LaunchEnv | None = None) -> ResolvedRun
         "device": device.type, "device_name": device_name(device), "threads": threads,
         "learning_rate": spec.resolved_learning_rate, "world_size": world, "backend": backend,
         "launcher": "torchrun" if launched else (joined.launcher if joined else "local"),
-        "joined": joined is not None,
+        "joined": joined is not None, "layout": layout.describe() if layout else None,
     }
     if joined is not None:
         record_spec |= {"nproc": joined.local_world_size, "nnodes": joined.nnodes, "node_rank": joined.rank // max(1, joined.local_world_size)}
@@ -141,13 +143,39 @@ def resolve_batch(spec: RunSpec | CommSpec, settings: LaunchSettings, launcher: 
     else:
         workload = registry.create(spec.workload, spec.params)
         batch_size = per_rank_batch(spec.batch_size or workload.default_batch_size, world, spec.scaling)
+        layout = check_layout(spec, workload, world, batch_size, device_type)
         record_spec |= {"params": workload.params, "batch_size": batch_size, "global_batch_size": batch_size * world,
-                        "learning_rate": spec.resolved_learning_rate}
+                        "learning_rate": spec.resolved_learning_rate, "layout": layout.describe() if layout else None}
     return ResolvedRun(
         kind="comm" if comm else "train", spec=job_spec, record_spec=frozen(record_spec), job=frozen(job_spec.model_dump()),
         device_type=device_type, world_size=world, nproc=nproc, nnodes=settings.nodes, threads=spec.threads or 1,
         timeout_s=spec.timeout_s, launcher=launcher, tags=frozen(spec.tags), settings=settings,
     )
+
+
+def check_layout(spec: RunSpec, workload, world: int, batch_size: int, device_type: str) -> Layout | None:
+    """The ``--parallel`` layout of a run, checked against the world size, the workload's sizes and the
+    other options before anything starts; None without ``--parallel``."""
+    if spec.parallel is None:
+        given = [flag for flag, value in (("--tp", spec.tp), ("--pp", spec.pp), ("--microbatches", spec.microbatches))
+                 if value is not None] + (["--ac"] if spec.ac != "none" else [])
+        if given:
+            raise UsageError(f"{given[0]} needs --parallel (ddp, fsdp, tp, pp or fsdp+tp), e.g. --parallel fsdp+tp --tp 2.")
+        return None
+    if spec.mode != "train":
+        raise UsageError(f"--parallel {spec.parallel} spreads training; drop it for --mode inference.")
+    layout = layout_of(spec, world, batch_size)
+    workload.check_layout(layout)
+    if spec.precision == "fp16" and spec.parallel != "ddp":
+        raise UsageError(f"--precision fp16 needs a gradient scaler for sharded gradients, which --parallel {spec.parallel} "
+                         "does not set up; use --precision bf16.")
+    if spec.compile and layout.pp > 1:
+        raise UsageError("--compile with pipeline parallelism is not supported (the stages run under a schedule); "
+                         "drop --compile or use --parallel fsdp, tp or fsdp+tp.")
+    if spec.compile and device_type != "cuda" and spec.parallel != "ddp":
+        raise UsageError(f"--compile with --parallel {spec.parallel} is supported on CUDA only (torch.compile of "
+                         "FSDP2/DTensor blocks on the CPU is not); drop --compile or run on GPUs.")
+    return layout
 
 
 def _backend(requested: str | None, device_type: str, world: int) -> str | None:
