@@ -42,14 +42,14 @@ class Layout:
         return self.parallel in ("fsdp", "fsdp+tp")
 
     @property
-    def mesh_shape(self) -> tuple[int, ...]:
-        """The DeviceMesh: one dimension per degree above 1 (in the order dp, pp, tp); (world,) if none."""
-        return tuple(n for n in (self.dp, self.pp, self.tp) if n > 1) or (self.world_size,)
+    def mesh_dim_names(self) -> tuple[str, ...]:
+        """The DeviceMesh's dimensions: ("dp", "tp") for fsdp+tp (dp may be 1), else the layout's one kind."""
+        return {"fsdp+tp": ("dp", "tp"), "tp": ("tp",), "pp": ("pp",)}.get(self.parallel, ("dp",))
 
     @property
-    def mesh_dim_names(self) -> tuple[str, ...]:
-        names = tuple(name for name, n in (("dp", self.dp), ("pp", self.pp), ("tp", self.tp)) if n > 1)
-        return names or ("dp",)
+    def mesh_shape(self) -> tuple[int, ...]:
+        degree = {"dp": self.dp, "tp": self.tp, "pp": self.pp}
+        return tuple(degree[name] for name in self.mesh_dim_names)
 
     def describe(self) -> dict:
         """The record's ``spec.layout``: mesh, degrees, schedule, micro-batches, activation checkpointing."""
@@ -63,8 +63,9 @@ class Layout:
 
 def plan_layout(parallel: str, world_size: int, *, tp: int | None = None, pp: int | None = None, ac: str = "none",
                 pp_schedule: str = "gpipe", microbatches: int | None = None, reshard_after_forward: bool = True,
-                batch_size: int = 1) -> Layout:
-    """The layout of ``parallel`` on ``world_size`` ranks, or a UsageError naming the mismatch and the fix."""
+                batch_size: int | None = None) -> Layout:
+    """The layout of ``parallel`` on ``world_size`` ranks, or a UsageError naming the mismatch and the fix.
+    ``batch_size`` (per data-parallel rank) is checked against the micro-batches when given."""
     if parallel not in PARALLEL_CHOICES:
         raise UsageError(f"--parallel {parallel!r} is not one of {', '.join(PARALLEL_CHOICES)}.")
     tp_degree, pp_degree = _degrees(parallel, world_size, tp, pp)
@@ -72,7 +73,7 @@ def plan_layout(parallel: str, world_size: int, *, tp: int | None = None, pp: in
     if pp_degree == 1 and microbatches not in (None, 1):
         raise UsageError(f"--microbatches {microbatches} is for pipeline parallelism; use it with --parallel pp.")
     chunks = microbatches or (pp_degree if pp_degree > 1 else 1)
-    if pp_degree > 1 and batch_size % chunks:
+    if pp_degree > 1 and batch_size is not None and batch_size % chunks:
         raise UsageError(f"the batch of {batch_size} per data-parallel rank does not split into --microbatches {chunks}; "
                          f"choose a batch size that is a multiple of {chunks}.")
     if pp_degree > 1 and pp_schedule == "1f1b" and chunks < pp_degree:
@@ -111,7 +112,7 @@ def _degrees(parallel: str, world: int, tp: int | None, pp: int | None) -> tuple
     return degree, 1
 
 
-def layout_of(spec, world_size: int, batch_size: int) -> Layout | None:
+def layout_of(spec, world_size: int, batch_size: int | None = None) -> Layout | None:
     """The layout a run's spec (a :class:`dlbench.spec.RunSpec`) asks for on ``world_size`` ranks; None
     without ``--parallel`` (the classic path: DDP over whatever ranks there are)."""
     if spec.parallel is None:

@@ -46,8 +46,7 @@ def resolve_train(spec: RunSpec, joined: LaunchEnv | None = None) -> ResolvedRun
     workload = registry.create(spec.workload, spec.params)
     device = resolve_device(spec.device)
     world = joined.world_size if joined is not None else spec.world_size
-    batch_size = per_rank_batch(spec.batch_size or workload.default_batch_size, world, spec.scaling)
-    layout = check_layout(spec, workload, world, batch_size, device.type)
+    layout, batch_size, data_ranks = layout_and_batch(spec, workload, world, device.type)
     grouped = world > 1 or bool(spec.torchrun)  # ranks in a process group (torchrun even for one: --launcher torchrun)
     backend = _backend(spec.backend, device.type, 2 if grouped else world)
     if joined is None and device.type == "cuda" and spec.nproc > torch.cuda.device_count():
@@ -60,7 +59,7 @@ def resolve_train(spec: RunSpec, joined: LaunchEnv | None = None) -> ResolvedRun
         check_endpoint(spec.rdzv_endpoint, spec.node_rank)
     threads = spec.threads or (default_threads(spec.nproc) if launched else torch.get_num_threads())
     record_spec = spec.model_dump() | {
-        "params": workload.params, "batch_size": batch_size, "global_batch_size": batch_size * world,
+        "params": workload.params, "batch_size": batch_size, "global_batch_size": batch_size * data_ranks,
         "device": device.type, "device_name": device_name(device), "threads": threads,
         "learning_rate": spec.resolved_learning_rate, "world_size": world, "backend": backend,
         "launcher": "torchrun" if launched else (joined.launcher if joined else "local"),
@@ -142,9 +141,8 @@ def resolve_batch(spec: RunSpec | CommSpec, settings: LaunchSettings, launcher: 
         record_spec |= {"precision": "fp32", "mode": "collective", "batch_size": None, "params": {}}
     else:
         workload = registry.create(spec.workload, spec.params)
-        batch_size = per_rank_batch(spec.batch_size or workload.default_batch_size, world, spec.scaling)
-        layout = check_layout(spec, workload, world, batch_size, device_type)
-        record_spec |= {"params": workload.params, "batch_size": batch_size, "global_batch_size": batch_size * world,
+        layout, batch_size, data_ranks = layout_and_batch(spec, workload, world, device_type)
+        record_spec |= {"params": workload.params, "batch_size": batch_size, "global_batch_size": batch_size * data_ranks,
                         "learning_rate": spec.resolved_learning_rate, "layout": layout.describe() if layout else None}
     return ResolvedRun(
         kind="comm" if comm else "train", spec=job_spec, record_spec=frozen(record_spec), job=frozen(job_spec.model_dump()),
@@ -153,7 +151,18 @@ def resolve_batch(spec: RunSpec | CommSpec, settings: LaunchSettings, launcher: 
     )
 
 
-def check_layout(spec: RunSpec, workload, world: int, batch_size: int, device_type: str) -> Layout | None:
+def layout_and_batch(spec: RunSpec, workload, world: int, device_type: str) -> tuple[Layout | None, int, int]:
+    """(layout, batch per rank, data-parallel ranks): the ranks of a tensor or pipeline group share their
+    rows, so strong scaling splits the global batch over the data-parallel ranks only."""
+    layout = check_layout(spec, workload, world, device_type)
+    data_ranks = layout.dp if layout else world
+    batch_size = per_rank_batch(spec.batch_size or workload.default_batch_size, data_ranks, spec.scaling)
+    if layout is not None:
+        layout_of(spec, world, batch_size)  # the batch must split into the pipeline's micro-batches
+    return layout, batch_size, data_ranks
+
+
+def check_layout(spec: RunSpec, workload, world: int, device_type: str) -> Layout | None:
     """The ``--parallel`` layout of a run, checked against the world size, the workload's sizes and the
     other options before anything starts; None without ``--parallel``."""
     if spec.parallel is None:
@@ -164,7 +173,7 @@ def check_layout(spec: RunSpec, workload, world: int, batch_size: int, device_ty
         return None
     if spec.mode != "train":
         raise UsageError(f"--parallel {spec.parallel} spreads training; drop it for --mode inference.")
-    layout = layout_of(spec, world, batch_size)
+    layout = layout_of(spec, world)
     workload.check_layout(layout)
     if spec.precision == "fp16" and spec.parallel != "ddp":
         raise UsageError(f"--precision fp16 needs a gradient scaler for sharded gradients, which --parallel {spec.parallel} "

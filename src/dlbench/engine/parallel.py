@@ -37,21 +37,19 @@ class Placement:
     dp_rank: int
     stage: int  # pipeline stage (0 without pipeline parallelism)
 
-    @property
-    def dp_mesh(self) -> DeviceMesh | None:
-        return self.mesh["dp"] if "dp" in (self.mesh.mesh_dim_names or ()) else None
-
     def sub_mesh(self, name: str) -> DeviceMesh:
+        """The 1-D mesh of dimension ``name`` ("dp", "tp" or "pp") that this rank belongs to."""
         return self.mesh[name] if len(self.mesh.mesh_dim_names) > 1 else self.mesh
 
 
 def place(layout: Layout, device: torch.device) -> Placement:
     """The DeviceMesh of ``layout`` over the initialised process group, and this rank's coordinates."""
     mesh = init_device_mesh(device.type, layout.mesh_shape, mesh_dim_names=layout.mesh_dim_names)
+    where = Placement(mesh, 0, 0)
     names = mesh.mesh_dim_names
-    dp_rank = mesh["dp"].get_local_rank() if "dp" in names and layout.dp > 1 else 0
-    stage = (mesh["pp"] if len(names) > 1 else mesh).get_local_rank() if layout.pp > 1 else 0
-    return Placement(mesh, dp_rank, stage)
+    where.dp_rank = where.sub_mesh("dp").get_local_rank() if "dp" in names else 0
+    where.stage = where.sub_mesh("pp").get_local_rank() if "pp" in names else 0
+    return where
 
 
 def global_batch_slice(workload: Workload, batch_size: int, layout: Layout, dp_rank: int, seed: int) -> Batch:
@@ -75,7 +73,7 @@ def parallelize(workload: Workload, model: nn.Module, layout: Layout, where: Pla
         for block in blocks:
             block.compile()
     if layout.sharded:
-        return shard(model, blocks, where.sub_mesh("dp") if layout.dp > 1 else where.mesh, layout, precision)
+        return shard(model, blocks, where.sub_mesh("dp"), layout, precision)
     if layout.parallel == "ddp" and layout.world_size > 1:
         ids = [model_device(model).index] if model_device(model).type == "cuda" else None
         return DistributedDataParallel(model, device_ids=ids)
