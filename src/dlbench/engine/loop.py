@@ -236,9 +236,7 @@ def prepare_layout(spec: RunSpec, workload: Workload, device: torch.device, batc
     model.train()
     flops_per_sample = _count_whole_model_flops(workload, model, spec.seed)
     where = place(layout, device) if dist is not None else None
-    if where is not None:
-        compile_blocks = spec.compile and layout.pp == 1
-        model = parallelize(workload, model, layout, where, spec.precision, compile_blocks)
+    model = parallelize(workload, model, layout, where, spec.precision, spec.compile and layout.pp == 1)
     dp_rank = where.dp_rank if where is not None else 0
     if spec.data == "synthetic":
         batch = to_device(global_batch_slice(workload, batch_size, layout, dp_rank, spec.seed), device, False)

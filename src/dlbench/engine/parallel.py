@@ -59,9 +59,17 @@ def global_batch_slice(workload: Workload, batch_size: int, layout: Layout, dp_r
     return tuple(t[rows].contiguous() for t in full)
 
 
-def parallelize(workload: Workload, model: nn.Module, layout: Layout, where: Placement, precision: str,
+def parallelize(workload: Workload, model: nn.Module, layout: Layout, where: Placement | None, precision: str,
                 compile_blocks: bool) -> nn.Module:
-    """``model`` (whole, on its device) spread by ``layout``; returns the module this rank trains."""
+    """``model`` (whole, on its device) spread by ``layout``; returns the module this rank trains. Without a
+    process group (``where`` None: one process) only activation checkpointing and compile apply."""
+    if where is None:
+        blocks = workload.transformer_blocks(model) if layout.ac != "none" or compile_blocks else []
+        if layout.ac != "none":
+            apply_activation_checkpointing(blocks, layout.ac)
+        for block in blocks if compile_blocks else []:
+            block.compile()
+        return model
     if layout.pp > 1:
         model = workload.pipeline_stage(model, where.stage, layout.pp)
     if layout.tp > 1:
