@@ -82,7 +82,7 @@ def test_every_layout_trains_the_same_model(capsys, db, single_process_loss, lay
     (["-p", "tied=true", "--parallel", "tp"], "add --param tied=false"),
     (["--parallel", "tp", "--tp", "4"], "over all 2 ranks, not --tp 4"),
     (["--parallel", "pp", "--compile"], "--compile with pipeline parallelism is not supported"),
-    (["--parallel", "fsdp", "--compile"], "supported on CUDA only"),
+    (["--parallel", "fsdp", "--compile"], "allowed on CUDA only"),
     (["--parallel", "fsdp", "--precision", "fp16"], "use --precision bf16"),
     (["--tp", "2"], "--tp needs --parallel"),
     (["--parallel", "fsdp", "--mode", "inference"], "drop it for --mode inference"),

@@ -182,8 +182,8 @@ def check_layout(spec: RunSpec, workload, world: int, device_type: str) -> Layou
         raise UsageError("--compile with pipeline parallelism is not supported (the stages run under a schedule); "
                          "drop --compile or use --parallel fsdp, tp or fsdp+tp.")
     if spec.compile and device_type != "cuda" and spec.parallel != "ddp":
-        raise UsageError(f"--compile with --parallel {spec.parallel} is supported on CUDA only (torch.compile of "
-                         "FSDP2/DTensor blocks on the CPU is not); drop --compile or run on GPUs.")
+        raise UsageError(f"--compile with --parallel {spec.parallel} is allowed on CUDA only (compiled FSDP2/DTensor "
+                         "blocks are not validated on the CPU with gloo); drop --compile or run on GPUs.")
     return layout
 
 

@@ -31,7 +31,7 @@ from dlbench.cli._common import (
     with_hints,
 )
 from dlbench.errors import BenchmarkFailed, UsageError
-from dlbench.report.tables import render, run_table
+from dlbench.report.tables import render, run_table, token_table
 from dlbench.report.tensorboard import with_tensorboard
 
 
@@ -128,7 +128,7 @@ def run(
 
 @launch_options
 def suite(
-    name: str = typer.Argument(None, help="Built-in suite: quick (small sizes, ~2 min on a 2-core CPU) or standard (catalogue defaults, for GPUs). Default: quick on CPU, standard on CUDA.", show_default=False),
+    name: str = typer.Argument(None, help="Built-in suite: quick (small sizes, ~2 min on a 2-core CPU), standard (catalogue defaults, for GPUs), llm (the tiny language model under every --parallel layout on 2 CPU ranks) or llm-gpu (the 1B model on one GPU). Default: quick on CPU, standard on CUDA.", show_default=False),
     device: str = typer.Option(None, "--device", help="auto | cpu | cuda \\[default: auto]."),
     precision: str = typer.Option(None, "--precision", help="fp32 | bf16 | fp16."),
     tag: list[str] = typer.Option(None, "--tag", "-t", help="Label KEY=VALUE stored with every run (repeatable)."),
@@ -204,6 +204,9 @@ def show(records: list[dict], store, as_json: bool, single: bool) -> None:
         emit_json(shown[0] if single else shown)
     else:
         render(run_table(records), title="dlbench results")
+        tokens = token_table(records)
+        if tokens[1]:
+            render(tokens, title="language models: tokens/s, MFU and memory per layout")
         show_profiles(records)
         saved = [r["id"] for r in records if r["spec"].get("node_rank", 0) == 0]  # node 0 owns multi-node records
         if store is not None and saved:

@@ -73,6 +73,10 @@ def config_key(record: dict[str, Any]) -> str:
         value = spec.get(key, default)
         if value != default:
             parts.append(key if value is True else f"{key}={value}")
+    layout = spec.get("layout")
+    if layout:  # the same model spread another way is another configuration
+        parts.append(f"parallel={layout['parallel']}:dp{layout['dp']}tp{layout['tp']}pp{layout['pp']}"
+                     + (f":ac={layout['ac']}" if layout.get("ac", "none") != "none" else ""))
     return " ".join(parts) + (f" [{params}]" if params else "")
 
 
