@@ -40,12 +40,13 @@ def global_result(per_rank: list[dict[str, Any]], batch_size: int, steps: int,
         "step_times_s": step_times,
         "world_size": world,
         **_peak_memory(per_rank),
+        **_loss_curve(per_rank),
         "per_rank": [
             {
                 "rank": r["rank"], "host": r.get("host"), "samples_per_s": batch_size * steps / r["window_s"],
                 "window_s": r["window_s"], "step_time_s": step_stats(r["step_times_s"]).as_dict(),
                 "param_checksum": r.get("param_checksum"),
-            } | ({"peak_memory_bytes": r["peak_memory_bytes"]} if r.get("peak_memory_bytes") is not None else {})
+            } | {key: r[key] for key in ("peak_memory_bytes", "memory_before_model_bytes") if r.get(key) is not None}
             for r in sorted(per_rank, key=lambda r: r["rank"])
         ],
     }
@@ -56,6 +57,12 @@ def _peak_memory(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
     if not peaks:
         return {}
     return {"peak_memory_bytes": max(peaks), "memory_measure": per_rank[0].get("memory_measure")}
+
+
+def _loss_curve(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
+    """The mean over the ranks that have one (a pipeline's last stage alone has the loss) of each step's loss."""
+    curves = [r["loss_per_step"] for r in per_rank if r.get("loss_per_step")]
+    return {"loss_per_step": [statistics.fmean(step) for step in zip(*curves)]} if curves else {}
 
 
 def per_rank_batch(batch_size: int, world_size: int, scaling: str) -> int:

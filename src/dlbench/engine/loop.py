@@ -33,6 +33,7 @@ from dlbench.engine.parallel import (
     comm_bytes_per_step,
     global_batch_slice,
     local_parameter_bytes,
+    memory_now,
     param_checksum,
     parallelize,
     peak_memory,
@@ -104,6 +105,7 @@ def measure(
     """
     on_step = on_step or (lambda phase, i, n: None)
     torch.manual_seed(spec.seed)  # the same initial weights on every rank (DDP also broadcasts them)
+    before_model_bytes = memory_now(device)
     prepared = prepare(spec, workload, device, batch_size, dist)
     laid_out = prepared.layout is not None
     flops_per_sample = prepared.flops_per_sample if laid_out else count_flops_per_sample(prepared, spec.mode)
@@ -119,13 +121,19 @@ def measure(
     clock = StepClock(device.type, _synchronizer(device), barrier=dist.barrier if dist else None)
     if progress is not None:
         progress.batch_size, progress.clock = batch_size, clock
+    # a language model's loss curve, kept as tensors (no device sync) and read after the window
+    curve: list | None = [] if workload.tokens_per_sample() else None
     clock.start()
     for i in range(spec.steps):
         loss = prepared.step(next(prepared.batches))
         clock.lap()
+        if curve is not None:
+            curve.append(loss)
         on_step("measure", i, spec.steps)
     clock.stop()
-    result = summarise(spec, device, batch_size, clock, flops_per_sample, loss) | peak_memory(device)
+    result = summarise(spec, device, batch_size, clock, flops_per_sample, loss) | peak_memory(device, before_model_bytes)
+    if curve is not None and all(isinstance(x, torch.Tensor) for x in curve):
+        result["loss_per_step"] = [float(x.float().mean()) for x in curve]
     profiled = None
     if spec.profile:  # after the timed window: the measured numbers above are final
         profiled = profile_steps(prepared, spec, dist.rank if dist else 0, dist.world_size if dist else 1,
@@ -156,7 +164,8 @@ def token_figures(workload: Workload, mode: str, result: dict[str, Any]) -> dict
 def _merge_ranks(local: dict[str, Any], model: torch.nn.Module, dist: DistContext,
                  layout: Layout | None = None) -> dict[str, Any]:
     """Every rank's figures gathered and merged; the same global result on every rank."""
-    mine = {k: local[k] for k in ("window_s", "step_times_s", "final_loss", "peak_memory_bytes", "memory_measure")}
+    mine = {k: local.get(k) for k in ("window_s", "step_times_s", "final_loss", "peak_memory_bytes", "memory_measure",
+                                      "memory_before_model_bytes", "loss_per_step")}
     # equal on every rank when gradients were averaged correctly (each rank's own shards under FSDP/TP/PP)
     mine |= {"rank": dist.rank, "host": socket.gethostname(), "param_checksum": param_checksum(model)}
     data_ranks = layout.dp if layout is not None else None  # tensor/pipeline groups share their rows

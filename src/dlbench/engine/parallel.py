@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import psutil
 import torch
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
@@ -176,11 +177,21 @@ def local_parameter_bytes(model: nn.Module) -> int:
     return sum(_local(p).numel() * _local(p).element_size() for p in model.parameters())
 
 
-def peak_memory(device: torch.device) -> dict[str, Any]:
-    """This process's peak memory: CUDA ``max_memory_allocated``, or on the CPU the peak resident set."""
+def memory_now(device: torch.device) -> int:
+    """Memory in use now: CUDA allocated bytes, or this process's resident set on the CPU."""
     if device.type == "cuda":
-        return {"peak_memory_bytes": torch.cuda.max_memory_allocated(device), "memory_measure": "cuda_max_allocated"}
-    return {"peak_memory_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "memory_measure": "peak_rss"}
+        return torch.cuda.memory_allocated(device)
+    return psutil.Process().memory_info().rss
+
+
+def peak_memory(device: torch.device, before_model_bytes: int) -> dict[str, Any]:
+    """This process's peak memory: CUDA ``max_memory_allocated``, or on the CPU the peak resident set
+    (which includes torch's own ~0.5 GB: ``memory_before_model_bytes`` is what was in use before the model)."""
+    if device.type == "cuda":
+        peak, measure = torch.cuda.max_memory_allocated(device), "cuda_max_allocated"
+    else:
+        peak, measure = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "peak_rss"
+    return {"peak_memory_bytes": peak, "memory_before_model_bytes": before_model_bytes, "memory_measure": measure}
 
 
 def comm_bytes_per_step(layout: Layout, param_bytes_per_rank: int) -> tuple[int | None, str]:
