@@ -114,9 +114,10 @@ def _degrees(parallel: str, world: int, tp: int | None, pp: int | None) -> tuple
 
 def layout_of(spec, world_size: int, batch_size: int | None = None) -> Layout | None:
     """The layout a run's spec (a :class:`dlbench.spec.RunSpec`) asks for on ``world_size`` ranks; None
-    without ``--parallel`` (the classic path: DDP over whatever ranks there are)."""
-    if spec.parallel is None:
+    without ``--parallel`` or ``--ac`` (the classic path: DDP over whatever ranks there are)."""
+    parallel = spec.parallel or ("ddp" if spec.ac != "none" else None)  # --ac alone: checkpointing, DDP
+    if parallel is None:
         return None
-    return plan_layout(spec.parallel, world_size, tp=spec.tp, pp=spec.pp, ac=spec.ac, pp_schedule=spec.pp_schedule,
+    return plan_layout(parallel, world_size, tp=spec.tp, pp=spec.pp, ac=spec.ac, pp_schedule=spec.pp_schedule,
                        microbatches=spec.microbatches, reshard_after_forward=spec.reshard_after_forward,
                        batch_size=batch_size)

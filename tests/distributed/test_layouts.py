@@ -85,7 +85,7 @@ def test_every_layout_trains_the_same_model(capsys, db, single_process_loss, lay
     (["--parallel", "fsdp", "--compile"], "allowed on CUDA only"),
     (["--parallel", "fsdp", "--precision", "fp16"], "use --precision bf16"),
     (["--tp", "2"], "--tp needs --parallel"),
-    (["--parallel", "fsdp", "--mode", "inference"], "drop it for --mode inference"),
+    (["--parallel", "fsdp", "--mode", "inference"], "drop them for --mode inference"),
     (["--parallel", "pp", "--microbatches", "3"], "does not split into --microbatches 3"),
 ])
 def test_a_bad_layout_is_exit_2_before_anything_runs(capsys, db, argv, fragment):
@@ -99,3 +99,5 @@ def test_a_bad_layout_is_exit_2_before_anything_runs(capsys, db, argv, fragment)
 def test_other_workloads_take_ddp_only(capsys, db):
     assert main(["run", "lstm", "--nproc", "2", "--parallel", "fsdp"]) == 2
     assert "supports --parallel ddp only" in capsys.readouterr().err
+    assert main(["run", "lstm", "--ac", "full"]) == 2
+    assert "no transformer blocks to checkpoint" in capsys.readouterr().err

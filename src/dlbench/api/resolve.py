@@ -167,13 +167,14 @@ def check_layout(spec: RunSpec, workload, world: int, device_type: str) -> Layou
     other options before anything starts; None without ``--parallel``."""
     if spec.parallel is None:
         given = [flag for flag, value in (("--tp", spec.tp), ("--pp", spec.pp), ("--microbatches", spec.microbatches))
-                 if value is not None] + (["--ac"] if spec.ac != "none" else [])
+                 if value is not None]
         if given:
             raise UsageError(f"{given[0]} needs --parallel (ddp, fsdp, tp, pp or fsdp+tp), e.g. --parallel fsdp+tp --tp 2.")
+    layout = layout_of(spec, world)
+    if layout is None:
         return None
     if spec.mode != "train":
-        raise UsageError(f"--parallel {spec.parallel} spreads training; drop it for --mode inference.")
-    layout = layout_of(spec, world)
+        raise UsageError(f"--parallel {layout.parallel} and --ac {spec.ac} are for training; drop them for --mode inference.")
     workload.check_layout(layout)
     if spec.precision == "fp16" and spec.parallel != "ddp":
         raise UsageError(f"--precision fp16 needs a gradient scaler for sharded gradients, which --parallel {spec.parallel} "

@@ -164,7 +164,11 @@ class Workload:
     # -- parallel layouts and optional figures (see the module docstring) ----------------------------
     def check_layout(self, layout: Any) -> None:
         """Raise UsageError (one sentence) when ``layout`` (a :class:`dlbench.layout.Layout`) cannot
-        spread this workload; the default allows the layouts of ``parallel_layouts``."""
+        spread this workload; the default allows the layouts of ``parallel_layouts``, and activation
+        checkpointing where there are blocks to checkpoint (any layout beyond DDP)."""
+        if layout.ac != "none" and self.parallel_layouts == {"ddp"}:
+            raise UsageError(f"workload {self.name!r} has no transformer blocks to checkpoint; drop --ac "
+                             "(the llm workload has them).")
         if layout.parallel not in self.parallel_layouts:
             supported = ", ".join(sorted(self.parallel_layouts))
             raise UsageError(f"workload {self.name!r} supports --parallel {supported} only, not {layout.parallel}; "
