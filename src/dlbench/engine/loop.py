@@ -241,7 +241,8 @@ def prepare_layout(spec: RunSpec, workload: Workload, device: torch.device, batc
                    dist: DistContext | None) -> Prepared:
     """Build the whole model, count its FLOPs, then spread it by ``layout`` (engine.parallel); one process
     without a process group trains it whole (the reference the layouts are compared with)."""
-    model = workload.build_model().to(device)
+    with device:  # weights made on the device itself: no host copy of a large model per rank
+        model = workload.build_model()
     model.train()
     flops_per_sample = _count_whole_model_flops(workload, model, spec.seed)
     where = place(layout, device) if dist is not None else None
