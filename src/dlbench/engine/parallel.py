@@ -115,7 +115,10 @@ def apply_activation_checkpointing(blocks: list[nn.Module], mode: str) -> None:
 
 
 def _keep_matmuls_context():
-    from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
+    from torch.utils.checkpoint import (
+        CheckpointPolicy,
+        create_selective_checkpoint_contexts,
+    )
 
     aten = torch.ops.aten
     kept = {aten.mm.default, aten.addmm.default, aten.bmm.default,

@@ -16,8 +16,8 @@ from dlbench import __version__
 from dlbench.report import sections
 from dlbench.report.compare import Z
 from dlbench.report.page import method, page, runs_table, section, table
-from dlbench.report.tables import token_table
 from dlbench.report.svg import bar_chart, line_chart
+from dlbench.report.tables import token_table
 from dlbench.report.trend import is_change_point, trend
 
 _MAX_LINE_POINTS = 200  # telemetry lines are thinned to this many points: the page stays small
