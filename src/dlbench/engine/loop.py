@@ -264,15 +264,16 @@ def prepare_layout(spec: RunSpec, workload: Workload, device: torch.device, batc
 
 
 def _count_whole_model_flops(workload: Workload, model: torch.nn.Module, seed: int) -> float | None:
-    """FLOPs per trained sample of the whole single-device model, on two samples of their own."""
-    small = to_device(workload.sample(2, torch.Generator().manual_seed(seed)), next(model.parameters()).device, False)
+    """FLOPs per trained sample of the whole single-device model: the counter's forward FLOPs on one
+    sample of its own, × 3 for forward and backward. Forward only, without gradients, so that counting
+    a model that fits one device only once sharded (8B) needs no gradients of the whole model."""
+    one = to_device(workload.sample(1, torch.Generator().manual_seed(seed)), next(model.parameters()).device, False)
     try:
-        total = count_flops(lambda: workload.loss(model, small).backward())
+        with torch.no_grad():
+            forward = count_flops(lambda: workload.loss(model, one))
     except RuntimeError:
         return None
-    finally:
-        model.zero_grad(set_to_none=True)
-    return total / 2 if total else None
+    return 3.0 * forward if forward else None
 
 
 def _make_step(spec: RunSpec, workload: Workload, model: torch.nn.Module,
