@@ -4,7 +4,7 @@ checkpointing, per-block compile, and FSDP2 or DDP, in that fixed order (torchti
 The workload's model is built whole and single-device on every rank from the same seed, then cut down:
 each rank ends with the same numbers a single process would hold, sharded or split. That is what the
 correctness test relies on (the losses of every layout agree with one process's), and why a model
-must fit one rank's host memory before it is spread (meta-device initialisation is not done yet).
+must fit one rank's device before it is spread (meta-device initialisation is not done yet).
 
 Data: every data-parallel rank slices its rows out of one global batch drawn from the run's seed, so a
 layout trains on exactly the batch one process would; ranks of one tensor- or pipeline-parallel group
@@ -64,26 +64,20 @@ def parallelize(workload: Workload, model: nn.Module, layout: Layout, where: Pla
                 compile_blocks: bool) -> nn.Module:
     """``model`` (whole, on its device) spread by ``layout``; returns the module this rank trains. Without a
     process group (``where`` None: one process) only activation checkpointing and compile apply."""
-    if where is None:
-        blocks = workload.transformer_blocks(model) if layout.ac != "none" or compile_blocks else []
-        if layout.ac != "none":
-            apply_activation_checkpointing(blocks, layout.ac)
-        for block in blocks if compile_blocks else []:
-            block.compile()
-        return model
-    if layout.pp > 1:
+    spread = where is not None
+    if spread and layout.pp > 1:
         model = workload.pipeline_stage(model, where.stage, layout.pp)
-    if layout.tp > 1:
+    if spread and layout.tp > 1:
         workload.tensor_parallel(model, where.sub_mesh("tp"))
-    blocks = workload.transformer_blocks(model) if layout.ac != "none" or layout.sharded or compile_blocks else []
+    sharded = spread and layout.sharded
+    blocks = workload.transformer_blocks(model) if layout.ac != "none" or sharded or compile_blocks else []
     if layout.ac != "none":
         apply_activation_checkpointing(blocks, layout.ac)
-    if compile_blocks:
-        for block in blocks:
-            block.compile()
-    if layout.sharded:
+    for block in blocks if compile_blocks else []:
+        block.compile()
+    if sharded:
         return shard(model, blocks, where.sub_mesh("dp"), layout, precision)
-    if layout.parallel == "ddp" and layout.world_size > 1:
+    if spread and layout.parallel == "ddp" and layout.world_size > 1:
         ids = [model_device(model).index] if model_device(model).type == "cuda" else None
         return DistributedDataParallel(model, device_ids=ids)
     return model
