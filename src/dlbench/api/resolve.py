@@ -164,7 +164,7 @@ def layout_and_batch(spec: RunSpec, workload, world: int, device_type: str) -> t
 
 def check_layout(spec: RunSpec, workload, world: int, device_type: str) -> Layout | None:
     """The ``--parallel`` layout of a run, checked against the world size, the workload's sizes and the
-    other options before anything starts; None without ``--parallel``."""
+    other options before anything starts; None without ``--parallel`` or ``--ac``."""
     if spec.parallel is None:
         given = [flag for flag, value in (("--tp", spec.tp), ("--pp", spec.pp), ("--microbatches", spec.microbatches))
                  if value is not None]
@@ -176,14 +176,14 @@ def check_layout(spec: RunSpec, workload, world: int, device_type: str) -> Layou
     if spec.mode != "train":
         raise UsageError(f"--parallel {layout.parallel} and --ac {spec.ac} are for training; drop them for --mode inference.")
     workload.check_layout(layout)
-    if spec.precision == "fp16" and spec.parallel != "ddp":
-        raise UsageError(f"--precision fp16 needs a gradient scaler for sharded gradients, which --parallel {spec.parallel} "
+    if spec.precision == "fp16" and layout.parallel != "ddp":
+        raise UsageError(f"--precision fp16 needs a gradient scaler for sharded gradients, which --parallel {layout.parallel} "
                          "does not set up; use --precision bf16.")
     if spec.compile and layout.pp > 1:
         raise UsageError("--compile with pipeline parallelism is not supported (the stages run under a schedule); "
                          "drop --compile or use --parallel fsdp, tp or fsdp+tp.")
-    if spec.compile and device_type != "cuda" and spec.parallel != "ddp":
-        raise UsageError(f"--compile with --parallel {spec.parallel} is allowed on CUDA only (compiled FSDP2/DTensor "
+    if spec.compile and device_type != "cuda" and layout.parallel != "ddp":
+        raise UsageError(f"--compile with --parallel {layout.parallel} is allowed on CUDA only (compiled FSDP2/DTensor "
                          "blocks are not validated on the CPU with gloo); drop --compile or run on GPUs.")
     return layout
 
