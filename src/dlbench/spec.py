@@ -6,12 +6,22 @@ Every field that changes the measured number is here, so the record can say exac
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from dlbench.errors import UsageError
+from dlbench.safety import sbatch_problem, shown
 
 
 class RunSpec(BaseModel):
@@ -47,10 +57,11 @@ class RunSpec(BaseModel):
         default=None, gt=0, description="torch intra-op threads; None: torch's default."
     )
     seed: int = Field(default=0, ge=0, description="Seeds model initialisation and synthetic data.")
-    data: Literal["synthetic", "loader"] = Field(
+    data: str = Field(
         default="synthetic",
         description="synthetic: one batch resident on the device (pure compute); loader: a DataLoader "
-        "with workers, pinned memory and host-to-device copies every step (input-pipeline cost).",
+        "with workers, pinned memory and host-to-device copies every step (input-pipeline cost); "
+        "files:PATH: the same DataLoader reading the data set in PATH ('dlbench io generate --workload').",
     )
     workers: int = Field(default=2, ge=0, description="DataLoader worker processes (data=loader).")
     tags: dict[str, str] = Field(default_factory=dict, description="Free key=value labels, stored.")
@@ -116,6 +127,18 @@ class RunSpec(BaseModel):
         if isinstance(value, dict):
             return {str(k): str(v) for k, v in value.items()}
         return value
+
+    @field_validator("data")
+    @classmethod
+    def _data_path(cls, value: str) -> str:
+        if value in ("synthetic", "loader") or (value.startswith("files:") and value[len("files:"):].strip()):
+            return value
+        raise ValueError("must be synthetic, loader or files:PATH (a data set from 'dlbench io generate --workload')")
+
+    @property
+    def files_dir(self) -> str | None:
+        """The data set directory of ``data=files:PATH``; None for the generated data paths."""
+        return self.data[len("files:"):] if self.data.startswith("files:") else None
 
     @model_validator(mode="after")
     def _compile_needs_warmup(self) -> RunSpec:
@@ -189,6 +212,61 @@ class CommSpec(BaseModel):
     @property
     def world_size(self) -> int:
         return self.nproc * self.nnodes
+
+
+class IoReadSpec(BaseModel):
+    """``dlbench io read``: read a data set as a training job does, with an emulated accelerator."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    path: str = Field(description="The data set directory (written by 'dlbench io generate').")
+    batch_size: int | None = Field(default=None, gt=0, description="Samples per batch per rank; None: the preset's, else 1.")
+    workers: int | None = Field(default=None, ge=0, description="DataLoader workers per rank; None: the preset's, else 4.")
+    prefetch: int = Field(default=2, gt=0, description="Batches each worker loads ahead (DataLoader prefetch_factor).")
+    shuffle: bool = Field(default=True, description="Shuffle the sample order each epoch (DistributedSampler's).")
+    pin_memory: bool | None = Field(default=None, description="Pinned host buffers; None: on with CUDA.")
+    decode: bool = Field(default=True, description="Decode samples (np.load, JPEG, HDF5); False: raw bytes with pread.")
+    compute_ms: float | None = Field(default=None, ge=0, description="Emulated compute per batch per accelerator; None: the preset's, else 0.")
+    compute_from: str | None = Field(default=None, description="A stored run id: its median step time is the compute per batch.")
+    epochs: int = Field(default=1, gt=0, description="Passes over the data set.")
+    steps: int | None = Field(default=None, gt=0, description="Stop after this many batches per rank (None: whole epochs).")
+    cache: Literal["cold", "warm", "asis"] = Field(
+        default="cold", description="cold: drop the files from the page cache first; warm: read them once first; asis: neither.")
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    seed: int = Field(default=0, ge=0, description="Seeds the shuffle.")
+    nproc: int = Field(default=1, gt=0, description="Ranks on this node, each reading its shard.")
+    nnodes: int = Field(default=1, gt=0)
+    node_rank: int = Field(default=0, ge=0)
+    rdzv_endpoint: str | None = None
+    torchrun: bool | None = None
+    backend: Literal["gloo", "nccl", "mpi"] | None = None
+    threads: int | None = Field(default=None, gt=0)
+    timeout_s: float = Field(default=300.0, gt=0)
+    tags: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _one_compute(self) -> IoReadSpec:
+        if self.compute_ms is not None and self.compute_from is not None:
+            raise ValueError("give compute_ms or compute_from, not both")
+        if self.nnodes > 1 and not self.rdzv_endpoint:
+            raise ValueError("nnodes > 1 needs rdzv_endpoint HOST:PORT of node 0")
+        return self
+
+    @property
+    def world_size(self) -> int:
+        return self.nproc * self.nnodes
+
+
+class StageSpec(BaseModel):
+    """``dlbench io stage``: copy a data set to a faster tier (a burst buffer, node-local NVMe)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    source: str
+    destination: str
+    streams: int = Field(default=8, gt=0, le=1024, description="Files copied at once.")
+    cache: Literal["cold", "asis"] = Field(default="cold", description="cold: drop the source from the page cache first.")
+    tags: dict[str, str] = Field(default_factory=dict)
 
 
 def parse_key_values(pairs: list[str], what: str) -> dict[str, str]:
@@ -292,6 +370,31 @@ class LaunchSettings(BaseModel):
     operator: Literal["auto", "pytorchjob", "job"] = Field(
         default="auto", description="pytorchjob: Kubeflow training operator; job: Indexed Job + headless Service.")
 
+    @field_validator("partition", "account", "qos", "constraint", "reservation")
+    @classmethod
+    def _sbatch_token(cls, value: str | None, info: ValidationInfo) -> str | None:
+        # one token for its #SBATCH line: checked here, at the edge, and again where the line is written
+        problem = sbatch_problem(info.field_name, value) if value is not None else None
+        if problem:
+            raise ValueError(problem)
+        return value
+
+    @model_validator(mode="after")
+    def _sbatch_paths(self) -> LaunchSettings:
+        if self.workdir and not self.workdir.startswith("~"):  # ~ is expanded where the job directory is made
+            problem = sbatch_problem("chdir", os.path.abspath(self.workdir))
+            if problem:
+                raise ValueError(f"workdir {shown(self.workdir)} is refused: {problem}")
+        for name, image in (("container_image", self.container_image), ("image", self.image)):
+            if image is not None and (not image.strip() or any(c.isspace() or ord(c) < 32 for c in image)):
+                raise ValueError(f"{name} {shown(image)} is refused: an image reference holds no white space or "
+                                 "control characters")
+        if self.container_image and self.container_runtime == "shifter":
+            problem = sbatch_problem("image", self.container_image)
+            if problem:
+                raise ValueError(f"container_image {shown(self.container_image)} is refused for shifter: {problem}")
+        return self
+
     @field_validator("time")
     @classmethod
     def _slurm_time(cls, value: str | None) -> str | None:
@@ -304,6 +407,25 @@ class LaunchSettings(BaseModel):
     def time_limit_s(self) -> int | None:
         """``time`` in seconds (None: the scheduler's default limit)."""
         return slurm_time_s(self.time) if self.time is not None else None
+
+
+def make_launch_settings(fields: dict[str, Any]) -> LaunchSettings:
+    """Build :class:`LaunchSettings` from flags and config keys, turning pydantic's report into one sentence
+    naming the flag (and the config key)."""
+    try:
+        return LaunchSettings(**fields)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        key = str(err["loc"][0]) if err["loc"] else ""
+        message = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            raise UsageError(f"unknown launcher setting {key!r} in the config's 'launcher:' key; see "
+                             "'dlbench run --help' for the launch options.") from None
+        if not key:  # a check across fields names its own values
+            raise UsageError(f"{message}.") from None
+        flag = {"signal_lead_s": "--signal-lead", "tolerations": "--toleration"}.get(key, "--" + key.replace("_", "-"))
+        raise UsageError(f"{flag} {shown(err.get('input'))}: {message[0].lower()}{message[1:]} (a flag, or the "
+                         f"config's 'launcher: {key}').") from None
 
 
 _SLURM_TIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")

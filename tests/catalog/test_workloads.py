@@ -9,7 +9,6 @@ import math
 import pytest
 import torch
 
-
 from dlbench.catalog import registry
 from dlbench.catalog._base import StepContext, Workload
 from dlbench.engine.loop import count_flops

@@ -4,9 +4,9 @@ import json
 
 import pytest
 
+from dlbench.api.runs import parse_counts
 from dlbench.cli.app import main
 from dlbench.cli.scale import parse_size
-from dlbench.api.runs import parse_counts
 from dlbench.errors import UsageError
 from dlbench.store import RunFilter, open_store
 
@@ -76,7 +76,7 @@ def test_parsers():
 
 
 def test_plot_scaling_from_stored_runs(capsys, db, tmp_path):
-    from dlbench.record import new_record, finish
+    from dlbench.record import finish, new_record
 
     store = open_store(str(db))
     for stack, rates in (("bare", {1: 100.0, 2: 190.0}), ("container", {1: 98.0, 2: 150.0})):

@@ -15,8 +15,8 @@ from dlbench.hpo.engine import LocalEngine, pinning
 from dlbench.hpo.fom import BadFom, Fom, parse_line
 from dlbench.hpo.search import trial_budget
 from dlbench.hpo.storage import open_storage
-from dlbench.report.sections import hpo as hpo_section
 from dlbench.hpo.study import parse_study
+from dlbench.report.sections import hpo as hpo_section
 
 OBJECTIVE = str(Path(__file__).with_name("objective.py"))
 

@@ -21,7 +21,7 @@ hpo_app = typer.Typer(
     no_args_is_help=True,
 )
 STORAGE_OPTION = typer.Option(None, "--storage", help="Study storage: a SQLite file, SQLAlchemy URL or journal:PATH "
-                              "(for shared file systems) [default: the results store's database].", show_default=False)
+                              "(for shared file systems) \\[default: the results store's database].", show_default=False)
 
 EXAMPLE = """Example study.yaml:
 
@@ -50,9 +50,9 @@ def run(
     workers: int = typer.Option(None, "--workers", "-j", help="Concurrent trials."),
     seed: int = typer.Option(None, "--seed", help="Sampler seed (worker i uses seed + i)."),
     timeout_s: float = typer.Option(None, "--timeout-s", help="Stop starting trials after this many seconds."),
-    engine: str = typer.Option(None, "--engine", help="local | ray (Ray Tune; pip install 'dlbench[ray]')."),
+    engine: str = typer.Option(None, "--engine", help="local | ray (Ray Tune; pip install 'dlbench\\[ray]')."),
     address: str = typer.Option(None, "--address", help="Ray engine: the cluster to run on (e.g. 10.0.0.1:6379) "
-                                "[default: a local Ray, started and stopped by dlbench]."),
+                                "\\[default: a local Ray, started and stopped by dlbench]."),
     tensorboard: str = TENSORBOARD_OPTION,
     db: str = DB_OPTION,
     storage: str = STORAGE_OPTION,
