@@ -95,6 +95,18 @@ class RunSpec(BaseModel):
         default=300.0, gt=0,
         description="Longest a rank may wait for the others (collectives, rendezvous) before the run fails.",
     )
+    parallel: Literal["ddp", "fsdp", "tp", "pp", "fsdp+tp"] | None = Field(
+        default=None, description="How the model is spread over the ranks (dlbench.layout); None: DDP over the ranks, "
+        "each drawing its own data. With a layout every data-parallel rank takes its rows of one global batch.",
+    )
+    tp: int | None = Field(default=None, gt=0, description="Tensor-parallel degree (tp: the world size; fsdp+tp: 2).")
+    pp: int | None = Field(default=None, gt=0, description="Pipeline-parallel degree (pp: the world size).")
+    ac: Literal["none", "selective", "full"] = Field(
+        default="none", description="Activation checkpointing of each transformer block (with --parallel).")
+    pp_schedule: Literal["gpipe", "1f1b"] = Field(default="gpipe", description="Pipeline schedule.")
+    microbatches: int | None = Field(default=None, gt=0, description="Pipeline micro-batches per step (default: pp).")
+    reshard_after_forward: bool = Field(
+        default=True, description="FSDP: free gathered parameters after forward (less memory, one more all-gather).")
     profile: str | None = Field(
         default=None, description="Profile extra steps after the timed window; traces go under this directory."
     )

@@ -51,7 +51,7 @@ from dlbench.spec import make_spec
 
 log = logging.getLogger("dlbench")
 
-KNOBS = ("batch_size", "precision", "channels_last", "compile", "workers", "threads")
+KNOBS = ("batch_size", "precision", "channels_last", "compile", "workers", "threads", "ac")
 SAMPLERS = ("grid", "tpe")
 
 
@@ -140,6 +140,15 @@ def knob_choices(settings: AdviseSettings, fields: dict[str, Any]) -> tuple[dict
             choices["threads"] = sorted({torch.get_num_threads(), 1, max(1, cores // 2), cores})
         else:
             skipped.append("threads: the GPU does the work (threads matter on the CPU)")
+    if "ac" in wanted:
+        if registry.get_class(settings.workload).parallel_layouts != {"ddp"}:
+            # memory for speed: recomputing activations lets a larger batch fit where memory is the limit
+            choices["ac"] = ["none", "selective", "full"]
+        else:
+            skipped.append("ac: the workload has no transformer blocks to checkpoint (the llm workload has)")
+        # FSDP's reshard_after_forward trades memory for an all-gather across ranks; advise runs one process
+        skipped.append("reshard_after_forward: matters across ranks; compare with dlbench run --parallel fsdp "
+                       "--nproc N [--no-reshard-after-forward]")
     return choices, skipped
 
 

@@ -23,6 +23,7 @@ from dlbench.engine.dist import (
 )
 from dlbench.engine.run import ResolvedRun, frozen
 from dlbench.errors import UsageError
+from dlbench.layout import Layout, layout_of
 from dlbench.record import new_id
 from dlbench.spec import CommSpec, IoReadSpec, LaunchSettings, RunSpec, StageSpec
 from dlbench.storage.manifest import Manifest, load_data_set, read_manifest
@@ -56,7 +57,7 @@ def resolve_train(spec: RunSpec, joined: LaunchEnv | None = None) -> ResolvedRun
         check_files_fit(spec, workload)
     device = resolve_device(spec.device)
     world = joined.world_size if joined is not None else spec.world_size
-    batch_size = per_rank_batch(spec.batch_size or workload.default_batch_size, world, spec.scaling)
+    layout, batch_size, data_ranks = layout_and_batch(spec, workload, world, device.type)
     grouped = world > 1 or bool(spec.torchrun)  # ranks in a process group (torchrun even for one: --launcher torchrun)
     backend = _backend(spec.backend, device.type, 2 if grouped else world)
     if joined is None and device.type == "cuda" and spec.nproc > torch.cuda.device_count():
@@ -69,11 +70,11 @@ def resolve_train(spec: RunSpec, joined: LaunchEnv | None = None) -> ResolvedRun
         check_endpoint(spec.rdzv_endpoint, spec.node_rank)
     threads = spec.threads or (default_threads(spec.nproc) if launched else torch.get_num_threads())
     record_spec = spec.model_dump() | {
-        "params": workload.params, "batch_size": batch_size, "global_batch_size": batch_size * world,
+        "params": workload.params, "batch_size": batch_size, "global_batch_size": batch_size * data_ranks,
         "device": device.type, "device_name": device_name(device), "threads": threads,
         "learning_rate": spec.resolved_learning_rate, "world_size": world, "backend": backend,
         "launcher": "torchrun" if launched else (joined.launcher if joined else "local"),
-        "joined": joined is not None,
+        "joined": joined is not None, "layout": layout.describe() if layout else None,
     }
     if joined is not None:
         record_spec |= {"nproc": joined.local_world_size, "nnodes": joined.nnodes, "node_rank": joined.rank // max(1, joined.local_world_size)}
@@ -249,14 +250,54 @@ def resolve_batch(spec: RunSpec | CommSpec, settings: LaunchSettings, launcher: 
         record_spec |= {"precision": "fp32", "mode": "collective", "batch_size": None, "params": {}}
     else:
         workload = registry.create(spec.workload, spec.params)
-        batch_size = per_rank_batch(spec.batch_size or workload.default_batch_size, world, spec.scaling)
-        record_spec |= {"params": workload.params, "batch_size": batch_size, "global_batch_size": batch_size * world,
-                        "learning_rate": spec.resolved_learning_rate}
+        layout, batch_size, data_ranks = layout_and_batch(spec, workload, world, device_type)
+        record_spec |= {"params": workload.params, "batch_size": batch_size, "global_batch_size": batch_size * data_ranks,
+                        "learning_rate": spec.resolved_learning_rate, "layout": layout.describe() if layout else None}
     return ResolvedRun(
         kind="comm" if comm else "train", spec=job_spec, record_spec=frozen(record_spec), job=frozen(job_spec.model_dump()),
         device_type=device_type, world_size=world, nproc=nproc, nnodes=settings.nodes, threads=spec.threads or 1,
         timeout_s=spec.timeout_s, launcher=launcher, tags=frozen(spec.tags), settings=settings,
     )
+
+
+def layout_and_batch(spec: RunSpec, workload, world: int, device_type: str) -> tuple[Layout | None, int, int]:
+    """(layout, batch per rank, data-parallel ranks): the ranks of a tensor or pipeline group share their
+    rows, so strong scaling splits the global batch over the data-parallel ranks only."""
+    layout = check_layout(spec, workload, world, device_type)
+    data_ranks = layout.dp if layout else world
+    batch_size = per_rank_batch(spec.batch_size or workload.default_batch_size, data_ranks, spec.scaling)
+    if layout is not None:
+        layout_of(spec, world, batch_size)  # the batch must split into the pipeline's micro-batches
+    return layout, batch_size, data_ranks
+
+
+def check_layout(spec: RunSpec, workload, world: int, device_type: str) -> Layout | None:
+    """The ``--parallel`` layout of a run, checked against the world size, the workload's sizes and the
+    other options before anything starts; None without ``--parallel`` or ``--ac``."""
+    if spec.parallel is None:
+        given = [flag for flag, value in (("--tp", spec.tp), ("--pp", spec.pp), ("--microbatches", spec.microbatches))
+                 if value is not None]
+        if given:
+            raise UsageError(f"{given[0]} needs --parallel (ddp, fsdp, tp, pp or fsdp+tp), e.g. --parallel fsdp+tp --tp 2.")
+    layout = layout_of(spec, world)
+    if layout is None:
+        return None
+    if spec.mode != "train":
+        raise UsageError(f"--parallel {layout.parallel} and --ac {spec.ac} are for training; drop them for --mode inference.")
+    workload.check_layout(layout)
+    if spec.files_dir:
+        raise UsageError(f"--parallel {layout.parallel} reads synthetic data or the workload's own (--data synthetic or "
+                         "loader; the llm workload's corpus: --param data_file=PATH), not --data files:PATH.")
+    if spec.precision == "fp16" and layout.parallel != "ddp":
+        raise UsageError(f"--precision fp16 needs a gradient scaler for sharded gradients, which --parallel {layout.parallel} "
+                         "does not set up; use --precision bf16.")
+    if spec.compile and layout.pp > 1:
+        raise UsageError("--compile with pipeline parallelism is not supported (the stages run under a schedule); "
+                         "drop --compile or use --parallel fsdp, tp or fsdp+tp.")
+    if spec.compile and device_type != "cuda" and layout.parallel != "ddp":
+        raise UsageError(f"--compile with --parallel {layout.parallel} is allowed on CUDA only (compiled FSDP2/DTensor "
+                         "blocks are not validated on the CPU with gloo); drop --compile or run on GPUs.")
+    return layout
 
 
 def resolve_io_batch(spec: IoReadSpec, settings: LaunchSettings, launcher: str, stored_step_s: float | None = None) -> ResolvedRun:

@@ -7,9 +7,16 @@ import re
 import typer
 
 from dlbench.cli._common import (
+    AC_OPTION,
     DB_OPTION,
     JSON_OPTION,
+    MICROBATCHES_OPTION,
+    PARALLEL_OPTION,
+    PP_OPTION,
+    PP_SCHEDULE_OPTION,
+    RESHARD_OPTION,
     TENSORBOARD_OPTION,
+    TP_OPTION,
     LaunchOptions,
     emit_json,
     info,
@@ -21,7 +28,7 @@ from dlbench.record import new_id
 from dlbench.report.charts import render_bandwidth, render_scaling, scaling_series  # matplotlib only when drawing
 from dlbench.report.network import OVERLAP_BACKWARD, Link, parse_rate
 from dlbench.report.scaling import network_note, scale_rows
-from dlbench.report.tables import render
+from dlbench.report.tables import render, token_table
 from dlbench.report.tensorboard import with_tensorboard
 
 
@@ -41,6 +48,13 @@ def scale(
     data: str = typer.Option("synthetic", "--data", help="synthetic | loader."),
     timeout: float = typer.Option(300.0, "--timeout", help="Seconds a rank may wait for the others."),
     tag: list[str] = typer.Option(None, "--tag", "-t", help="Label KEY=VALUE for every run (repeatable)."),
+    parallel: str = PARALLEL_OPTION,
+    tp: int = TP_OPTION,
+    pp: int = PP_OPTION,
+    ac: str = AC_OPTION,
+    pp_schedule: str = PP_SCHEDULE_OPTION,
+    microbatches: int = MICROBATCHES_OPTION,
+    reshard_after_forward: bool = RESHARD_OPTION,
     plot: str = typer.Option(None, "--plot", help="PNG path \\[default: dlbench-scale-WORKLOAD-SERIES.png]."),
     no_plot: bool = typer.Option(False, "--no-plot", help="Do not write a PNG."),
     tensorboard: str = TENSORBOARD_OPTION,
@@ -70,7 +84,9 @@ def scale(
         "steps": steps, "warmup": warmup, "device": device, "precision": precision, "backend": backend,
         "threads": threads, "data": data, "timeout_s": timeout, "scaling": scaling,
         "tags": parse_key_values(tag or [], "--tag"),
-    })
+    } | {key: value for key, value in (("parallel", parallel), ("tp", tp), ("pp", pp), ("ac", ac), ("pp_schedule", pp_schedule),
+                                        ("microbatches", microbatches), ("reshard_after_forward", reshard_after_forward))
+         if value is not None})
     series = new_id()
     network = NetworkOptions(busbw, comm_run, measure_comm, overlap)
     if launch.batch():
@@ -108,6 +124,9 @@ def scale(
                    "network": link.as_dict() if link else None})
     else:
         _render_scale(rows, series, link)
+        tokens = token_table(records)
+        if tokens[1]:
+            render(tokens, title="language models: tokens/s, MFU and memory per layout")
         if png:
             info(f"plot: {png}")
     if link:

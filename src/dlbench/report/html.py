@@ -17,6 +17,7 @@ from dlbench.report import sections
 from dlbench.report.compare import Z
 from dlbench.report.page import method, page, runs_table, section, table
 from dlbench.report.svg import bar_chart, line_chart
+from dlbench.report.tables import token_table
 from dlbench.report.trend import is_change_point, trend
 
 _MAX_LINE_POINTS = 200  # telemetry lines are thinned to this many points: the page stays small
@@ -61,6 +62,16 @@ def _workloads_section(rows: list[dict[str, Any]]) -> str:
                      "standard error of the mean between runs (one run: from its step-time spread). MFU = achieved "
                      "FLOP/s (FLOPs counted by torch.utils.flop_counter) / the GPU's published peak; blank on CPUs "
                      "and unknown GPUs."))
+
+
+def _tokens_section(tokens) -> str:
+    columns, rows = tokens
+    return table(columns, rows, numeric={2, 3, 4, 5, 6, 7, 8}) + method(
+        "One row per language-model run: the layout it was spread with (--parallel: mesh, activation checkpointing, "
+        "pipeline schedule × micro-batches), tokens/s (all ranks; per device = / ranks), MFU by the formula "
+        "6·N + 12·layers·dim·seq_len FLOPs per token (nanoGPT, torchtitan) and by torch.utils.flop_counter, both "
+        "over the devices' published peak (blank on CPUs), the largest rank's peak memory (CUDA max allocated, "
+        "or peak resident set on the CPU) and the bytes each rank sends per step by the ring model (DDP, FSDP).")
 
 
 def interval_half_width(sem: float) -> float:
@@ -230,6 +241,9 @@ def build_report(records: list[dict[str, Any]], *, title: str, selectors: list[s
     workloads = sections.workload_rows(records)
     if workloads:
         parts.append(("workloads", "Throughput per workload", _workloads_section(workloads)))
+    tokens = token_table(records)
+    if tokens[1]:
+        parts.append(("tokens", "Language models per layout", _tokens_section(tokens)))
     scaling = _scaling_section(sections.scaling(records), sections.bandwidth(records))
     if scaling:
         parts.append(("scaling", "Scaling and collectives", scaling))
