@@ -24,6 +24,9 @@ HEAVY_FIXTURES = {
     "monitor_and_prometheus": "a real Prometheus scraping the exporter (tests/telemetry)",
     "real_db": "real runs, two of them over two ranks, for the report tests (tests/report/conftest.py)",
     "live": "a real run written live to TensorBoard (tests/report/test_tensorboard.py)",
+    "every_task_once": "an MLPerf time-to-train run of every task (tests/mlperf/test_mlperf_tasks.py)",
+    "two_short_runs": "two MLPerf resnet runs (tests/mlperf/test_mlperf_runner.py)",
+    "short_run": "an MLPerf resnet run checked by the official checker (tests/mlperf/test_mlperf_check.py)",
 }
 
 #: What, in the source of a test, of a helper function of its module it calls, or of a fixture it uses,
