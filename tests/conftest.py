@@ -9,9 +9,12 @@ import os
 import re
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 
 import psutil
 import pytest
+
+TESTS = Path(__file__).resolve().parent
 
 #: Fixtures that start a service or many processes: a test using one (directly or through another
 #: fixture) is ``slow``. Add a fixture here when it starts something that costs seconds.
@@ -29,7 +32,7 @@ HEAVY_FIXTURES = {
     "short_run": "an MLPerf resnet run checked by the official checker (tests/mlperf/test_mlperf_check.py)",
 }
 
-#: What, in the source of a test, of a helper function of its module it calls, or of a fixture it uses,
+#: What, in the source of a test, of a fixture it uses or of a helper in tests/ it calls (two calls deep),
 #: costs seconds: a new interpreter importing dlbench and torch, or torchrun with several ranks.
 HEAVY_SOURCE = {
     re.compile(r'sys\.executable,[^\]]*?"-m",\s*"dlbench'): "python -m dlbench (or one of its modules) in a subprocess",
@@ -63,7 +66,7 @@ def heavy_reason(item) -> str | None:
 
 @functools.cache
 def _heavy_code(function, depth: int = 0) -> str | None:
-    """A HEAVY_SOURCE reason found in ``function``'s source or that of its module's functions it calls."""
+    """A HEAVY_SOURCE reason found in ``function``'s source or that of the suite's helper functions it calls."""
     function = inspect.unwrap(function)
     try:
         source = inspect.getsource(function)
@@ -78,11 +81,20 @@ def _heavy_code(function, depth: int = 0) -> str | None:
     module_globals = getattr(function, "__globals__", {})
     for name in _called_names(function.__code__):
         helper = module_globals.get(name)
-        if inspect.isfunction(helper) and helper.__module__ == function.__module__ and helper is not function:
+        helper = inspect.unwrap(helper) if callable(helper) else helper  # a cached helper too
+        if inspect.isfunction(helper) and helper is not function and _in_tests(helper):
             reason = _heavy_code(helper, depth + 1)
             if reason:
                 return reason
     return None
+
+
+def _in_tests(function) -> bool:
+    """Whether ``function`` is the suite's own (a helper in tests/, not a library's)."""
+    try:
+        return Path(inspect.getsourcefile(function) or "").resolve().is_relative_to(TESTS)
+    except TypeError:
+        return False
 
 
 def _called_names(code) -> set[str]:
