@@ -38,6 +38,7 @@ HEAVY_SOURCE = {
     re.compile(r'sys\.executable,[^\]]*?"-m",\s*"dlbench'): "python -m dlbench (or one of its modules) in a subprocess",
     re.compile(r'"--nproc",\s*"(?!1")'): "a run over several ranks (torchrun)",
     re.compile(r'"--launcher",\s*"torchrun"'): "a run whose ranks torchrun starts",
+    re.compile(r'get_context\(\s*"(spawn|forkserver)"'): "new interpreters started by multiprocessing",
 }
 
 

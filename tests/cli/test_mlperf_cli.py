@@ -82,6 +82,7 @@ def test_check_a_real_v06_folder(capsys):
     assert [r["status"] for r in results] == ["pass"] * 5
 
 
+@pytest.mark.slow  # an MLPerf resnet epoch trained on the CPU
 def test_run_stores_records_and_exits_1_when_the_target_is_missed(capsys, tmp_path):
     db = tmp_path / "runs.db"
     code, records, err = run_json(capsys, "mlperf", "run", "resnet", "--max-epochs", "1", "--runs", "1", "--out",
