@@ -30,6 +30,8 @@ HEAVY_FIXTURES = {
     "every_task_once": "an MLPerf time-to-train run of every task (tests/mlperf/test_mlperf_tasks.py)",
     "two_short_runs": "two MLPerf resnet runs (tests/mlperf/test_mlperf_runner.py)",
     "short_run": "an MLPerf resnet run checked by the official checker (tests/mlperf/test_mlperf_check.py)",
+    "cluster2": "a 2-node Slurm cluster of network namespaces (tests/cluster/cluster.py)",
+    "cluster4": "a 4-node Slurm cluster of network namespaces (tests/cluster/cluster.py)",
 }
 
 #: What, in the source of a test, of a fixture it uses or of a helper in tests/ it calls (two calls deep),

@@ -6,12 +6,22 @@ Every field that changes the measured number is here, so the record can say exac
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from dlbench.errors import UsageError
+from dlbench.safety import sbatch_problem, shown
 
 
 class RunSpec(BaseModel):
@@ -280,6 +290,31 @@ class LaunchSettings(BaseModel):
     operator: Literal["auto", "pytorchjob", "job"] = Field(
         default="auto", description="pytorchjob: Kubeflow training operator; job: Indexed Job + headless Service.")
 
+    @field_validator("partition", "account", "qos", "constraint", "reservation")
+    @classmethod
+    def _sbatch_token(cls, value: str | None, info: ValidationInfo) -> str | None:
+        # one token for its #SBATCH line: checked here, at the edge, and again where the line is written
+        problem = sbatch_problem(info.field_name, value) if value is not None else None
+        if problem:
+            raise ValueError(problem)
+        return value
+
+    @model_validator(mode="after")
+    def _sbatch_paths(self) -> LaunchSettings:
+        if self.workdir and not self.workdir.startswith("~"):  # ~ is expanded where the job directory is made
+            problem = sbatch_problem("chdir", os.path.abspath(self.workdir))
+            if problem:
+                raise ValueError(f"workdir {shown(self.workdir)} is refused: {problem}")
+        for name, image in (("container_image", self.container_image), ("image", self.image)):
+            if image is not None and (not image.strip() or any(c.isspace() or ord(c) < 32 for c in image)):
+                raise ValueError(f"{name} {shown(image)} is refused: an image reference holds no white space or "
+                                 "control characters")
+        if self.container_image and self.container_runtime == "shifter":
+            problem = sbatch_problem("image", self.container_image)
+            if problem:
+                raise ValueError(f"container_image {shown(self.container_image)} is refused for shifter: {problem}")
+        return self
+
     @field_validator("time")
     @classmethod
     def _slurm_time(cls, value: str | None) -> str | None:
@@ -292,6 +327,25 @@ class LaunchSettings(BaseModel):
     def time_limit_s(self) -> int | None:
         """``time`` in seconds (None: the scheduler's default limit)."""
         return slurm_time_s(self.time) if self.time is not None else None
+
+
+def make_launch_settings(fields: dict[str, Any]) -> LaunchSettings:
+    """Build :class:`LaunchSettings` from flags and config keys, turning pydantic's report into one sentence
+    naming the flag (and the config key)."""
+    try:
+        return LaunchSettings(**fields)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        key = str(err["loc"][0]) if err["loc"] else ""
+        message = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            raise UsageError(f"unknown launcher setting {key!r} in the config's 'launcher:' key; see "
+                             "'dlbench run --help' for the launch options.") from None
+        if not key:  # a check across fields names its own values
+            raise UsageError(f"{message}.") from None
+        flag = {"signal_lead_s": "--signal-lead", "tolerations": "--toleration"}.get(key, "--" + key.replace("_", "-"))
+        raise UsageError(f"{flag} {shown(err.get('input'))}: {message[0].lower()}{message[1:]} (a flag, or the "
+                         f"config's 'launcher: {key}').") from None
 
 
 _SLURM_TIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")

@@ -1,99 +1,33 @@
-"""Hostile input corpus: every case runs dlbench's real CLI and must end the same way.
+"""Hostile input corpus, the first round: config files, parameters, paths, stores, telemetry, HPO, MLPerf.
 
-Whatever the input (a config file of random bytes, a YAML alias bomb, a variable pointing at
-``os:system``, a parameter of ``nan``, an output path inside a file), dlbench answers with exit code
-2, one line on stderr that starts ``dlbench: error:`` and names the problem (``fragment``), no
-traceback, nothing on stdout, and the results store byte for byte as it was.
-
-Adding a case is one line in :data:`CASES`: ``Case(id, argv, fragment, env=..., files=...)``. ``{tmp}``
-in ``argv`` and ``env`` values is the case's own folder, where ``files`` are written first (bytes, or a
-callable taking the folder for things like links). ``in_process=False`` runs
-``python -m dlbench`` in a subprocess instead of ``dlbench.cli.app.main`` (for environment that must
-be seen at import time, or inputs that could hurt the test process). The store at ``{tmp}/runs.db`` is
-a copy of one made by a real tiny run (with its telemetry series).
+Every case runs dlbench's real CLI and must end the same way (see ``hostile_corpus.check``): exit code 2,
+one line on stderr that starts ``dlbench: error:`` and names the problem (``fragment``), no traceback,
+nothing on stdout, and the results store byte for byte as it was. Adding a case is one line in
+:data:`CASES`: ``Case(id, argv, fragment, env=..., files=...)``; other areas have their own
+``test_hostile_*.py``.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
-import shutil
-import subprocess
-import sys
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from pathlib import Path
 
 import pytest
-
-from dlbench.cli.app import main
-from dlbench.store import RunFilter, open_store
-
-
-@dataclass(frozen=True)
-class Case:
-    id: str
-    argv: list[str]
-    fragment: str
-    env: dict[str, str] = field(default_factory=dict)
-    files: dict[str, bytes | Callable[[Path], None]] = field(default_factory=dict)
-    in_process: bool = True
-
-
-def yaml_file(text: str) -> dict[str, bytes]:
-    return {"c.yaml": text.encode()}
-
-
-def nersc(data: str, model: str = "{model_type: lstm}", train: str = "{}") -> dict[str, bytes]:
-    return yaml_file(f"data_config: {data}\nmodel_config: {model}\ntrain_config: {train}\n")
-
-
-def laughs(levels: int = 9) -> str:
-    text = 'a0: &a0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]\n'
-    for i in range(1, levels):
-        text += f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]\n"
-    return text
-
-
-def merge_bomb() -> str:
-    text = "m0: &m0 {k0: 1, k1: 2, k2: 3, k3: 4}\n"
-    for i in range(1, 9):
-        text += f"m{i}: &m{i} [" + ", ".join([f"*m{i - 1}"] * 8) + "]\n"
-    return text + "workload: lstm\nparams: {x: 1}\n"
-
-
-def link_to(target: str) -> Callable[[Path], None]:
-    return lambda folder: (folder / "link").symlink_to(target)
-
-
-def foreign_metrics_dir(folder: Path) -> None:
-    """The predictable default metrics directory, planted by another user (uid 54321)."""
-    if os.geteuid() != 0:
-        pytest.skip("giving a directory to another user needs root (CI runs as root)")
-    planted = folder / "tmp" / f"dlbench-metrics-{os.getuid()}"
-    planted.mkdir(parents=True)
-    os.chown(planted, 54321, 54321)
-
-
-def read_only_dir(folder: Path) -> None:
-    """A directory this user may not write to (root may write anywhere: skipped as root)."""
-    if os.geteuid() == 0:
-        pytest.skip("root writes to read-only directories; the file cases cover root")
-    (folder / "ro").mkdir()
-    (folder / "ro").chmod(0o500)
-
-
-def no_tensorboard(folder: Path) -> None:
-    """A tensorboard package that cannot be imported, first on the path: as if it were not installed."""
-    (folder / "shadow" / "tensorboard").mkdir(parents=True)
-    (folder / "shadow" / "tensorboard" / "__init__.py").write_text("raise ImportError(\"No module named 'tensorboard'\")\n")
-
-
-SHADOWED = {"PYTHONPATH": os.pathsep.join(filter(None, ["{tmp}/shadow", os.environ.get("PYTHONPATH")]))}
-
-RUN = ["run", "--config", "{tmp}/c.yaml"]
-TINY = ["lstm", "-p", "seq_len=4", "-p", "input_size=8", "-p", "hidden_size=8", "-b", "4", "--steps", "2", "--warmup", "1"]
-NO_TELEMETRY = ["--no-telemetry"]
+from hostile_corpus import (
+    RUN,
+    SHADOWED,
+    TINY,
+    Case,
+    check,
+    foreign_metrics_dir,
+    laughs,
+    link_to,
+    merge_bomb,
+    nersc,
+    no_tensorboard,
+    params,
+    read_only_dir,
+    yaml_file,
+)
 
 CASES: list[Case] = [
     # -- config files: bytes that are not YAML text -------------------------------------------------
@@ -305,74 +239,7 @@ CASES: list[Case] = [
 ]
 
 
-@pytest.fixture(scope="session")
-def seeded_store(tmp_path_factory) -> tuple[Path, str]:
-    """A store holding one real tiny run with its telemetry series (copied for every case); run in this
-    process (torch is loaded once for the session, not in a new interpreter)."""
-    folder = tmp_path_factory.mktemp("seed")
-    db = folder / "runs.db"
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("DLBENCH_METRICS_DIR", str(folder / "metrics"))
-        assert main(["run", *TINY, "--telemetry-interval", "0.05", "--db", str(db)]) == 0
-    store = open_store(str(db))
-    try:
-        (record,) = store.records(RunFilter())
-    finally:
-        store.close()
-    return db, record["id"]
 
-
-def digest(path: Path) -> str | None:
-    return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
-
-
-def expand(text: str, tmp: Path, run_id: str) -> str:
-    return text.replace("{tmp}", str(tmp)).replace("{run_id}", run_id)
-
-
-def prepare(case: Case, seeded_store: tuple[Path, str], tmp_path: Path) -> tuple[list[str], dict[str, str], dict]:
-    """The case's folder with its files and a copy of the seeded store: (argv, environment, digests before)."""
-    seed, run_id = seeded_store
-    store = tmp_path / "runs.db"
-    shutil.copy(seed, store)
-    for name, content in case.files.items():
-        content(tmp_path) if callable(content) else (tmp_path / name).write_bytes(content)
-    argv = [expand(a, tmp_path, run_id) for a in case.argv]
-    env = {"DLBENCH_DB": str(store), "DLBENCH_METRICS_DIR": str(tmp_path / "metrics")}
-    env |= {k: expand(v, tmp_path, run_id) for k, v in case.env.items()}
-    return argv, env, {p: digest(p) for p in (store, seed)}
-
-
-def check_refused(case: Case, code: int, out: str, err: str, seeded_store, tmp_path: Path, before: dict) -> None:
-    """Exit 2, one sentence naming the problem, nothing on stdout, both stores byte for byte as they were."""
-    assert code == 2, f"exit {code}; stderr: {err[-2000:]}"
-    assert "Traceback" not in err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("dlbench: error: "), err[-2000:]
-    assert expand(case.fragment, tmp_path, seeded_store[1]) in lines[0]
-    assert len(lines[0]) < 600  # one sentence, not a dump of the input
-    assert out == ""
-    assert {p: digest(p) for p in before} == before
-
-
-IN_PROCESS = [c for c in CASES if c.in_process]
-IN_SUBPROCESS = [c for c in CASES if not c.in_process]
-
-
-@pytest.mark.parametrize("case", IN_PROCESS, ids=[c.id for c in IN_PROCESS])
+@pytest.mark.parametrize("case", params(CASES))
 def test_hostile_input_is_one_sentence_exit_2_and_changes_nothing(case, seeded_store, tmp_path, monkeypatch, capsys):
-    argv, env, before = prepare(case, seeded_store, tmp_path)
-    for key, value in env.items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.chdir(tmp_path)
-    code = main(argv)
-    out, err = capsys.readouterr()
-    check_refused(case, code, out, err, seeded_store, tmp_path, before)
-
-
-@pytest.mark.parametrize("case", IN_SUBPROCESS, ids=[c.id for c in IN_SUBPROCESS])
-def test_hostile_input_seen_at_start_up_is_one_sentence_exit_2(case, seeded_store, tmp_path):
-    argv, env, before = prepare(case, seeded_store, tmp_path)
-    done = subprocess.run([sys.executable, "-m", "dlbench", *argv], env=os.environ | env, cwd=tmp_path,
-                          capture_output=True, text=True, timeout=120)
-    check_refused(case, done.returncode, done.stdout, done.stderr, seeded_store, tmp_path, before)
+    check(case, seeded_store, tmp_path, monkeypatch, capsys)

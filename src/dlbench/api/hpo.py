@@ -85,6 +85,9 @@ def run_study(spec: StudySpec | None, db: str | None = None, storage: str | None
     if spec.objective.kind == "mlperf":
         hpo_mlperf.check(spec)
     ray_engine = _ray_engine() if spec.engine == "ray" else None
+    # the engine (and its launch settings) before the study: a refused engine leaves no study behind
+    engine = SlurmEngine(spec.name) if spec.engine == "slurm" else \
+        LocalEngine(torch.cuda.device_count(), sorted(os.sched_getaffinity(0)))
     saver = _dead_saver(spec, store)
     backend = hpo_storage.open_storage(url, spec.heartbeat_s, saver)
     study = hpo_storage.create_or_load(spec, backend, make_sampler(spec), make_pruner(spec), resume is not None, display(url))
@@ -93,8 +96,6 @@ def run_study(spec: StudySpec | None, db: str | None = None, storage: str | None
         return study
     deadline = time.time() + spec.timeout_s if spec.timeout_s else None
     argv = ["-m", "dlbench", "hpo", "worker", spec.name] + (["--deadline", str(deadline)] if deadline else [])
-    engine = SlurmEngine(spec.name) if spec.engine == "slurm" else \
-        LocalEngine(torch.cuda.device_count(), sorted(os.sched_getaffinity(0)))
     # the URLs go through the environment: a password never shows in the process list
     plans = [replace(p, env=p.env | {"DLBENCH_DB": store.url, STORAGE_ENV: url} | board)
              for p in engine.plan([sys.executable, *argv], spec.workers)]

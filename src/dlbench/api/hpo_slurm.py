@@ -16,7 +16,6 @@ SIGTERM/SIGINT the array is cancelled (the workers record their trials) and the 
 from __future__ import annotations
 
 import os
-import shlex
 import subprocess
 import time
 from collections.abc import Sequence
@@ -27,9 +26,10 @@ from dlbench.errors import BenchmarkFailed, Terminated, UsageError
 from dlbench.hpo.engine import WORKER_ENV, Engine, WorkerPlan
 from dlbench.launch.batch import FINISHED, JobState
 from dlbench.launch.batch_launcher import default_job_root
-from dlbench.launch.slurm import SlurmScheduler
+from dlbench.launch.slurm import SlurmScheduler, slurm_words
 from dlbench.record import new_id
-from dlbench.spec import LaunchSettings
+from dlbench.safety import sbatch_line, shell_word
+from dlbench.spec import LaunchSettings, make_launch_settings
 
 #: Arrays submitted at most for one study run (the first, then after every worker died with work left).
 ROUNDS = 3
@@ -39,18 +39,17 @@ STOP_WAIT_S = 60.0
 
 def worker_array_script(plans: Sequence[WorkerPlan], settings: LaunchSettings, workdir: Path, study: str) -> str:
     """The sbatch script of the workers' job array (element i runs plan i's command). Pure."""
-    argv = [shlex.quote(a) for a in plans[0].argv[:-1]]  # the worker command without its index value
-    lines = ["#!/bin/bash", f"#SBATCH --job-name=dlbench-hpo-{study}", f"#SBATCH --array=0-{len(plans) - 1}",
-             "#SBATCH --nodes=1", "#SBATCH --ntasks=1", f"#SBATCH --output={workdir}/worker-%A_%a.out",
-             f"#SBATCH --chdir={workdir}"]
+    argv = [shell_word(a) for a in plans[0].argv[:-1]]  # the worker command without its index value
+    lines = ["#!/bin/bash", sbatch_line("job-name", f"dlbench-hpo-{study}"), sbatch_line("array", f"0-{len(plans) - 1}"),
+             sbatch_line("nodes", 1), sbatch_line("ntasks", 1), sbatch_line("output", f"{workdir}/worker-%A_%a.out"),
+             sbatch_line("chdir", workdir)]
     if settings.gpus_per_node:
-        lines.append(f"#SBATCH --gpus-per-node={settings.gpus_per_node}")
-    for flag, value in (("time", settings.time), ("partition", settings.partition), ("account", settings.account),
-                        ("qos", settings.qos), ("constraint", settings.constraint), ("reservation", settings.reservation)):
-        if value:
-            lines.append(f"#SBATCH --{flag}={value}")
+        lines.append(sbatch_line("gpus-per-node", settings.gpus_per_node))
+    lines += [sbatch_line(flag, value) for flag, value in (
+        ("time", settings.time), ("partition", settings.partition), ("account", settings.account),
+        ("qos", settings.qos), ("constraint", settings.constraint), ("reservation", settings.reservation)) if value]
     if settings.signal_lead_s:
-        lines.append(f"#SBATCH --signal=TERM@{settings.signal_lead_s}")
+        lines.append(sbatch_line("signal", f"TERM@{settings.signal_lead_s}"))
     lines += [f'export {WORKER_ENV}="slurm-$SLURM_ARRAY_JOB_ID:w$SLURM_ARRAY_TASK_ID"',
               f'exec srun {" ".join(argv)} "$SLURM_ARRAY_TASK_ID"']
     return "\n".join(lines) + "\n"
@@ -63,7 +62,7 @@ class SlurmEngine(Engine):
 
     def __init__(self, study: str, settings: LaunchSettings | None = None, scheduler: SlurmScheduler | None = None):
         self.study = study
-        self.settings = settings or LaunchSettings(**{k: v for k, v in launcher_section().items() if k != "name"})
+        self.settings = settings or make_launch_settings({k: v for k, v in launcher_section().items() if k != "name"})
         self.scheduler = scheduler or SlurmScheduler()
 
     def plan(self, worker_argv, workers):
@@ -105,7 +104,7 @@ class SlurmEngine(Engine):
         out = subprocess.run(["sbatch", "--parsable", "workers.sbatch"], cwd=self._workdir, capture_output=True,
                              text=True, timeout=120, env={**os.environ, **plans[0].env}, check=False)
         if out.returncode != 0:
-            raise UsageError(f"Slurm rejected the study's workers: {out.stderr.strip().splitlines()[-1:] or 'no message'}.")
+            raise UsageError(f"Slurm rejected the study's workers: {slurm_words(out.stderr)}.")
         return out.stdout.strip().split(";")[0]
 
     def _stop(self, array_id: str, workers: int) -> None:

@@ -81,7 +81,8 @@ class Job(ABC):
             raise RunFailed("aborted", f"{outcome.stopped}{steps}", partial)
         if not outcome.ok:
             status, error = failure(outcome)
-            raise RunFailed(status, error)
+            partial = main.get("result")  # a rank that gave up on a lost node reports what it measured
+            raise RunFailed(status, error, partial if isinstance(partial, dict) and partial.get("partial") else None)
         return main.get("result")
 
 

@@ -35,7 +35,9 @@ def info(message: str) -> None:
 
 def open_store(location: str | None, create: bool = True):
     """The results store; ``create=False`` for read commands (a missing store is exit 2, never created)."""
-    from dlbench.store import open_store as _open  # SQLAlchemy: only for commands that touch the store
+    from dlbench.store import (
+        open_store as _open,  # SQLAlchemy: only for commands that touch the store
+    )
 
     return _open(location, create=create)
 
@@ -50,7 +52,13 @@ class StepProgress:
         self._phase = None
         if sys.stderr.isatty():
             from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+            )
 
             self._progress = Progress(
                 TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -147,10 +155,8 @@ class LaunchOptions:
 
     def settings(self, config: str | None = None):
         """The LaunchSettings: the site's and ``config``'s ``launcher:`` keys, these flags on top."""
-        from pydantic import ValidationError
-
         from dlbench.config import launcher_section
-        from dlbench.spec import LaunchSettings, parse_key_values
+        from dlbench.spec import make_launch_settings, parse_key_values
 
         v = self.values
         given = {"nodes": v["nodes"], "gpus_per_node": v["gpus_per_node"], "time": v["time"],
@@ -167,21 +173,7 @@ class LaunchOptions:
         if fields.get("container_image") and not fields.get("container_runtime") and self.launcher_name(config) == "slurm":
             raise UsageError("--container-image on Slurm needs --container-runtime pyxis, shifter or apptainer "
                              "(the one your site runs).")
-        try:
-            return LaunchSettings(**fields)
-        except ValidationError as exc:
-            raise UsageError(_launch_error(exc)) from None
-
-
-def _launch_error(exc) -> str:
-    """A LaunchSettings validation error as one sentence naming the flag (and the config key)."""
-    err = exc.errors()[0]
-    key = str(err["loc"][0]) if err["loc"] else ""
-    flag = {"signal_lead_s": "--signal-lead", "tolerations": "--toleration"}.get(key, "--" + key.replace("_", "-"))
-    if err["type"] == "extra_forbidden":
-        return f"unknown launcher setting {key!r} in the config's 'launcher:' key; see 'dlbench run --help' for the launch options."
-    message = err["msg"].removeprefix("Value error, ")
-    return f"{flag} {err.get('input')!r}: {message[0].lower()}{message[1:]} (a flag, or the config's 'launcher: {key}')."
+        return make_launch_settings(fields)
 
 
 def launch_options(command: Callable | None = None, *, own: tuple[str, ...] = ()) -> Callable:

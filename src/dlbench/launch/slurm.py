@@ -18,7 +18,6 @@ A suite or a series with the same node count goes out as one job array (element 
 from __future__ import annotations
 
 import re
-import shlex
 import shutil
 import subprocess
 import sys
@@ -27,7 +26,7 @@ from typing import Any
 
 from dlbench.engine.run import ResolvedRun
 from dlbench.errors import UsageError
-from dlbench.launch._base import JOB_FILE, RANKS_DIR, LaunchPlan, read_statuses
+from dlbench.launch._base import JOB_FILE, NODES_DIR, RANKS_DIR, LaunchPlan, read_statuses
 from dlbench.launch.batch import (
     CANCELLED,
     DONE,
@@ -41,8 +40,11 @@ from dlbench.launch.batch import (
     batch_job_document,
 )
 from dlbench.launch.batch_launcher import batch_launcher
+from dlbench.safety import sbatch_line, shell_word
 
 SCRIPT = "job.sbatch"
+#: The step's first words on each node: mark JOBDIR/nodes/HOST ($0 is that folder), then run the rest.
+NODE_MARK = 'mkdir -p "$0" && : > "$0/$(hostname)" && exec "$@"'
 #: Slurm job states → dlbench's.
 STATES = {
     "PENDING": QUEUED, "REQUEUED": QUEUED, "REQUEUE_HOLD": QUEUED, "REQUEUE_FED": QUEUED,
@@ -66,61 +68,71 @@ HOPELESS = {
 _FIELD = re.compile(r"(\w+)=(\S*)")
 
 
-def _q(value: Any) -> str:
-    return shlex.quote(str(value))
+_q = shell_word
 
 
 def sbatch_header(run: ResolvedRun, workdir: Path, array: int | None = None, nproc: int | None = None) -> list[str]:
-    """The ``#SBATCH`` lines for ``run`` (``array``: elements of a job array)."""
+    """The ``#SBATCH`` lines for ``run`` (``array``: elements of a job array); every value one checked token
+    (:func:`dlbench.safety.sbatch_line`), every line one option."""
     s = run.settings
     nproc = nproc or run.nproc
     label = str(run.record_spec.get("workload") or run.kind).replace("/", "-")
-    lines = [f"#SBATCH --job-name=dlbench-{label}", f"#SBATCH --nodes={run.nnodes}", "#SBATCH --ntasks-per-node=1"]
+    lines = [sbatch_line("job-name", f"dlbench-{label}"), sbatch_line("nodes", run.nnodes),
+             sbatch_line("ntasks-per-node", 1)]
     if s.gpus_per_node:
-        lines.append(f"#SBATCH --gpus-per-node={s.gpus_per_node}")
+        lines.append(sbatch_line("gpus-per-node", s.gpus_per_node))
     else:  # a CPU run: one core per process at least
-        lines.append(f"#SBATCH --cpus-per-task={nproc}")
-    for flag, value in (("time", s.time), ("partition", s.partition), ("account", s.account), ("qos", s.qos),
-                        ("constraint", s.constraint), ("reservation", s.reservation)):
-        if value:
-            lines.append(f"#SBATCH --{flag}={value}")
-    lines.append("#SBATCH --requeue" if s.requeue else "#SBATCH --no-requeue")
-    if s.exclusive:
-        lines.append("#SBATCH --exclusive")
-    if s.signal_lead_s:
-        lines.append(f"#SBATCH --signal=TERM@{s.signal_lead_s}")
+        lines.append(sbatch_line("cpus-per-task", nproc))
+    lines += site_lines(s)
     if s.container_image and s.container_runtime == "shifter":
-        lines.append(f"#SBATCH --image={s.container_image}")
+        lines.append(sbatch_line("image", s.container_image))
     if array is not None:
-        lines += [f"#SBATCH --array=0-{array - 1}", f"#SBATCH --output={workdir}/slurm-%A_%a.out"]
+        lines += [sbatch_line("array", f"0-{array - 1}"), sbatch_line("output", f"{workdir}/slurm-%A_%a.out")]
     else:
-        lines.append(f"#SBATCH --output={workdir}/slurm-%j.out")
-    return lines + [f"#SBATCH --chdir={workdir}"]
+        lines.append(sbatch_line("output", f"{workdir}/slurm-%j.out"))
+    return lines + [sbatch_line("chdir", workdir)]
+
+
+def site_lines(s: Any) -> list[str]:
+    """The site's ``#SBATCH`` options of launch settings ``s``: time, partition, account, QOS, constraint,
+    reservation, requeue, exclusive and the signal lead — the same for every job dlbench submits."""
+    lines = [sbatch_line(flag, value) for flag, value in (
+        ("time", s.time), ("partition", s.partition), ("account", s.account), ("qos", s.qos),
+        ("constraint", s.constraint), ("reservation", s.reservation)) if value]
+    lines.append(sbatch_line("requeue" if s.requeue else "no-requeue"))
+    if s.exclusive:
+        lines.append(sbatch_line("exclusive"))
+    if s.signal_lead_s:
+        lines.append(sbatch_line("signal", f"TERM@{s.signal_lead_s}"))
+    return lines
 
 
 def step_command(run: ResolvedRun, workdir: Path) -> list[str]:
-    """``srun [container] python -m torch.distributed.run … -m dlbench.api.worker JOB OUT`` as shell words
-    (``$JOBDIR``, ``$NPROC`` and ``$RDZV`` are set by the script)."""
+    """``srun [options] MARK [container] python -m torch.distributed.run … -m dlbench.api.worker JOB OUT`` as shell
+    words (``$JOBDIR``, ``$NPROC`` and ``$RDZV`` are set by the script). MARK: each node first touches
+    ``JOBDIR/nodes/HOST``, so that a node whose ranks never start is named (:class:`~dlbench.launch.batch_launcher.RankWatch`)."""
     s = run.settings
     srun = ["srun", f"--nodes={run.nnodes}", "--ntasks-per-node=1", '--cpus-per-task="$SLURM_CPUS_ON_NODE"', "--kill-on-bad-exit=1"]
+    prefix: list[str] = []  # the container runtime's command, between the marker and python
     python = sys.executable
     image = s.container_image
     if image and s.container_runtime == "pyxis":
         srun += [f"--container-image={_q(image)}", f"--container-mounts={_q(workdir)}:{_q(workdir)}"]
         python = "python3"
     elif image and s.container_runtime == "shifter":
-        srun.append("shifter")
-        python = "python3"
+        prefix, python = ["shifter"], "python3"
     elif image and s.container_runtime == "apptainer":
-        srun += ["apptainer", "exec"] + (["--nv"] if s.gpus_per_node else []) + [f"--bind={_q(workdir)}", _q(image)]
+        prefix = ["apptainer", "exec"] + (["--nv"] if s.gpus_per_node else []) + [f"--bind={_q(workdir)}", _q(image)]
         python = "python3"
+    marker = ["/bin/sh", "-c", _q(NODE_MARK), f'"$JOBDIR"/{NODES_DIR}']
     torchrun = [_q(python), "-m", "torch.distributed.run", '--nproc-per-node="$NPROC"', "--max-restarts=0",
                 "--monitor-interval=0.5"]
     if run.nnodes == 1:
         torchrun.append("--standalone")
-    else:
-        torchrun += [f"--nnodes={run.nnodes}", "--rdzv-backend=c10d", '--rdzv-endpoint="$RDZV"', '--rdzv-id="$SLURM_JOB_ID"']
-    return srun + torchrun + ["-m", "dlbench.api.worker", f'"$JOBDIR"/{JOB_FILE}', f'"$JOBDIR"/{RANKS_DIR}']
+    else:  # the rendezvous waits --timeout for every node, not torchrun's default of 600 s
+        torchrun += [f"--nnodes={run.nnodes}", "--rdzv-backend=c10d", '--rdzv-endpoint="$RDZV"', '--rdzv-id="$SLURM_JOB_ID"',
+                     f"--rdzv-conf=join_timeout={max(1, round(run.timeout_s))}"]
+    return srun + marker + prefix + torchrun + ["-m", "dlbench.api.worker", f'"$JOBDIR"/{JOB_FILE}', f'"$JOBDIR"/{RANKS_DIR}']
 
 
 BODY = """\
@@ -179,7 +191,7 @@ def _run(argv: list[str], timeout_s: float = 60.0) -> subprocess.CompletedProces
         raise UsageError(f"{argv[0]} did not answer within {timeout_s:.0f} s; is slurmctld up ('scontrol ping')?") from None
 
 
-def _words(stderr: str) -> str:
+def slurm_words(stderr: str) -> str:
     """Slurm's own message, one line: ``sbatch: error: X`` lines joined."""
     lines = [re.sub(r"^\w+: (error|fatal): ", "", line).strip() for line in stderr.splitlines() if line.strip()]
     return "; ".join(dict.fromkeys(lines)) or "no message"
@@ -198,7 +210,7 @@ class SlurmScheduler(Scheduler):
         if partition:
             out = _run(["scontrol", "show", "partition", partition])
             if out.returncode != 0:
-                raise UsageError(f"unknown Slurm partition {partition!r} ({_words(out.stderr + out.stdout)}); "
+                raise UsageError(f"unknown Slurm partition {partition!r} ({slurm_words(out.stderr + out.stdout)}); "
                                  "'sinfo -s' lists the partitions.")
 
     def render(self, run: ResolvedRun, workdir: Path) -> LaunchPlan:
@@ -220,7 +232,7 @@ class SlurmScheduler(Scheduler):
     def submit(self, plan: LaunchPlan, workdir: Path) -> str:
         out = subprocess.run(list(plan.argv), cwd=workdir, capture_output=True, text=True, timeout=120, check=False)
         if out.returncode != 0:
-            raise UsageError(f"Slurm rejected the job: {_words(out.stderr)}.")
+            raise UsageError(f"Slurm rejected the job: {slurm_words(out.stderr)}.")
         return out.stdout.strip().split(";")[0]
 
     def state(self, job_id: str) -> JobState:
@@ -240,6 +252,14 @@ class SlurmScheduler(Scheduler):
                 state, _, reason = out.stdout.splitlines()[0].partition("|")
                 return JobState(STATES.get(state.split()[0], UNKNOWN), "" if reason == "None" else reason)
         return JobState(UNKNOWN, "the controller no longer knows the job and accounting is off; see its job directory")
+
+    def nodes(self, job_id: str) -> list[str]:
+        out = _run(["scontrol", "show", "job", "-o", job_id])
+        nodelist = dict(_FIELD.findall(out.stdout)).get("NodeList", "") if out.returncode == 0 else ""
+        if not nodelist or nodelist == "(null)":
+            return []
+        hosts = _run(["scontrol", "show", "hostnames", nodelist])
+        return hosts.stdout.split() if hosts.returncode == 0 else []
 
     def never_starts(self, state: JobState) -> str | None:
         return HOPELESS.get(state.reason)

@@ -1,0 +1,129 @@
+"""The one place where user text meets a sink that interprets it.
+
+Every user value that reaches a shell script, an ``#SBATCH`` line, a file path, or a terminal markup renderer
+passes one function of this module (YAML is written by ``yaml.safe_dump`` from data, never by formatting text,
+and SQL by SQLAlchemy's bound parameters, never by formatting text — so neither needs one here):
+
+* :func:`shell_word` — any text as one shell word (POSIX single quotes), for ``VAR=…`` lines and commands in
+  generated scripts;
+* :func:`sbatch_value` and :func:`sbatch_line` — a value on an ``#SBATCH --flag=value`` line. sbatch reads these
+  lines itself, not the shell: it splits at white space, honours quotes and backslashes, and ends the line at
+  an unquoted ``#``; so a value must be one token of the characters its kind allows, checked, never quoted;
+* :func:`path_inside` — a file name built from stored or user text that must stay inside its folder;
+* :func:`markup` — text shown through rich, so ``[/bold]`` in a tag or an error prints as typed.
+
+Each raises :class:`~dlbench.errors.UsageError` with one sentence naming the value and the fix, and each is
+fuzzed with arbitrary text by ``tests/hostile/test_safety_properties.py``.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+from dlbench.errors import UsageError
+
+#: What each kind of ``#SBATCH`` value may hold (Slurm's own syntax for it, and nothing the line parser reads).
+#: Names: partition, account, QOS and reservation names, comma-separated lists of them.
+_NAME = r"[A-Za-z0-9_.+\-]+"
+SBATCH_KINDS: dict[str, re.Pattern[str]] = {
+    "name": re.compile(rf"{_NAME}(,{_NAME})*"),
+    # node features with Slurm's operators: intel&gpu, [rack1*2&rack2*4], a100|h100, !slow
+    "constraint": re.compile(r"[A-Za-z0-9_.,:&|*!\[\]()\-]+"),
+    # a container image reference (shifter: docker:nvcr.io/nvidia/pytorch:24.05-py3)
+    "image": re.compile(r"[A-Za-z0-9_.:/@+\-]+"),
+    # a path on a shared filesystem; %-patterns are Slurm's, so a literal % is refused too
+    "path": re.compile(r"/[A-Za-z0-9_.,:@+=/\-~]*"),
+    # a log file: a path as above whose file name may hold Slurm's %-patterns (dlbench's own: slurm-%j.out)
+    "log": re.compile(r"/[A-Za-z0-9_.,:@+=/\-~]*/[A-Za-z0-9_.%\-]+"),
+    # a job name, built by dlbench from workload and study names
+    "label": re.compile(r"[A-Za-z0-9_.,:@+=\-]+"),
+    # numbers, times, array ranges, TERM@60
+    "plain": re.compile(r"[A-Za-z0-9_.,:@%+=\-]+"),
+}
+#: The flags whose values come from users, and the kind each must be.
+SBATCH_FLAGS: dict[str, str] = {
+    "partition": "name", "account": "name", "qos": "name", "reservation": "name", "constraint": "constraint",
+    "image": "image", "output": "log", "chdir": "path", "job-name": "label", "time": "plain", "nodes": "plain",
+    "gpus-per-node": "plain", "cpus-per-task": "plain", "ntasks-per-node": "plain", "ntasks": "plain",
+    "signal": "plain", "array": "plain",
+}
+_HOW = {
+    "name": "letters, digits and _ . + - (several separated by commas)",
+    "constraint": "node features with Slurm's operators & | , * ! [ ] ( )",
+    "image": "an image reference of letters, digits and _ . : / @ + -",
+    "path": "an absolute path of letters, digits and _ . , : @ + = / - ~ (no spaces, quotes, # or %)",
+    "log": "an absolute path of letters, digits and _ . , : @ + = / - ~ (no spaces, quotes, # or %)",
+    "label": "letters, digits and _ . , : @ + = -",
+    "plain": "letters, digits and _ . , : @ % + = -",
+}
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+#: What rich's markup parser reads as a tag (rich.markup.RE_TAGS), with the backslashes before it.
+_TAG = re.compile(r"(\\*)(\[[a-z#/@][^[]*?])")
+_SHOWN = 80  # characters of a refused value quoted in the error
+
+
+def shown(value: object) -> str:
+    """``value`` as it may be quoted in a one-line error: repr (so a newline shows as ``\\n``), cut short."""
+    text = repr(str(value))
+    return text if len(text) <= _SHOWN else text[: _SHOWN - 4] + "…'"
+
+
+def shell_word(value: object) -> str:
+    """``value`` as exactly one shell word (the shell sees the text, never code). NUL cannot be in a shell word."""
+    text = str(value)
+    if "\0" in text:
+        raise UsageError(f"{shown(text)} holds a NUL character, which no shell script can carry; remove it.")
+    return shlex.quote(text)
+
+
+def sbatch_problem(flag: str, value: object) -> str | None:
+    """Why ``value`` cannot be one token of ``#SBATCH --flag=value`` ("must be …"), or None when it can."""
+    kind = SBATCH_FLAGS.get(flag, "plain")
+    return None if SBATCH_KINDS[kind].fullmatch(str(value)) else f"it must be {_HOW[kind]} to go on an #SBATCH line"
+
+
+def sbatch_value(flag: str, value: object, option: str | None = None) -> str:
+    """``value`` checked as one token for ``#SBATCH --flag=value`` (see :data:`SBATCH_FLAGS`); unchanged.
+
+    ``option`` is the name the user gave it (``--workdir``, ``launcher.partition``) for the message."""
+    problem = sbatch_problem(flag, value)
+    if problem:
+        raise UsageError(f"{option or '--' + flag} {shown(value)} is refused: {problem}.")
+    return str(value)
+
+
+def sbatch_line(flag: str, value: object | None = None) -> str:
+    """One ``#SBATCH`` line holding exactly one option: ``#SBATCH --flag`` or ``#SBATCH --flag=value``."""
+    if not re.fullmatch(r"[a-z][a-z-]*", flag):
+        raise ValueError(f"not an sbatch option name: {flag!r}")  # a programming error, not user input
+    return f"#SBATCH --{flag}" if value is None else f"#SBATCH --{flag}={sbatch_value(flag, value)}"
+
+
+def path_inside(root: Path, name: str, what: str = "name") -> Path:
+    """``root / name`` for a single path component ``name`` that cannot leave ``root`` (no separator, no ``..``,
+    no NUL, not empty, at most 200 characters)."""
+    if (not name or name in (".", "..") or "/" in name or "\\" in name or "\0" in name or len(name) > 200
+            or any(ord(c) < 32 for c in name)):
+        raise UsageError(f"the {what} {shown(name)} cannot be used as a file name in {root}; it must be one file "
+                         "name without / or control characters.")
+    return root / name
+
+
+def printable(text: object) -> str:
+    """``text`` with every control character but newline and tab shown as an escape (``\\x1b``, ``\\r``), so stored
+    text cannot move the cursor, recolour the terminal or hide what precedes it."""
+    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], str(text))
+
+
+def markup(text: object) -> str:
+    """``text`` for a rich renderer, shown as typed whatever follows it.
+
+    Control characters are made visible (:func:`printable`); each run of backslashes before something rich's
+    parser reads as a tag is doubled and the tag's ``[`` escaped (as ``rich.markup.escape`` does); and a backslash
+    run at the very end is doubled and closed by an empty tag, because rich's own escape leaves a text ending in
+    three backslashes turning the caller's next ``[bold]`` into an escaped (printed) tag."""
+    escaped = _TAG.sub(lambda m: m.group(1) * 2 + "\\" + m.group(2), printable(text))
+    trailing = len(escaped) - len(escaped.rstrip("\\"))
+    return escaped + "\\" * trailing + "[bold][/bold]" if trailing else escaped
