@@ -191,6 +191,8 @@ JOBS: dict[str, str] = {
     "comm": "dlbench.api.jobs:CommJob",
     "mlperf": "dlbench.api.mlperf_job:MlperfJob",
     "trial": "dlbench.api.jobs:TrialJob",
+    "io": "dlbench.api.io_jobs:IoJob",
+    "stage": "dlbench.api.io_jobs:StageJob",
 }
 
 

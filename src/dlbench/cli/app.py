@@ -17,6 +17,7 @@ from dlbench.cli import (
     advise,
     catalog,
     hpo,
+    io,
     jobs,
     mlperf,
     monitor,
@@ -76,6 +77,7 @@ app.add_typer(hpo.hpo_app, name="hpo")
 app.add_typer(jobs.jobs_app, name="jobs")
 app.command("advise")(advise.advise)
 app.add_typer(tensorboard.tensorboard_app, name="tensorboard")
+app.add_typer(io.io_app, name="io")
 
 
 def _is_parser_error(exc: Exception) -> bool:

@@ -25,7 +25,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from dlbench.catalog._base import Batch, StepContext, Workload
 from dlbench.engine.aggregate import global_result
-from dlbench.engine.data import loader_batches, resident_batches
+from dlbench.engine.data import file_batches, loader_batches, resident_batches
 from dlbench.engine.devices import device_name, peak_flops_per_s
 from dlbench.engine.dist import DistContext
 from dlbench.engine.profile import profile_steps
@@ -181,6 +181,9 @@ def prepare(
     generator = torch.Generator().manual_seed(spec.seed + 1000 * rank)
     if spec.data == "synthetic":
         batches = resident_batches(workload, batch_size, generator, device, spec.channels_last)
+    elif spec.files_dir:
+        batches = file_batches(spec.files_dir, batch_size, device, spec.channels_last, workers=spec.workers,
+                               seed=spec.seed, rank=rank, world_size=dist.world_size if dist else 1)
     else:
         batches = loader_batches(
             workload, batch_size, generator, device, spec.channels_last,
@@ -272,4 +275,4 @@ def count_flops(fn: Callable[[], Any]) -> int:
     return counter.get_total_flops()
 
 
-__all__ = ["Progress", "measure", "prepare", "summarise", "count_flops", "count_flops_per_sample", "OnStep"]
+__all__ = ["OnStep", "Progress", "count_flops", "count_flops_per_sample", "measure", "prepare", "summarise"]
