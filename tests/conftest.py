@@ -22,6 +22,8 @@ HEAVY_FIXTURES = {
     "slurm_cluster": "a real one-node Slurm: munged, slurmctld, slurmd (tests/launch/slurm_cluster.py)",
     "kube": "the Kubernetes API-server double; its pods are local processes (tests/launch/kube_double.py)",
     "ray_address": "a local Ray cluster (tests/hpo/test_hpo_ray.py)",
+    "ray_cluster": "a local Ray cluster (tests/hpo/test_engine_conformance.py)",
+    "slurm_daemons": "a real one-node Slurm for the HPO engine conformance suite (tests/hpo/test_engine_conformance.py)",
     "kernel_env": "a Jupyter kernel running the example notebooks (tests/examples)",
     "chromium": "headless Chromium rendering the report (tests/report/test_browser.py)",
     "monitor_and_prometheus": "a real Prometheus scraping the exporter (tests/telemetry)",

@@ -188,6 +188,7 @@ class CommSpec(BaseModel):
     threads: int | None = Field(default=None, gt=0)
     timeout_s: float = Field(default=300.0, gt=0)
     tags: dict[str, str] = Field(default_factory=dict)
+    link_rate_bits_per_s: float | None = Field(default=None, gt=0, description="The link's rate (else read on the nodes).")
 
     @model_validator(mode="after")
     def _sizes(self) -> CommSpec:

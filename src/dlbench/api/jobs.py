@@ -161,7 +161,7 @@ class CommJob(Job):
         for collective in run.spec.collectives:
             rows = result["collectives"][collective]
             wrong = [r["size_bytes"] for r in rows if not r["correct"]]
-            figures = {"sizes": rows, "samples_per_s": None,
+            figures = {"sizes": rows, "samples_per_s": None, "link": result.get("link"),
                        "peak_busbw_bytes_per_s": max(r["busbw_bytes_per_s"] for r in rows),
                        "peak_algbw_bytes_per_s": max(r["algbw_bytes_per_s"] for r in rows)}
             endings.append(("failed", figures, f"wrong {collective} result at sizes {wrong} bytes") if wrong

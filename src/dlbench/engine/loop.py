@@ -110,6 +110,7 @@ def measure(
         on_step("measure", i, spec.steps)
     clock.stop()
     result = summarise(spec, device, batch_size, clock, flops_per_sample, loss)
+    result["gradient_bytes"] = gradient_bytes(prepared.model) if spec.mode == "train" else None
     profiled = None
     if spec.profile:  # after the timed window: the measured numbers above are final
         profiled = profile_steps(prepared, spec, dist.rank if dist else 0, dist.world_size if dist else 1,
@@ -131,8 +132,14 @@ def _merge_ranks(local: dict[str, Any], model: torch.nn.Module, dist: DistContex
     achieved = merged["samples_per_s"] * flops if flops else None
     return merged | {
         "flops_per_sample": flops, "achieved_flops_per_s": achieved, "peak_flops_per_s": peak,
-        "mfu": achieved / peak if achieved and peak else None,
+        "mfu": achieved / peak if achieved and peak else None, "gradient_bytes": local.get("gradient_bytes"),
     }
+
+
+def gradient_bytes(model: torch.nn.Module) -> int:
+    """Bytes of gradient a data-parallel step all-reduces: every trainable parameter, in its own dtype
+    (under autocast the parameters, and so their gradients, stay fp32)."""
+    return sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
 
 
 def summarise(
