@@ -21,7 +21,6 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from dlbench.config import writable_dir
 from dlbench.errors import UsageError
 
 log = logging.getLogger("dlbench")
@@ -47,6 +46,8 @@ def require_tensorboard(option: str = "--tensorboard") -> None:
 def check_logdir(logdir: str, option: str = "--tensorboard") -> Path:
     """The log directory, checked before any run: tensorboard importable and ``logdir`` writable."""
     require_tensorboard(option)
+    from dlbench.config import writable_dir  # YAML parsing comes with it: not at `dlbench --help`
+
     return writable_dir(logdir, option)
 
 
