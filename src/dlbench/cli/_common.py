@@ -14,6 +14,7 @@ from typing import Any
 import typer
 
 from dlbench.errors import UsageError
+from dlbench.safety import markup
 
 DB_OPTION = typer.Option(
     None, "--db", help="Results store: a SQLite file or SQLAlchemy URL (default: $DLBENCH_DB, else ~/.local/share/dlbench/runs.db).",
@@ -81,7 +82,8 @@ class StepProgress:
             return
         if phase != self._phase:
             self._phase = phase
-            self._task = self._progress.add_task(f"{self.label} {phase}", total=total)
+            # the label holds user text (a workload's name, a suite entry): shown as typed, never read as markup
+            self._task = self._progress.add_task(markup(f"{self.label} {phase}"), total=total)
         self._progress.update(self._task, completed=index + 1)
 
 
