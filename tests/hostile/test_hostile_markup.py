@@ -66,3 +66,23 @@ def test_any_stored_tag_renders_as_typed_in_results_compare_and_regress(text, se
             assert code in (0, 1), f"{argv}: exit {code}: {err[-1500:]}"  # regress: 1 is a verdict, not a crash
             assert "Traceback" not in err and "MarkupError" not in err
             assert flat(text) in flat(out), f"{argv}: {text!r} not shown as typed in:\n{out}"
+
+
+@settings(max_examples=60, deadline=None)
+@given(choice=TAG_TEXT, error=TAG_TEXT, name=TAG_TEXT)
+def test_any_trial_text_renders_as_typed_in_the_hpo_table(choice, error, name):
+    """A categorical choice, a parameter name, a study name and a trial's error (its command's stderr) in
+    ``hpo run``'s live table and ``hpo status``: shown as typed, never read as markup."""
+    import io
+    from types import SimpleNamespace
+
+    from dlbench.cli.hpo_table import render_table
+
+    spec = SimpleNamespace(name=name, sampler="tpe", pruner="none", direction="maximize",
+                           space=[SimpleNamespace(name=name)])
+    rows = [{"trial": 0, "state": "failed", "params": {name: choice}, "epoch": None, "latest": None, "best": None,
+             "error": error}]
+    out = io.StringIO()
+    render_table(rows, spec, {"failed": 1}, None, file=out)
+    for text in (choice, error, name):
+        assert flat(text) in flat(out.getvalue()), f"{text!r} not shown as typed in:\n{out.getvalue()}"

@@ -14,7 +14,7 @@ from typing import Any
 import typer
 
 from dlbench.errors import UsageError
-from dlbench.safety import markup
+from dlbench.safety import printable
 from dlbench.spec import MAX_RANKS_PER_NODE
 
 DB_OPTION = typer.Option(
@@ -63,7 +63,8 @@ class StepProgress:
             )
 
             self._progress = Progress(
-                TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                # the label holds user text (a workload's name, a suite entry): shown as typed, never as markup
+                TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                 console=Console(stderr=True), transient=True, refresh_per_second=4,
             )
 
@@ -83,8 +84,7 @@ class StepProgress:
             return
         if phase != self._phase:
             self._phase = phase
-            # the label holds user text (a workload's name, a suite entry): shown as typed, never read as markup
-            self._task = self._progress.add_task(markup(f"{self.label} {phase}"), total=total)
+            self._task = self._progress.add_task(printable(f"{self.label} {phase}"), total=total)
         self._progress.update(self._task, completed=index + 1)
 
 
