@@ -24,9 +24,9 @@ from pathlib import Path
 
 import yaml
 
+from dlbench.api.mlperf import run_task
 from dlbench.mlperf import tasks
 from dlbench.mlperf.convergence import min_acceptable_mean, olympic
-from dlbench.api.mlperf import run_task
 from dlbench.mlperf.runner import RunOptions
 from dlbench.mlperf.score import required_runs
 

@@ -15,8 +15,8 @@ import statistics
 import tempfile
 import time
 
-from dlbench.mlperf import tasks
 from dlbench.api.mlperf import run_task
+from dlbench.mlperf import tasks
 from dlbench.mlperf.runner import RunOptions
 from dlbench.mlperf.score import olympic_mean
 

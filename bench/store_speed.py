@@ -15,8 +15,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from dlbench.record import new_id
 from dlbench.api.runs import run_benchmark
+from dlbench.record import new_id
 from dlbench.spec import RunSpec
 from dlbench.store import RunFilter, open_store
 

@@ -1,13 +1,98 @@
-"""Fixtures shared by the whole suite."""
+"""Fixtures shared by the whole suite, and the test tiers: a test that starts something heavy is marked
+``slow`` here, so ``pytest -m "not slow"`` is the quick developer loop (see docs/testing.md)."""
 
 from __future__ import annotations
 
+import functools
+import inspect
 import os
+import re
 import uuid
 from collections.abc import Callable
 
 import psutil
 import pytest
+
+#: Fixtures that start a service or many processes: a test using one (directly or through another
+#: fixture) is ``slow``. Add a fixture here when it starts something that costs seconds.
+HEAVY_FIXTURES = {
+    "slurm_cluster": "a real one-node Slurm: munged, slurmctld, slurmd (tests/launch/slurm_cluster.py)",
+    "kube": "the Kubernetes API-server double; its pods are local processes (tests/launch/kube_double.py)",
+    "ray_address": "a local Ray cluster (tests/hpo/test_hpo_ray.py)",
+    "ray_cluster": "a local Ray cluster (tests/hpo/test_engine_conformance.py)",
+    "slurm_daemons": "a real one-node Slurm for the HPO engine conformance suite (tests/hpo/test_engine_conformance.py)",
+    "kernel_env": "a Jupyter kernel running the example notebooks (tests/examples)",
+    "chromium": "headless Chromium rendering the report (tests/report/test_browser.py)",
+    "monitor_and_prometheus": "a real Prometheus scraping the exporter (tests/telemetry)",
+    "real_db": "real runs, two of them over two ranks, for the report tests (tests/report/conftest.py)",
+    "live": "a real run written live to TensorBoard (tests/report/test_tensorboard.py)",
+    "cluster2": "a 2-node Slurm cluster of network namespaces (tests/cluster/cluster.py)",
+    "cluster4": "a 4-node Slurm cluster of network namespaces (tests/cluster/cluster.py)",
+}
+
+#: What, in the source of a test, of a helper function of its module it calls, or of a fixture it uses,
+#: costs seconds: a new interpreter importing dlbench and torch, or torchrun with several ranks.
+HEAVY_SOURCE = {
+    re.compile(r'sys\.executable,[^\]]*?"-m",\s*"dlbench'): "python -m dlbench (or one of its modules) in a subprocess",
+    re.compile(r'"--nproc",\s*"(?!1")'): "a run over several ranks (torchrun)",
+    re.compile(r'"--launcher",\s*"torchrun"'): "a run whose ranks torchrun starts",
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark ``slow`` every test that uses a heavy fixture or whose code starts heavy processes."""
+    for item in items:
+        if item.get_closest_marker("slow") is None and heavy_reason(item):
+            item.add_marker(pytest.mark.slow)
+
+
+def heavy_reason(item) -> str | None:
+    """Why ``item`` is heavy (None: it is not)."""
+    names = getattr(item, "fixturenames", ())
+    for name in names:
+        if name in HEAVY_FIXTURES:
+            return HEAVY_FIXTURES[name]
+    functions = [getattr(item, "function", None)]
+    for defs in getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {}).values():
+        functions += [d.func for d in defs]
+    for function in filter(None, functions):
+        reason = _heavy_code(function)
+        if reason:
+            return reason
+    return None
+
+
+@functools.cache
+def _heavy_code(function, depth: int = 0) -> str | None:
+    """A HEAVY_SOURCE reason found in ``function``'s source or that of its module's functions it calls."""
+    function = inspect.unwrap(function)
+    try:
+        source = inspect.getsource(function)
+    except (OSError, TypeError):
+        return None
+    source = source[re.search(r"^\s*(async\s+)?def ", source, re.M).start():]  # not its decorators' parameters
+    for pattern, reason in HEAVY_SOURCE.items():
+        if pattern.search(source):
+            return reason
+    if depth >= 2:
+        return None
+    module_globals = getattr(function, "__globals__", {})
+    for name in _called_names(function.__code__):
+        helper = module_globals.get(name)
+        if inspect.isfunction(helper) and helper.__module__ == function.__module__ and helper is not function:
+            reason = _heavy_code(helper, depth + 1)
+            if reason:
+                return reason
+    return None
+
+
+def _called_names(code) -> set[str]:
+    """The global names ``code`` and the functions nested in it refer to."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if inspect.iscode(const):
+            names |= _called_names(const)
+    return names
 
 
 def processes_with(marker: str) -> list[psutil.Process]:

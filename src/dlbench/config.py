@@ -14,12 +14,14 @@ import os
 import sys
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from dlbench.errors import UsageError, unknown_name
-from dlbench.spec import RunSpec, make_spec
+
+if TYPE_CHECKING:  # spec imports pydantic (~0.2 s): only where runs are built, not at `dlbench --help`
+    from dlbench.spec import RunSpec
 
 # NERSC model_type → dlbench workload.
 _NERSC_MODELS = {
@@ -148,6 +150,8 @@ def builtin_suite(name: str, overrides: dict[str, Any] | None = None) -> list[Ru
 
 def specs_from_document(doc: Any, where: str, overrides: dict[str, Any] | None = None) -> list[RunSpec]:
     """The runs of a parsed config document (one run, a suite, or a NERSC config)."""
+    from dlbench.spec import make_spec
+
     overrides = overrides or {}
     if not isinstance(doc, dict):
         raise UsageError(f"{where}: expected a mapping of run settings or a suite with 'runs:', got {type(doc).__name__}.")

@@ -1,4 +1,4 @@
-"""The run record: one JSON document per run (contract in DESIGN.md).
+"""The run record: one JSON document per run (contract in docs/ARCHITECTURE.md, "The run record").
 
 Top-level keys: ``schema_version``, ``id``, ``created_at``, ``status`` (ok | failed | oom | aborted | pruned),
 ``error``, ``spec`` (resolved), ``env``, ``result``, ``telemetry``. Bump :data:`SCHEMA_VERSION` on any

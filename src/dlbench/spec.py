@@ -64,10 +64,11 @@ class RunSpec(BaseModel):
         default=None, gt=0, description="torch intra-op threads; None: torch's default."
     )
     seed: int = Field(default=0, ge=0, description="Seeds model initialisation and synthetic data.")
-    data: Literal["synthetic", "loader"] = Field(
+    data: str = Field(
         default="synthetic",
         description="synthetic: one batch resident on the device (pure compute); loader: a DataLoader "
-        "with workers, pinned memory and host-to-device copies every step (input-pipeline cost).",
+        "with workers, pinned memory and host-to-device copies every step (input-pipeline cost); "
+        "files:PATH: the same DataLoader reading the data set in PATH ('dlbench io generate --workload').",
     )
     workers: int = Field(default=2, ge=0, description="DataLoader worker processes (data=loader).")
     tags: dict[str, str] = Field(default_factory=dict, description="Free key=value labels, stored.")
@@ -101,6 +102,18 @@ class RunSpec(BaseModel):
         default=300.0, gt=0,
         description="Longest a rank may wait for the others (collectives, rendezvous) before the run fails.",
     )
+    parallel: Literal["ddp", "fsdp", "tp", "pp", "fsdp+tp"] | None = Field(
+        default=None, description="How the model is spread over the ranks (dlbench.layout); None: DDP over the ranks, "
+        "each drawing its own data. With a layout every data-parallel rank takes its rows of one global batch.",
+    )
+    tp: int | None = Field(default=None, gt=0, description="Tensor-parallel degree (tp: the world size; fsdp+tp: 2).")
+    pp: int | None = Field(default=None, gt=0, description="Pipeline-parallel degree (pp: the world size).")
+    ac: Literal["none", "selective", "full"] = Field(
+        default="none", description="Activation checkpointing of each transformer block (with --parallel).")
+    pp_schedule: Literal["gpipe", "1f1b"] = Field(default="gpipe", description="Pipeline schedule.")
+    microbatches: int | None = Field(default=None, gt=0, description="Pipeline micro-batches per step (default: pp).")
+    reshard_after_forward: bool = Field(
+        default=True, description="FSDP: free gathered parameters after forward (less memory, one more all-gather).")
     profile: str | None = Field(
         default=None, description="Profile extra steps after the timed window; traces go under this directory."
     )
@@ -121,6 +134,18 @@ class RunSpec(BaseModel):
         if isinstance(value, dict):
             return {str(k): str(v) for k, v in value.items()}
         return value
+
+    @field_validator("data")
+    @classmethod
+    def _data_path(cls, value: str) -> str:
+        if value in ("synthetic", "loader") or (value.startswith("files:") and value[len("files:"):].strip()):
+            return value
+        raise ValueError("must be synthetic, loader or files:PATH (a data set from 'dlbench io generate --workload')")
+
+    @property
+    def files_dir(self) -> str | None:
+        """The data set directory of ``data=files:PATH``; None for the generated data paths."""
+        return self.data[len("files:"):] if self.data.startswith("files:") else None
 
     @model_validator(mode="after")
     def _compile_needs_warmup(self) -> RunSpec:
@@ -182,6 +207,7 @@ class CommSpec(BaseModel):
     threads: int | None = Field(default=None, gt=0)
     timeout_s: float = Field(default=300.0, gt=0)
     tags: dict[str, str] = Field(default_factory=dict)
+    link_rate_bits_per_s: float | None = Field(default=None, gt=0, description="The link's rate (else read on the nodes).")
 
     @model_validator(mode="after")
     def _sizes(self) -> CommSpec:
@@ -194,6 +220,61 @@ class CommSpec(BaseModel):
     @property
     def world_size(self) -> int:
         return self.nproc * self.nnodes
+
+
+class IoReadSpec(BaseModel):
+    """``dlbench io read``: read a data set as a training job does, with an emulated accelerator."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    path: str = Field(description="The data set directory (written by 'dlbench io generate').")
+    batch_size: int | None = Field(default=None, gt=0, description="Samples per batch per rank; None: the preset's, else 1.")
+    workers: int | None = Field(default=None, ge=0, description="DataLoader workers per rank; None: the preset's, else 4.")
+    prefetch: int = Field(default=2, gt=0, description="Batches each worker loads ahead (DataLoader prefetch_factor).")
+    shuffle: bool = Field(default=True, description="Shuffle the sample order each epoch (DistributedSampler's).")
+    pin_memory: bool | None = Field(default=None, description="Pinned host buffers; None: on with CUDA.")
+    decode: bool = Field(default=True, description="Decode samples (np.load, JPEG, HDF5); False: raw bytes with pread.")
+    compute_ms: float | None = Field(default=None, ge=0, description="Emulated compute per batch per accelerator; None: the preset's, else 0.")
+    compute_from: str | None = Field(default=None, description="A stored run id: its median step time is the compute per batch.")
+    epochs: int = Field(default=1, gt=0, description="Passes over the data set.")
+    steps: int | None = Field(default=None, gt=0, description="Stop after this many batches per rank (None: whole epochs).")
+    cache: Literal["cold", "warm", "asis"] = Field(
+        default="cold", description="cold: drop the files from the page cache first; warm: read them once first; asis: neither.")
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    seed: int = Field(default=0, ge=0, description="Seeds the shuffle.")
+    nproc: int = Field(default=1, gt=0, description="Ranks on this node, each reading its shard.")
+    nnodes: int = Field(default=1, gt=0)
+    node_rank: int = Field(default=0, ge=0)
+    rdzv_endpoint: str | None = None
+    torchrun: bool | None = None
+    backend: Literal["gloo", "nccl", "mpi"] | None = None
+    threads: int | None = Field(default=None, gt=0)
+    timeout_s: float = Field(default=300.0, gt=0)
+    tags: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _one_compute(self) -> IoReadSpec:
+        if self.compute_ms is not None and self.compute_from is not None:
+            raise ValueError("give compute_ms or compute_from, not both")
+        if self.nnodes > 1 and not self.rdzv_endpoint:
+            raise ValueError("nnodes > 1 needs rdzv_endpoint HOST:PORT of node 0")
+        return self
+
+    @property
+    def world_size(self) -> int:
+        return self.nproc * self.nnodes
+
+
+class StageSpec(BaseModel):
+    """``dlbench io stage``: copy a data set to a faster tier (a burst buffer, node-local NVMe)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    source: str
+    destination: str
+    streams: int = Field(default=8, gt=0, le=1024, description="Files copied at once.")
+    cache: Literal["cold", "asis"] = Field(default="cold", description="cold: drop the source from the page cache first.")
+    tags: dict[str, str] = Field(default_factory=dict)
 
 
 def parse_key_values(pairs: list[str], what: str) -> dict[str, str]:

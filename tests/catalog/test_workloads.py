@@ -9,7 +9,6 @@ import math
 import pytest
 import torch
 
-
 from dlbench.catalog import registry
 from dlbench.catalog._base import StepContext, Workload
 from dlbench.engine.loop import count_flops
@@ -34,6 +33,9 @@ TINY: dict[str, dict] = {
     },
     "gnmt": {"seq_len": 6, "vocab_size": 100, "hidden_size": 16, "num_layers": 4},
     "dcgan": {"image_size": 32, "noise_dim": 16, "features": 8},
+    # the tiny preset spelled out: the workload records the sizes it resolved
+    "llm": {"preset": "tiny", "dim": 32, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2, "vocab_size": 128,
+            "seq_len": 16, "ffn_mult": 3.0, "tied": "false"},
 }
 
 

@@ -46,3 +46,26 @@ def test_mlperf_list_without_torch_says_what_the_task_classes_say():
         facts = {k: v for k, v in listed[name].items() if k not in ("baselines", "convergence")}  # measured, not class facts
         assert facts == tasks.get_class(name).describe()  # imports torch here, in the test only
         assert describe(tasks.TASKS[name]) == facts
+
+
+#: Code a plain ``dlbench run`` has no use for: other job kinds, batch launchers, HPO (and their libraries).
+NOT_FOR_A_PLAIN_RUN = ("dlbench.mlperf", "dlbench.api.mlperf", "dlbench.launch.k8s", "dlbench.launch.slurm",
+                       "dlbench.launch.batch", "dlbench.hpo", "dlbench.api.hpo", "kubernetes", "optuna", "ray")
+
+
+def test_a_plain_run_loads_only_what_it_runs(tmp_path):
+    """Job kinds and launchers are "module:Class" strings imported on use: a tiny real run here imports
+    none of the MLPerf, Slurm, Kubernetes or HPO modules."""
+    modules, stdout = imported_modules("run", "lstm", "-p", "seq_len=4", "-p", "input_size=8", "-p", "hidden_size=8",
+                                       "-b", "4", "--steps", "2", "--warmup", "1", "--db", str(tmp_path / "runs.db"),
+                                       "--json")
+    assert json.loads(stdout)["status"] == "ok"
+    assert "dlbench.api.jobs" in modules and "dlbench.launch" in modules  # the probe sees the run's own modules
+    loaded = sorted(m for m in modules if m.startswith(NOT_FOR_A_PLAIN_RUN))
+    assert loaded == [], f"dlbench run imported {loaded[:8]}"
+
+
+def test_help_does_not_import_pydantic():
+    """pydantic (the run specs) costs ~0.2 s of a ~0.3 s start-up: only commands that build runs import it."""
+    modules, _ = imported_modules("--help")
+    assert "pydantic" not in modules and "dlbench.spec" not in modules

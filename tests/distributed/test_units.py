@@ -1,10 +1,9 @@
 """Pure parts of distributed runs: launcher detection, arithmetic, the torchrun command, diagnosis."""
 
 import socket
+from pathlib import Path
 
 import pytest
-
-from pathlib import Path
 
 from dlbench.api.resolve import default_threads, resolve_train
 from dlbench.engine.aggregate import global_result, per_rank_batch, speedup_table

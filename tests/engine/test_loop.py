@@ -4,9 +4,9 @@ import pytest
 import torch
 from torch import nn
 
+from dlbench.api.runs import run_benchmark
 from dlbench.catalog._base import Param, Workload
 from dlbench.engine.loop import measure
-from dlbench.api.runs import run_benchmark
 from dlbench.spec import RunSpec
 from dlbench.store import open_store
 

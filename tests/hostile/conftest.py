@@ -2,24 +2,27 @@
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from hostile_corpus import TINY
 
+from dlbench.cli.app import main
+from dlbench.store import RunFilter, open_store
+
 
 @pytest.fixture(scope="session")
 def seeded_store(tmp_path_factory) -> tuple[Path, str]:
-    """A store holding one real tiny run with its telemetry series (copied for every case)."""
+    """A store holding one real tiny run with its telemetry series (copied for every case); run in this
+    process (torch is loaded once for the session, not in a new interpreter)."""
     folder = tmp_path_factory.mktemp("seed")
-    env = os.environ | {"DLBENCH_DB": str(folder / "runs.db"), "DLBENCH_METRICS_DIR": str(folder / "metrics")}
-    out = subprocess.run([sys.executable, "-m", "dlbench", "run", *TINY, "--telemetry-interval", "0.05", "--json"],
-                         env=env, capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr
-    return folder / "runs.db", json.loads(out.stdout)["id"]
-
-
+    db = folder / "runs.db"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("DLBENCH_METRICS_DIR", str(folder / "metrics"))
+        assert main(["run", *TINY, "--telemetry-interval", "0.05", "--db", str(db)]) == 0
+    store = open_store(str(db))
+    try:
+        (record,) = store.records(RunFilter())
+    finally:
+        store.close()
+    return db, record["id"]

@@ -91,6 +91,12 @@ RUN = ["run", "--config", "{tmp}/c.yaml"]
 TINY = ["lstm", "-p", "seq_len=4", "-p", "input_size=8", "-p", "hidden_size=8", "-b", "4", "--steps", "2", "--warmup", "1"]
 NO_TELEMETRY = ["--no-telemetry"]
 
+def params(cases: list[Case]) -> list:
+    """``cases`` for ``pytest.mark.parametrize("case", …)``: each named by its id; those that start a new
+    interpreter (``in_process=False``) marked ``slow`` (the test tiers, tests/conftest.py)."""
+    return [pytest.param(c, id=c.id, marks=[] if c.in_process else [pytest.mark.slow]) for c in cases]
+
+
 def digest(path: Path) -> str | None:
     return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
 

@@ -24,6 +24,7 @@ from hostile_corpus import (
     merge_bomb,
     nersc,
     no_tensorboard,
+    params,
     read_only_dir,
     yaml_file,
 )
@@ -239,6 +240,6 @@ CASES: list[Case] = [
 
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+@pytest.mark.parametrize("case", params(CASES))
 def test_hostile_input_is_one_sentence_exit_2_and_changes_nothing(case, seeded_store, tmp_path, monkeypatch, capsys):
     check(case, seeded_store, tmp_path, monkeypatch, capsys)

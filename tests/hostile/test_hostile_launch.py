@@ -13,7 +13,7 @@ import sys
 
 import pytest
 import yaml
-from hostile_corpus import TINY, Case, check
+from hostile_corpus import TINY, Case, check, params
 
 SLURM = ["--launcher", "slurm", "--dry-run"]
 RUN_SLURM = ["run", *TINY, *SLURM]
@@ -91,7 +91,7 @@ CASES: list[Case] = [
 ]
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+@pytest.mark.parametrize("case", params(CASES))
 def test_hostile_launch_setting_is_refused_before_anything_is_written(case, seeded_store, tmp_path, monkeypatch, capsys):
     check(case, seeded_store, tmp_path, monkeypatch, capsys)
     assert not list(tmp_path.rglob("*.sbatch"))  # nothing rendered to disk

@@ -15,15 +15,14 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, assume, given, settings, strategies as st
 from rich.console import Console
 from rich.text import Text
 
-from dlbench.api.hpo_slurm import worker_array_script
 from dlbench.api.resolve import resolve_batch
 from dlbench.errors import UsageError
-from dlbench.hpo.engine import WorkerPlan
+from dlbench.hpo._base import WorkerPlan
+from dlbench.hpo.slurm import worker_array_script
 from dlbench.launch.slurm import sbatch_array_script, sbatch_script
 from dlbench.safety import (
     markup,

@@ -21,8 +21,8 @@ import pytest
 from dlbench.api.pipeline import execute
 from dlbench.api.resolve import resolve_batch, resolve_train
 from dlbench.engine.run import ResolvedRun
-from dlbench.errors import Terminated
-from dlbench.launch import LAUNCHERS, get_launcher
+from dlbench.errors import Terminated, UsageError
+from dlbench.launch import LAUNCHERS, Launcher, get_launcher, launcher_class
 from dlbench.spec import LaunchSettings, RunSpec
 from dlbench.store import open_store
 
@@ -46,9 +46,12 @@ CASES: dict[str, Callable[..., ResolvedRun]] = {
 }
 #: Launchers whose runs need a service the test run starts (fixture name).
 SERVICES = {"slurm": "slurm", "k8s": "kube"}
+#: Launchers whose cases start several ranks or a service: the slow tier (tests/conftest.py cannot see a
+#: fixture asked for by name at run time).
+SLOW = {"torchrun", *SERVICES}
 
 
-@pytest.fixture(params=sorted(LAUNCHERS))
+@pytest.fixture(params=[pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n for n in sorted(LAUNCHERS)])
 def name(request) -> str:
     if request.param in SERVICES:
         request.getfixturevalue(SERVICES[request.param])
@@ -57,6 +60,17 @@ def name(request) -> str:
 
 def test_every_launcher_has_a_conformance_case():
     assert set(CASES) == set(LAUNCHERS)
+
+
+@pytest.mark.parametrize("registered", sorted(LAUNCHERS))
+def test_every_registry_entry_is_a_launcher_of_that_name(registered):
+    cls = launcher_class(registered)
+    assert issubclass(cls, Launcher) and cls.name == registered
+
+
+def test_an_unknown_launcher_names_the_known_ones():
+    with pytest.raises(UsageError, match="torchrun"):
+        get_launcher("torchrum")
 
 
 def test_the_plan_is_pure_and_deterministic(name, tmp_path):

@@ -8,7 +8,6 @@ rank reports that ``parse_reports`` reads as an ok run of 2 ranks.
 
 from __future__ import annotations
 
-
 import pytest
 import yaml
 from kube_pods import cluster_names, free_port, k8s_run, pods_of, start_pod

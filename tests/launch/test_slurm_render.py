@@ -13,6 +13,8 @@ from dlbench.launch.slurm import SlurmScheduler, sbatch_array_script, sbatch_scr
 from dlbench.spec import LaunchSettings, RunSpec
 
 WORKDIR = Path("/home/u/dlbench/jobs/j1")
+#: The step's first words on each node: it marks JOBDIR/nodes/HOST, then runs the rest.
+MARK = """/bin/sh -c 'mkdir -p "$0" && : > "$0/$(hostname)" && exec "$@"' "$JOBDIR"/nodes"""
 TINY = {"workload": "lstm", "params": {"seq_len": 4, "input_size": 8, "hidden_size": 8}, "batch_size": 4}
 
 
@@ -57,9 +59,9 @@ def test_one_node_cpu_job_is_standalone_with_a_core_per_rank():
 
 
 @pytest.mark.parametrize("runtime, in_head, in_step", [
-    ("pyxis", None, "--container-image=nvcr.io/nvidia/pytorch:24.05-py3 --container-mounts=/home/u/dlbench/jobs/j1:/home/u/dlbench/jobs/j1 python3 -m torch.distributed.run"),
-    ("shifter", "#SBATCH --image=nvcr.io/nvidia/pytorch:24.05-py3", "shifter python3 -m torch.distributed.run"),
-    ("apptainer", None, "apptainer exec --nv --bind=/home/u/dlbench/jobs/j1 nvcr.io/nvidia/pytorch:24.05-py3 python3 -m torch.distributed.run"),
+    ("pyxis", None, "--container-image=nvcr.io/nvidia/pytorch:24.05-py3 --container-mounts=/home/u/dlbench/jobs/j1:/home/u/dlbench/jobs/j1 " + MARK + " python3 -m torch.distributed.run"),
+    ("shifter", "#SBATCH --image=nvcr.io/nvidia/pytorch:24.05-py3", MARK + " shifter python3 -m torch.distributed.run"),
+    ("apptainer", None, MARK + " apptainer exec --nv --bind=/home/u/dlbench/jobs/j1 nvcr.io/nvidia/pytorch:24.05-py3 python3 -m torch.distributed.run"),
 ])
 def test_each_container_runtime(runtime, in_head, in_step):
     run = run_for(gpus_per_node=4, container_image="nvcr.io/nvidia/pytorch:24.05-py3", container_runtime=runtime)
@@ -108,9 +110,9 @@ def test_device_and_gpus_that_contradict_are_a_usage_error(settings, spec, fragm
 
 
 def test_the_hpo_workers_array_runs_one_worker_per_element():
-    from dlbench.api.hpo_slurm import SlurmEngine, worker_array_script
+    from dlbench.hpo.slurm import SlurmEngine, worker_array_script
 
-    plans = SlurmEngine("s1", LaunchSettings(partition="gpu", gpus_per_node=1)).plan(
+    plans = SlurmEngine(LaunchSettings(partition="gpu", gpus_per_node=1)).plan(
         ["/venv/python", "-m", "dlbench", "hpo", "worker", "s1"], 3)
     script = worker_array_script(plans, LaunchSettings(partition="gpu", gpus_per_node=1), WORKDIR, "s1")
     assert "#SBATCH --array=0-2" in lines(script) and "#SBATCH --partition=gpu" in lines(script)

@@ -47,13 +47,15 @@ def one_thread():
 
 @pytest.fixture
 def write_run():
-    """``write_run(path, benchmark=…, minutes=…, status=…, stop=True)``: a log written by mllog."""
+    """``write_run(path, benchmark=…, minutes=…, status=…, stop=True, quality=0.9)``: a log written by mllog."""
     return write_mllog_run
 
 
 def write_mllog_run(path: Path, benchmark: str = "resnet", minutes: float | None = 10.0,
-                    status: str = "success", start_ms: int = 1_700_000_000_000, stop: bool = True) -> Path:
-    """A result log written by the real mllog with chosen times (``time_ms`` given explicitly)."""
+                    status: str = "success", start_ms: int = 1_700_000_000_000, stop: bool = True,
+                    quality: float = 0.9) -> Path:
+    """A result log written by the real mllog with chosen times (``time_ms`` given explicitly) and
+    one eval_accuracy, ``quality`` (0.9 meets ResNet's 0.759 and DeepCAM's 0.82)."""
     from mlperf_logging.mllog import constants as c
 
     from dlbench.mlperf.log import ResultLog
@@ -64,7 +66,7 @@ def write_mllog_run(path: Path, benchmark: str = "resnet", minutes: float | None
         m.start(key=c.INIT_START, time_ms=start_ms - 1000)
         m.end(key=c.INIT_STOP, time_ms=start_ms - 10)
         m.start(key=c.RUN_START, time_ms=start_ms)
-        m.event(key=c.EVAL_ACCURACY, value=0.5, metadata={c.EPOCH_NUM: 1}, time_ms=start_ms + 1000)
+        m.event(key=c.EVAL_ACCURACY, value=quality, metadata={c.EPOCH_NUM: 1}, time_ms=start_ms + 1000)
         if stop:
             stop_ms = start_ms + round((minutes or 1.0) * 60_000)
             m.end(key=c.RUN_STOP, metadata={c.STATUS: status}, time_ms=stop_ms)

@@ -3,10 +3,10 @@
 import types
 
 import pytest
+from mllog_lines import good_lines, mllog, write
 
 from dlbench.mlperf import convergence, tasks
 from dlbench.mlperf.score import score_folder
-from mllog_lines import good_lines, mllog, write
 
 
 def test_every_task_ships_a_measured_reference_point():

@@ -6,11 +6,11 @@ import math
 import os
 
 import pytest
+from mllog_lines import good_lines, mllog, write
 
 from dlbench.mlperf.parse import MAX_LINE_CHARS, parse_file, parse_lines
 from dlbench.mlperf.runs import run_time
 from dlbench.mlperf.score import score_folder
-from mllog_lines import good_lines, mllog, write
 
 
 def test_run_stop_before_run_start_is_invalid_not_negative():
@@ -25,7 +25,8 @@ def test_nan_time_is_a_malformed_line_and_never_a_success(tmp_path):
     log = parse_lines(lines)
     assert log.unparsed == 1 and "NaN" in log.unparsed_examples[0]
     run = run_time(log)
-    assert run.status == "failed" and run.problem == "no run_stop (crashed or truncated)"
+    assert run.status == "failed"
+    assert run.problem.startswith("run_stop is on a line that could not be parsed") and "not a finite number" in run.problem
     path = write(tmp_path / "results" / "s" / "resnet" / "result_0.txt", lines)
     [entry] = score_folder(tmp_path)
     text = json.dumps(entry, allow_nan=False)  # raises on NaN/inf: the JSON stays standard
@@ -218,4 +219,6 @@ def test_check_reports_the_outcome_apart_and_never_a_nan(tmp_path):
     assert result["last_quality"] is None and result["run_problem"] == "run_stop status aborted"
     json.dumps(result, allow_nan=False)
     mask = write(folder / "result_1.txt", good_lines("maskrcnn", extra=[mllog(1_000_100, "eval_accuracy", {"BBOX": 0.4, "SEGM": 0.3})]))
-    assert check_file(mask)["last_quality"] == 0.3 and check_file(mask)["target_reached"] is True
+    # Mask R-CNN is no HPC benchmark: its target in this folder's round is unknown, never "reached"
+    assert check_file(mask)["last_quality"] == {"BBOX": 0.4, "SEGM": 0.3}
+    assert check_file(mask)["target_reached"] == "unknown"

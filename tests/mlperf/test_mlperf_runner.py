@@ -4,9 +4,9 @@ import json
 
 import pytest
 
+from dlbench.api.mlperf import run_task
 from dlbench.errors import UsageError
 from dlbench.mlperf.parse import parse_file
-from dlbench.api.mlperf import run_task
 from dlbench.mlperf.runner import RunOptions
 from dlbench.mlperf.score import score_folder
 from dlbench.store import RunFilter, open_store

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from dlbench.api.jobs import JOBS
+from dlbench.api.jobs import job_kind
 from dlbench.api.mlperf import reserved_results, resolve_launched
 from dlbench.errors import UsageError
 from dlbench.launch.registry import JobRegistry, run_document, run_from_document
@@ -79,7 +79,7 @@ def test_reservations_are_exclusive_and_released_when_the_submission_fails(tmp_p
 
 def test_the_log_rank_0_sent_back_is_filed_with_its_energy_and_the_nodes_system(tmp_path):
     (run,) = resolve_launched("gnmt", tmp_path, RunOptions(system="ci"), "slurm", LaunchSettings())
-    job = JOBS["mlperf"]
+    job = job_kind("mlperf")
     with reserved_results([run]):
         pass  # submitted
     log = ':::MLLOG {"key": "run_stop", "value": null, "metadata": {"status": "aborted"}}\n'
@@ -127,7 +127,7 @@ def test_a_log_is_never_filed_over_another_runs(tmp_path):
     path = Path(run.spec.result_file)
     path.parent.mkdir(parents=True)
     path.write_text("another run's log\n")  # its index was taken after the reservation was lost
-    [(status, result, _)] = JOBS["mlperf"].endings(run, {"reached": True, "metric": "BLEU", "target": 60.0, "epochs": 2,
+    [(status, result, _)] = job_kind("mlperf").endings(run, {"reached": True, "metric": "BLEU", "target": 60.0, "epochs": 2,
                                                           "result_log": "this run's log\n"})
     assert status == "ok" and path.read_text() == "another run's log\n"
     assert result["result_file"] == str(path.with_name("result_1.txt")) and Path(result["result_file"]).read_text() == "this run's log\n"

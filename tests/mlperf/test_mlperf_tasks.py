@@ -6,11 +6,11 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
+from dlbench.api.mlperf import run_task
 from dlbench.errors import UsageError
 from dlbench.mlperf import tasks
 from dlbench.mlperf.check import check_folder
 from dlbench.mlperf.parse import parse_file
-from dlbench.api.mlperf import run_task
 from dlbench.mlperf.runner import RunOptions
 from dlbench.mlperf.score import score_folder
 from dlbench.mlperf.tasks.metrics import COCO_IOU_THRESHOLDS, mean_average_precision

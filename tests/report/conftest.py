@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from _report_runs import DATA, TINY_LSTM, save_variants, variant
+
 from dlbench.cli.app import main
 from dlbench.store import RunFilter, open_store
 

@@ -10,8 +10,8 @@ import os
 from pathlib import Path
 
 import pytest
-
 from _chromium import find_or_install, open_page
+
 from dlbench.cli.app import main
 
 CHARTS = """Array.from(document.querySelectorAll('svg.chart')).map(function(svg){

@@ -3,13 +3,12 @@
 import json
 
 import pytest
-
 from _report_runs import TINY_LSTM, save_variants, stored
+
 from dlbench.cli.app import main
 from dlbench.errors import UsageError
-from dlbench.store import open_store
 from dlbench.report.regress import gate, parse_threshold, regress
-from dlbench.store import RunFilter
+from dlbench.store import RunFilter, open_store
 
 
 @pytest.fixture(scope="module")

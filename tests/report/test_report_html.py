@@ -5,10 +5,9 @@ import re
 from html.parser import HTMLParser
 
 import pytest
+from _report_runs import stored
 
 import dlbench
-
-from _report_runs import stored
 from dlbench.cli.app import main
 from dlbench.store import open_store
 

@@ -3,8 +3,8 @@
 import re
 
 import pytest
-
 from _report_runs import stored, variant
+
 from dlbench.report import sections
 from dlbench.report.svg import _nice_ticks, bar_chart, line_chart
 from dlbench.store import RunFilter

@@ -3,8 +3,8 @@
 import json
 
 import pytest
-
 from _report_runs import save_variants, stored
+
 from dlbench.cli.app import main
 from dlbench.report.trend import group_value, trend
 from dlbench.store import RunFilter

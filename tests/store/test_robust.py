@@ -16,8 +16,7 @@ import pytest
 
 from dlbench.errors import UsageError
 from dlbench.record import SCHEMA_VERSION
-from dlbench.store import _engine, open_store, sql
-from dlbench.store import spool as spoolmod
+from dlbench.store import _engine, open_store, spool as spoolmod, sql
 
 HERE = Path(__file__).parent
 

@@ -12,7 +12,12 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from dlbench.telemetry.exporter import (
-    GPU_LABELS, NodeCollector, exported_metric_names, make_registry, serve, stop_server,
+    GPU_LABELS,
+    NodeCollector,
+    exported_metric_names,
+    make_registry,
+    serve,
+    stop_server,
 )
 from dlbench.telemetry.host import HostSource
 from dlbench.telemetry.nvml import NVMLSource

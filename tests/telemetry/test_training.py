@@ -10,7 +10,13 @@ import pytest
 
 from dlbench.errors import UsageError
 from dlbench.telemetry.training import (
-    METRICS_DIR_ENV, TrainingState, TrainingTracker, metrics_dir, prune_stale, publish, read_published,
+    METRICS_DIR_ENV,
+    TrainingState,
+    TrainingTracker,
+    metrics_dir,
+    prune_stale,
+    publish,
+    read_published,
 )
 
 

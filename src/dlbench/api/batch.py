@@ -15,12 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dlbench.api.jobs import JOBS
+from dlbench.api.jobs import job_kind
 from dlbench.api.pipeline import execute, finish_submitted
 from dlbench.api.resolve import resolve_batch
 from dlbench.engine.run import ResolvedRun
 from dlbench.errors import Terminated, UsageError
-from dlbench.launch import BatchLauncher, get_launcher
+from dlbench.launch import get_launcher
+from dlbench.launch.batch_launcher import BatchLauncher
 from dlbench.launch.registry import JobRegistry, run_from_document
 from dlbench.record import new_id
 from dlbench.spec import LaunchSettings, RunSpec
@@ -49,7 +50,7 @@ def run_batch(runs: list[ResolvedRun], store=None, env: dict[str, Any] | None = 
     if len(runs) == 1:  # records now, or [] with --no-wait (the pipeline lets Submitted pass)
         records = execute(runs[0], store, env, launcher=launcher)
         return BatchResult(records, [launcher.last_entry] if launcher.last_entry else [])
-    records = [JOBS[r.kind].records(r, env) for r in runs]
+    records = [job_kind(r.kind).records(r, env) for r in runs]
     entries = launcher.submit_array(runs, records)
     if entries is None:  # no arrays here: one job per run, all submitted before any is waited for
         entries = []
@@ -142,11 +143,12 @@ def logs(job_id: str) -> str:
 
 
 def scale_runs(base: RunSpec, settings: LaunchSettings, launcher: str, nodes: list[int] | None,
-               nprocs: list[int] | None) -> tuple[str, list[ResolvedRun]]:
+               nprocs: list[int] | None, series: str | None = None) -> tuple[str, list[ResolvedRun]]:
     """A scaling series for a scheduler: one run per node count (``nodes``, with the settings' GPUs per
     node) or per processes-per-node count (``nprocs``, on the settings' nodes); all resolved first.
-    Points with the same nodes go out as one job array; a node series as one job per point."""
-    series = new_id()
+    Points with the same nodes go out as one job array; a node series as one job per point (see
+    docs/scaling.md for why). ``series``: the series' id, else a new one."""
+    series = series or new_id()
     runs = []
     for n in nodes or [settings.nodes]:
         for p in nprocs or [base.nproc]:

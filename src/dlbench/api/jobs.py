@@ -1,15 +1,18 @@
 """Job kinds: what the ranks of a run do, and how their result becomes records.
 
 A :class:`Job` is the part of a run that differs by kind; everything else (launching, signals,
-telemetry, status, saving) is the pipeline's. ``JOBS`` is the registry: a kind is one subclass plus
+telemetry, status, saving) is the pipeline's. ``JOBS`` is the registry, "module:Class" strings imported
+when a run of that kind starts (a plain run never loads the MLPerf code): a kind is one subclass plus
 one line there (HPO trials and MLPerf runs plug in the same way).
 """
 
 from __future__ import annotations
 
+import functools
+import importlib
 from abc import ABC, abstractmethod
-from pathlib import Path
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
@@ -17,18 +20,15 @@ import torch
 from dlbench.api.resolve import resolve_train
 from dlbench.catalog import registry
 from dlbench.engine.comm import run_comm_rank
-from dlbench.engine.devices import device_name, resolve_device, torch_threads
+from dlbench.engine.devices import resolve_device, torch_threads
 from dlbench.engine.dist import LaunchEnv, destroy_process_group, init_process_group, rank_device
 from dlbench.engine.loop import OnStep, Progress, measure
 from dlbench.engine.run import ResolvedRun
 from dlbench.errors import RunFailed, Terminated, UsageError
 from dlbench.launch import Outcome
 from dlbench.launch.diagnose import failure
-from dlbench.mlperf.folder import file_result, release_result
-from dlbench.mlperf.log import log_energy
-from dlbench.mlperf.runner import time_to_train_ending, write_system
 from dlbench.record import new_record
-from dlbench.spec import CommSpec, MlperfJobSpec, RunSpec
+from dlbench.spec import CommSpec, RunSpec
 from dlbench.telemetry.session import NoTelemetry, ReportedTelemetry, RunTelemetry
 
 #: One record's ending: (status, result, error).
@@ -81,7 +81,8 @@ class Job(ABC):
             raise RunFailed("aborted", f"{outcome.stopped}{steps}", partial)
         if not outcome.ok:
             status, error = failure(outcome)
-            raise RunFailed(status, error)
+            partial = main.get("result")  # a rank that gave up on a lost node reports what it measured
+            raise RunFailed(status, error, partial if isinstance(partial, dict) and partial.get("partial") else None)
         return main.get("result")
 
 
@@ -160,73 +161,12 @@ class CommJob(Job):
         for collective in run.spec.collectives:
             rows = result["collectives"][collective]
             wrong = [r["size_bytes"] for r in rows if not r["correct"]]
-            figures = {"sizes": rows, "samples_per_s": None,
+            figures = {"sizes": rows, "samples_per_s": None, "link": result.get("link"),
                        "peak_busbw_bytes_per_s": max(r["busbw_bytes_per_s"] for r in rows),
                        "peak_algbw_bytes_per_s": max(r["algbw_bytes_per_s"] for r in rows)}
             endings.append(("failed", figures, f"wrong {collective} result at sizes {wrong} bytes") if wrong
                            else ("ok", figures, None))
         return endings
-
-
-class MlperfJob(Job):
-    """One MLPerf-style time-to-train run: here or joined (``run.spec`` is the task's ``TaskSession``),
-    or its ranks started by torchrun or a scheduler (``run.spec`` is its :class:`~dlbench.spec.MlperfJobSpec`;
-    rank 0 sends the result log back in its report and it is filed in the results folder here)."""
-
-    kind = "mlperf"
-
-    def telemetry(self, run, record):
-        if not _launched(run):  # here: sampled around the run, as for any run
-            session = run.spec
-            return RunTelemetry.for_run(session, record, session.device, run.record_spec["batch_size"])
-        if not run.spec.telemetry:
-            return NoTelemetry()
-        if run.settings is not None:  # a batch job: its nodes sample, their reports carry it back
-            return ReportedTelemetry(run.nnodes)
-        return RunTelemetry.for_launcher(run.spec, record, torch.device(run.device_type))  # torchrun on this node
-
-    def run_here(self, run, progress, on_step):
-        return run.spec.train(run)
-
-    def run_rank(self, doc, launch, progress, on_joined):
-        from dlbench.mlperf.runner import train_submitted
-
-        return train_submitted(MlperfJobSpec(**doc), on_joined)
-
-    def rank_spec(self, doc, launch):
-        spec = MlperfJobSpec(**doc)
-        device = rank_device(resolve_device(spec.device), launch)
-        return {"device_name": device_name(device), "threads": spec.threads or torch.get_num_threads()}
-
-    def endings(self, run, result):
-        if not _launched(run):
-            return [run.spec.ending(result)]  # the session's (an HPO trial ends by the study's goal)
-        log_text = result.pop("result_log", None)  # launched: rank 0 sent its result log back
-        if log_text:
-            filed = file_result(Path(run.spec.result_file), log_text)
-            if str(filed) != run.spec.result_file:  # its index was taken meanwhile: never over another run's log
-                result["result_file"] = str(filed)
-        return [time_to_train_ending(result)]
-
-    def recorded(self, run, records):
-        record = records[0]
-        path = Path(record["spec"]["result_file"])
-        filed = Path((record.get("result") or {}).get("result_file") or path)  # where endings filed it
-        if _launched(run):
-            release_result(path)  # filed, or never will be (failed, cancelled): no longer reserved
-            out, spec = path.parents[3], record["spec"]
-            if filed.exists() and not (out / "systems" / f"{spec['system']}.json").exists():
-                write_system(out, spec["system"], record["env"], spec | {"nproc": spec["world_size"]})  # the node's env
-        energy_j = (record.get("telemetry") or {}).get("energy_j")
-        ours = not _launched(run) or record.get("result")  # a launched run filed a log
-        if energy_j is not None and ours and filed.exists():  # GPU runs: NVML's energy counter (or power) over the run window
-            log_energy(filed, energy_j)
-
-
-def _launched(run: ResolvedRun) -> bool:
-    """Whether an MLPerf run's ranks were started by a launcher (its spec a ``MlperfJobSpec``; rank 0 sends
-    the log back) rather than run here or joined (its spec the task's ``TaskSession``)."""
-    return isinstance(run.spec, MlperfJobSpec)
 
 
 class TrialJob(Job):
@@ -245,4 +185,21 @@ class TrialJob(Job):
         return [run.spec.ending(result)]
 
 
-JOBS: dict[str, Job] = {job.kind: job for job in (TrainJob(), CommJob(), MlperfJob(), TrialJob())}
+#: kind -> "module:Class" of a :class:`Job` subclass.
+JOBS: dict[str, str] = {
+    "train": "dlbench.api.jobs:TrainJob",
+    "comm": "dlbench.api.jobs:CommJob",
+    "mlperf": "dlbench.api.mlperf_job:MlperfJob",
+    "trial": "dlbench.api.jobs:TrialJob",
+    "io": "dlbench.api.io_jobs:IoJob",
+    "stage": "dlbench.api.io_jobs:StageJob",
+}
+
+
+@functools.cache
+def job_kind(kind: str) -> Job:
+    """The job of ``kind`` (its module imported now; one instance per kind, jobs keep no state)."""
+    if kind not in JOBS:
+        raise UsageError(f"unknown job kind {kind!r}; the kinds are {', '.join(JOBS)}.")
+    module_name, class_name = JOBS[kind].split(":")
+    return getattr(importlib.import_module(module_name), class_name)()

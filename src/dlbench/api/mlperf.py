@@ -11,7 +11,13 @@ from typing import Any
 import torch
 
 from dlbench.api.pipeline import execute
-from dlbench.api.resolve import BATCH_TELEMETRY_SAMPLED, batch_container, batch_processes, default_threads, joined_launch
+from dlbench.api.resolve import (
+    BATCH_TELEMETRY_SAMPLED,
+    batch_container,
+    batch_processes,
+    default_threads,
+    joined_launch,
+)
 from dlbench.api.runs import run_env
 from dlbench.engine.devices import device_name, resolve_device
 from dlbench.engine.run import ResolvedRun, frozen

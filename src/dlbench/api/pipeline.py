@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 
-from dlbench.api.jobs import JOBS, Ending
+from dlbench.api.jobs import Ending, job_kind
 from dlbench.api.signals import stop_on_signals
 from dlbench.engine.loop import Progress
 from dlbench.engine.run import ResolvedRun
@@ -53,7 +53,7 @@ def execute(run: ResolvedRun, store=None, env: dict[str, Any] | None = None, on_
     through; otherwise a failure shows dlbench's one-line diagnosis only. A batch launcher submitting
     with ``--no-wait`` records nothing now and returns ``[]`` (``dlbench jobs collect`` calls :func:`finish_submitted`).
     """
-    job = JOBS[run.kind]
+    job = job_kind(run.kind)
     show_output = show_output or os.environ.get("DLBENCH_DEBUG") == "1"
     launcher = launcher or get_launcher(run.launcher, show_output=show_output)
     records = job.records(run, env or {})
@@ -77,7 +77,7 @@ def execute(run: ResolvedRun, store=None, env: dict[str, Any] | None = None, on_
 def finish_submitted(run: ResolvedRun, records: list[dict[str, Any]], store, wait: Callable[[], Outcome]) -> list[dict[str, Any]]:
     """The second half of :func:`execute` for a job submitted earlier (``--no-wait``, job arrays):
     ``wait`` gives its outcome; the records end and are saved exactly as :func:`execute` does."""
-    job = JOBS[run.kind]
+    job = job_kind(run.kind)
     telemetry = job.telemetry(run, records[0])  # a batch run's: what its nodes reported (ReportedTelemetry)
     with stop_on_signals(), Recording(records, store, Progress(), telemetry,
                                       recorded=lambda ended: job.recorded(run, ended)) as recording:

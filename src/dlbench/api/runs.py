@@ -70,11 +70,11 @@ def parse_counts(text: str, flag: str = "--nproc") -> list[int]:
     return counts
 
 
-def series_specs(base: RunSpec, counts: list[int]) -> tuple[str, list[RunSpec]]:
+def series_specs(base: RunSpec, counts: list[int], series: str | None = None) -> tuple[str, list[RunSpec]]:
     """One spec per count, tagged with a new series id, with the same threads per process throughout:
     the cores shared among the largest count unless ``base.threads`` says otherwise (a series that gives
     one process all cores and then each of two processes half of them measures threads, not scaling)."""
-    series = new_id()
+    series = series or new_id()
     threads = base.threads or default_threads(max(counts))
     tags = base.tags | {"scale_series": series}
     return series, [base.model_copy(update={"nproc": n, "threads": threads, "tags": tags | {"scale_nproc": str(n)}})
@@ -82,9 +82,10 @@ def series_specs(base: RunSpec, counts: list[int]) -> tuple[str, list[RunSpec]]:
 
 
 def run_scale(base: RunSpec, counts: list[int], store=None, env: dict | None = None,
-              on_run: Callable[[RunSpec], Any] | None = None) -> tuple[str, list[dict[str, Any]]]:
-    """Run the scaling series (each run resolved before the first starts); return its id and records."""
-    series, specs = series_specs(base, counts)
+              on_run: Callable[[RunSpec], Any] | None = None, series: str | None = None) -> tuple[str, list[dict[str, Any]]]:
+    """Run the scaling series (each run resolved before the first starts; ``series``: its id, else a new
+    one); return its id and records."""
+    series, specs = series_specs(base, counts, series)
     runs = [resolve_train(spec) for spec in specs]
     env = env if env is not None else run_env()
     records = []

@@ -17,9 +17,10 @@ import socket
 import sys
 import threading
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
-from dlbench.api.jobs import JOBS
+from dlbench.api.jobs import job_kind
 from dlbench.api.pipeline import error_text, is_oom
 from dlbench.api.signals import stop_on_signals
 from dlbench.engine.dist import detect_launch_env
@@ -28,6 +29,7 @@ from dlbench.env import capture_env
 from dlbench.errors import Terminated, UsageError
 from dlbench.launch._base import mark_joined, mark_started, write_status
 from dlbench.launch.batch import REPORT_PREFIX
+from dlbench.launch.liveness import LOST_AFTER_S, Heartbeat
 from dlbench.telemetry.session import NoTelemetry, RunTelemetry, node_report
 
 
@@ -43,14 +45,14 @@ def main(argv: list[str] | None = None) -> int:
         print("dlbench worker: not started by a launcher (no RANK/WORLD_SIZE in the environment)", file=sys.stderr)
         return 2
     document = json.loads(Path(job_path).read_text())
-    job = JOBS[document["kind"]]
+    job = job_kind(document["kind"])
     progress = Progress()
     out.mkdir(parents=True, exist_ok=True)  # a pod's ranks start with nobody to make it (no launcher process)
     mark_started(out, launch.rank)
     if document.get("batch"):
         _stop_when_orphaned()
     telemetry = _node_telemetry(document, launch)
-    with stop_on_signals():
+    with stop_on_signals(), _heartbeat(out, launch, document, progress, job, telemetry):
         try:
             with telemetry:
                 result = job.run_rank(document["spec"], launch, progress, lambda: mark_joined(out, launch.rank))
@@ -60,12 +62,35 @@ def main(argv: list[str] | None = None) -> int:
                     | _batch_extras(job, document, launch) | _telemetry_extras(telemetry, partial))
             return 128 + exc.signum
         except BaseException as exc:  # noqa: BLE001 - every failure is reported to the launcher
+            partial = progress.partial_result()  # a peer lost mid-run: the steps measured before are kept
             _report(out, launch.rank, document, {"status": "oom" if is_oom(exc) else "failed", "error": error_text(exc)}
+                    | ({"result": partial} if partial else {})
                     | _batch_extras(job, document, launch, spec=False) | _telemetry_extras(telemetry, None))
             return 1
         _report(out, launch.rank, document, {"status": "ok", "result": result} | _batch_extras(job, document, launch)
                 | _telemetry_extras(telemetry, result))
     return 0
+
+
+def _heartbeat(out: Path, launch, document: dict, progress: Progress, job, telemetry) -> Heartbeat | nullcontext:
+    """A batch job's rank beats (see :mod:`dlbench.launch.liveness`). When it is cut off from the other nodes,
+    or (rank 0) another rank stopped answering, the run cannot end well: the rank reports ``failed`` with what
+    it measured and ends at once, instead of waiting in a collective for its timeout."""
+    if not document.get("batch") or launch.world_size < 2:
+        return nullcontext()
+
+    def measured_steps() -> int:
+        partial = progress.partial_result()
+        return partial["steps"] if partial else 0
+
+    def give_up(message: str) -> None:
+        partial = progress.partial_result()
+        _report(out, launch.rank, document, {"status": "failed", "error": message, "result": partial, "lost": True}
+                | _batch_extras(job, document, launch, spec=False) | _telemetry_extras(telemetry, partial))
+        os._exit(1)  # the main thread is blocked in a collective with the lost rank: nothing else would end it
+
+    return Heartbeat(out, launch.rank, launch.world_size, measured_steps, give_up,
+                     lost_after_s=float(document.get("lost_after_s") or LOST_AFTER_S))
 
 
 def _node_telemetry(document: dict, launch) -> RunTelemetry | NoTelemetry:

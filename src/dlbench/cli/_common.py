@@ -211,6 +211,26 @@ TENSORBOARD_OPTION = typer.Option(
     None, "--tensorboard", metavar="DIR", show_default=False,
     help="Also write each run to DIR/<run id>/ for TensorBoard: step times, throughput, loss, telemetry, hyperparameters.")
 
+# -- model layouts (``run``, ``scale``): how the model is spread over the ranks (dlbench.layout) -----------------
+_LAYOUT = "Layout"
+PARALLEL_OPTION = typer.Option(
+    None, "--parallel", show_default=False, rich_help_panel=_LAYOUT,
+    help="ddp | fsdp (FSDP2) | tp (tensor parallel) | pp (pipeline) | fsdp+tp (2-D), over the run's ranks; "
+         "every data-parallel rank takes its rows of one global batch. Default: DDP, each rank its own data.")
+TP_OPTION = typer.Option(None, "--tp", rich_help_panel=_LAYOUT, show_default=False,
+                         help="Tensor-parallel degree (tp: the world size; fsdp+tp: 2).")
+PP_OPTION = typer.Option(None, "--pp", rich_help_panel=_LAYOUT, show_default=False,
+                         help="Pipeline-parallel degree (pp: the world size).")
+AC_OPTION = typer.Option(None, "--ac", rich_help_panel=_LAYOUT, show_default=False,
+                         help="Activation checkpointing per block: none | selective | full \\[default: none].")
+PP_SCHEDULE_OPTION = typer.Option(None, "--pp-schedule", rich_help_panel=_LAYOUT, show_default=False,
+                                  help="Pipeline schedule: gpipe | 1f1b \\[default: gpipe].")
+MICROBATCHES_OPTION = typer.Option(None, "--microbatches", rich_help_panel=_LAYOUT, show_default=False,
+                                   help="Pipeline micro-batches per step \\[default: the pp degree].")
+RESHARD_OPTION = typer.Option(
+    None, "--reshard-after-forward/--no-reshard-after-forward", rich_help_panel=_LAYOUT, show_default=False,
+    help="FSDP: free gathered parameters after forward (less memory, one more all-gather) \\[default: reshard].")
+
 
 def show_profiles(records: list[dict[str, Any]]) -> None:
     """The breakdown, top operators and hints of each profiled run, on stdout after the results table."""

@@ -13,16 +13,23 @@ import typer
 
 from dlbench import __version__
 from dlbench.api.signals import stop_on_signals
+from dlbench.cli import (
+    advise,
+    catalog,
+    hpo,
+    io,
+    jobs,
+    mlperf,
+    monitor,
+    plot,
+    report,
+    results,
+    run,
+    scale,
+    store,
+    tensorboard,
+)
 from dlbench.errors import NOT_SAVED_EXIT_CODE, BenchmarkFailed, RecordNotSaved, Terminated, UsageError
-from dlbench.cli import catalog, results, run, scale
-from dlbench.cli import monitor, plot
-from dlbench.cli import mlperf
-from dlbench.cli import store
-from dlbench.cli import report
-from dlbench.cli import hpo
-from dlbench.cli import jobs
-from dlbench.cli import advise
-from dlbench.cli import tensorboard
 
 app = typer.Typer(
     name="dlbench",
@@ -70,6 +77,7 @@ app.add_typer(hpo.hpo_app, name="hpo")
 app.add_typer(jobs.jobs_app, name="jobs")
 app.command("advise")(advise.advise)
 app.add_typer(tensorboard.tensorboard_app, name="tensorboard")
+app.add_typer(io.io_app, name="io")
 
 
 def _is_parser_error(exc: Exception) -> bool:

@@ -202,11 +202,24 @@ def score(
 
 def _report_unparsed(entries: list[dict]) -> None:
     for entry in entries:
+        name = f"{entry['system']}/{entry['benchmark']}"
         for flag in (entry.get("convergence") or {}).get("flags", []):
-            info(f"warning: {entry['system']}/{entry['benchmark']}: implausible convergence: {flag}")
+            info(f"warning: {name}: implausible convergence: {flag}")
+        for warning in entry.get("warnings", []):
+            info(f"warning: {name}: {warning}")
+        if entry.get("left_out"):
+            info(f"note: {name}: {len(entry['left_out'])} result file(s) in subfolders of the benchmark folder left out, "
+                 f"as MLCommons' summarizer reads only result_*.txt directly in it (e.g. {entry['left_out'][0]})")
+        if entry.get("target_missed_runs"):
+            info(f"warning: {name}: {entry['target_missed_runs']} run(s) missed the quality target "
+                 f"({'; '.join(entry['quality_targets'])})")
+        elif any(t.startswith("unknown") for t in entry.get("quality_targets", [])):
+            info(f"note: {name}: quality target {'; '.join(entry['quality_targets'])}: the logs' own status is taken")
         for f in entry["files"]:
             if f["unparsed_lines"]:
-                info(f"note: {f['path']}: {f['unparsed_lines']} MLPerf line(s) could not be parsed and were skipped")
+                reasons = "; ".join(f"{n} {why}" for why, n in (f.get("unparsed_reasons") or {}).items())
+                info(f"note: {f['path']}: {f['unparsed_lines']} MLPerf line(s) could not be parsed and were skipped"
+                     + (f" ({reasons})" if reasons else ""))
             if f["problem"]:
                 info(f"note: {f['path']}: run {f['status']} ({f['problem']})")
             if f["note"]:
@@ -215,38 +228,74 @@ def _report_unparsed(entries: list[dict]) -> None:
 
 @mlperf_app.command("check")
 def check(
-    folder: str = typer.Argument(..., help="MLPerf results folder (or one result file)."),
+    folder: str = typer.Argument(..., help="MLPerf results folder (or one result file); with --package, a submitter's folder holding results/ and systems/."),
     usage: str = typer.Option(None, "--usage", help="training | hpc, with --ruleset \\[default: from the benchmark]."),
-    ruleset: str = typer.Option(None, "--ruleset", help="e.g. 4.1.0 \\[default: v0.6 logs 0.6.0, current logs the newest ruleset knowing the benchmark]."),
+    ruleset: str = typer.Option(None, "--ruleset", help="e.g. 4.1.0 \\[default: the round a folder in the path names; else v0.6 logs 0.6.0, current logs the newest ruleset knowing the benchmark]."),
+    package: bool = typer.Option(False, "--package", help="Run mlperf-logging's package checker on the submission (system descriptions, file counts, compliance, seeds, RCPs) instead of the per-file checker."),
+    rcp: bool = typer.Option(False, "--rcp", help="Also run mlperf-logging's RCP checker on each benchmark folder (rounds with RCPs: training 1.0 on, HPC 1.0 on)."),
     as_json: bool = JSON_OPTION,
 ) -> None:
-    """Run MLCommons' official compliance checker on every result log: pass/fail per file.
+    """Run MLCommons' official checkers (mlperf-logging) on result logs: pass/fail per file.
 
     The ruleset follows each log's format, round (from a folder such as hpc_results_v0.7) and
     benchmark unless --ruleset is given; a round the installed mlperf-logging has no ruleset for is
     reported as skipped. Compliance is about the log's format: whether each run reached its quality
-    target is a separate column. Exit code 1 when any file fails compliance.
+    target (its last evaluated quality against the benchmark's published target for the round;
+    "unknown" where that cannot be told) is a separate column, beside the log's own status.
+    --package and --rcp add the package and RCP checkers' verdicts (JSON: an object with files,
+    package and rcp). Exit code 1 when any file, the package or an RCP check fails.
     """
     from dlbench.mlperf.check import check_folder
 
-    results = check_folder(folder, usage, ruleset)
-    if as_json:
-        emit_json(results)
-    else:
-        from dlbench.mlperf.report import check_table
-        from dlbench.report.tables import render
+    results = check_folder(folder, usage, ruleset, compliance=not package)
+    verdict = rcps = None
+    if package:
+        from dlbench.mlperf.official import package_check
 
-        render(check_table(results), title=f"MLPerf compliance: {folder}")
-        for r in results:
-            if r["status"] == "fail":
-                info(f"--- {r['file']} ({r['usage']} {r['ruleset']}):\n{r['messages']}")
-    missed = [r for r in results if not r["target_reached"]]
+        verdict = package_check(folder, usage, ruleset)
+    if rcp:
+        from dlbench.mlperf.official import rcp_check_folder
+
+        rcps = rcp_check_folder(folder, usage, ruleset)
+    if as_json:
+        emit_json(results if not (package or rcp) else {"files": results, "package": verdict, "rcp": rcps})
+    else:
+        _render_checks(folder, results, verdict, rcps)
+    _report_targets(results)
+    failed = [r["file"] for r in results if r["status"] == "fail"]
+    if verdict is not None and verdict["status"] in ("fail", "error"):
+        failed.append(f"package ({verdict['status']})")
+    failed += [f"RCP {r['folder']} ({r['status']})" for r in rcps or [] if r["status"] in ("fail", "error")]
+    if failed:
+        raise BenchmarkFailed(f"{len(failed)} check(s) failed: {', '.join(failed[:5])}{' …' if len(failed) > 5 else ''}.")
+
+
+def _render_checks(folder: str, results: list[dict], verdict: dict | None, rcps: list[dict] | None) -> None:
+    from dlbench.mlperf.report import check_table, package_table, rcp_table
+    from dlbench.report.tables import render
+
+    render(check_table(results), title=f"MLPerf compliance: {folder}")
+    for r in results:
+        if r["status"] == "fail":
+            info(f"--- {r['file']} ({r['usage']} {r['ruleset']}):\n{r['messages']}")
+    if verdict is not None:
+        render(package_table(verdict), title=f"mlperf-logging package checker ({verdict['usage']} {verdict['ruleset']}): "
+                                             f"{verdict['status']}")
+        if verdict["note"]:
+            info(f"package checker: {verdict['note']}")
+    if rcps is not None:
+        render(rcp_table(rcps), title="mlperf-logging RCP checker")
+
+
+def _report_targets(results: list[dict]) -> None:
+    missed = [r for r in results if r["target_reached"] is False]
     if missed:
         info(f"{len(missed)} of {len(results)} run(s) did not reach their quality target "
              "(compliance checks the log's format, not the outcome).")
-    failed = [r for r in results if r["status"] == "fail"]
-    if failed:
-        raise BenchmarkFailed(f"{len(failed)} of {len(results)} file(s) failed the compliance check.")
+    unknown = [r for r in results if r["target_reached"] not in (True, False)]
+    if unknown:
+        info(f"{len(unknown)} of {len(results)} run(s): whether the quality target was reached is unknown "
+             f"({unknown[0]['target_message']}).")
 
 
 @mlperf_app.command("compare")

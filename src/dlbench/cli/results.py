@@ -8,13 +8,14 @@ import typer
 
 from dlbench.cli._common import DB_OPTION, JSON_OPTION, emit_json, info, open_store, show_profiles, with_hints
 from dlbench.errors import UsageError
+from dlbench.record import STATUSES
 
 
 def results(
     workload: list[str] = typer.Option(None, "--workload", "-w", help="Only these workloads (repeatable)."),
     device: str = typer.Option(None, "--device", help="cpu, cuda, or part of a device name (e.g. A100)."),
     host: str = typer.Option(None, "--host", help="Only runs from this hostname."),
-    status: str = typer.Option(None, "--status", help="ok | failed | oom | aborted."),
+    status: str = typer.Option(None, "--status", help=f"{' | '.join(STATUSES)}."),
     torch_version: str = typer.Option(None, "--torch", help="torch version prefix, e.g. 2.4."),
     tag: list[str] = typer.Option(None, "--tag", "-t", help="KEY=VALUE the runs must carry (repeatable)."),
     since: str = typer.Option(None, "--since", help="Runs created at or after this date (YYYY-MM-DD, UTC)."),

@@ -1,33 +1,39 @@
 """Launchers: how a resolved run gets its processes (the contract is in ``_base``).
 
-``LAUNCHERS`` is the registry: a launcher is one module plus one line here.
+``LAUNCHERS`` is the registry, "module:Class" strings imported only when a run asks for that launcher
+(as the workload registry does): a plain run never loads the Slurm or Kubernetes code. A launcher is
+one module plus one line here.
 """
 
 from __future__ import annotations
 
+import importlib
+
 from dlbench.errors import unknown_name
 from dlbench.launch._base import Launcher, LaunchPlan, Outcome
-from dlbench.launch.batch_launcher import BatchLauncher, batch_launcher
-from dlbench.launch.k8s import K8sLauncher
-from dlbench.launch.local import LocalLauncher
-from dlbench.launch.slurm import SlurmScheduler
-from dlbench.launch.torchrun import TorchrunLauncher
 
-LAUNCHERS: dict[str, type[Launcher]] = {
-    LocalLauncher.name: LocalLauncher,
-    TorchrunLauncher.name: TorchrunLauncher,
-    SlurmScheduler.name: batch_launcher(SlurmScheduler),
-    K8sLauncher.name: K8sLauncher,
+#: ``--launcher`` name -> "module:Class" of a :class:`~dlbench.launch._base.Launcher` subclass.
+LAUNCHERS: dict[str, str] = {
+    "local": "dlbench.launch.local:LocalLauncher",
+    "torchrun": "dlbench.launch.torchrun:TorchrunLauncher",
+    "slurm": "dlbench.launch.slurm:SlurmLauncher",
+    "k8s": "dlbench.launch.k8s:K8sLauncher",
 }
 #: Launchers that submit to a scheduler (``--launcher slurm|k8s``): their runs resolve with LaunchSettings.
 BATCH_LAUNCHERS = ("slurm", "k8s")
 
 
-def get_launcher(name: str, **options) -> Launcher:
-    """A launcher by its ``--launcher`` name."""
+def launcher_class(name: str) -> type[Launcher]:
+    """The launcher class registered under ``name`` (its module imported now)."""
     if name not in LAUNCHERS:
         raise unknown_name("launcher", name, LAUNCHERS)
-    return LAUNCHERS[name](**options)
+    module_name, class_name = LAUNCHERS[name].split(":")
+    return getattr(importlib.import_module(module_name), class_name)
 
 
-__all__ = ["BATCH_LAUNCHERS", "LAUNCHERS", "BatchLauncher", "LaunchPlan", "Launcher", "Outcome", "get_launcher"]
+def get_launcher(name: str, **options) -> Launcher:
+    """A launcher by its ``--launcher`` name."""
+    return launcher_class(name)(**options)
+
+
+__all__ = ["BATCH_LAUNCHERS", "LAUNCHERS", "LaunchPlan", "Launcher", "Outcome", "get_launcher", "launcher_class"]

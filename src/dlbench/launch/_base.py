@@ -33,6 +33,8 @@ from dlbench.engine.run import ResolvedRun
 
 JOB_FILE = "job.json"
 RANKS_DIR = "ranks"
+#: Where each node of a batch job marks that its step started (one empty file per host).
+NODES_DIR = "nodes"
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,8 @@ class Outcome:
     signal: int | None = None
     start_failed: str | None = None
     stopped: str | None = None  # the scheduler stopped the job (time limit, scancel, preemption): the reason
+    lost: str | None = None  # the launcher cancelled the job: a node stopped answering or never started its ranks
+    hosts: dict[int, str] = field(default_factory=dict)  # global rank → the host it ran on, where known
 
     @property
     def ok(self) -> bool:
@@ -86,6 +90,7 @@ class Outcome:
         process at exit (a C++ thread torn down after the rank wrote its report), which is no failure of
         the measurement; a rank that failed says so in its report, or leaves none."""
         return (self.signal is None and self.start_failed is None and not self.timed_out and self.stopped is None
+                and self.lost is None
                 and set(self.ranks_here) <= set(self.statuses)
                 and all(s.get("status") == "ok" for s in self.statuses.values()))
 

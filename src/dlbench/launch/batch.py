@@ -30,6 +30,7 @@ from typing import Any, ClassVar
 
 from dlbench.engine.run import ResolvedRun
 from dlbench.launch._base import LaunchPlan
+from dlbench.launch.liveness import lost_after
 
 #: The prefix of a rank's report when it travels in a log instead of a file.
 REPORT_PREFIX = "DLBENCH-RANK-REPORT "
@@ -100,6 +101,10 @@ class Scheduler(ABC):
         scheduler has none: the launcher then submits one job per run. Pure."""
         return None
 
+    def nodes(self, job_id: str) -> list[str]:
+        """The hosts the running job was given (to name a node that never started its ranks); [] if unknown."""
+        return []
+
     def array_element(self, job_id: str, index: int) -> str:
         """The job id of element ``index`` of array job ``job_id`` (Slurm: ``123_4``)."""
         return f"{job_id}_{index}"
@@ -108,7 +113,8 @@ class Scheduler(ABC):
 def batch_job_document(run: ResolvedRun) -> str:
     """The JSON a batch job's ranks read: the run's job document, marked ``batch`` so that rank 0 reports
     the node's environment and resolved spec, and every rank also prints its report to the log."""
-    return json.dumps({"kind": run.kind, "spec": dict(run.job), "batch": True}, default=str)
+    return json.dumps({"kind": run.kind, "spec": dict(run.job), "batch": True,
+                       "lost_after_s": lost_after(run.timeout_s)}, default=str)
 
 
 def parse_reports(text: str) -> dict[int, dict[str, Any]]:

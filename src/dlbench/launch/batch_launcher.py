@@ -25,8 +25,9 @@ from typing import Any, ClassVar
 
 from dlbench.engine.run import ResolvedRun
 from dlbench.errors import Submitted, Terminated, UsageError
-from dlbench.launch._base import Launcher, LaunchPlan, Outcome
-from dlbench.launch.batch import CANCELLED, DONE, QUEUED, TIMEOUT, UNKNOWN, JobState, Scheduler
+from dlbench.launch._base import NODES_DIR, RANKS_DIR, Launcher, LaunchPlan, Outcome
+from dlbench.launch.batch import CANCELLED, DONE, QUEUED, RUNNING, TIMEOUT, UNKNOWN, JobState, Scheduler
+from dlbench.launch.liveness import lost_after, lost_ranks, read_heartbeats, unreachable
 from dlbench.launch.registry import JobRegistry
 from dlbench.record import new_id
 
@@ -38,6 +39,9 @@ NEVER_STARTS_WAIT_S = 30.0
 STOP_WAIT_S = 60.0
 #: Seconds to wait, once a job ended, for reports the shared filesystem may show late (NFS attribute caches).
 REPORT_LAG_S = 10.0
+#: Seconds the other ranks get to report once one rank reported its failure, before the job is cancelled
+#: (a rank on a dead node never will, and the scheduler may take minutes to notice the node).
+FAILED_GRACE_S = 10.0
 
 
 def default_job_root() -> Path:
@@ -110,7 +114,7 @@ class BatchLauncher(Launcher):
         job_id, workdir = entry["job_id"], Path(entry["workdir"])
         ranks = tuple(range(entry["run"]["world_size"]))
         try:
-            state = self._watch(entry)
+            state, lost = self._watch(entry)
         except (Terminated, KeyboardInterrupt) as exc:
             signum = exc.signum if isinstance(exc, Terminated) else signal.SIGINT
             info(f"dlbench: cancelling {self.name} job {job_id} …")
@@ -119,10 +123,12 @@ class BatchLauncher(Launcher):
             self._claim(entry, state)
             return Outcome(statuses=self.scheduler.reports(job_id, workdir), ranks_here=ranks, signal=signum)
         self._claim(entry, state)
-        return self.outcome(entry, state)
+        return self.outcome(entry, state, lost)
 
-    def outcome(self, entry: dict[str, Any], state: JobState) -> Outcome:
-        """The outcome of ``entry``'s ended job from its ranks' reports and the scheduler's final state."""
+    def outcome(self, entry: dict[str, Any], state: JobState, lost: str | None = None) -> Outcome:
+        """The outcome of ``entry``'s ended job from its ranks' reports and the scheduler's final state. ``lost``:
+        dlbench cancelled the job itself because a rank failed ("") or a node was lost (what it saw) — a
+        failure of the run, not a stop the scheduler or the user asked for."""
         job_id, workdir = entry["job_id"], Path(entry["workdir"])
         ranks = tuple(range(entry["run"]["world_size"]))
         statuses = self.scheduler.reports(job_id, workdir)
@@ -130,20 +136,29 @@ class BatchLauncher(Launcher):
         while not set(ranks) <= set(statuses) and time.monotonic() < deadline:
             time.sleep(1.0)
             statuses = self.scheduler.reports(job_id, workdir)
-        outcome = Outcome(statuses=statuses, ranks_here=ranks, returncode=0 if state.state == "done" else 1)
-        if state.state in (CANCELLED, TIMEOUT) or any(s.get("status") == "aborted" for s in statuses.values()):
+        outcome = Outcome(statuses=statuses, ranks_here=ranks, returncode=0 if state.state == "done" else 1,
+                          hosts={rank: str(beat.get("host")) for rank, beat in read_heartbeats(workdir / RANKS_DIR).items()})
+        outcome.lost = lost or None
+        # after dlbench's own cancel the ranks it stopped report "aborted": symptoms of the failure, not a stop
+        stopped = state.state in (CANCELLED, TIMEOUT) or any(s.get("status") == "aborted" for s in statuses.values())
+        if lost is None and stopped:
             why = {TIMEOUT: f"reached its time limit ({state.reason})", CANCELLED: "was cancelled"}.get(
                 state.state, "was told to stop (SIGTERM: its time limit was near, or it was preempted)")
             outcome.stopped = f"the {self.name} job {job_id} {why}"
         elif not statuses:
             last = _last_line(self.scheduler.logs(job_id, workdir))
+            nodes = RankWatch(self.scheduler, job_id, workdir, entry["run"]).not_started() if len(ranks) > 1 else ""
             outcome.start_failed = (f"the {self.name} job {job_id} ended ({state.state}{', ' + state.reason if state.reason else ''}) "
-                                    f"before any rank reported" + (f"; its output ends with: {last}" if last else ""))
+                                    f"before any rank reported" + (f" ({nodes})" if nodes else "")
+                                    + (f"; its output ends with: {last}" if last else ""))
         return outcome
 
-    def _watch(self, entry: dict[str, Any]) -> JobState:
+    def _watch(self, entry: dict[str, Any]) -> tuple[JobState, str | None]:
+        """Poll ``entry``'s job until it ends: (its final state, what dlbench saw go wrong when it cancelled the
+        job itself — a lost node, a node that never started its ranks — or None)."""
         job_id = entry["job_id"]
         last, hopeless_since = None, None
+        watch = RankWatch(self.scheduler, job_id, Path(entry["workdir"]), entry["run"])
         while True:
             state = self.scheduler.state(job_id)
             if state != last:
@@ -152,10 +167,17 @@ class BatchLauncher(Launcher):
                 entry.update(state=state.state, reason=state.reason)
                 self.registry.save(entry)
             if state.finished:
-                return state
+                return state, None
             if state.state == UNKNOWN and set(range(entry["run"]["world_size"])) <= set(
                     self.scheduler.reports(job_id, Path(entry["workdir"]))):
-                return JobState(DONE, state.reason)  # forgotten by the scheduler, but every rank reported
+                return JobState(DONE, state.reason), None  # forgotten by the scheduler, but every rank reported
+            trouble = watch.trouble() if state.state == RUNNING else None
+            if trouble is not None:  # end it now: the scheduler would wait for its own node-down detection
+                info(f"dlbench: {trouble or 'a rank failed'}; cancelling {self.name} job {job_id}")
+                self.scheduler.cancel(job_id)
+                lost = f"{trouble}; dlbench cancelled the job" if trouble else ""
+                # the live ranks record what they measured within seconds of SIGTERM; a dead node's never will
+                return self._settle(job_id, watch.all_reported, limit_s=2 * FAILED_GRACE_S), lost
             why = self.scheduler.never_starts(state) if state.state == QUEUED else None
             hopeless_since = (hopeless_since or time.monotonic()) if why else None
             if why and time.monotonic() - hopeless_since > NEVER_STARTS_WAIT_S:
@@ -165,10 +187,12 @@ class BatchLauncher(Launcher):
                 raise UsageError(f"{self.name} job {job_id} was cancelled after {NEVER_STARTS_WAIT_S:.0f} s queued: {why}")
             time.sleep(POLL_S)
 
-    def _settle(self, job_id: str) -> JobState:
-        deadline = time.monotonic() + STOP_WAIT_S
+    def _settle(self, job_id: str, enough: Callable[[], bool] | None = None, limit_s: float = STOP_WAIT_S) -> JobState:
+        """Wait (at most ``limit_s``) until the cancelled job ended, or ``enough()``: every rank that can still
+        report has (a job with a lost node may stay 'completing' until the scheduler gives up on the node)."""
+        deadline = time.monotonic() + limit_s
         state = self.scheduler.state(job_id)
-        while not state.finished and time.monotonic() < deadline:
+        while not state.finished and time.monotonic() < deadline and not (enough and enough()):
             time.sleep(1.0)
             state = self.scheduler.state(job_id)
         return state
@@ -183,6 +207,70 @@ class BatchLauncher(Launcher):
         """Cancel ``entry``'s job and wait (bounded) until it ended."""
         self.scheduler.cancel(entry["job_id"])
         return self._settle(entry["job_id"])
+
+
+class RankWatch:
+    """What the ranks of a running job say (reports and heartbeats in its job directory), read each poll:
+    :meth:`trouble` tells the launcher when to cancel the job itself (see :mod:`dlbench.launch.liveness`)."""
+
+    def __init__(self, scheduler: Scheduler, job_id: str, workdir: Path, run: dict[str, Any]):
+        self.scheduler, self.job_id, self.workdir = scheduler, job_id, workdir
+        self.world_size = int(run["world_size"])
+        self.timeout_s = float(run.get("timeout_s") or 300.0)
+        self.lost_after_s = lost_after(self.timeout_s)
+        self.running_since = time.monotonic()
+        self.failed_since: float | None = None
+        self.lost: set[int] = set()  # the ranks found lost (they will never report)
+
+    def all_reported(self) -> bool:
+        """Every rank but the lost ones has written its final report."""
+        return set(range(self.world_size)) - self.lost <= set(self.scheduler.reports(self.job_id, self.workdir))
+
+    def trouble(self) -> str | None:
+        """None while all is well; a sentence naming the lost or never-started node(s); "" once a rank
+        reported a failure and the others had :data:`FAILED_GRACE_S` to report theirs."""
+        if self.world_size < 2:
+            return None  # one rank: its own report or the job's end says it all
+        ranks = self.workdir / RANKS_DIR
+        reports = self.scheduler.reports(self.job_id, self.workdir)
+        beats = read_heartbeats(ranks) if ranks.is_dir() else {}
+        store_port = _store_port(beats)
+        lost = lost_ranks(beats, set(reports), self.lost_after_s,
+                          (lambda host: unreachable(host, store_port)) if store_port else None)
+        if lost is not None:
+            self.lost = {rank for ranks in lost.hosts.values() for rank in ranks}
+            return lost.message
+        if len(reports) < self.world_size and any(r.get("status") in ("failed", "oom") for r in reports.values()):
+            self.failed_since = self.failed_since or time.monotonic()
+            if time.monotonic() - self.failed_since > FAILED_GRACE_S:
+                return ""
+        if len(beats) < self.world_size and time.monotonic() - self.running_since > self.timeout_s + self.lost_after_s:
+            # only a node the job step never reached is sure not to come: ranks that are slow to start (torch
+            # imported from a busy filesystem) are ended by the rendezvous and process-group timeouts (--timeout)
+            marked = {p.name for p in (self.workdir / NODES_DIR).glob("*")}
+            allocated = self.scheduler.nodes(self.job_id)
+            if (allocated and set(allocated) - marked) or (not allocated and not marked and not beats):
+                return f"{self.not_started(beats)} within {self.timeout_s:.0f} s (--timeout) of the job's start"
+        return None
+
+    def not_started(self, beats: dict[int, dict[str, Any]] | None = None) -> str:
+        """Which nodes did not start: no job step on them (no mark in JOBDIR/nodes), or no rank that beat."""
+        if beats is None:
+            beats = read_heartbeats(self.workdir / RANKS_DIR) if (self.workdir / RANKS_DIR).is_dir() else {}
+        marked = {p.name for p in (self.workdir / NODES_DIR).glob("*")}
+        up = {str(b.get("host")) for b in beats.values()}
+        allocated = self.scheduler.nodes(self.job_id) or sorted(marked | up)
+        no_step = [n for n in allocated if n not in marked and n not in up]
+        no_rank = [n for n in allocated if n in marked and n not in up]
+        parts = ([f"{', '.join(no_step)} never started the job step"] if no_step else []) + \
+                ([f"{', '.join(no_rank)} started it but no rank came up there"] if no_rank else [])
+        return "; ".join(parts) or f"{len(beats)} of {self.world_size} rank(s) came up"
+
+
+def _store_port(beats: dict[int, dict[str, Any]]) -> int | None:
+    store = str(next(iter(beats.values()), {}).get("store", ""))
+    port = store.rpartition(":")[2]
+    return int(port) if port.isdigit() and int(port) > 0 else None
 
 
 def batch_launcher(scheduler_class: type[Scheduler]) -> type[BatchLauncher]:

@@ -48,10 +48,13 @@ def diagnose(outcome: Outcome) -> tuple[int | None, str]:
 
 
 def failure(outcome: Outcome) -> tuple[str, str]:
-    """(status, error) for the record of a failed launch: ``oom`` when a rank ran out of memory."""
+    """(status, error) for the record of a failed launch: ``oom`` when a rank ran out of memory; a node the
+    launcher found lost (or never started) is named first, with what was seen."""
+    if outcome.lost:
+        return "failed", outcome.lost[:2000]
     rank, cause = diagnose(outcome)
     status = "oom" if any(s.get("status") == "oom" for s in outcome.statuses.values()) else "failed"
-    where = f"rank {rank}" if rank is not None else "the launch"
+    where = "the launch" if rank is None else f"rank {rank}" + (f" on {outcome.hosts[rank]}" if rank in outcome.hosts else "")
     return status, f"{where} failed: {cause}"[:2000]
 
 

@@ -26,7 +26,7 @@ from typing import Any
 
 from dlbench.engine.run import ResolvedRun
 from dlbench.errors import UsageError
-from dlbench.launch._base import JOB_FILE, RANKS_DIR, LaunchPlan, read_statuses
+from dlbench.launch._base import JOB_FILE, NODES_DIR, RANKS_DIR, LaunchPlan, read_statuses
 from dlbench.launch.batch import (
     CANCELLED,
     DONE,
@@ -39,9 +39,12 @@ from dlbench.launch.batch import (
     Scheduler,
     batch_job_document,
 )
+from dlbench.launch.batch_launcher import batch_launcher
 from dlbench.safety import sbatch_line, shell_word
 
 SCRIPT = "job.sbatch"
+#: The step's first words on each node: mark JOBDIR/nodes/HOST ($0 is that folder), then run the rest.
+NODE_MARK = 'mkdir -p "$0" && : > "$0/$(hostname)" && exec "$@"'
 #: Slurm job states → dlbench's.
 STATES = {
     "PENDING": QUEUED, "REQUEUED": QUEUED, "REQUEUE_HOLD": QUEUED, "REQUEUE_FED": QUEUED,
@@ -104,29 +107,36 @@ def site_lines(s: Any) -> list[str]:
     return lines
 
 
-def step_command(run: ResolvedRun, workdir: Path) -> list[str]:
-    """``srun [container] python -m torch.distributed.run … -m dlbench.api.worker JOB OUT`` as shell words
-    (``$JOBDIR``, ``$NPROC`` and ``$RDZV`` are set by the script)."""
-    s = run.settings
-    srun = ["srun", f"--nodes={run.nnodes}", "--ntasks-per-node=1", '--cpus-per-task="$SLURM_CPUS_ON_NODE"', "--kill-on-bad-exit=1"]
-    python = sys.executable
+def container_words(s: Any, workdir: Path) -> tuple[list[str], list[str], str]:
+    """How an ``srun`` step runs in launch settings ``s``'s container (pyxis, shifter, apptainer; none
+    without an image): srun's own options, the command before python, and the Python to run there (this
+    one outside a container)."""
     image = s.container_image
     if image and s.container_runtime == "pyxis":
-        srun += [f"--container-image={_q(image)}", f"--container-mounts={_q(workdir)}:{_q(workdir)}"]
-        python = "python3"
-    elif image and s.container_runtime == "shifter":
-        srun.append("shifter")
-        python = "python3"
-    elif image and s.container_runtime == "apptainer":
-        srun += ["apptainer", "exec"] + (["--nv"] if s.gpus_per_node else []) + [f"--bind={_q(workdir)}", _q(image)]
-        python = "python3"
+        return [f"--container-image={_q(image)}", f"--container-mounts={_q(workdir)}:{_q(workdir)}"], [], "python3"
+    if image and s.container_runtime == "shifter":
+        return [], ["shifter"], "python3"
+    if image and s.container_runtime == "apptainer":
+        return [], ["apptainer", "exec"] + (["--nv"] if s.gpus_per_node else []) + [f"--bind={_q(workdir)}", _q(image)], "python3"
+    return [], [], sys.executable
+
+
+def step_command(run: ResolvedRun, workdir: Path) -> list[str]:
+    """``srun [options] MARK [container] python -m torch.distributed.run … -m dlbench.api.worker JOB OUT`` as shell
+    words (``$JOBDIR``, ``$NPROC`` and ``$RDZV`` are set by the script). MARK: each node first touches
+    ``JOBDIR/nodes/HOST``, so that a node whose ranks never start is named (:class:`~dlbench.launch.batch_launcher.RankWatch`)."""
+    srun = ["srun", f"--nodes={run.nnodes}", "--ntasks-per-node=1", '--cpus-per-task="$SLURM_CPUS_ON_NODE"', "--kill-on-bad-exit=1"]
+    options, prefix, python = container_words(run.settings, workdir)  # prefix: between the marker and python
+    srun += options
+    marker = ["/bin/sh", "-c", _q(NODE_MARK), f'"$JOBDIR"/{NODES_DIR}']
     torchrun = [_q(python), "-m", "torch.distributed.run", '--nproc-per-node="$NPROC"', "--max-restarts=0",
                 "--monitor-interval=0.5"]
     if run.nnodes == 1:
         torchrun.append("--standalone")
-    else:
-        torchrun += [f"--nnodes={run.nnodes}", "--rdzv-backend=c10d", '--rdzv-endpoint="$RDZV"', '--rdzv-id="$SLURM_JOB_ID"']
-    return srun + torchrun + ["-m", "dlbench.api.worker", f'"$JOBDIR"/{JOB_FILE}', f'"$JOBDIR"/{RANKS_DIR}']
+    else:  # the rendezvous waits --timeout for every node, not torchrun's default of 600 s
+        torchrun += [f"--nnodes={run.nnodes}", "--rdzv-backend=c10d", '--rdzv-endpoint="$RDZV"', '--rdzv-id="$SLURM_JOB_ID"',
+                     f"--rdzv-conf=join_timeout={max(1, round(run.timeout_s))}"]
+    return srun + marker + prefix + torchrun + ["-m", "dlbench.api.worker", f'"$JOBDIR"/{JOB_FILE}', f'"$JOBDIR"/{RANKS_DIR}']
 
 
 BODY = """\
@@ -185,7 +195,7 @@ def _run(argv: list[str], timeout_s: float = 60.0) -> subprocess.CompletedProces
         raise UsageError(f"{argv[0]} did not answer within {timeout_s:.0f} s; is slurmctld up ('scontrol ping')?") from None
 
 
-def _words(stderr: str) -> str:
+def slurm_words(stderr: str) -> str:
     """Slurm's own message, one line: ``sbatch: error: X`` lines joined."""
     lines = [re.sub(r"^\w+: (error|fatal): ", "", line).strip() for line in stderr.splitlines() if line.strip()]
     return "; ".join(dict.fromkeys(lines)) or "no message"
@@ -204,7 +214,7 @@ class SlurmScheduler(Scheduler):
         if partition:
             out = _run(["scontrol", "show", "partition", partition])
             if out.returncode != 0:
-                raise UsageError(f"unknown Slurm partition {partition!r} ({_words(out.stderr + out.stdout)}); "
+                raise UsageError(f"unknown Slurm partition {partition!r} ({slurm_words(out.stderr + out.stdout)}); "
                                  "'sinfo -s' lists the partitions.")
 
     def render(self, run: ResolvedRun, workdir: Path) -> LaunchPlan:
@@ -226,7 +236,7 @@ class SlurmScheduler(Scheduler):
     def submit(self, plan: LaunchPlan, workdir: Path) -> str:
         out = subprocess.run(list(plan.argv), cwd=workdir, capture_output=True, text=True, timeout=120, check=False)
         if out.returncode != 0:
-            raise UsageError(f"Slurm rejected the job: {_words(out.stderr)}.")
+            raise UsageError(f"Slurm rejected the job: {slurm_words(out.stderr)}.")
         return out.stdout.strip().split(";")[0]
 
     def state(self, job_id: str) -> JobState:
@@ -247,6 +257,14 @@ class SlurmScheduler(Scheduler):
                 return JobState(STATES.get(state.split()[0], UNKNOWN), "" if reason == "None" else reason)
         return JobState(UNKNOWN, "the controller no longer knows the job and accounting is off; see its job directory")
 
+    def nodes(self, job_id: str) -> list[str]:
+        out = _run(["scontrol", "show", "job", "-o", job_id])
+        nodelist = dict(_FIELD.findall(out.stdout)).get("NodeList", "") if out.returncode == 0 else ""
+        if not nodelist or nodelist == "(null)":
+            return []
+        hosts = _run(["scontrol", "show", "hostnames", nodelist])
+        return hosts.stdout.split() if hosts.returncode == 0 else []
+
     def never_starts(self, state: JobState) -> str | None:
         return HOPELESS.get(state.reason)
 
@@ -262,3 +280,7 @@ class SlurmScheduler(Scheduler):
     def reports(self, job_id: str, workdir: Path) -> dict[int, dict[str, Any]]:
         ranks = workdir / RANKS_DIR
         return read_statuses(ranks) if ranks.is_dir() else {}
+
+
+#: ``--launcher slurm``: the generic batch launcher over :class:`SlurmScheduler` (``LAUNCHERS["slurm"]``).
+SlurmLauncher = batch_launcher(SlurmScheduler)

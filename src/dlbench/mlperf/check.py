@@ -16,53 +16,30 @@ oc20, openfold). v0.5 logs predate the checker. ``--ruleset``/``--usage`` overri
 
 Compliance is about the log's format, not its outcome: a run that stopped at the epoch limit
 (status aborted) writes a compliant log. So every file's result also says, separately, whether the
-run reached its quality target (``target_reached``, judged by :mod:`dlbench.mlperf.runs`).
+run reached its quality target: ``target_reached`` is true only when the last evaluated quality
+meets the benchmark's published target for the log's round (:mod:`dlbench.mlperf.targets`),
+false when it misses it (whatever ``run_stop`` says), and "unknown" when the target or the quality
+cannot be told. ``run_status`` is what the log itself says.
 """
 
 from __future__ import annotations
 
-import math
-import re
-import subprocess
-import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from dlbench.errors import UsageError
+from dlbench.mlperf.layout import find_result_files
+from dlbench.mlperf.official import installed_rounds, package_dir, run_module
 from dlbench.mlperf.parse import ParsedLog, parse_file
-from dlbench.mlperf.runs import SUCCESS, run_time
-from dlbench.mlperf.score import find_result_files
+from dlbench.mlperf.runs import run_time
+from dlbench.mlperf.targets import HPC_BENCHMARKS, round_from_path
 
-HPC_BENCHMARKS = frozenset({"cosmoflow", "deepcam", "oc20", "openfold"})
 CHECK_TIMEOUT_S = 120.0
-_ROUND = re.compile(r"(?:^|[_-])(training|hpc)?[_-]?(?:results[_-])?v(\d+)\.(\d+)(?:\.\d+)?$", re.IGNORECASE)
-
-
-def _checker_dir() -> Path:
-    from dlbench.mlperf import require
-
-    return Path(require("mlperf_logging.compliance_checker", "mlperf-logging").__file__).parent
 
 
 def installed_rulesets() -> dict[str, list[str]]:
     """usage → ruleset versions the installed mlperf-logging ships, oldest first."""
-    out: dict[str, list[str]] = {}
-    for folder in _checker_dir().iterdir():
-        match = re.fullmatch(r"(\w+?)_(\d+\.\d+\.\d+)", folder.name)
-        if match and folder.is_dir():
-            out.setdefault(match.group(1), []).append(match.group(2))
-    return {usage: sorted(v, key=lambda s: tuple(map(int, s.split(".")))) for usage, v in out.items()}
-
-
-def round_from_path(path: Path) -> tuple[str | None, str] | None:
-    """(usage or None, "X.Y.0") when a folder in ``path`` names an MLPerf round
-    (``hpc_results_v0.7``, ``training_v1.0``, ``v2.1``), the innermost one winning; else None."""
-    for part in reversed(Path(path).absolute().parts[:-1]):
-        match = _ROUND.search(part)
-        if match:
-            return (match.group(1).lower() if match.group(1) else None), f"{match.group(2)}.{match.group(3)}.0"
-    return None
+    return installed_rounds("compliance_checker")
 
 
 def pick_ruleset(fmt: str, benchmark: str | None, division: str | None,
@@ -84,7 +61,7 @@ def pick_ruleset(fmt: str, benchmark: str | None, division: str | None,
         candidates = [version]
     else:
         candidates = [r for r in reversed(installed) if r != "0.6.0"]  # the 0.6 parser reads ':::MLL' only
-    checker = _checker_dir()
+    checker = package_dir("compliance_checker")
     for ruleset in candidates:
         if (checker / f"{usage}_{ruleset}" / f"{division or 'closed'}_{benchmark}.yaml").exists():
             return (usage, ruleset)
@@ -94,37 +71,32 @@ def pick_ruleset(fmt: str, benchmark: str | None, division: str | None,
 
 def run_checker(path: Path, usage: str, ruleset: str) -> tuple[bool, str]:
     """Run the official checker on one file: (passed, its messages)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        # The checker runs in the temporary directory, so a relative path must be made absolute.
-        argv = [sys.executable, "-m", "mlperf_logging.compliance_checker", "--usage", usage,
-                "--ruleset", ruleset, "--log_output", str(Path(tmp) / "checker.log"), str(Path(path).absolute())]
-        try:
-            done = subprocess.run(argv, capture_output=True, text=True, timeout=CHECK_TIMEOUT_S, cwd=tmp, check=False)
-        except subprocess.TimeoutExpired:
-            return False, f"the checker did not finish within {CHECK_TIMEOUT_S:.0f} s"
-    messages = "\n".join(line for line in (done.stdout + done.stderr).splitlines()
+    code, _, output = run_module("mlperf_logging.compliance_checker", ["--usage", usage, "--ruleset", ruleset,
+                                 str(Path(path).absolute())], CHECK_TIMEOUT_S)
+    if code is None:
+        return False, output
+    messages = "\n".join(line for line in output.splitlines()
                          if line.strip() and not line.startswith(("INFO -", "** Logging output")))
-    return done.returncode == 0, messages
+    return code == 0, messages
 
 
 def _outcome(log: ParsedLog, path: Path) -> dict[str, Any]:
     """Whether the run reached its quality target, apart from format compliance."""
     run = run_time(log, str(path))
-    qualities = [e for e in log.events if e.key in ("eval_accuracy", "eval_error")]
-    last = qualities[-1].value if qualities else None
-    if isinstance(last, dict):  # mllog's {"value": x}, or Mask R-CNN's {"BBOX": x, "SEGM": y}: the lower
-        numbers = [v for v in last.values() if isinstance(v, (int, float))]
-        last = min(numbers) if numbers else None
-    finite = isinstance(last, (int, float)) and not isinstance(last, bool) and math.isfinite(last)
-    return {"target_reached": run.status == SUCCESS, "run_status": run.status, "run_problem": run.problem,
-            "last_quality": last if finite else None}
+    return {"target_reached": run.target_reached, "run_status": run.status, "run_problem": run.problem,
+            "last_quality": run.quality, "quality_target": run.quality_target, "target_message": run.target_message}
 
 
-def check_file(path: Path, usage: str | None = None, ruleset: str | None = None) -> dict[str, Any]:
-    """The checker's verdict on one log: ``status`` is pass, fail or skipped (no ruleset fits),
-    and, separately, whether the run reached its target."""
+def check_file(path: Path, usage: str | None = None, ruleset: str | None = None,
+               compliance: bool = True) -> dict[str, Any]:
+    """The checker's verdict on one log: ``status`` is pass, fail or skipped (no ruleset fits, or
+    ``compliance`` is False because the package checker checks it), and, separately, whether the run
+    reached its target."""
     log = parse_file(path)
     base = {"file": str(path), "format": log.format, "benchmark": log.benchmark} | _outcome(log, path)
+    if not compliance:
+        return base | {"usage": usage, "ruleset": ruleset, "status": "skipped",
+                       "messages": "compliance is checked by the package checker (--package)"}
     if log.unreadable:
         return base | {"usage": None, "ruleset": None, "status": "fail", "messages": f"unreadable: {log.unreadable}"}
     division = next((e.value for e in log.events if e.key == "submission_division"), None)
@@ -141,8 +113,14 @@ def check_file(path: Path, usage: str | None = None, ruleset: str | None = None)
     return base | {"usage": usage, "ruleset": ruleset, "status": "pass" if passed else "fail", "messages": messages}
 
 
-def check_folder(folder: str | Path, usage: str | None = None, ruleset: str | None = None) -> list[dict[str, Any]]:
+def check_folder(folder: str | Path, usage: str | None = None, ruleset: str | None = None,
+                 compliance: bool = True) -> list[dict[str, Any]]:
     """:func:`check_file` on every ``result_*.txt`` under ``folder`` (or on ``folder`` if a file)."""
+    files = find_result_files(folder)
+    if not files:
+        raise UsageError(f"no result_*.txt files under {str(folder)!r}; point at an MLPerf results folder.")
+    if not compliance:
+        return [check_file(path, usage, ruleset, compliance=False) for path in files]
     known = installed_rulesets()
     if usage is not None and usage not in known:
         raise UsageError(f"--usage {usage!r} is not one of {', '.join(sorted(known))}.")
@@ -153,7 +131,4 @@ def check_folder(folder: str | Path, usage: str | None = None, ruleset: str | No
                 f"--ruleset {ruleset} is not installed{' for ' + usage if usage else ''}; "
                 f"choose one of {', '.join(allowed)} (the rulesets mlperf-logging ships)."
             )
-    files = find_result_files(folder)
-    if not files:
-        raise UsageError(f"no result_*.txt files under {str(folder)!r}; point at an MLPerf results folder.")
     return [check_file(path, usage, ruleset) for path in files]

@@ -16,7 +16,10 @@ A line may carry a prefix before the token (a rank number, a launcher's tag): it
 the MLCommons checker does. Lines without a token are ordinary output and are skipped. A line with
 a token that does not parse (truncated, malformed or absurdly nested JSON, a list where an object
 belongs, a time that is not a finite number, a line longer than :data:`MAX_LINE_CHARS`) is counted
-in ``ParsedLog.unparsed`` and never raises. A file that cannot be read at all (a directory, a
+in ``ParsedLog.unparsed`` and never raises; ``unparsed_reasons`` counts why (metadata written as a
+Python dict with single quotes, as Intel's v0.6 MiniGo logs do, is the commonest), and
+``unparsed_keys`` names the keys those lines carried, so that a missing ``run_start`` can be told
+from one on a line that could not be read. A file that cannot be read at all (a directory, a
 dangling link, no permission) gives a ParsedLog whose ``unreadable`` says why.
 """
 
@@ -66,6 +69,8 @@ class ParsedLog:
     benchmark: str | None = None
     unparsed: int = 0
     unparsed_examples: list[str] = field(default_factory=list)
+    unparsed_reasons: dict[str, int] = field(default_factory=dict)  # why → lines
+    unparsed_keys: set[str] = field(default_factory=set)  # the keys those lines carried, where legible
     unreadable: str | None = None  # why the file could not be read, when it could not
 
     def first(self, key: str) -> Event | None:
@@ -120,6 +125,28 @@ def _v05(text: str) -> tuple[Event, str | None]:
     return Event(_seconds(match.group(2)), match.group(4), value, {"where": match.group(3)}), match.group(1)
 
 
+_PYTHON_DICT = re.compile(r"[{,]\s*'[^']*'\s*:")  # {'lineno': 742, …}: Python's repr, not JSON
+_BARE_KEYS = re.compile(r"[{,]\s*[A-Za-z_]\w*\s*:")  # {value: true, …}
+_LINE_KEY = re.compile(r"^:::MLL \S+ ([A-Za-z0-9_]+):|\"key\": \"([A-Za-z0-9_]+)\"|\) ([A-Za-z0-9_]+)(?::|$)")
+
+
+def _why_unparsed(text: str, exc: BaseException) -> str:
+    """One short reason per kind of unparsable line, so that they can be counted."""
+    if text == TOO_LONG:
+        return "longer than 1 MiB"
+    if isinstance(exc, json.JSONDecodeError):
+        if _PYTHON_DICT.search(text):
+            return "metadata written as a Python dict (single quotes), not JSON"
+        if _BARE_KEYS.search(text):
+            return "keys without quotes, not JSON"
+        return f"not valid JSON ({exc.msg})"
+    if isinstance(exc, KeyError):
+        return f"no {exc.args[0]!r} field"
+    if isinstance(exc, RecursionError):
+        return "nested too deeply"
+    return str(exc)
+
+
 _FORMATS = ((":::MLLOG ", "mllog", _mllog), (":::MLL ", "v0.6", _v06), (":::MLPv0.5.0 ", "v0.5", _v05))
 
 
@@ -145,10 +172,8 @@ def parse_lines(lines: Iterable[str]) -> ParsedLog:
             else:
                 raise ValueError("unknown MLPerf token")
         # json.JSONDecodeError is a ValueError; absurd nesting exhausts the recursion limit
-        except (ValueError, KeyError, TypeError, RecursionError):
-            log.unparsed += 1
-            if len(log.unparsed_examples) < MAX_EXAMPLES:
-                log.unparsed_examples.append(text[:200])
+        except (ValueError, KeyError, TypeError, RecursionError) as exc:
+            _count_unparsed(log, text, exc)
             continue
         if log.format == "unknown":
             log.format = name
@@ -156,6 +181,17 @@ def parse_lines(lines: Iterable[str]) -> ParsedLog:
             log.benchmark = canonical_benchmark(benchmark)
         log.events.append(event)
     return log
+
+
+def _count_unparsed(log: ParsedLog, text: str, exc: BaseException) -> None:
+    log.unparsed += 1
+    if len(log.unparsed_examples) < MAX_EXAMPLES:
+        log.unparsed_examples.append(text[:200])
+    why = _why_unparsed(text, exc)
+    log.unparsed_reasons[why] = log.unparsed_reasons.get(why, 0) + 1
+    key = _LINE_KEY.search(text[:400])
+    if key:
+        log.unparsed_keys.add(next(group for group in key.groups() if group))
 
 
 def _bounded_lines(handle) -> Iterable[str]:

@@ -71,19 +71,56 @@ def score_table(entries: Sequence[dict[str, Any]]) -> Table:
         files = e.get("files") or [{"status": "failed" if m is None else "success"} for m in e["run_minutes"]]
         minutes = ", ".join(f["status"] if m is None else f"{m:.2f}" for m, f in zip(e["run_minutes"], files))
         status = e["status"] if not e.get("message") else f"{e['status']}: {e['message']}"
-        row = [e["system"], e["benchmark"], e.get("scaling") or "-", str(e.get("accelerators") or "-"),
+        scale = str(e.get("accelerators") or "-")
+        if e.get("instance_accelerators"):
+            scale += f" ({e['instance_accelerators']}/model)"
+        row = [e["system"], e["benchmark"], e.get("scaling") or "-", scale,
                f"{e['runs']}/{e['required_runs'] or '?'}", str(e["failed_runs"]), minutes, _score(e)]
         row += [_num(None if e.get("energy_j") is None else e["energy_j"] / 1000)] * with_energy
         rows.append(row + [status])
     return columns, rows
 
 
+def quality(value: float | dict[str, float] | None) -> str:
+    """A last evaluated quality: a number, or Mask R-CNN's components."""
+    if isinstance(value, dict):
+        return ", ".join(f"{name} {number:.4g}" for name, number in value.items())
+    return _num(value, 4)
+
+
+def target_cell(result: dict[str, Any]) -> str:
+    """yes / no: why / unknown: why, for a file's ``target_reached``."""
+    reached = result["target_reached"]
+    if reached is True:
+        return "yes"
+    return f"{'no' if reached is False else 'unknown'}: {result.get('target_message') or result.get('run_problem')}"
+
+
 def check_table(results: Sequence[dict[str, Any]]) -> Table:
-    """One row per checked file."""
-    columns = ["file", "format", "ruleset", "compliance", "target reached", "last quality", "messages"]
+    """One row per checked file: the log's own status and, apart, its quality against the target."""
+    columns = ["file", "format", "ruleset", "compliance", "log status", "target reached", "last quality", "messages"]
     rows = [[r["file"], r["format"], f"{r['usage']} {r['ruleset']}" if r["ruleset"] else "-", r["status"],
-             "yes" if r["target_reached"] else f"no: {r['run_problem']}", _num(r["last_quality"], 4),
+             r["run_status"], target_cell(r)[:120], quality(r["last_quality"]),
              (r["messages"] or "").splitlines()[0][:100] if r["messages"] else ""] for r in results]
+    return columns, rows
+
+
+def package_table(verdict: dict[str, Any]) -> Table:
+    """The package checker's findings: one row per system description and per benchmark folder."""
+    columns = ["what", "name", "status", "RCP", "errors", "warnings"]
+    rows = [["system description", s["system"], s["status"], "-", s["message"] or "", ""] for s in verdict["systems"]]
+    rows += [["benchmark", f"{b['system']}/{b['benchmark']}", b["status"], b["rcp"] or "-",
+              "; ".join(b["errors"])[:160], str(len(b["warnings"]))] for b in verdict["benchmarks"]]
+    if not rows:
+        rows = [["package", verdict["folder"], verdict["status"], "-", "; ".join(verdict["errors"])[:160], verdict["note"] or ""]]
+    return columns, rows
+
+
+def rcp_table(rows_in: Sequence[dict[str, Any]]) -> Table:
+    """The RCP checker's verdict per benchmark folder."""
+    columns = ["folder", "benchmark", "round", "status", "mean epochs", "RCP mean", "min epochs", "message"]
+    rows = [[r["folder"], r["benchmark"], f"{r['usage']} {r['ruleset'] or '?'}", r["status"], _num(r["mean_epochs"]),
+             _num(r["rcp_mean_epochs"]), _num(r["min_epochs"]), r["message"]] for r in rows_in]
     return columns, rows
 
 

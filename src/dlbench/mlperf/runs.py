@@ -14,6 +14,9 @@ Pure: a :class:`~dlbench.mlperf.parse.ParsedLog` in, a :class:`RunTime` out.
   succeed. ``:::MLPv0.5.0``: ``run_stop`` carries ``{"success": true}`` in some submissions, and in
   others nothing, in which case the last ``eval_accuracy`` must reach ``eval_target`` (the v0.5
   rule: quality is what stops the run). Anything else is a failed run, with the reason.
+* **The quality target** (:mod:`dlbench.mlperf.targets`): a log that says success but whose last
+  evaluated quality misses its benchmark's published target is a failed run, with both said. Where
+  the target is unknown the log's own status stands, and ``target_reached`` says "unknown".
 * **Invalid** (cannot be scored at all): unreadable file, nothing parsable, ``run_stop`` at or
   before ``run_start``.
 """
@@ -26,6 +29,7 @@ from typing import Any
 
 from dlbench.mlperf.convergence import epochs_to_target
 from dlbench.mlperf.parse import Event, ParsedLog
+from dlbench.mlperf.targets import UNKNOWN, judge
 
 SUCCESS, FAILED, INVALID = "success", "failed", "invalid"
 ENERGY_KEYS = ("energy_j", "dlbench_energy_j")  # joules from run_start to run_stop, when logged
@@ -46,6 +50,7 @@ class RunTime:
     problem: str | None
     unparsed: int
     unparsed_examples: list[str] = field(default_factory=list)
+    unparsed_reasons: dict[str, int] = field(default_factory=dict)  # why → lines (parse.ParsedLog)
     status: str = SUCCESS
     start_s: float | None = None
     stop_s: float | None = None
@@ -56,6 +61,10 @@ class RunTime:
     org: str | None = None
     epochs: int | None = None  # epochs trained, when the log says (run_stop's or the last eval's epoch_num)
     note: str | None = None
+    target_reached: bool | str = UNKNOWN  # the last evaluated quality against the target: True, False, "unknown"
+    quality: float | dict | None = None  # that last quality
+    quality_target: dict | None = None  # the target applied (round, key, direction, figure, source)
+    target_message: str | None = None  # why it was not reached, or why that cannot be told
 
     @property
     def accelerators(self) -> int | None:
@@ -121,7 +130,7 @@ def run_time(log: ParsedLog, path: str = "") -> RunTime:
     """The verdict on one run from its events (pure)."""
     nodes, per_node = _scale(log)
     division, org = log.first("submission_division"), log.first("submission_org")
-    run = RunTime(path, log.format, None, None, log.unparsed, log.unparsed_examples, nodes=nodes,
+    run = RunTime(path, log.format, None, None, log.unparsed, log.unparsed_examples, dict(log.unparsed_reasons), nodes=nodes,
                   accelerators_per_node=per_node, division=str(division.value) if division else None,
                   org=str(org.value) if org else None)
     if log.unreadable:
@@ -138,21 +147,34 @@ def run_time(log: ParsedLog, path: str = "") -> RunTime:
         notes.append("data staging began before run_start, outside the timed run: MLPerf HPC v1.0-v2.0 count "
                      "staging inside time-to-train (v3.0 no longer requires it)")
     run.note = "; ".join(notes) or None
+    verdict = judge(log, path)
+    run.target_reached, run.quality, run.target_message = verdict.reached, verdict.quality, verdict.message
+    run.quality_target = verdict.target.as_dict() if verdict.target else None
     if start is None:
-        return _set(run, FAILED, "no run_start")
+        return _set(run, FAILED, _missing(log, "run_start", "no run_start"))
     if stop is None:
-        return _set(run, FAILED, "no run_stop (crashed or truncated)")
+        return _set(run, FAILED, _missing(log, "run_stop", "no run_stop (crashed or truncated)"))
     run.start_s, run.stop_s = start.time_s, stop.time_s
     if stop.time_s <= start.time_s:
         return _set(run, INVALID, f"run_stop ({stop.time_s:.3f} s) is not after run_start ({start.time_s:.3f} s)")
     failure = _failure(log, stop)
     if failure is not None:
         return _set(run, FAILED, failure)
+    if run.target_reached is False:
+        return _set(run, FAILED, f"the log says success, but {verdict.message}")
     run.minutes = (stop.time_s - start.time_s) / 60.0
     run.epochs = epochs_to_target(log)
     energy = next((e for key in ENERGY_KEYS for e in log.all(key)), None)
     run.energy_j = _number(energy.value) if energy is not None else None
     return run
+
+
+def _missing(log: ParsedLog, key: str, otherwise: str) -> str:
+    """Why ``key`` is missing: on a line that could not be parsed (and why those failed), or absent."""
+    if key not in log.unparsed_keys:
+        return otherwise
+    reasons = "; ".join(f"{count} {why}" for why, count in sorted(log.unparsed_reasons.items(), key=lambda kv: -kv[1]))
+    return f"{key} is on a line that could not be parsed: {log.unparsed} MLPerf line(s) could not be parsed ({reasons})"
 
 
 def _set(run: RunTime, status: str, problem: str) -> RunTime:

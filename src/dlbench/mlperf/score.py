@@ -28,7 +28,14 @@ from typing import Any
 
 from dlbench.errors import UsageError
 from dlbench.mlperf import convergence
-from dlbench.mlperf.parse import canonical_benchmark, parse_file
+from dlbench.mlperf.layout import (
+    collect_result_files,
+    described_accelerators,
+    division_conflicts,
+    entry_key,
+    system_description,
+)
+from dlbench.mlperf.parse import parse_file
 from dlbench.mlperf.runs import SUCCESS, RunTime, run_time
 
 #: Runs per entry, from MLCommons' benchmark_meta (training and HPC) and the v0.6 rules; used when
@@ -89,7 +96,23 @@ def _kept_indices(minutes: Sequence[float | None], dropped_per_side: int) -> lis
 def _files(runs: Sequence[RunTime]) -> list[dict[str, Any]]:
     return [{"path": r.path, "status": r.status, "minutes": r.minutes, "problem": r.problem, "note": r.note,
              "energy_j": r.energy_j, "accelerators": r.accelerators, "unparsed_lines": r.unparsed,
-             "unparsed_examples": r.unparsed_examples} for r in runs]
+             "unparsed_examples": r.unparsed_examples, "unparsed_reasons": r.unparsed_reasons,
+             "target_reached": r.target_reached, "last_quality": r.quality, "quality_target": r.quality_target,
+             "target_message": r.target_message} for r in runs]
+
+
+def _targets(runs: Sequence[RunTime]) -> list[str]:
+    """The quality targets the entry's runs were judged against, or why they are unknown."""
+    said = {r.quality_target["round"] + " " + r.quality_target["benchmark"] + ": " + _figure(r.quality_target)
+            if r.quality_target else f"unknown ({r.target_message})" for r in runs}
+    return sorted(said)
+
+
+def _figure(target: dict[str, Any]) -> str:
+    figure = target["target"]
+    if isinstance(figure, dict):
+        return ", ".join(f"{target['key']} {name} {target['direction']} {value:g}" for name, value in figure.items())
+    return f"{target['key']} {target['direction']} {figure:g}"
 
 
 def _common(system: str, benchmark: str, scaling: str | None, runs: Sequence[RunTime]) -> dict[str, Any]:
@@ -106,6 +129,8 @@ def _common(system: str, benchmark: str, scaling: str | None, runs: Sequence[Run
         "failed_runs": sum(r.status != SUCCESS for r in runs),
         "invalid_runs": sum(r.status == "invalid" for r in runs),
         "unparsed_lines": sum(r.unparsed for r in runs),
+        "target_missed_runs": sum(r.target_reached is False for r in runs),
+        "quality_targets": _targets(runs), "warnings": [],
         "formats": sorted({r.format for r in runs}), "files": _files(runs),
     }
 
@@ -136,15 +161,25 @@ def score_entry(system: str, benchmark: str, runs: Sequence[RunTime], scaling: s
     return entry
 
 
-def weak_scaling_entry(system: str, benchmark: str, runs: Sequence[RunTime]) -> dict[str, Any]:
+def weak_scaling_entry(system: str, benchmark: str, runs: Sequence[RunTime],
+                       result_file: str | Path | None = None) -> dict[str, Any]:
     """HPC weak scaling: models trained per minute over the whole set of concurrent runs (module
-    docstring). Runs that did not converge are not counted as models."""
+    docstring). Runs that did not converge are not counted as models. ``accelerators`` is the
+    whole system's, from its description (``<org>/systems/<system>.json`` beside ``result_file``'s
+    results folder), as MLCommons' summarizer takes it; each model's own is ``instance_accelerators``."""
     done = [r for r in runs if r.status == SUCCESS]
     required = required_runs(benchmark)
     entry = _common(system, benchmark, "weak", runs) | {
         "metric": "models_per_minute", "score_minutes": None, "time_to_train_all_minutes": None,
         "number_of_models": len(done), "models_per_minute": None, "energy_j": None,
     }
+    entry["instance_accelerators"], entry["accelerators"] = entry["accelerators"], None
+    description, where = system_description(result_file) if result_file is not None else (None, "")
+    if description is not None:
+        entry["accelerators"] = described_accelerators(description)
+    if entry["accelerators"] is None:
+        entry["warnings"].append(f"the system's size is unknown ({where or 'no system description'} not found or "
+                                 f"without number_of_nodes); each model used {entry['instance_accelerators'] or '?'}")
     if not done:
         entry.update(status="invalid", message="no weak-scaling run reached its target")
         return entry
@@ -154,23 +189,6 @@ def weak_scaling_entry(system: str, benchmark: str, runs: Sequence[RunTime]) -> 
         entry.update(status="incomplete", message=f"MLPerf HPC requires at least {required} converged models of "
                      f"{benchmark} for weak scaling; {len(done)} converged")
     return entry
-
-
-def find_result_files(folder: str | Path) -> list[Path]:
-    """``result_*.txt`` entries under ``folder`` (or ``folder`` itself when it is a file), sorted.
-    Entries that are not files (a directory so named, a dangling link) are kept: they score as
-    invalid runs with the reason, rather than vanishing."""
-    root = Path(folder)
-    if root.is_file():
-        return [root]
-    if not root.is_dir():
-        raise UsageError(f"{str(root)!r} is neither a results folder nor a result file; check the path.")
-    return sorted(root.rglob("result_*.txt"), key=lambda p: (p.parent.as_posix(), _index(p.name)))
-
-
-def _index(name: str) -> int:
-    digits = name.removeprefix("result_").removesuffix(".txt")
-    return int(digits) if digits.isdigit() else -1
 
 
 def _parse_one(path: Path) -> tuple[str | None, RunTime]:
@@ -194,28 +212,27 @@ def _parse_all(files: list[Path]) -> list[tuple[str | None, RunTime]]:
         return list(pool.map(_parse_one, files, chunksize=max(1, len(files) // (4 * workers))))
 
 
-def entry_key(path: Path, named: str | None) -> tuple[str, str | None, str]:
-    """(system, scaling, benchmark) of a result file from its place in the folder:
-    ``<system>/<benchmark>/result_i.txt`` (training, HPC v0.7) or
-    ``<system>/{strong,weak}/<benchmark>/result_i.txt`` (HPC v1.0 on). The benchmark is the one the
-    log names, else the folder's name, with MLCommons' aliases resolved."""
-    benchmark = canonical_benchmark(named or path.parent.name)
-    above = path.parent.parent
-    if above.name in ("strong", "weak"):
-        return above.parent.name, above.name, benchmark
-    return above.name, None, benchmark
-
-
 def score_folder(folder: str | Path) -> list[dict[str, Any]]:
-    """Score every system and benchmark under an MLPerf results folder (see :func:`entry_key` for
-    the layouts read): strong scaling and training by olympic mean, weak scaling by models/min."""
-    files = find_result_files(folder)
+    """Score every system and benchmark under an MLPerf results folder (see
+    :func:`~dlbench.mlperf.layout.entry_key` for the layouts read): strong scaling and training by
+    olympic mean, weak scaling by models/min. Result files in a subfolder of a benchmark folder
+    (``pruned_results/``) are left out, as MLCommons' summarizer leaves them, and listed under the
+    entry's ``left_out``."""
+    files, left_out = collect_result_files(folder)
     if not files:
         raise UsageError(f"no result_*.txt files under {str(folder)!r}; point at an MLPerf results folder.")
-    groups: dict[tuple[str, str, str], list[RunTime]] = {}
+    groups: dict[tuple[str, str, str], list[tuple[Path, RunTime]]] = {}
     for path, (named, run) in zip(files, _parse_all(files)):
         system, scaling, benchmark = entry_key(path, named)
-        groups.setdefault((system, scaling or "", benchmark), []).append(run)
-    return [weak_scaling_entry(system, benchmark, runs) if scaling == "weak"
-            else score_entry(system, benchmark, runs, scaling or None)
-            for (system, scaling, benchmark), runs in sorted(groups.items())]
+        groups.setdefault((system, scaling or "", benchmark), []).append((path, run))
+    entries = []
+    for (system, scaling, benchmark), pairs in sorted(groups.items()):
+        runs = [run for _, run in pairs]
+        entry = (weak_scaling_entry(system, benchmark, runs, pairs[0][0]) if scaling == "weak"
+                 else score_entry(system, benchmark, runs, scaling or None))
+        folders = {path.parent for path, _ in pairs}
+        entry["left_out"] = [str(p) for p in left_out if any(f in p.parents for f in folders)]
+        description, _ = system_description(pairs[0][0])
+        entry["warnings"] += division_conflicts(system, sorted({r.division for r in runs if r.division}), description)
+        entries.append(entry)
+    return entries

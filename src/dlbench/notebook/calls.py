@@ -6,16 +6,14 @@ from collections.abc import Iterable
 from dataclasses import fields
 from typing import Any
 
-from dlbench.api.advise import AdviseSettings
-from dlbench.api.advise import advise as run_advice
-from dlbench.api.advise import parse_knobs
+from dlbench.api.advise import AdviseSettings, advise as run_advice, parse_knobs
 from dlbench.api.results import compare_groups
 from dlbench.api.runs import run_benchmark, run_scale
 from dlbench.errors import UsageError, unknown_name
 from dlbench.notebook.progress import LiveProgress
+from dlbench.report.advise import describe
 from dlbench.report.compare import compare as compare_rows
 from dlbench.report.frame import runs_dataframe, to_dataframe
-from dlbench.report.advise import describe
 from dlbench.spec import make_spec
 from dlbench.store import RunFilter, open_store
 

@@ -56,6 +56,44 @@ def run_table(records: Sequence[dict[str, Any]]) -> Table:
     return columns, rows
 
 
+def layout_label(spec: dict[str, Any]) -> str | None:
+    """``"fsdp+tp dp1×tp2 ac=full"``: how a ``--parallel`` run spread its model; None without a layout."""
+    layout = spec.get("layout")
+    if not layout:
+        return None
+    mesh = "×".join(f"{name}{n}" for name, n in zip(layout["mesh_dim_names"], layout["mesh_shape"], strict=True))
+    extras = [f"ac={layout['ac']}"] if layout.get("ac", "none") != "none" else []
+    if layout.get("microbatches"):
+        extras.append(f"{layout['pp_schedule']}×{layout['microbatches']}")
+    if layout.get("reshard_after_forward") is False:
+        extras.append("no-reshard")
+    return " ".join([layout["parallel"], mesh, *extras])
+
+
+def token_table(records: Sequence[dict[str, Any]]) -> Table:
+    """Language-model runs (those with tokens/s): per layout, tokens/s, MFU by formula and by FLOP counter,
+    the largest rank's peak memory and the communication per step."""
+    columns = ["workload", "layout", "procs", "tokens/s", "tokens/s per device", "MFU (6N+attn)", "MFU (counter)",
+               "peak memory per rank", "comm per step per rank", "status"]
+    rows = []
+    for r in records:
+        spec, result = r["spec"], r.get("result") or {}
+        if not result.get("tokens_per_s"):
+            continue
+        peak = result.get("peak_memory_bytes")
+        measure = {"peak_rss": "RSS", "cuda_max_allocated": "CUDA"}.get(result.get("memory_measure"), "")
+        sent = (result.get("comm") or {}).get("bytes_per_step_per_rank")
+        rows.append([spec["workload"], layout_label(spec) or "-", str(spec.get("world_size") or 1),
+                     _rate(result["tokens_per_s"]), _rate(result.get("tokens_per_s_per_device")),
+                     _percent(result.get("formula_mfu")), _percent(result.get("mfu")),
+                     f"{si(peak, 'B')} ({measure})" if peak else "-", si(sent, "B") if sent else "-", r["status"]])
+    return columns, rows
+
+
+def _percent(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1%}"
+
+
 def summary_table(summaries: Sequence[Any]) -> Table:
     """One row per stored run (``RunSummary``)."""
     columns = ["id", "created (UTC)", "workload", "device", "procs", "prec", "batch", "samples/s", "median step ms", "torch", "host", "status", "tags"]

@@ -21,10 +21,18 @@ import yaml
 from dlbench.engine.run import ResolvedRun
 from dlbench.errors import UsageError
 from dlbench.launch._base import LaunchPlan
-from dlbench.launch.batch import (CANCELLED, DONE, FAILED, QUEUED, RUNNING, TIMEOUT, JobState,
-                                  Scheduler, parse_reports)
-from dlbench.launch.k8s.manifests import (CONTAINER, INDEXED_JOB, PYTORCHJOB, RUN_LABEL, check_settings, job_name,
-                                          manifests, pod_layout, to_yaml)
+from dlbench.launch.batch import CANCELLED, DONE, FAILED, QUEUED, RUNNING, TIMEOUT, JobState, Scheduler, parse_reports
+from dlbench.launch.k8s.manifests import (
+    CONTAINER,
+    INDEXED_JOB,
+    PYTORCHJOB,
+    RUN_LABEL,
+    check_settings,
+    job_name,
+    manifests,
+    pod_layout,
+    to_yaml,
+)
 from dlbench.spec import LaunchSettings
 
 MANIFEST_FILE = "manifests.yaml"

@@ -14,8 +14,8 @@ import ast
 import importlib
 import importlib.util
 from functools import lru_cache
-from pathlib import Path
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 import yaml

@@ -1,0 +1,226 @@
+"""MLCommons' own submission checkers from mlperf-logging, run on a results folder, with their
+verdicts read back into dlbench's data.
+
+* ``package``: ``mlperf_logging.package_checker`` on a submitter's folder (``<org>/`` holding
+  ``results/`` and ``systems/``): the system descriptions (its ``system_desc_checker``), the number
+  of result files, every file's compliance, seeds and, for closed rounds from 1.0 on, the RCPs.
+* ``rcp``: ``mlperf_logging.rcp_checker`` on each benchmark folder, for the rounds whose RCP files
+  the installed package ships (training 1.0 on, HPC 1.0 on).
+
+Each runs as ``python -m <checker> …`` (an argv list, never a shell) in a temporary directory, with
+its log written there: the checkers keep module state and configure the root logger, so they must
+not run inside dlbench's process. The package checker exits 0 whatever it finds; its verdict is its
+closing log line. A round the installed mlperf-logging does not know is reported as skipped, with
+the rounds it does know. dlbench's own tasks are not MLPerf's benchmarks: their convergence is
+checked against dlbench's own points (:mod:`dlbench.mlperf.convergence`) by ``score``, not here.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from dlbench.errors import UsageError
+from dlbench.mlperf.convergence import DLBENCH_ORG
+from dlbench.mlperf.layout import collect_result_files
+from dlbench.mlperf.parse import parse_file
+from dlbench.mlperf.targets import HPC_BENCHMARKS, round_from_path
+
+PACKAGE_TIMEOUT_S = 1800.0
+RCP_TIMEOUT_S = 300.0
+_LEVEL = re.compile(r"^(INFO|WARNING|ERROR|CRITICAL) - ?(.*)$")
+_SYSTEM = re.compile(r"System description checker (passed|failed) for (\S*)(?: : (.*))?$")
+_RCP_NUMBER = r"'{}': (?:np\.float64\()?([0-9.eE+-]+)"
+
+
+def package_dir(name: str) -> Path:
+    from dlbench.mlperf import require
+
+    return Path(require(f"mlperf_logging.{name}", "mlperf-logging").__file__).parent
+
+
+def mlperf_logging_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("mlperf-logging")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def installed_rounds(checker: str) -> dict[str, list[str]]:
+    """usage → the X.Y.0 rounds the installed checker has files for (``compliance_checker``
+    rulesets, or ``rcp_checker`` RCP folders), oldest first."""
+    out: dict[str, list[str]] = {}
+    for folder in package_dir(checker).iterdir():
+        match = re.fullmatch(r"(\w+?)_(\d+\.\d+\.\d+)", folder.name)
+        if match and folder.is_dir():
+            out.setdefault(match.group(1), []).append(match.group(2))
+    return {usage: sorted(v, key=lambda s: tuple(map(int, s.split(".")))) for usage, v in out.items()}
+
+
+def run_module(module: str, args: list[str], timeout_s: float) -> tuple[int | None, list[str], str]:
+    """``python -m module *args --log_output LOG`` in a temporary directory: (exit code, or None
+    when it timed out; the lines of its log; its stdout and stderr)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        log = Path(tmp) / "checker.log"
+        argv = [sys.executable, "-m", module, *args, "--log_output", str(log)]
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, cwd=tmp, check=False)
+        except subprocess.TimeoutExpired:
+            return None, [], f"{module} did not finish within {timeout_s:.0f} s"
+        lines = log.read_text(encoding="utf-8", errors="replace").splitlines() if log.exists() else []
+        return done.returncode, lines, done.stdout + done.stderr
+
+
+def _levelled(lines: list[str]) -> list[tuple[str, str]]:
+    """(level, message) per log record; a line without a level continues the one before."""
+    records: list[tuple[str, str]] = []
+    for line in lines:
+        match = _LEVEL.match(line)
+        if match:
+            records.append((match.group(1), match.group(2).strip()))
+        elif records and line.strip():
+            records[-1] = (records[-1][0], records[-1][1] + "\n" + line)
+    return records
+
+
+def _usage_of(folder: Path) -> str:
+    """hpc when the folder's path says so, or it has strong/ and weak/ folders or HPC benchmarks."""
+    found = round_from_path(folder / "results" / "x")
+    if found is not None and found[0]:
+        return found[0]
+    files = collect_result_files(folder / "results")[0]
+    hpc = any(p.parent.parent.name in ("strong", "weak") or p.parent.name in HPC_BENCHMARKS for p in files)
+    return "hpc" if hpc else "training"
+
+
+def _default_ruleset(folder: Path, usage: str) -> str:
+    """The round named by the folder's path, else the newest installed ruleset that allows every
+    benchmark folder in it."""
+    found = round_from_path(folder / "results" / "x")
+    if found is not None:
+        return found[1]
+    from mlperf_logging.benchmark_meta import get_allowed_benchmarks
+
+    benchmarks = {p.parent.name for p in collect_result_files(folder / "results")[0]}
+    for ruleset in reversed(installed_rounds("compliance_checker").get(usage, [])):
+        try:
+            if benchmarks <= set(get_allowed_benchmarks(usage, ruleset)):
+                return ruleset
+        except ValueError:
+            continue
+    raise UsageError(f"no installed {usage} ruleset allows {', '.join(sorted(benchmarks)) or 'these benchmarks'}, and "
+                     f"{str(folder)!r} does not name its round; pass --ruleset X.Y.0.")
+
+
+def package_check(folder: str | Path, usage: str | None = None, ruleset: str | None = None) -> dict[str, Any]:
+    """The package checker's verdict on a submitter's folder (``status`` pass, fail, skipped or
+    error), with its findings per system description and per benchmark folder."""
+    root = Path(folder)
+    if not (root / "results").is_dir():
+        raise UsageError(f"--package needs a submitter's folder holding results/ and systems/ "
+                         f"(<org>/results/<system>/<benchmark>/result_*.txt); {str(root)!r} has no results/.")
+    usage = usage or _usage_of(root)
+    if usage not in ("training", "hpc"):
+        raise UsageError(f"--usage {usage!r}: the package checker reads training or hpc submissions.")
+    ruleset = ruleset or _default_ruleset(root, usage)
+    base = {"check": "package", "checker": f"mlperf_logging.package_checker {mlperf_logging_version()}",
+            "folder": str(root), "usage": usage, "ruleset": ruleset, "systems": [], "benchmarks": [],
+            "errors": [], "warnings": [], "note": None}
+    known = installed_rounds("compliance_checker").get(usage, [])
+    if ruleset not in known:
+        return base | {"status": "skipped", "note": _outside(usage, ruleset, known, "rulesets")}
+    code, lines, output = run_module("mlperf_logging.package_checker",
+                                     [str(root.absolute()), usage, ruleset], PACKAGE_TIMEOUT_S)
+    records = _levelled(lines)
+    base.update(_findings(records))
+    verdict = next((m for _, m in reversed(records) if m.startswith("PACKAGE CHECKER FOUND")), None)
+    if code != 0 or verdict is None:
+        tail = (output.strip().splitlines() or ["no output"])[-1]
+        return base | {"status": "error", "note": f"the package checker stopped without a verdict: {tail}"}
+    return base | {"status": "pass" if "NO ERRORS" in verdict else "fail", "note": verdict}
+
+
+def _findings(records: list[tuple[str, str]]) -> dict[str, Any]:
+    """Errors and warnings, per system description and per benchmark folder, from the checker's log."""
+    systems, benchmarks, errors, warnings = [], [], [], []
+    current: dict[str, Any] | None = None
+    for level, message in records:
+        if match := _SYSTEM.search(message):
+            systems.append({"system": match.group(2), "status": "pass" if match.group(1) == "passed" else "fail",
+                            "message": match.group(3)})
+        elif message.startswith("Running compliance checks in dir "):
+            current = {"folder": message.removeprefix("Running compliance checks in dir "), "status": "pass",
+                       "errors": [], "warnings": [], "rcp": None}
+            benchmarks.append(current)
+        elif message.startswith(("RCP Test Passed", "RCP Test Failed")) and current is not None:
+            current["rcp"] = message
+        if level in ("ERROR", "CRITICAL"):
+            errors.append(message)
+            if current is not None:
+                current["errors"].append(message)
+                current["status"] = "fail"
+        elif level == "WARNING":
+            warnings.append(message)
+            if current is not None:
+                current["warnings"].append(message)
+    for bench in benchmarks:
+        parts = Path(bench["folder"]).parts
+        bench["benchmark"], bench["system"] = parts[-1], parts[-3] if parts[-2] in ("strong", "weak") else parts[-2]
+    return {"systems": systems, "benchmarks": benchmarks, "errors": errors, "warnings": warnings}
+
+
+def _outside(usage: str, ruleset: str, known: list[str], what: str) -> str:
+    return (f"outside what the installed mlperf-logging {mlperf_logging_version()} knows: it has {usage} {what} "
+            f"{', '.join(known) or 'none'}, and this is {usage} {ruleset}")
+
+
+def rcp_check_folder(folder: str | Path, usage: str | None = None, ruleset: str | None = None) -> list[dict[str, Any]]:
+    """The RCP checker's verdict on every benchmark folder under ``folder`` (one folder holding
+    ``result_*.txt``), each pass, fail or skipped with the reason."""
+    files = collect_result_files(folder)[0]
+    if not files:
+        raise UsageError(f"no result_*.txt files under {str(folder)!r}; point at an MLPerf results folder.")
+    folders = sorted({p.parent for p in files})
+    return [rcp_check(f, usage, ruleset) for f in folders]
+
+
+def rcp_check(benchmark_folder: Path, usage: str | None = None, ruleset: str | None = None) -> dict[str, Any]:
+    """The RCP checker on one benchmark folder (module docstring)."""
+    first = parse_file(min(benchmark_folder.glob("result_*.txt")))
+    benchmark = first.benchmark or benchmark_folder.name
+    usage = usage or ("hpc" if benchmark in HPC_BENCHMARKS else "training")
+    base = {"check": "rcp", "folder": str(benchmark_folder), "benchmark": benchmark, "usage": usage,
+            "ruleset": ruleset, "mean_epochs": None, "rcp_mean_epochs": None, "min_epochs": None}
+    org = first.first("submission_org")
+    if org is not None and org.value == DLBENCH_ORG and ruleset is None:
+        return base | {"status": "skipped", "message": "dlbench's own task, not MLPerf's benchmark: its convergence "
+                       "is checked against dlbench's own points by 'dlbench mlperf score'"}
+    found = round_from_path(benchmark_folder / "x") if ruleset is None else None
+    ruleset = ruleset or (found[1] if found else None)
+    if ruleset is None:
+        return base | {"status": "skipped", "message": "the folder does not name its round; pass --ruleset X.Y.0"}
+    base["ruleset"] = ruleset
+    known = installed_rounds("rcp_checker").get(usage, [])
+    if ruleset not in known:
+        return base | {"status": "skipped", "message": "no RCPs for this round: " + _outside(usage, ruleset, known, "RCPs for")}
+    if not (package_dir("rcp_checker") / f"{usage}_{ruleset}" / f"rcps_{benchmark}.json").exists():
+        return base | {"status": "skipped", "message": f"the installed mlperf-logging has no RCPs for {benchmark} in {usage} {ruleset}"}
+    code, lines, output = run_module("mlperf_logging.rcp_checker", [str(benchmark_folder.absolute()), "--rcp_usage", usage,
+                                     "--rcp_version", ruleset], RCP_TIMEOUT_S)
+    messages = [m for _, m in _levelled(lines)]
+    verdict = next((m for m in reversed(messages) if "RCP test" in m), None)
+    if code not in (0, 1) or verdict is None:
+        tail = (output.strip().splitlines() or ["no output"])[-1]
+        return base | {"status": "error", "message": f"the RCP checker stopped without a verdict: {tail}"}
+    text = "\n".join(messages)
+    numbers = {key: re.search(pattern, text) for key, pattern in (
+        ("mean_epochs", r"Submission mean epochs: ([0-9.]+)"), ("rcp_mean_epochs", _RCP_NUMBER.format("RCP Mean")),
+        ("min_epochs", _RCP_NUMBER.format("Min Epochs")))}
+    base.update({key: float(m.group(1)) for key, m in numbers.items() if m})
+    return base | {"status": "pass" if code == 0 else "fail", "message": verdict.split(", consider adding")[0]}
