@@ -23,6 +23,13 @@ from pydantic import (
 from dlbench.errors import UsageError
 from dlbench.safety import sbatch_problem, shown
 
+#: Sensible limits of a job's size, so that a typo is one sentence instead of a MemoryError or a value a scheduler
+#: cannot hold: the largest machines have about 10,000 nodes and 8 GPUs (or a few hundred cores) per node.
+MAX_NODES = 65_536
+MAX_RANKS_PER_NODE = 1_024
+MAX_TIME_S = 366 * 86_400  # a year: beyond any queue's limit, and far inside int64 (activeDeadlineSeconds)
+MAX_SIGNAL_LEAD_S = 86_400
+
 
 class RunSpec(BaseModel):
     """One benchmark run. Fields not given take the workload's or dlbench's defaults."""
@@ -75,8 +82,8 @@ class RunSpec(BaseModel):
     metrics_host: str = Field(
         default="127.0.0.1", description="Interface for metrics_port; 0.0.0.0 to be scraped from other hosts."
     )
-    nproc: int = Field(default=1, gt=0, description="Processes per node (torchrun --nproc-per-node); >1 runs DDP.")
-    nnodes: int = Field(default=1, gt=0, description="Nodes taking part (torchrun --nnodes).")
+    nproc: int = Field(default=1, gt=0, le=MAX_RANKS_PER_NODE, description="Processes per node (torchrun --nproc-per-node); >1 runs DDP.")
+    nnodes: int = Field(default=1, gt=0, le=MAX_NODES, description="Nodes taking part (torchrun --nnodes).")
     torchrun: bool | None = Field(
         default=None, description="--launcher torchrun: start the ranks through torchrun even for one process "
         "(a series compares like with like); --launcher local: one process here. None: torchrun when nproc > 1.")
@@ -192,8 +199,8 @@ class CommSpec(BaseModel):
     iters: int = Field(default=20, gt=0, description="Timed iterations per size.")
     warmup: int = Field(default=5, ge=0, description="Untimed iterations per size.")
     device: Literal["auto", "cpu", "cuda"] = "auto"
-    nproc: int = Field(default=2, gt=0)
-    nnodes: int = Field(default=1, gt=0)
+    nproc: int = Field(default=2, gt=0, le=MAX_RANKS_PER_NODE)
+    nnodes: int = Field(default=1, gt=0, le=MAX_NODES)
     node_rank: int = Field(default=0, ge=0)
     rdzv_endpoint: str | None = None
     backend: Literal["gloo", "nccl", "mpi"] | None = None
@@ -341,8 +348,9 @@ class LaunchSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    nodes: int = Field(default=1, gt=0, description="Nodes of the job.")
-    gpus_per_node: int | None = Field(default=None, ge=0, description="GPUs (and ranks) per node; None: the run's nproc.")
+    nodes: int = Field(default=1, gt=0, le=MAX_NODES, description="Nodes of the job.")
+    gpus_per_node: int | None = Field(default=None, ge=0, le=MAX_RANKS_PER_NODE,
+                                      description="GPUs (and ranks) per node; None: the run's nproc.")
     time: str | None = Field(default=None, description="Wall-clock limit, Slurm's format (MM, HH:MM:SS, D-HH:MM).")
     wait: bool = Field(default=True, description="Wait for the job and store its records; False: submit and return.")
     workdir: str | None = Field(
@@ -359,7 +367,7 @@ class LaunchSettings(BaseModel):
     requeue: bool = Field(default=False, description="Let Slurm requeue the job after preemption or node failure.")
     exclusive: bool = Field(default=True, description="Whole nodes (sbatch --exclusive): other jobs on them would lower the numbers.")
     signal_lead_s: int = Field(
-        default=60, ge=0, description="Seconds before the time limit Slurm sends SIGTERM (sbatch --signal).")
+        default=60, ge=0, le=MAX_SIGNAL_LEAD_S, description="Seconds before the time limit Slurm sends SIGTERM (sbatch --signal).")
     # Kubernetes / OpenShift
     namespace: str = "default"
     image: str | None = Field(default=None, description="Pod image (defaults to container_image).")
@@ -402,6 +410,9 @@ class LaunchSettings(BaseModel):
         if value is not None and slurm_time_s(value) is None:
             raise ValueError("must be a wall-clock limit in Slurm's format: MINUTES, MM:SS, HH:MM:SS, D-HH, D-HH:MM or "
                              "D-HH:MM:SS, e.g. 30 or 02:00:00")
+        if value is not None and slurm_time_s(value) > MAX_TIME_S:
+            raise ValueError(f"must be at most {MAX_TIME_S // 86400} days (a benchmark job longer than that is a typo, "
+                             "and Kubernetes' activeDeadlineSeconds is a 64-bit number)")
         return value
 
     @property

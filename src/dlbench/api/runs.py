@@ -16,7 +16,8 @@ from dlbench.engine.run import ResolvedRun
 from dlbench.env import capture_env, host_load
 from dlbench.errors import UsageError
 from dlbench.record import new_id
-from dlbench.spec import CommSpec, RunSpec
+from dlbench.safety import shown
+from dlbench.spec import MAX_NODES, MAX_RANKS_PER_NODE, CommSpec, RunSpec
 
 log = logging.getLogger("dlbench")
 
@@ -59,13 +60,13 @@ def run_specs(specs: list[RunSpec], store=None, env: dict | None = None, around:
 
 def parse_counts(text: str, flag: str = "--nproc") -> list[int]:
     """``"1,2,4"`` → ``[1, 2, 4]``: distinct positive counts in increasing order."""
-    what = "node" if flag == "--nodes" else "process"
+    what, most = ("node", MAX_NODES) if flag == "--nodes" else ("process", MAX_RANKS_PER_NODE)
     try:
-        counts = sorted({int(part) for part in text.split(",") if part.strip()})
+        counts = sorted({int(part) for part in text.split(",")})  # an empty part (1,,2) is a typo, not skipped
     except ValueError:
-        raise UsageError(f"{flag} {text!r} must be a comma-separated list of {what} counts, e.g. 1,2,4.") from None
-    if not counts or counts[0] < 1:
-        raise UsageError(f"{flag} {text!r} must list positive {what} counts, e.g. 1,2,4.")
+        raise UsageError(f"{flag} {shown(text)} must be a comma-separated list of {what} counts, e.g. 1,2,4.") from None
+    if counts[0] < 1 or counts[-1] > most:
+        raise UsageError(f"{flag} {shown(text)} must list {what} counts from 1 to {most:,}, e.g. 1,2,4.")
     return counts
 
 

@@ -209,9 +209,14 @@ def show(records: list[dict], store, as_json: bool, single: bool) -> None:
             render(tokens, title="language models: tokens/s, MFU and memory per layout")
         show_profiles(records)
         saved = [r["id"] for r in records if r["spec"].get("node_rank", 0) == 0]  # node 0 owns multi-node records
-        if store is not None and saved:
-            info(f"saved {len(saved)} run(s) in {store.location}: {', '.join(saved)}")
-        elif store is not None:
+        spooled = getattr(store, "spooled", {})  # runs the store could not take: never claimed as saved there
+        stored = [i for i in saved if i not in spooled]
+        if store is not None and stored:
+            info(f"saved {len(stored)} run(s) in {store.location}: {', '.join(stored)}")
+        if store is not None and len(stored) < len(saved):
+            info(f"NOT saved in {store.location}: {', '.join(i for i in saved if i in spooled)}; kept in its spool "
+                 f"{store.spool_dir}, loaded the next time the store opens")
+        if store is not None and not saved:
             info("not stored here: node 0 of a multi-node run stores its record")
     _raise_if_failed(records)
 

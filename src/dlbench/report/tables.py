@@ -11,6 +11,8 @@ import io
 from collections.abc import Sequence
 from typing import Any
 
+from dlbench.safety import printable
+
 Table = tuple[list[str], list[list[str]]]
 
 
@@ -123,16 +125,22 @@ def render(table: Table, title: str | None = None, file=None) -> None:
     """Print a table with rich (plain text when the output is not a terminal)."""
     from rich.console import Console
     from rich.table import Table as RichTable
+    from rich.text import Text
+
+    def shown(cell) -> Text:
+        # every cell, heading and the title may hold stored text (tags, labels, errors): a Text is shown as typed,
+        # never parsed for markup or :emoji: codes; control characters are made visible first
+        return Text(printable(cell))
 
     columns, rows = table
     keep = [i for i, name in enumerate(columns) if not rows or any(row[i] != "-" for row in rows)]
     columns, rows = [columns[i] for i in keep], [[row[i] for i in keep] for row in rows]
-    out = RichTable(title=title, header_style="bold")
+    out = RichTable(title=None if title is None else shown(title), header_style="bold")
     for name in columns:
         numeric = any(word in name for word in ("samples/s", "ms", "FLOP", "MFU", "batch", "B/A"))
-        out.add_column(name, justify="right" if numeric else "left", overflow="fold")
+        out.add_column(shown(name), justify="right" if numeric else "left", overflow="fold")
     for row in rows:
-        out.add_row(*row)
+        out.add_row(*(shown(cell) for cell in row))
     console = Console(file=file, soft_wrap=False)
     if not console.is_terminal:
         console.width = 200  # piped to a file or a log: do not fold columns at 80 characters
