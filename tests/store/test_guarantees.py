@@ -18,8 +18,7 @@ import pytest
 
 from dlbench.errors import NOT_SAVED_EXIT_CODE
 from dlbench.record import SCHEMA_VERSION
-from dlbench.store import open_store
-from dlbench.store import spool as spoolmod
+from dlbench.store import open_store, spool as spoolmod
 
 #: A tiny run: "running …" is printed before the model is built, and 50 steps leave time to act on the store
 #: before the run saves (tens of milliseconds on an idle machine; a reaction to the line takes about one).
