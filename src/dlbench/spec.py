@@ -436,8 +436,10 @@ def make_launch_settings(fields: dict[str, Any]) -> LaunchSettings:
         if not key:  # a check across fields names its own values
             raise UsageError(f"{message}.") from None
         flag = {"signal_lead_s": "--signal-lead", "tolerations": "--toleration"}.get(key, "--" + key.replace("_", "-"))
-        raise UsageError(f"{flag} {shown(err.get('input'))}: {message[0].lower()}{message[1:]} (a flag, or the "
-                         f"config's 'launcher: {key}').") from None
+        value = err.get("input")
+        given = shown(value) if isinstance(value, str) else repr(value)
+        raise UsageError(f"{flag} {given}: {message[0].lower()}{message[1:]} (a flag, or the config's "
+                         f"'launcher: {key}').") from None
 
 
 _SLURM_TIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")

@@ -91,6 +91,11 @@ RUN = ["run", "--config", "{tmp}/c.yaml"]
 TINY = ["lstm", "-p", "seq_len=4", "-p", "input_size=8", "-p", "hidden_size=8", "-b", "4", "--steps", "2", "--warmup", "1"]
 NO_TELEMETRY = ["--no-telemetry"]
 
+#: ``python -m dlbench``, for the cases that need a new interpreter. A constant, not written out in :func:`check`:
+#: the tiers' hook (tests/conftest.py) would mark every case slow; :func:`params` marks just those cases.
+DLBENCH = (sys.executable, "-m", "dlbench")
+
+
 def params(cases: list[Case]) -> list:
     """``cases`` for ``pytest.mark.parametrize("case", …)``: each named by its id; those that start a new
     interpreter (``in_process=False``) marked ``slow`` (the test tiers, tests/conftest.py)."""
@@ -123,7 +128,7 @@ def check(case: Case, seeded_store: tuple[Path, str], tmp_path: Path, monkeypatc
         code = main(argv)
         out, err = capsys.readouterr()
     else:
-        done = subprocess.run([sys.executable, "-m", "dlbench", *argv], env=os.environ | env, cwd=tmp_path,
+        done = subprocess.run([*DLBENCH, *argv], env=os.environ | env, cwd=tmp_path,
                               capture_output=True, text=True, timeout=120)
         code, out, err = done.returncode, done.stdout, done.stderr
     assert code == 2, f"exit {code}; stderr: {err[-2000:]}"

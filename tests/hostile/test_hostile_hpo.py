@@ -8,7 +8,7 @@ import sys
 
 import pytest
 import yaml
-from hostile_corpus import Case, check
+from hostile_corpus import Case, check, params
 
 RUN = ["hpo", "run", "--config", "{tmp}/s.yaml"]
 SPACE = {"x": {"type": "float", "low": 0.0, "high": 1.0}}
@@ -107,7 +107,7 @@ CASES: list[Case] = [
 ]
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+@pytest.mark.parametrize("case", params(CASES))
 def test_hostile_study_is_refused_before_anything_runs(case, seeded_store, tmp_path, monkeypatch, capsys):
     check(case, seeded_store, tmp_path, monkeypatch, capsys)
     assert not (tmp_path / "typo").exists() and not (tmp_path / "typo.db").exists()  # a read creates nothing

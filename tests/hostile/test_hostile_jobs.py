@@ -11,7 +11,7 @@ import json
 
 import pytest
 import yaml
-from hostile_corpus import TINY, Case, check
+from hostile_corpus import TINY, Case, check, params
 
 JOBS = {"DLBENCH_JOBS_DIR": "{tmp}/jobs"}
 RECORD = {"schema_version": 1, "id": "abcdef012345", "created_at": "2026-11-30T10:00:00+00:00", "status": "aborted",
@@ -119,7 +119,7 @@ CASES += [
 ]
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+@pytest.mark.parametrize("case", params(CASES))
 def test_hostile_job_or_size_is_one_sentence_before_anything_is_submitted(case, seeded_store, tmp_path, monkeypatch,
                                                                           capsys):
     check(case, seeded_store, tmp_path, monkeypatch, capsys)

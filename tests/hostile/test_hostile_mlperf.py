@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 
 import pytest
-from hostile_corpus import Case, check
+from hostile_corpus import Case, check, params
 
 SCORE = ["mlperf", "score", "{tmp}/res"]
 
@@ -44,6 +44,6 @@ CASES: list[Case] = [
 ]
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+@pytest.mark.parametrize("case", params(CASES))
 def test_a_folder_with_no_mlperf_log_is_not_a_score(case, seeded_store, tmp_path, monkeypatch, capsys):
     check(case, seeded_store, tmp_path, monkeypatch, capsys)

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 import pytest
-from hostile_corpus import Case, check
+from hostile_corpus import Case, check, params
 
 from dlbench.record import SCHEMA_VERSION
 from dlbench.store import open_store
@@ -143,7 +143,7 @@ CASES += [
 ]
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+@pytest.mark.parametrize("case", params(CASES))
 def test_hostile_store_input_is_refused_before_anything_is_written(case, seeded_store, tmp_path, monkeypatch, capsys):
     check(case, seeded_store, tmp_path, monkeypatch, capsys)
     assert not (tmp_path / "runs.db.spool").exists()
