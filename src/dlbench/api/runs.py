@@ -59,15 +59,20 @@ def run_benchmark(spec: RunSpec, store=None, on_step: OnStep | None = None, env:
     return execute(run, store, env if env is not None else run_env(runs=[run]), on_step)[0]
 
 
-def run_specs(specs: list[RunSpec], store=None, env: dict | None = None, around: Around | None = None) -> list[dict[str, Any]]:
-    """Run ``specs`` in order (all resolved first), each record saved as it ends."""
+def run_specs(specs: list[RunSpec], store=None, env: dict | None = None, around: Around | None = None,
+              on_done: Callable[[int, list[dict[str, Any]]], Any] | None = None) -> list[dict[str, Any]]:
+    """Run ``specs`` in order (all resolved first), each record saved as it ends; ``on_done(index, records)``
+    hears of each run as it ends (a suite's live results)."""
     joined = joined_launch()
     runs = [resolve_train(spec, joined) for spec in specs]
     env = env if env is not None else run_env(runs=runs)
     records = []
     for i, run in enumerate(runs):
         with (around(i, run) if around else contextlib.nullcontext()) as on_step:
-            records += execute(run, store, env, on_step)
+            ended = execute(run, store, env, on_step)
+        records += ended
+        if on_done is not None:
+            on_done(i, ended)
     return records
 
 
