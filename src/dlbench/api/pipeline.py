@@ -32,6 +32,7 @@ from typing import Any
 import torch
 
 from dlbench.api.jobs import Ending, job_kind
+from dlbench.engine.devices import explain_failure
 from dlbench.engine.loop import Progress
 from dlbench.engine.run import ResolvedRun
 from dlbench.errors import RunFailed, Submitted, Terminated, UsageError
@@ -185,4 +186,5 @@ def is_oom(exc: BaseException) -> bool:
 
 
 def error_text(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}".strip()[:2000]
+    """A failure as the record keeps it: what dlbench can explain explained first (oneDNN's errors)."""
+    return explain_failure(f"{type(exc).__name__}: {exc}".strip())[:2000]

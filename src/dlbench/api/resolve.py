@@ -4,6 +4,7 @@ torch (threads are applied where the run executes), nothing is started or writte
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping
 
@@ -12,12 +13,14 @@ import torch
 from dlbench.catalog import registry
 from dlbench.config import writable_dir
 from dlbench.engine.aggregate import per_rank_batch
-from dlbench.engine.devices import device_name, resolve_device
+from dlbench.engine.devices import cpu_precision_note, device_name, resolve_device
 from dlbench.engine.dist import LaunchEnv, check_backend, check_endpoint, default_backend, detect_launch_env
 from dlbench.engine.run import ResolvedRun, frozen
 from dlbench.errors import UsageError
 from dlbench.record import new_id
 from dlbench.spec import CommSpec, LaunchSettings, RunSpec
+
+log = logging.getLogger("dlbench")
 
 
 def joined_launch(environ: Mapping[str, str] | None = None) -> LaunchEnv | None:
@@ -44,6 +47,9 @@ def resolve_train(spec: RunSpec, joined: LaunchEnv | None = None) -> ResolvedRun
                          "use --launcher torchrun, or drop --nproc/--nnodes.")
     workload = registry.create(spec.workload, spec.params)
     device = resolve_device(spec.device)
+    note = cpu_precision_note(spec.precision) if device.type == "cpu" else None
+    if note:  # said before the run starts: its failure (or slowness) is then no surprise
+        log.warning("dlbench: warning: %s run with --precision %s: %s.", spec.workload, spec.precision, note)
     world = joined.world_size if joined is not None else spec.world_size
     batch_size = per_rank_batch(spec.batch_size or workload.default_batch_size, world, spec.scaling)
     grouped = world > 1 or bool(spec.torchrun)  # ranks in a process group (torchrun even for one: --launcher torchrun)
