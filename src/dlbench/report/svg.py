@@ -136,23 +136,47 @@ def line_chart(series: list[dict[str, Any]], title: str, xlabel: str, ylabel: st
     return _frame(title, body, legend, "line")
 
 
+def wrap_label(label: str, width: int = 34, max_lines: int = 4) -> list[str]:
+    """A bar's label in lines of at most ``width`` characters, broken after spaces and commas (a cut
+    label — "…[image_size=128,nu" — could not tell two bars apart); the last line ends with … if more."""
+    lines, line = [], ""
+    for token in label.replace(",", ", ").split(" "):
+        token = token.replace(", ", ",")
+        piece = f"{line} {token}" if line and not line.endswith(",") else line + token
+        if len(piece) <= width or not line:
+            line = piece
+        else:
+            lines.append(line)
+            line = token
+    lines.append(line)
+    lines = [text[i:i + width] for text in lines for i in range(0, max(len(text), 1), width)]
+    return lines if len(lines) <= max_lines else lines[:max_lines - 1] + [lines[max_lines - 1][:width - 1] + "…"]
+
+
 def bar_chart(bars: list[tuple[str, float, float | None, str]], title: str, xlabel: str) -> str:
-    """Horizontal bars ``(label, value, err|None, hover text)`` with ±err whiskers; height grows with bars."""
-    height = max(120, _TOP + _BOTTOM + 22 * len(bars))
+    """Horizontal bars ``(label, value, err|None, hover text)`` with ±err whiskers; height grows with bars
+    and with labels that take several lines."""
+    labels = [wrap_label(label) for label, *_ in bars]
+    rows = [max(22, 12 * len(lines) + 8) for lines in labels]
+    height = max(120, _TOP + _BOTTOM + sum(rows))
     scale = _Axis([0.0] + [v + (e or 0) for _, v, e, _ in bars], 200, _W - _RIGHT, False, True)
     body = [f'<line x1="200" y1="{_TOP}" x2="200" y2="{height - _BOTTOM}" stroke="#333"/>']
     for tick in scale.ticks:
         px = scale(tick)
         body.append(f'<line x1="{px:.1f}" y1="{_TOP}" x2="{px:.1f}" y2="{height - _BOTTOM}" stroke="#ddd"/>'
                     f'<text x="{px:.1f}" y="{height - _BOTTOM + 14}" font-size="10" text-anchor="middle">{_fmt(tick)}</text>')
-    for i, (label, value, err, hover) in enumerate(bars):
-        top = _TOP + 4 + 22 * i
+    top = _TOP + 4
+    for i, ((_, value, err, hover), lines, row) in enumerate(zip(bars, labels, rows)):
         color = PALETTE[i % len(PALETTE)]
-        body.append(f'<text x="196" y="{top + 12}" font-size="10" text-anchor="end">{escape(label[:34])}</text>'
-                    f'<rect class="mark" x="200" y="{top}" width="{max(scale(value) - 200, 1):.1f}" height="16" '
+        middle = top + row / 2 - 4  # the bar in the middle of its row, beside its label's lines
+        first_y = middle + 4 - 6 * (len(lines) - 1)
+        text = "".join(f'<tspan x="196" y="{first_y + 12 * j:.0f}">{escape(line)}</tspan>' for j, line in enumerate(lines))
+        body.append(f'<text font-size="10" text-anchor="end">{text}</text>'
+                    f'<rect class="mark" x="200" y="{middle - 8:.0f}" width="{max(scale(value) - 200, 1):.1f}" height="16" '
                     f'fill="{color}"><title>{escape(hover)}</title></rect>')
         if err:
             lo, hi = scale(max(value - err, 0)), scale(value + err)
-            body.append(f'<line x1="{lo:.1f}" x2="{hi:.1f}" y1="{top + 8}" y2="{top + 8}" stroke="#000"/>')
+            body.append(f'<line x1="{lo:.1f}" x2="{hi:.1f}" y1="{middle:.0f}" y2="{middle:.0f}" stroke="#000"/>')
+        top += row
     body.append(f'<text x="{(200 + _W - _RIGHT) / 2}" y="{height - 8}" font-size="11" text-anchor="middle">{escape(xlabel)}</text>')
     return _frame(title, body, [], "bar", height)
