@@ -67,6 +67,16 @@ class _Axis:
         return self.start + (pos - self.low) / span * (self.end - self.start)
 
 
+def _title_text(title: str) -> str:
+    """The chart's heading: one line at 13 px when it fits the width, else up to two smaller lines from the
+    left edge (a trend chart's configuration ran off the right edge); the whole title is the hover text."""
+    if len(title) <= 76:
+        return f'<text x="{_LEFT}" y="16" font-size="13" font-weight="bold">{escape(title)}</text>'
+    lines = wrap_label(title, width=104, max_lines=2)
+    spans = "".join(f'<tspan x="8" y="{11 + 11 * i}">{escape(line)}</tspan>' for i, line in enumerate(lines))
+    return f'<text font-size="10" font-weight="bold">{spans}</text>'
+
+
 def _frame(title: str, body: list[str], legend: list[tuple[str, str]], kind: str, height: int = _H) -> str:
     items = "".join(
         f'<g transform="translate({_W - _RIGHT + 12},{_TOP + 14 + 16 * i})"><rect width="10" height="10" y="-9" fill="{color}"/>'
@@ -76,7 +86,7 @@ def _frame(title: str, body: list[str], legend: list[tuple[str, str]], kind: str
     return (
         f'<svg class="chart" data-kind="{kind}" viewBox="0 0 {_W} {height}" width="100%" role="img" '
         f'xmlns="http://www.w3.org/2000/svg" font-family="sans-serif"><title>{escape(title)}</title>'
-        f'<text x="{_LEFT}" y="16" font-size="13" font-weight="bold">{escape(title)}</text>'
+        + _title_text(title)
         + "".join(body) + items + "</svg>"
     )
 
