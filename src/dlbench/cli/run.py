@@ -114,9 +114,10 @@ def run(
 
 @launch_options
 def suite(
-    name: str = typer.Argument(None, help="Built-in suite: quick (small sizes, ~2 min on a 2-core CPU) or standard (catalogue defaults, for GPUs). Default: quick on CPU, standard on CUDA.", show_default=False),
+    name: str = typer.Argument(None, help="Built-in suite: quick (small sizes, a few minutes on an idle 2-core CPU) or standard (catalogue defaults, for GPUs). Default: quick on CPU, standard on CUDA.", show_default=False),
     device: str = typer.Option(None, "--device", help="auto | cpu | cuda \\[default: auto]."),
     precision: str = typer.Option(None, "--precision", help="fp32 | bf16 | fp16."),
+    threads: int = typer.Option(None, "--threads", help="torch intra-op threads for every run (default: torch's; on a busy host 1 is often many times faster)."),
     tag: list[str] = typer.Option(None, "--tag", "-t", help="Label KEY=VALUE stored with every run (repeatable)."),
     db: str = DB_OPTION,
     no_store: bool = typer.Option(False, "--no-store", help="Do not save the records."),
@@ -134,7 +135,7 @@ def suite(
             device in (None, "auto") and not launch.batch() and torch.cuda.is_available())
         name = "standard" if on_gpu else "quick"
         info(f"suite '{name}' (pick another with 'dlbench suite quick|standard')")
-    overrides = _overrides(device=device, precision=precision, tag=tag)
+    overrides = _overrides(device=device, precision=precision, threads=threads, tag=tag)
     overrides.setdefault("tags", {})["suite"] = name
     execute(builtin_suite(name, overrides), db, no_store, as_json, single=False, launch=launch)
 
