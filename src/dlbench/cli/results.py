@@ -101,6 +101,7 @@ def show(
     run_id: str = typer.Argument(..., help="Run id or a unique prefix of it."),
     profile: bool = typer.Option(False, "--profile", help="Print the run's profile: time breakdown, top operators, hints."),
     db: str = DB_OPTION,
+    as_json: bool = typer.Option(False, "--json", help="The record as JSON (what 'show ID' prints anyway; accepted like every command's --json)."),
 ) -> None:
     """Print one stored run record as JSON (a profiled run's hints included); --profile for its breakdown."""
     store = open_store(db, create=False)
