@@ -24,6 +24,8 @@ HEAVY_FIXTURES = {
     "monitor_and_prometheus": "a real Prometheus scraping the exporter (tests/telemetry)",
     "real_db": "real runs, two of them over two ranks, for the report tests (tests/report/conftest.py)",
     "live": "a real run written live to TensorBoard (tests/report/test_tensorboard.py)",
+    "cluster2": "a 2-node Slurm cluster of network namespaces (tests/cluster/cluster.py)",
+    "cluster4": "a 4-node Slurm cluster of network namespaces (tests/cluster/cluster.py)",
 }
 
 #: What, in the source of a test, of a helper function of its module it calls, or of a fixture it uses,

@@ -106,6 +106,10 @@ def missing() -> str | None:
     for tool in ("ip", "tc", "nsenter", "unshare"):
         if shutil.which(tool, path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin") is None:
             return f"the namespace cluster needs {tool} (Debian: iproute2, util-linux)"
+    # a container without CAP_SYS_ADMIN cannot make namespaces: try one (empty, gone when `true` exits)
+    probe = subprocess.run(["unshare", "--net", "--uts", "--mount", "true"], capture_output=True, text=True, check=False)
+    if probe.returncode != 0:
+        return f"network namespaces cannot be created here ({probe.stderr.strip()[:120]})"
     return slurm_missing()
 
 
@@ -141,6 +145,7 @@ class NamespaceCluster:
         self._namespaces: list[str] = []
         self._host_links_before: set[str] = set()
         self._netem: str | None = None  # why a delay cannot be added ("" when it can); probed once
+        self._healthy = True  # no link shaped, pulled or node killed since start() or heal()
 
     # -- names and addresses ----------------------------------------------------------------------
 
@@ -180,6 +185,7 @@ class NamespaceCluster:
         except BaseException:
             self.stop()
             raise
+        self._healthy = True
         return self
 
     def _network(self) -> None:
@@ -284,6 +290,7 @@ class NamespaceCluster:
         kernel's sch_netem (:meth:`netem_missing` says why not)."""
         if delay_ms and (why := self.netem_missing()):
             raise RuntimeError(f"cannot add {delay_ms} ms to {node}'s link: {why}")
+        self._healthy = False
         for ns, dev in ((self.netns(node), NODE_DEVICE), (self.switch, self.port(node))):
             _tc(ns, "qdisc", "del", "dev", dev, "root", check=False)
             if delay_ms:
@@ -308,6 +315,7 @@ class NamespaceCluster:
     def link_down(self, node: str) -> None:
         """Pull ``node``'s cable at the switch: its traffic is dropped silently both ways (no error reaches
         either side; TCP retransmits into the void)."""
+        self._healthy = False
         _ip("-n", self.switch, "link", "set", self.port(node), "down")
 
     def link_up(self, node: str) -> None:
@@ -342,11 +350,20 @@ class NamespaceCluster:
             time.sleep(0.5)
         return left
 
-    def kill_node(self, node: str) -> None:
-        """The node dies: SIGKILL to its slurmd and every process on it (job steps, ranks). Its link stays up;
-        :meth:`start_node` brings slurmd back."""
-        self._kill_all(self.pids(node))
-        self._daemons.pop(f"slurmd-{node}", None)
+    def kill_node(self, node: str, timeout_s: float = 10.0) -> None:
+        """The node dies: SIGKILL to its slurmd and every process on it (job steps, ranks), again until none
+        is left (a process forked meanwhile is caught by the next round). Its link stays up;
+        :meth:`start_node` (or :meth:`heal`) brings slurmd back."""
+        self._healthy = False
+        deadline = time.monotonic() + timeout_s
+        while pids := self.pids(node):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{node}: processes {pids} survived SIGKILL for {timeout_s:.0f} s")
+            self._kill_all(pids)
+            time.sleep(0.05)
+        slurmd = self._daemons.pop(f"slurmd-{node}", None)
+        if slurmd is not None:
+            slurmd.wait()  # reaped: no zombie left behind
 
     def start_node(self, node: str, timeout_s: float = 60.0) -> None:
         """Start ``node``'s slurmd again (after :meth:`kill_node`) and wait until Slurm has it idle."""
@@ -354,7 +371,10 @@ class NamespaceCluster:
         self._wait(lambda: node in self.idle_nodes(), timeout_s, f"{node} did not become idle again")
 
     def heal(self, timeout_s: float = 60.0) -> None:
-        """Every link up with the shaping the cluster started with, every killed node's slurmd started again."""
+        """Every link up with the shaping the cluster started with, every killed node's slurmd started again
+        (nothing to do, and nothing done, when no link or node was touched since)."""
+        if self._healthy:
+            return
         for node in self.nodes:
             self.link_up(node)
             self.shape(node, *self._link)
@@ -363,6 +383,7 @@ class NamespaceCluster:
             self._start_slurmd(node)
         if dead:
             self._wait(lambda: set(dead) <= set(self.idle_nodes()), timeout_s, f"{', '.join(dead)} did not become idle again")
+        self._healthy = True
 
     @staticmethod
     def _kill_all(pids: Sequence[int]) -> None:

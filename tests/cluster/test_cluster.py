@@ -115,8 +115,10 @@ def test_a_killed_node_loses_its_job_processes_and_comes_back(cluster2):
     while not cluster2.job_processes(["node1"]):
         assert time.monotonic() < deadline, cluster2.squeue()
         time.sleep(0.5)
-    cluster2.kill_node("node1")
-    assert cluster2.pids("node1") == []  # slurmd, slurmstepd, the job: all gone
-    cluster2.cancel_all()
-    cluster2.heal()
+    try:
+        cluster2.kill_node("node1")
+        assert cluster2.pids("node1") == []  # slurmd, slurmstepd, the job: all gone
+        cluster2.cancel_all()
+    finally:
+        cluster2.heal()  # the session's later tests need node1
     assert cluster2.idle_nodes() == ["node0", "node1"] and cluster2.job_processes() == []

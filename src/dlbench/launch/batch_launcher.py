@@ -123,12 +123,12 @@ class BatchLauncher(Launcher):
             self._claim(entry, state)
             return Outcome(statuses=self.scheduler.reports(job_id, workdir), ranks_here=ranks, signal=signum)
         self._claim(entry, state)
-        outcome = self.outcome(entry, state)
-        outcome.lost = lost
-        return outcome
+        return self.outcome(entry, state, lost)
 
-    def outcome(self, entry: dict[str, Any], state: JobState) -> Outcome:
-        """The outcome of ``entry``'s ended job from its ranks' reports and the scheduler's final state."""
+    def outcome(self, entry: dict[str, Any], state: JobState, lost: str | None = None) -> Outcome:
+        """The outcome of ``entry``'s ended job from its ranks' reports and the scheduler's final state. ``lost``:
+        dlbench cancelled the job itself because a rank failed ("") or a node was lost (what it saw) — a
+        failure of the run, not a stop the scheduler or the user asked for."""
         job_id, workdir = entry["job_id"], Path(entry["workdir"])
         ranks = tuple(range(entry["run"]["world_size"]))
         statuses = self.scheduler.reports(job_id, workdir)
@@ -138,7 +138,10 @@ class BatchLauncher(Launcher):
             statuses = self.scheduler.reports(job_id, workdir)
         outcome = Outcome(statuses=statuses, ranks_here=ranks, returncode=0 if state.state == "done" else 1,
                           hosts={rank: str(beat.get("host")) for rank, beat in read_heartbeats(workdir / RANKS_DIR).items()})
-        if state.state in (CANCELLED, TIMEOUT) or any(s.get("status") == "aborted" for s in statuses.values()):
+        outcome.lost = lost or None
+        # after dlbench's own cancel the ranks it stopped report "aborted": symptoms of the failure, not a stop
+        stopped = state.state in (CANCELLED, TIMEOUT) or any(s.get("status") == "aborted" for s in statuses.values())
+        if lost is None and stopped:
             why = {TIMEOUT: f"reached its time limit ({state.reason})", CANCELLED: "was cancelled"}.get(
                 state.state, "was told to stop (SIGTERM: its time limit was near, or it was preempted)")
             outcome.stopped = f"the {self.name} job {job_id} {why}"
@@ -172,7 +175,7 @@ class BatchLauncher(Launcher):
             if trouble is not None:  # end it now: the scheduler would wait for its own node-down detection
                 info(f"dlbench: {trouble or 'a rank failed'}; cancelling {self.name} job {job_id}")
                 self.scheduler.cancel(job_id)
-                lost = f"{trouble}; dlbench cancelled the job" if trouble else None
+                lost = f"{trouble}; dlbench cancelled the job" if trouble else ""
                 # the live ranks record what they measured within seconds of SIGTERM; a dead node's never will
                 return self._settle(job_id, watch.all_reported, limit_s=2 * FAILED_GRACE_S), lost
             why = self.scheduler.never_starts(state) if state.state == QUEUED else None
