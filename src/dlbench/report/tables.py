@@ -110,7 +110,8 @@ def render(table: Table, title: str | None = None, file=None) -> None:
     columns, rows = [columns[i] for i in keep], [[row[i] for i in keep] for row in rows]
     out = RichTable(title=title, header_style="bold")
     for name in columns:
-        numeric = any(word in name for word in ("samples/s", "ms", "FLOP", "MFU", "batch", "B/A"))
+        # whole words: "params" holds "ms" but is text (it was right-aligned)
+        numeric = any(word in name.replace("(", " ").split() for word in ("samples/s", "ms", "FLOP/s", "MFU", "batch", "B/A"))
         # long free text (a workload's parameters, an error) wraps inside its cell, not the whole row
         wide = name in ("params", "status", "configuration", "tags")
         out.add_column(name, justify="right" if numeric else "left", overflow="fold", max_width=36 if wide else None)
