@@ -9,9 +9,12 @@ import os
 import re
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 
 import psutil
 import pytest
+
+TESTS = Path(__file__).resolve().parent
 
 #: Fixtures that start a service or many processes: a test using one (directly or through another
 #: fixture) is ``slow``. Add a fixture here when it starts something that costs seconds.
@@ -19,21 +22,27 @@ HEAVY_FIXTURES = {
     "slurm_cluster": "a real one-node Slurm: munged, slurmctld, slurmd (tests/launch/slurm_cluster.py)",
     "kube": "the Kubernetes API-server double; its pods are local processes (tests/launch/kube_double.py)",
     "ray_address": "a local Ray cluster (tests/hpo/test_hpo_ray.py)",
+    "ray_cluster": "a local Ray cluster (tests/hpo/test_engine_conformance.py)",
+    "slurm_daemons": "a real one-node Slurm for the HPO engine conformance suite (tests/hpo/test_engine_conformance.py)",
     "kernel_env": "a Jupyter kernel running the example notebooks (tests/examples)",
     "chromium": "headless Chromium rendering the report (tests/report/test_browser.py)",
     "monitor_and_prometheus": "a real Prometheus scraping the exporter (tests/telemetry)",
     "real_db": "real runs, two of them over two ranks, for the report tests (tests/report/conftest.py)",
     "live": "a real run written live to TensorBoard (tests/report/test_tensorboard.py)",
+    "every_task_once": "an MLPerf time-to-train run of every task (tests/mlperf/test_mlperf_tasks.py)",
+    "two_short_runs": "two MLPerf resnet runs (tests/mlperf/test_mlperf_runner.py)",
+    "short_run": "an MLPerf resnet run checked by the official checker (tests/mlperf/test_mlperf_check.py)",
     "cluster2": "a 2-node Slurm cluster of network namespaces (tests/cluster/cluster.py)",
     "cluster4": "a 4-node Slurm cluster of network namespaces (tests/cluster/cluster.py)",
 }
 
-#: What, in the source of a test, of a helper function of its module it calls, or of a fixture it uses,
+#: What, in the source of a test, of a fixture it uses or of a helper in tests/ it calls (two calls deep),
 #: costs seconds: a new interpreter importing dlbench and torch, or torchrun with several ranks.
 HEAVY_SOURCE = {
     re.compile(r'sys\.executable,[^\]]*?"-m",\s*"dlbench'): "python -m dlbench (or one of its modules) in a subprocess",
     re.compile(r'"--nproc",\s*"(?!1")'): "a run over several ranks (torchrun)",
     re.compile(r'"--launcher",\s*"torchrun"'): "a run whose ranks torchrun starts",
+    re.compile(r'get_context\(\s*"(spawn|forkserver)"'): "new interpreters started by multiprocessing",
 }
 
 
@@ -62,7 +71,7 @@ def heavy_reason(item) -> str | None:
 
 @functools.cache
 def _heavy_code(function, depth: int = 0) -> str | None:
-    """A HEAVY_SOURCE reason found in ``function``'s source or that of its module's functions it calls."""
+    """A HEAVY_SOURCE reason found in ``function``'s source or that of the suite's helper functions it calls."""
     function = inspect.unwrap(function)
     try:
         source = inspect.getsource(function)
@@ -77,11 +86,20 @@ def _heavy_code(function, depth: int = 0) -> str | None:
     module_globals = getattr(function, "__globals__", {})
     for name in _called_names(function.__code__):
         helper = module_globals.get(name)
-        if inspect.isfunction(helper) and helper.__module__ == function.__module__ and helper is not function:
+        helper = inspect.unwrap(helper) if callable(helper) else helper  # a cached helper too
+        if inspect.isfunction(helper) and helper is not function and _in_tests(helper):
             reason = _heavy_code(helper, depth + 1)
             if reason:
                 return reason
     return None
+
+
+def _in_tests(function) -> bool:
+    """Whether ``function`` is the suite's own (a helper in tests/, not a library's)."""
+    try:
+        return Path(inspect.getsourcefile(function) or "").resolve().is_relative_to(TESTS)
+    except TypeError:
+        return False
 
 
 def _called_names(code) -> set[str]:

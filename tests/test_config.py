@@ -133,6 +133,17 @@ def test_builtin_suites_cover_the_catalogue():
         builtin_suite("quik")
 
 
+def test_the_llm_suites_resolve_every_layout():
+    from dlbench.api.resolve import resolve_train
+
+    runs = [resolve_train(spec) for spec in builtin_suite("llm")]
+    assert [r.record_spec["layout"] and r.record_spec["layout"]["parallel"] for r in runs] == [
+        None, "ddp", "fsdp", "tp", "pp", "fsdp+tp"]
+    assert {r.record_spec["global_batch_size"] for r in runs} == {8}  # one global batch: losses comparable
+    gpu = builtin_suite("llm-gpu")
+    assert {s.params["preset"] for s in gpu} == {"1b"} and any(s.compile for s in gpu)
+
+
 def test_key_values():
     assert parse_key_values(["a=1", "b = x"], "--tag") == {"a": "1", "b": "x"}
     with pytest.raises(UsageError, match="NAME=VALUE"):

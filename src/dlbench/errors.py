@@ -80,3 +80,19 @@ class Terminated(BaseException):
             return signal.Signals(self.signum).name
         except ValueError:
             return f"signal {self.signum}"
+
+
+#: Exit code of a command whose finished run could be saved neither to the store nor to its spool (the record
+#: was printed to stderr as JSON instead). 1 stays "the benchmark failed", 2 "bad usage or input".
+NOT_SAVED_EXIT_CODE = 3
+
+
+class RecordNotSaved(DlbenchError):
+    """A finished run could be written neither to the results store nor to its spool (disk full, folder gone).
+
+    The run pipeline prints each such record to stderr as one JSON line, so the measurement survives in the
+    job's log; the CLI exits with :data:`NOT_SAVED_EXIT_CODE`. ``records`` are the records that were not saved."""
+
+    def __init__(self, message: str, records: list[dict] | None = None):
+        super().__init__(message)
+        self.records = list(records or [])

@@ -8,6 +8,8 @@ incompatible change and teach :func:`upgrade` to read the old shape.
 from __future__ import annotations
 
 import datetime as dt
+import math
+import re
 import uuid
 from typing import Any
 
@@ -60,3 +62,115 @@ def upgrade(record: dict[str, Any]) -> dict[str, Any]:
 def device_label(record: dict[str, Any]) -> str:
     """Human name of what ran the benchmark: the GPU's name, or the CPU model."""
     return record["spec"].get("device_name") or record["spec"].get("device", "?")
+
+
+# -- checking a record that comes from outside (store import, the spool) -----------------------------------
+
+#: What a run id may be: dlbench's own are 12 hex digits; letters, digits, _ and - up to the store's 32 characters
+#: (never a path: ids name trace folders and exported files).
+ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,31}")
+_MAX_INT = 2**63 - 1  # what SQLite and PostgreSQL integer columns hold
+#: Summary columns of the store and the longest text each holds (the store's column widths).
+_SPEC_TEXT = {"workload": 64, "device": 16, "precision": 8, "mode": 16}
+
+
+def record_problem(record: Any, finite: bool = True) -> str | None:
+    """Why ``record`` is not a run record the store and the reports can use (one clause), or None when it is.
+
+    Checks the contract of DESIGN.md: ``schema_version``, ``id`` of :data:`ID_PATTERN`, ``created_at`` an ISO 8601
+    time, ``status`` one of :data:`STATUSES`, ``error`` text, ``spec`` a mapping with a workload and ``tags`` a
+    mapping of text to text, ``env``/``result``/``telemetry`` mappings, whole numbers where the store keeps them;
+    with ``finite`` (records from outside) no NaN or infinity anywhere."""
+    if not isinstance(record, dict):
+        return f"a run record is a JSON object, not {type(record).__name__}"
+    version, run_id = record.get("schema_version"), record.get("id")
+    if type(version) is not int or not 1 <= version <= SCHEMA_VERSION:
+        return f"schema_version {_short(version)} is not one this dlbench reads (1 to {SCHEMA_VERSION})"
+    if not isinstance(run_id, str) or not ID_PATTERN.fullmatch(run_id):
+        return f"id {_short(run_id)} is not a run id (1 to 32 letters, digits, _ or -, not starting with _ or -)"
+    if record.get("status") not in STATUSES:
+        return f"status {_short(record.get('status'))} is not one of {', '.join(STATUSES)}"
+    if not _is_time(record.get("created_at")):
+        return f"created_at {_short(record.get('created_at'))} is not an ISO 8601 time such as 2026-12-01T10:00:00+00:00"
+    if record.get("error") is not None and not isinstance(record["error"], str):
+        return "error must be text or null"
+    return _spec_problem(record.get("spec")) or _parts_problem(record) or (_finite_problem(record) if finite else None)
+
+
+def _spec_problem(spec: Any) -> str | None:
+    if not isinstance(spec, dict):
+        return f"spec must be a JSON object, not {type(spec).__name__}"
+    for key, width in _SPEC_TEXT.items():
+        value = spec.get(key)
+        if (value is not None or key == "workload") and not (isinstance(value, str) and 0 < len(value) <= width):
+            return f"spec.{key} {_short(value)} must be text of 1 to {width} characters"
+    for key in ("batch_size", "nproc", "world_size"):
+        value = spec.get(key)
+        if value is not None and not (type(value) is int and 0 <= value <= _MAX_INT):
+            return f"spec.{key} {_short(value)} must be a whole number"
+    tags = spec.get("tags")
+    if tags is not None and not (isinstance(tags, dict) and all(
+            isinstance(k, str) and isinstance(v, str) and 0 < len(k) <= 128 and len(v) <= 512 for k, v in tags.items())):
+        return "spec.tags must map names (1 to 128 characters) to text (up to 512 characters)"
+    return None
+
+
+def _parts_problem(record: dict[str, Any]) -> str | None:
+    for key in ("env", "result", "telemetry"):
+        if record.get(key) is not None and not isinstance(record[key], dict):
+            return f"{key} must be a JSON object or null, not {type(record[key]).__name__}"
+    env, result = record.get("env") or {}, record.get("result") or {}
+    if env.get("hostname") is not None and not isinstance(env["hostname"], str):
+        return "env.hostname must be text"
+    if env.get("torch") is not None and not (isinstance(env["torch"], dict) and isinstance(env["torch"].get("version", ""), str)):
+        return "env.torch must be a JSON object with the version as text"
+    if result.get("samples_per_s") is not None and not _is_number(result["samples_per_s"]):
+        return "result.samples_per_s must be a number"
+    steps = result.get("step_time_s")
+    if steps is not None and not (isinstance(steps, dict) and (steps.get("median") is None or _is_number(steps["median"]))):
+        return "result.step_time_s must be a JSON object of numbers"
+    return None
+
+
+def _finite_problem(value: Any, where: str = "") -> str | None:
+    """The first NaN or infinity in ``value`` (reports and the store's columns cannot order or sum them)."""
+    stack = [(where, value)]
+    while stack:
+        path, item = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            return f"{path or 'the record'} is {item}, and every number must be finite"
+        if isinstance(item, dict):
+            stack.extend((f"{path}.{k}" if path else str(k), v) for k, v in item.items())
+        elif isinstance(item, list):
+            stack.extend((f"{path}[{i}]", v) for i, v in enumerate(item))
+    return None
+
+
+def _is_number(value: Any) -> bool:
+    """A JSON number a database column can hold (finiteness is :func:`_finite_problem`'s to judge)."""
+    return isinstance(value, float) or (type(value) is int and abs(value) <= _MAX_INT)
+
+
+def _is_time(value: Any) -> bool:
+    if not isinstance(value, str) or not 10 <= len(value) <= 40:
+        return False
+    try:
+        dt.datetime.fromisoformat(value)
+    except ValueError:
+        return False
+    return True
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:36] + "…" + text[-1]
+
+
+def series_problem(series: Any, finite: bool = True) -> str | None:
+    """Why ``series`` is not a telemetry series (a list of objects, each with a number ``t_s``), or None."""
+    if not isinstance(series, list):
+        return f"series must be a list of telemetry samples, not {type(series).__name__}"
+    for i, sample in enumerate(series):
+        if not isinstance(sample, dict) or not _is_number(sample.get("t_s")):
+            return f"series[{i}] must be a JSON object with a number t_s"
+    return _finite_problem(series, "series") if finite else None

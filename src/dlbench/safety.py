@@ -59,8 +59,10 @@ _HOW = {
     "plain": "letters, digits and _ . , : @ % + = -",
 }
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-#: What rich's markup parser reads as a tag (rich.markup.RE_TAGS), with the backslashes before it.
-_TAG = re.compile(r"(\\*)(\[[a-z#/@][^[]*?])")
+#: What rich's markup parser reads as a tag (rich.markup.RE_TAGS, without the backslashes before it), and
+#: every "[" with the backslashes before it.
+_TAG = re.compile(r"\[[a-z#/@][^[]*?]")
+_BRACKET = re.compile(r"(\\*)(\[(?:[a-z#/@][^[]*?])?)")
 _SHOWN = 80  # characters of a refused value quoted in the error
 
 
@@ -118,12 +120,16 @@ def printable(text: object) -> str:
 
 
 def markup(text: object) -> str:
-    """``text`` for a rich renderer, shown as typed whatever follows it.
+    """``text`` for a rich markup string (rendered with ``emoji=False``: rich has no escape for ``:smile:``
+    codes — tables use :class:`rich.text.Text` objects instead), shown as typed whatever follows it.
 
-    Control characters are made visible (:func:`printable`); each run of backslashes before something rich's
-    parser reads as a tag is doubled and the tag's ``[`` escaped (as ``rich.markup.escape`` does); and a backslash
-    run at the very end is doubled and closed by an empty tag, because rich's own escape leaves a text ending in
-    three backslashes turning the caller's next ``[bold]`` into an escaped (printed) tag."""
-    escaped = _TAG.sub(lambda m: m.group(1) * 2 + "\\" + m.group(2), printable(text))
+    Control characters are made visible (:func:`printable`). Before something rich's parser reads as a tag, a
+    run of k backslashes becomes 2k + 1 (as ``rich.markup.escape`` does); before any other ``[`` rich drops one
+    backslash, so a run there gets one more; and a backslash run at the very end is doubled and closed by an
+    empty tag, because rich's own escape leaves a text ending in three backslashes turning the caller's next
+    ``[bold]`` into an escaped (printed) tag."""
+    shown_text = printable(text)
+    escaped = _BRACKET.sub(lambda m: m.group(1) * 2 + "\\" + m.group(2) if _TAG.match(m.group(2))
+                           else m.group(1) + ("\\" if m.group(1) else "") + m.group(2), shown_text)
     trailing = len(escaped) - len(escaped.rstrip("\\"))
     return escaped + "\\" * trailing + "[bold][/bold]" if trailing else escaped

@@ -23,6 +23,13 @@ from pydantic import (
 from dlbench.errors import UsageError
 from dlbench.safety import sbatch_problem, shown
 
+#: Sensible limits of a job's size, so that a typo is one sentence instead of a MemoryError or a value a scheduler
+#: cannot hold: the largest machines have about 10,000 nodes and 8 GPUs (or a few hundred cores) per node.
+MAX_NODES = 65_536
+MAX_RANKS_PER_NODE = 1_024
+MAX_TIME_S = 366 * 86_400  # a year: beyond any queue's limit, and far inside int64 (activeDeadlineSeconds)
+MAX_SIGNAL_LEAD_S = 86_400
+
 
 class RunSpec(BaseModel):
     """One benchmark run. Fields not given take the workload's or dlbench's defaults."""
@@ -57,10 +64,11 @@ class RunSpec(BaseModel):
         default=None, gt=0, description="torch intra-op threads; None: torch's default."
     )
     seed: int = Field(default=0, ge=0, description="Seeds model initialisation and synthetic data.")
-    data: Literal["synthetic", "loader"] = Field(
+    data: str = Field(
         default="synthetic",
         description="synthetic: one batch resident on the device (pure compute); loader: a DataLoader "
-        "with workers, pinned memory and host-to-device copies every step (input-pipeline cost).",
+        "with workers, pinned memory and host-to-device copies every step (input-pipeline cost); "
+        "files:PATH: the same DataLoader reading the data set in PATH ('dlbench io generate --workload').",
     )
     workers: int = Field(default=2, ge=0, description="DataLoader worker processes (data=loader).")
     tags: dict[str, str] = Field(default_factory=dict, description="Free key=value labels, stored.")
@@ -74,8 +82,8 @@ class RunSpec(BaseModel):
     metrics_host: str = Field(
         default="127.0.0.1", description="Interface for metrics_port; 0.0.0.0 to be scraped from other hosts."
     )
-    nproc: int = Field(default=1, gt=0, description="Processes per node (torchrun --nproc-per-node); >1 runs DDP.")
-    nnodes: int = Field(default=1, gt=0, description="Nodes taking part (torchrun --nnodes).")
+    nproc: int = Field(default=1, gt=0, le=MAX_RANKS_PER_NODE, description="Processes per node (torchrun --nproc-per-node); >1 runs DDP.")
+    nnodes: int = Field(default=1, gt=0, le=MAX_NODES, description="Nodes taking part (torchrun --nnodes).")
     torchrun: bool | None = Field(
         default=None, description="--launcher torchrun: start the ranks through torchrun even for one process "
         "(a series compares like with like); --launcher local: one process here. None: torchrun when nproc > 1.")
@@ -94,6 +102,18 @@ class RunSpec(BaseModel):
         default=300.0, gt=0,
         description="Longest a rank may wait for the others (collectives, rendezvous) before the run fails.",
     )
+    parallel: Literal["ddp", "fsdp", "tp", "pp", "fsdp+tp"] | None = Field(
+        default=None, description="How the model is spread over the ranks (dlbench.layout); None: DDP over the ranks, "
+        "each drawing its own data. With a layout every data-parallel rank takes its rows of one global batch.",
+    )
+    tp: int | None = Field(default=None, gt=0, description="Tensor-parallel degree (tp: the world size; fsdp+tp: 2).")
+    pp: int | None = Field(default=None, gt=0, description="Pipeline-parallel degree (pp: the world size).")
+    ac: Literal["none", "selective", "full"] = Field(
+        default="none", description="Activation checkpointing of each transformer block (with --parallel).")
+    pp_schedule: Literal["gpipe", "1f1b"] = Field(default="gpipe", description="Pipeline schedule.")
+    microbatches: int | None = Field(default=None, gt=0, description="Pipeline micro-batches per step (default: pp).")
+    reshard_after_forward: bool = Field(
+        default=True, description="FSDP: free gathered parameters after forward (less memory, one more all-gather).")
     profile: str | None = Field(
         default=None, description="Profile extra steps after the timed window; traces go under this directory."
     )
@@ -114,6 +134,18 @@ class RunSpec(BaseModel):
         if isinstance(value, dict):
             return {str(k): str(v) for k, v in value.items()}
         return value
+
+    @field_validator("data")
+    @classmethod
+    def _data_path(cls, value: str) -> str:
+        if value in ("synthetic", "loader") or (value.startswith("files:") and value[len("files:"):].strip()):
+            return value
+        raise ValueError("must be synthetic, loader or files:PATH (a data set from 'dlbench io generate --workload')")
+
+    @property
+    def files_dir(self) -> str | None:
+        """The data set directory of ``data=files:PATH``; None for the generated data paths."""
+        return self.data[len("files:"):] if self.data.startswith("files:") else None
 
     @model_validator(mode="after")
     def _compile_needs_warmup(self) -> RunSpec:
@@ -167,14 +199,15 @@ class CommSpec(BaseModel):
     iters: int = Field(default=20, gt=0, description="Timed iterations per size.")
     warmup: int = Field(default=5, ge=0, description="Untimed iterations per size.")
     device: Literal["auto", "cpu", "cuda"] = "auto"
-    nproc: int = Field(default=2, gt=0)
-    nnodes: int = Field(default=1, gt=0)
+    nproc: int = Field(default=2, gt=0, le=MAX_RANKS_PER_NODE)
+    nnodes: int = Field(default=1, gt=0, le=MAX_NODES)
     node_rank: int = Field(default=0, ge=0)
     rdzv_endpoint: str | None = None
     backend: Literal["gloo", "nccl", "mpi"] | None = None
     threads: int | None = Field(default=None, gt=0)
     timeout_s: float = Field(default=300.0, gt=0)
     tags: dict[str, str] = Field(default_factory=dict)
+    link_rate_bits_per_s: float | None = Field(default=None, gt=0, description="The link's rate (else read on the nodes).")
 
     @model_validator(mode="after")
     def _sizes(self) -> CommSpec:
@@ -187,6 +220,61 @@ class CommSpec(BaseModel):
     @property
     def world_size(self) -> int:
         return self.nproc * self.nnodes
+
+
+class IoReadSpec(BaseModel):
+    """``dlbench io read``: read a data set as a training job does, with an emulated accelerator."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    path: str = Field(description="The data set directory (written by 'dlbench io generate').")
+    batch_size: int | None = Field(default=None, gt=0, description="Samples per batch per rank; None: the preset's, else 1.")
+    workers: int | None = Field(default=None, ge=0, description="DataLoader workers per rank; None: the preset's, else 4.")
+    prefetch: int = Field(default=2, gt=0, description="Batches each worker loads ahead (DataLoader prefetch_factor).")
+    shuffle: bool = Field(default=True, description="Shuffle the sample order each epoch (DistributedSampler's).")
+    pin_memory: bool | None = Field(default=None, description="Pinned host buffers; None: on with CUDA.")
+    decode: bool = Field(default=True, description="Decode samples (np.load, JPEG, HDF5); False: raw bytes with pread.")
+    compute_ms: float | None = Field(default=None, ge=0, description="Emulated compute per batch per accelerator; None: the preset's, else 0.")
+    compute_from: str | None = Field(default=None, description="A stored run id: its median step time is the compute per batch.")
+    epochs: int = Field(default=1, gt=0, description="Passes over the data set.")
+    steps: int | None = Field(default=None, gt=0, description="Stop after this many batches per rank (None: whole epochs).")
+    cache: Literal["cold", "warm", "asis"] = Field(
+        default="cold", description="cold: drop the files from the page cache first; warm: read them once first; asis: neither.")
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    seed: int = Field(default=0, ge=0, description="Seeds the shuffle.")
+    nproc: int = Field(default=1, gt=0, description="Ranks on this node, each reading its shard.")
+    nnodes: int = Field(default=1, gt=0)
+    node_rank: int = Field(default=0, ge=0)
+    rdzv_endpoint: str | None = None
+    torchrun: bool | None = None
+    backend: Literal["gloo", "nccl", "mpi"] | None = None
+    threads: int | None = Field(default=None, gt=0)
+    timeout_s: float = Field(default=300.0, gt=0)
+    tags: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _one_compute(self) -> IoReadSpec:
+        if self.compute_ms is not None and self.compute_from is not None:
+            raise ValueError("give compute_ms or compute_from, not both")
+        if self.nnodes > 1 and not self.rdzv_endpoint:
+            raise ValueError("nnodes > 1 needs rdzv_endpoint HOST:PORT of node 0")
+        return self
+
+    @property
+    def world_size(self) -> int:
+        return self.nproc * self.nnodes
+
+
+class StageSpec(BaseModel):
+    """``dlbench io stage``: copy a data set to a faster tier (a burst buffer, node-local NVMe)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    source: str
+    destination: str
+    streams: int = Field(default=8, gt=0, le=1024, description="Files copied at once.")
+    cache: Literal["cold", "asis"] = Field(default="cold", description="cold: drop the source from the page cache first.")
+    tags: dict[str, str] = Field(default_factory=dict)
 
 
 def parse_key_values(pairs: list[str], what: str) -> dict[str, str]:
@@ -260,8 +348,9 @@ class LaunchSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    nodes: int = Field(default=1, gt=0, description="Nodes of the job.")
-    gpus_per_node: int | None = Field(default=None, ge=0, description="GPUs (and ranks) per node; None: the run's nproc.")
+    nodes: int = Field(default=1, gt=0, le=MAX_NODES, description="Nodes of the job.")
+    gpus_per_node: int | None = Field(default=None, ge=0, le=MAX_RANKS_PER_NODE,
+                                      description="GPUs (and ranks) per node; None: the run's nproc.")
     time: str | None = Field(default=None, description="Wall-clock limit, Slurm's format (MM, HH:MM:SS, D-HH:MM).")
     wait: bool = Field(default=True, description="Wait for the job and store its records; False: submit and return.")
     workdir: str | None = Field(
@@ -278,7 +367,7 @@ class LaunchSettings(BaseModel):
     requeue: bool = Field(default=False, description="Let Slurm requeue the job after preemption or node failure.")
     exclusive: bool = Field(default=True, description="Whole nodes (sbatch --exclusive): other jobs on them would lower the numbers.")
     signal_lead_s: int = Field(
-        default=60, ge=0, description="Seconds before the time limit Slurm sends SIGTERM (sbatch --signal).")
+        default=60, ge=0, le=MAX_SIGNAL_LEAD_S, description="Seconds before the time limit Slurm sends SIGTERM (sbatch --signal).")
     # Kubernetes / OpenShift
     namespace: str = "default"
     image: str | None = Field(default=None, description="Pod image (defaults to container_image).")
@@ -321,6 +410,9 @@ class LaunchSettings(BaseModel):
         if value is not None and slurm_time_s(value) is None:
             raise ValueError("must be a wall-clock limit in Slurm's format: MINUTES, MM:SS, HH:MM:SS, D-HH, D-HH:MM or "
                              "D-HH:MM:SS, e.g. 30 or 02:00:00")
+        if value is not None and slurm_time_s(value) > MAX_TIME_S:
+            raise ValueError(f"must be at most {MAX_TIME_S // 86400} days (a benchmark job longer than that is a typo, "
+                             "and Kubernetes' activeDeadlineSeconds is a 64-bit number)")
         return value
 
     @property

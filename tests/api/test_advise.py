@@ -101,3 +101,15 @@ def test_cli_json_is_one_document_with_the_report(tmp_path, capsys):
     assert code == 0
     report = json.loads(out)
     assert {row["id"] for row in report["runs"]} == {r["id"] for r in stored(db, report["session"])}
+
+
+def test_activation_checkpointing_is_a_knob_where_there_are_blocks():
+    from dlbench.api.advise import check, knob_choices
+
+    llm = settings(workload="llm", params={"preset": "tiny"}, knobs=("ac",))
+    choices, skipped = knob_choices(llm, check(llm))
+    assert choices == {"ac": ["none", "selective", "full"]}
+    assert any(note.startswith("reshard_after_forward:") for note in skipped)
+    lstm = settings(knobs=("ac",))
+    choices, skipped = knob_choices(lstm, check(lstm))
+    assert choices == {} and any(note.startswith("ac: the workload has no transformer blocks") for note in skipped)

@@ -78,3 +78,15 @@ def test_launcher_local_with_several_processes_is_one_sentence(capsys, monkeypat
     _, err = capsys.readouterr()
     assert code == 2 and err.strip() == ("dlbench: error: --launcher local runs one process here, not --nproc 2 × "
                                          "--nnodes 1; use --launcher torchrun, or drop --nproc/--nnodes.")
+
+
+def test_measure_comm_prints_only_the_series_on_dry_run_and_refuses_no_wait(capsys, monkeypatch, tmp_path):
+    """--dry-run submits nothing, the all-reduce job included; --no-wait cannot wait for the bus bandwidth."""
+    monkeypatch.setenv("DLBENCH_SITE_CONFIG", str(tmp_path / "none.yaml"))
+    out = dry_run(capsys, monkeypatch, tmp_path, "scale", "lstm", *TINY, "--launcher", "slurm", "--nodes", "1,2",
+                  "--nproc-per-node", "1", "--measure-comm")
+    assert out.count("#!/bin/bash") == 2 and "dlbench-comm" not in out
+    code = main(["scale", "lstm", *TINY, "--launcher", "slurm", "--nodes", "1,2", "--measure-comm", "--no-wait"])
+    _, err = capsys.readouterr()
+    assert code == 2 and "--measure-comm waits for the all-reduce result before the series; drop --no-wait" in err
+    assert not (tmp_path / "jobs").exists()

@@ -2,6 +2,7 @@
 readable without it. Checked in a fresh interpreter with ``-X importtime``, which names every module
 imported; nothing here is timed."""
 
+import functools
 import json
 import subprocess
 import sys
@@ -9,11 +10,12 @@ import sys
 import pytest
 
 
-def imported_modules(*args: str) -> tuple[set[str], str]:
+@functools.cache  # one fresh interpreter per command for the whole session (several tests read the same one)
+def imported_modules(*args: str) -> tuple[frozenset[str], str]:
     out = subprocess.run([sys.executable, "-X", "importtime", "-m", "dlbench", *args],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
-    modules = {line.split("|")[-1].strip() for line in out.stderr.splitlines() if line.startswith("import time:")}
+    modules = frozenset(line.split("|")[-1].strip() for line in out.stderr.splitlines() if line.startswith("import time:"))
     return modules, out.stdout
 
 

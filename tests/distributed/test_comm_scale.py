@@ -23,7 +23,7 @@ def db(tmp_path, monkeypatch):
 def test_comm_checks_results_and_reports_bandwidth(capsys, db, tmp_path):
     png = tmp_path / "bw.png"
     code = main(["comm", "--nproc", "2", "-b", "1K", "-e", "64K", "-f", "8", "-n", "3", "-w", "1",
-                 "--plot", str(png), "--json"])
+                 "--link-rate", "1Gbit", "--plot", str(png), "--json"])
     records = json.loads(capsys.readouterr().out)
     assert code == 0
     assert [r["spec"]["collective"] for r in records] == ["all_reduce", "all_gather", "broadcast"]
@@ -35,6 +35,8 @@ def test_comm_checks_results_and_reports_bandwidth(capsys, db, tmp_path):
             assert s["algbw_bytes_per_s"] == pytest.approx(s["size_bytes"] / s["time_s"])
         factor = {"all_reduce": 1.0, "all_gather": 0.5, "broadcast": 1.0}[r["spec"]["collective"]]
         assert sizes[0]["busbw_bytes_per_s"] == pytest.approx(sizes[0]["algbw_bytes_per_s"] * factor)
+        assert r["result"]["link"]["rate_bits_per_s"] == 1e9 and r["result"]["link"]["source"] == "--link-rate"
+        assert sizes[-1]["link_fraction"] == pytest.approx(sizes[-1]["busbw_bytes_per_s"] * 8 / 1e9)
     assert png.read_bytes().startswith(PNG_MAGIC)
     stored = open_store(str(db)).query(RunFilter(workloads=("comm/all_reduce",)))
     assert len(stored) == 1 and stored[0].status == "ok"
@@ -47,15 +49,36 @@ def test_comm_bad_input(capsys, db):
     assert "did you mean 'all_reduce'" in capsys.readouterr().err
     assert main(["comm", "-b", "1M", "-e", "1K"]) == 2
     assert "larger than max_bytes" in capsys.readouterr().err
+    assert main(["comm", "--link-rate", "100"]) == 2
+    assert "--link-rate '100' must be a rate with its unit" in capsys.readouterr().err
+
+
+def test_scale_network_options_bad_input(capsys, db):
+    for argv, words in ((["--busbw", "12"], "--busbw '12' must be a rate with its unit"),
+                        (["--busbw", "1MB/s", "--comm-run", "x"], "give one of them"),
+                        (["--measure-comm", "--busbw", "1MB/s"], "use one of them"),
+                        (["--comm-run", "nosuchrun"], "no run with id 'nosuchrun'"),
+                        (["--overlap", "2"], "--overlap")):
+        assert main(["scale", "lstm", "--nproc", "1,2", *argv]) == 2
+        err = capsys.readouterr().err
+        assert words in err and "Traceback" not in err
+    assert open_store(str(db)).records() == []  # nothing ran
 
 
 def test_scale_series_end_to_end(capsys, db, tmp_path):
     png = tmp_path / "scale.png"
     code = main(["scale", "lstm", "--nproc", "1,2", "-p", "seq_len=4", "-p", "input_size=8", "-p", "hidden_size=8",
-                 "-b", "4", "--steps", "4", "--warmup", "1", "--plot", str(png), "--json"])
+                 "-b", "4", "--steps", "4", "--warmup", "1", "--plot", str(png), "--busbw", "8Mbit/s", "--overlap", "0",
+                 "--json"])
     doc = json.loads(capsys.readouterr().out)
     assert code == 0
     one, two = doc["rows"]
+    assert doc["network"] == {"busbw_bytes_per_s": 1e6, "source": "--busbw", "between_nodes": False, "overlap": 0.0}
+    # the LSTM's gradients all-reduced at 1 MB/s over 2 ranks (2·1/2 · bytes / busbw), added to the base step
+    assert two["gradient_bytes"] == one["gradient_bytes"] > 0
+    assert two["comm_s"] == pytest.approx(two["gradient_bytes"] / 1e6)
+    base_step_s = 4 / one["samples_per_s"]
+    assert two["predicted_efficiency"] == pytest.approx(base_step_s / (base_step_s + two["comm_s"]))
     assert (one["nproc"], two["nproc"]) == (1, 2)
     assert one["speedup"] == 1.0 and one["efficiency"] == 1.0
     assert two["speedup"] == pytest.approx(two["samples_per_s"] / one["samples_per_s"])

@@ -121,6 +121,7 @@ def test_out_of_memory_is_recorded_as_oom(monkeypatch):
     assert record["status"] == "oom", record["error"]
 
 
+@pytest.mark.slow  # torch.compile (inductor) compiles the model: tens of seconds on a CPU
 def test_compile_runs_and_needs_warmup():
     from dlbench.errors import UsageError
     from dlbench.spec import make_spec

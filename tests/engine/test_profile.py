@@ -83,6 +83,7 @@ def test_cli_prints_breakdown_and_hints_and_json_carries_them(tmp_path, capsys):
     assert "where a step goes" in out and "top operators by self time" in out and "rank0.pt.trace.json" in out
 
 
+@pytest.mark.slow  # two ranks under torchrun, each profiled
 def test_profiled_two_process_run_writes_every_ranks_trace_and_sees_the_allreduce(tmp_path):
     record = _profiled(tmp_path, nproc=2, backend="gloo")
     profile = record["result"]["profile"]

@@ -1,4 +1,4 @@
-"""A tiny external-command objective that follows PBT's checkpoint contract (dlbench.api.hpo_ray_pbt).
+"""A tiny external-command objective that follows PBT's checkpoint contract (dlbench.hpo.ray_pbt).
 
 Flags: --lr FLOAT --epochs N --sleep S --save-checkpoint DIR [--load-checkpoint SRC] [--mode nockpt].
 The fake model's state is {"epoch": n, "w": w}; each epoch adds --lr to w (a bigger lr learns faster),

@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 from test_hpo_study import records_of
 
-from dlbench.api import hpo_mlperf
 from dlbench.errors import UsageError
+from dlbench.hpo import mlperf_trial as hpo_mlperf
 from dlbench.hpo.study import parse_study
 
 

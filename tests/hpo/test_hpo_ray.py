@@ -219,8 +219,8 @@ def test_sigterm_stops_a_pbt_study_which_cannot_be_resumed(hpo, ray_address):
 
 
 def test_pbt_command_that_breaks_the_checkpoint_contract_fails_with_the_reason(tmp_path):
-    from dlbench.api.hpo_ray_pbt import _PbtBridge  # Ray: only with the ray extra
     from dlbench.errors import RunFailed
+    from dlbench.hpo.ray_pbt import _PbtBridge  # Ray: only with the ray extra
 
     bridge = _PbtBridge(0, tmp_path)
     (tmp_path / "1").mkdir()

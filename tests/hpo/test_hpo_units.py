@@ -11,8 +11,8 @@ import pytest
 
 from dlbench.errors import BenchmarkFailed, RunFailed, UsageError
 from dlbench.hpo.command import run_command, trial_argv
-from dlbench.hpo.engine import LocalEngine, pinning
 from dlbench.hpo.fom import BadFom, Fom, parse_line
+from dlbench.hpo.local import LocalEngine, pinning
 from dlbench.hpo.search import trial_budget
 from dlbench.hpo.storage import open_storage
 from dlbench.hpo.study import parse_study
@@ -47,7 +47,7 @@ def test_fom_grammar():
     ({"sampler": "bayes"}, "unknown sampler"),
     ({"pruner": "asha2"}, "did you mean 'asha'"),
     ({"engine": "kubernetes"}, "unknown engine"),
-    ({"trials": 0}, "'trials' must be an integer of at least 1"),
+    ({"trials": 0}, "'trials' must be an integer from 1 to"),
     ({"objective": {"command": ["no-such-program-xyz"]}}, "'no-such-program-xyz' is not found"),
     ({"objective": {"command": "x", "workload": "y"}}, "exactly one of"),
     ({"sampler": "grid"}, "grid search needs a finite list"),
@@ -135,6 +135,6 @@ def test_local_engine_gives_up_on_workers_that_cannot_start(left_running):
     assert [p.argv[-2:] for p in plans] == [("--index", "0"), ("--index", "1")]
     deaths = []
     with pytest.raises(BenchmarkFailed, match=r"keep exiting \(code 3\) before running a trial"):
-        engine.run(plans, None, lambda: True, lambda worker, why: deaths.append(worker) and [])
+        engine.run_workers(plans, None, lambda: True, lambda worker, why: deaths.append(worker) and [])
     assert len(deaths) == 5 and set(deaths) == {p.name for p in plans}
     assert left_running() == []

@@ -220,3 +220,20 @@ def test_mlperf_runs_are_submitted_collected_and_filed_in_the_results_folder(slu
     (entry,) = json.loads(stdout)
     assert entry["system"] == system and [f["problem"] for f in entry["files"]] == ["run_stop status aborted"] * 3, err
     assert len(open_store(db).records()) == 3
+
+
+def test_an_io_read_runs_as_a_slurm_job_and_is_stored(slurm, tmp_path, capsys):
+    """`dlbench io read --launcher slurm`: the ranks read their shards on the compute node, the record comes back
+    as every run's does (mode io)."""
+    data = tmp_path / "data"
+    code, _, err = dlbench(capsys, "io", "generate", str(data), "--format", "npy", "--samples", "16",
+                           "--sample-bytes", "1024", "--json")
+    assert code == 0, err
+    db = str(tmp_path / "runs.db")
+    code, out, err = dlbench(capsys, "io", "read", str(data), "-b", "4", "-w", "0", "--compute-ms", "1",
+                             "--launcher", "slurm", "--nproc-per-node", "2", "--db", db, "--json")
+    assert code == 0, err
+    record = json.loads(out)
+    assert record["status"] == "ok" and record["spec"]["mode"] == "io" and record["spec"]["launcher"] == "slurm"
+    assert record["result"]["samples"] == 16 and [r["rank"] for r in record["result"]["per_rank"]] == [0, 1]
+    assert record["env"]["scheduler"]["job_id"] and open_store(db).get(record["id"])["spec"]["mode"] == "io"

@@ -110,9 +110,9 @@ def test_device_and_gpus_that_contradict_are_a_usage_error(settings, spec, fragm
 
 
 def test_the_hpo_workers_array_runs_one_worker_per_element():
-    from dlbench.api.hpo_slurm import SlurmEngine, worker_array_script
+    from dlbench.hpo.slurm import SlurmEngine, worker_array_script
 
-    plans = SlurmEngine("s1", LaunchSettings(partition="gpu", gpus_per_node=1)).plan(
+    plans = SlurmEngine(LaunchSettings(partition="gpu", gpus_per_node=1)).plan(
         ["/venv/python", "-m", "dlbench", "hpo", "worker", "s1"], 3)
     script = worker_array_script(plans, LaunchSettings(partition="gpu", gpus_per_node=1), WORKDIR, "s1")
     assert "#SBATCH --array=0-2" in lines(script) and "#SBATCH --partition=gpu" in lines(script)

@@ -3,6 +3,8 @@ result log under ``dlbench_energy_j``; the log stays compliant and ``score`` rea
 
 from pathlib import Path
 
+import pytest
+
 from dlbench.api.mlperf import run_task
 from dlbench.mlperf.check import check_folder
 from dlbench.mlperf.log import ENERGY_KEY, log_energy
@@ -11,6 +13,7 @@ from dlbench.mlperf.runs import ENERGY_KEYS
 from dlbench.mlperf.score import score_folder
 
 
+@pytest.mark.slow  # deepcam trained to its target on the CPU
 def test_energy_logged_after_run_stop_keeps_the_log_compliant_and_is_scored(tmp_path, one_thread):
     (record,) = run_task("deepcam", tmp_path / "out", RunOptions(runs=1, telemetry=False, threads=1))
     assert record["status"] == "ok"

@@ -92,6 +92,7 @@ def test_aborted_runs_score_as_failures(two_short_runs):
     assert entry["failed_runs"] == 2 and entry["status"] == "invalid"
 
 
+@pytest.mark.slow  # two gnmt MLPerf runs on the CPU
 def test_numbering_continues_in_an_existing_folder(tmp_path):
     import torch
 

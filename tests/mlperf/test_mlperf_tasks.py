@@ -93,6 +93,7 @@ def test_mask_map_is_one_for_exact_masks_and_drops_for_shifted_ones():
     assert torch.allclose(mask_iou(masks[0], masks[0]).diag(), torch.ones(len(masks[0])))
 
 
+@pytest.mark.slow  # a Mask R-CNN epoch on the CPU
 def test_maskrcnn_logs_box_and_mask_map_and_passes_the_checker(tmp_path, one_thread):
     """One epoch of Mask R-CNN: eval_accuracy is {"BBOX", "SEGM"} as MLPerf logs it, the log is
     compliant, and the run has not reached its targets (aborted)."""
@@ -131,6 +132,7 @@ def test_data_dir_only_where_the_task_reads_one(tmp_path):
         tasks.create("resnet", data_dir=str(tmp_path)).datasets()
 
 
+@pytest.mark.slow  # a resnet epoch from an image folder on the CPU
 def test_resnet_reads_an_image_folder(tmp_path):
     """A real ImageFolder on disk (PNG files), trained for one epoch; the cache of its files is
     dropped before the run and the log says so."""

@@ -95,6 +95,7 @@ def test_export_of_nothing_and_scale_with_tensorboard(live, tmp_path, capsys):
     assert hparams["tags.scale_nproc"] == "1" and len(scalars["step_time_s"]) == STEPS
 
 
+@pytest.mark.slow  # an MLPerf resnet epoch on the CPU
 def test_mlperf_run_with_tensorboard_writes_quality_per_epoch(tmp_path, capsys):
     logdir = tmp_path / "tb"
     code = main(["mlperf", "run", "resnet", "--max-epochs", "1", "--runs", "1", "--threads", "1", "--system", "ci",

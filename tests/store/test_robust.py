@@ -92,6 +92,7 @@ def test_a_store_busy_beyond_the_timeout_spools_the_run_and_loads_it_next_time(t
     reopened.close()
 
 
+@pytest.mark.slow  # up to 3 × 8 fresh interpreters importing the store at once
 def test_eight_processes_create_one_fresh_store_without_a_failure(tmp_path):
     code = (
         "import sys\n"

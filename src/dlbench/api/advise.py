@@ -14,7 +14,7 @@ One session, every run through :func:`~dlbench.api.pipeline.execute` and stored 
 3. **knobs** — precision (as the device supports it), channels-last (convolutional nets), compile, loader
    workers (``data=loader``), threads (CPU): a grid (or TPE) search over the workload-throughput
    objective with the HPO machinery (:mod:`dlbench.hpo`: an in-memory Optuna study whose objective is
-   :class:`dlbench.api.hpo._Objective`, the one ``dlbench hpo`` uses), so there is one search loop.
+   :class:`dlbench.hpo.objective.TrialObjective`, the one ``dlbench hpo`` uses), so there is one search loop.
 4. **confirm** — the defaults and the fastest configuration again, ``repeats`` times each, interleaved:
    the speed-up is a ratio of medians with its range and a noise verdict (:mod:`dlbench.report.advise`).
 
@@ -35,12 +35,13 @@ from typing import Any
 import optuna
 import torch
 
-from dlbench.api.hpo import TrialFailed, _Objective
+from dlbench.api.hpo import PIPELINE
 from dlbench.api.pipeline import execute
 from dlbench.api.resolve import resolve_train
 from dlbench.api.runs import run_env
 from dlbench.catalog import registry
 from dlbench.errors import UsageError, unknown_name
+from dlbench.hpo.objective import TrialFailed, TrialObjective
 from dlbench.hpo.search import grid_size, make_sampler
 from dlbench.hpo.space import Param as SearchParam
 from dlbench.hpo.study import Objective, StudySpec
@@ -50,7 +51,7 @@ from dlbench.spec import make_spec
 
 log = logging.getLogger("dlbench")
 
-KNOBS = ("batch_size", "precision", "channels_last", "compile", "workers", "threads")
+KNOBS = ("batch_size", "precision", "channels_last", "compile", "workers", "threads", "ac")
 SAMPLERS = ("grid", "tpe")
 
 
@@ -139,6 +140,15 @@ def knob_choices(settings: AdviseSettings, fields: dict[str, Any]) -> tuple[dict
             choices["threads"] = sorted({torch.get_num_threads(), 1, max(1, cores // 2), cores})
         else:
             skipped.append("threads: the GPU does the work (threads matter on the CPU)")
+    if "ac" in wanted:
+        if registry.get_class(settings.workload).parallel_layouts != {"ddp"}:
+            # memory for speed: recomputing activations lets a larger batch fit where memory is the limit
+            choices["ac"] = ["none", "selective", "full"]
+        else:
+            skipped.append("ac: the workload has no transformer blocks to checkpoint (the llm workload has)")
+        # FSDP's reshard_after_forward trades memory for an all-gather across ranks; advise runs one process
+        skipped.append("reshard_after_forward: matters across ranks; compare with dlbench run --parallel fsdp "
+                       "--nproc N [--no-reshard-after-forward]")
     return choices, skipped
 
 
@@ -254,16 +264,16 @@ def search_knobs(session: Session, choices: dict[str, list], batch: int, deadlin
         _name_untried(session, choices, study, budget)
 
 
-class _SessionObjective(_Objective):
+class _SessionObjective(TrialObjective):
     """``dlbench hpo``'s workload objective, each trial's record kept by the session as well."""
 
     def __init__(self, spec: StudySpec, session: Session):
-        super().__init__(spec, session.store, session.env)
+        super().__init__(spec, session.store, session.env, PIPELINE)
         self.session = session
 
-    def _run(self, trial: optuna.Trial, params: dict[str, Any]) -> dict[str, Any]:
+    def run(self, trial: optuna.Trial, params: dict[str, Any]) -> dict[str, Any]:
         self.spec.objective.fixed["tags"] = self.session.tags("knobs")  # this run's place in the session
-        record = super()._run(trial, params)
+        record = super().run(trial, params)
         self.session.keep("knobs", params, record)
         return record
 

@@ -143,11 +143,12 @@ def logs(job_id: str) -> str:
 
 
 def scale_runs(base: RunSpec, settings: LaunchSettings, launcher: str, nodes: list[int] | None,
-               nprocs: list[int] | None) -> tuple[str, list[ResolvedRun]]:
+               nprocs: list[int] | None, series: str | None = None) -> tuple[str, list[ResolvedRun]]:
     """A scaling series for a scheduler: one run per node count (``nodes``, with the settings' GPUs per
     node) or per processes-per-node count (``nprocs``, on the settings' nodes); all resolved first.
-    Points with the same nodes go out as one job array; a node series as one job per point."""
-    series = new_id()
+    Points with the same nodes go out as one job array; a node series as one job per point (see
+    docs/scaling.md for why). ``series``: the series' id, else a new one."""
+    series = series or new_id()
     runs = []
     for n in nodes or [settings.nodes]:
         for p in nprocs or [base.nproc]:

@@ -161,7 +161,7 @@ class CommJob(Job):
         for collective in run.spec.collectives:
             rows = result["collectives"][collective]
             wrong = [r["size_bytes"] for r in rows if not r["correct"]]
-            figures = {"sizes": rows, "samples_per_s": None,
+            figures = {"sizes": rows, "samples_per_s": None, "link": result.get("link"),
                        "peak_busbw_bytes_per_s": max(r["busbw_bytes_per_s"] for r in rows),
                        "peak_algbw_bytes_per_s": max(r["algbw_bytes_per_s"] for r in rows)}
             endings.append(("failed", figures, f"wrong {collective} result at sizes {wrong} bytes") if wrong
@@ -191,6 +191,8 @@ JOBS: dict[str, str] = {
     "comm": "dlbench.api.jobs:CommJob",
     "mlperf": "dlbench.api.mlperf_job:MlperfJob",
     "trial": "dlbench.api.jobs:TrialJob",
+    "io": "dlbench.api.io_jobs:IoJob",
+    "stage": "dlbench.api.io_jobs:StageJob",
 }
 
 

@@ -22,8 +22,10 @@ Saving never loses a run: the store waits for a busy database and spools what it
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
+import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -35,7 +37,7 @@ from dlbench.api.jobs import Ending, job_kind
 from dlbench.engine.devices import explain_failure
 from dlbench.engine.loop import Progress
 from dlbench.engine.run import ResolvedRun
-from dlbench.errors import RunFailed, Submitted, Terminated, UsageError
+from dlbench.errors import RecordNotSaved, RunFailed, Submitted, Terminated, UsageError
 from dlbench.launch import Launcher, Outcome, get_launcher
 from dlbench.record import finish
 from dlbench.telemetry.session import NoTelemetry, ReportedTelemetry
@@ -152,14 +154,33 @@ class Recording:
             except OSError as exc:  # a full or read-only disk beside the store must not cost the record
                 log.warning("dlbench: run %s: %s", self.records[0]["id"], exc)
         if self.store is not None:
-            for i, record in enumerate(self.records):
-                spooled = self.store.save(record, series=series if i == 0 else None)
-                if spooled is not None:
-                    log.warning("dlbench: run %s could not be saved to the store; it is kept in %s and will be "
-                                "loaded the next time the store opens (or: dlbench store import %s)",
-                                record["id"], spooled, spooled)
+            self._save(series)
+        if isinstance(exc, (Terminated, KeyboardInterrupt)):
+            exc.run_recorded = True  # the CLI says a run was recorded as aborted only when one was
         # signals propagate (the command exits 128 + signal); a failed benchmark is recorded, not raised
         return exc is not None and not isinstance(exc, (Terminated, KeyboardInterrupt))
+
+    def _save(self, series) -> None:
+        """Save every record; one that neither the store nor its spool can take is printed to stderr as one JSON
+        line (the measurement survives in the log) and, once all were tried, :class:`RecordNotSaved` is raised."""
+        lost = []
+        for i, record in enumerate(self.records):
+            try:
+                spooled = self.store.save(record, series=series if i == 0 else None)
+            except RecordNotSaved as exc:
+                lost.append(record)
+                print(f"dlbench: {exc}; its record follows on one line as JSON:", file=sys.stderr)
+                print(json.dumps(record, separators=(",", ":"), default=str), file=sys.stderr, flush=True)
+                continue
+            if spooled is not None:
+                log.warning("dlbench: run %s could not be saved to the store; it is kept in %s and will be "
+                            "loaded the next time the store opens (or: dlbench store import %s)",
+                            record["id"], spooled, spooled)
+        if lost:
+            ids = ", ".join(r["id"] for r in lost)
+            raise RecordNotSaved(f"{len(lost)} finished run(s) were not saved ({ids}): neither the results store nor "
+                                 "its spool could take them; their records are printed above as JSON (load them "
+                                 "with 'dlbench store import FILE' once saved to a file)", lost)
 
     def _fail(self, exc: BaseException) -> None:
         if isinstance(exc, (Terminated, KeyboardInterrupt)):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Mapping
+from pathlib import Path
 
 import torch
 
@@ -14,11 +15,20 @@ from dlbench.catalog import registry
 from dlbench.config import writable_dir
 from dlbench.engine.aggregate import per_rank_batch
 from dlbench.engine.devices import cpu_precision_note, device_name, resolve_device
-from dlbench.engine.dist import LaunchEnv, check_backend, check_endpoint, default_backend, detect_launch_env
+from dlbench.engine.dist import (
+    LaunchEnv,
+    check_backend,
+    check_endpoint,
+    default_backend,
+    detect_launch_env,
+)
 from dlbench.engine.run import ResolvedRun, frozen
 from dlbench.errors import UsageError
+from dlbench.layout import Layout, layout_of
 from dlbench.record import new_id
-from dlbench.spec import CommSpec, LaunchSettings, RunSpec
+from dlbench.spec import CommSpec, IoReadSpec, LaunchSettings, RunSpec, StageSpec
+from dlbench.storage.manifest import Manifest, load_data_set, read_manifest
+from dlbench.storage.stage import check_destination, source_files
 
 log = logging.getLogger("dlbench")
 
@@ -46,12 +56,14 @@ def resolve_train(spec: RunSpec, joined: LaunchEnv | None = None) -> ResolvedRun
         raise UsageError(f"--launcher local runs one process here, not --nproc {spec.nproc} × --nnodes {spec.nnodes}; "
                          "use --launcher torchrun, or drop --nproc/--nnodes.")
     workload = registry.create(spec.workload, spec.params)
+    if spec.files_dir:
+        check_files_fit(spec, workload)
     device = resolve_device(spec.device)
     note = cpu_precision_note(spec.precision) if device.type == "cpu" else None
     if note:  # said before the run starts: its failure (or slowness) is then no surprise
         log.warning("dlbench: warning: %s run with --precision %s: %s.", spec.workload, spec.precision, note)
     world = joined.world_size if joined is not None else spec.world_size
-    batch_size = per_rank_batch(spec.batch_size or workload.default_batch_size, world, spec.scaling)
+    layout, batch_size, data_ranks = layout_and_batch(spec, workload, world, device.type)
     grouped = world > 1 or bool(spec.torchrun)  # ranks in a process group (torchrun even for one: --launcher torchrun)
     backend = _backend(spec.backend, device.type, 2 if grouped else world)
     if joined is None and device.type == "cuda" and spec.nproc > torch.cuda.device_count():
@@ -64,11 +76,11 @@ def resolve_train(spec: RunSpec, joined: LaunchEnv | None = None) -> ResolvedRun
         check_endpoint(spec.rdzv_endpoint, spec.node_rank)
     threads = spec.threads or (default_threads(spec.nproc) if launched else torch.get_num_threads())
     record_spec = spec.model_dump() | {
-        "params": workload.params, "batch_size": batch_size, "global_batch_size": batch_size * world,
+        "params": workload.params, "batch_size": batch_size, "global_batch_size": batch_size * data_ranks,
         "device": device.type, "device_name": device_name(device), "threads": threads,
         "learning_rate": spec.resolved_learning_rate, "world_size": world, "backend": backend,
         "launcher": "torchrun" if launched else (joined.launcher if joined else "local"),
-        "joined": joined is not None,
+        "joined": joined is not None, "layout": layout.describe() if layout else None,
     }
     if joined is not None:
         record_spec |= {"nproc": joined.local_world_size, "nnodes": joined.nnodes, "node_rank": joined.rank // max(1, joined.local_world_size)}
@@ -78,6 +90,22 @@ def resolve_train(spec: RunSpec, joined: LaunchEnv | None = None) -> ResolvedRun
         node_rank=record_spec["node_rank"], rdzv_endpoint=spec.rdzv_endpoint, threads=threads,
         timeout_s=spec.timeout_s, launcher="torchrun" if launched else "local", joined=joined, tags=frozen(spec.tags),
     )
+
+
+def check_files_fit(spec: RunSpec, workload) -> None:
+    """``--data files:PATH``: a complete data set whose samples are what the workload's model takes."""
+    manifest = load_data_set(Path(spec.files_dir))
+    probe = workload.sample(1, torch.Generator().manual_seed(0))
+    wanted = [{"shape": list(t.shape[1:]), "dtype": t.numpy().dtype.str} for t in probe]
+    if manifest.fields != wanted:
+        params = " ".join(f"-p {k}={v}" for k, v in workload.params.items())
+        raise UsageError(f"data set {spec.files_dir} holds samples of {_fields(manifest.fields)}, but {spec.workload} "
+                         f"with these parameters takes {_fields(wanted)}; write one with 'dlbench io generate DIR "
+                         f"--workload {spec.workload} {params}'.")
+
+
+def _fields(fields: list[dict]) -> str:
+    return " + ".join(f"{'x'.join(map(str, f['shape'])) or 'scalar'} {f['dtype']}" for f in fields)
 
 
 def resolve_comm(spec: CommSpec) -> ResolvedRun:
@@ -99,6 +127,88 @@ def resolve_comm(spec: CommSpec) -> ResolvedRun:
         node_rank=spec.node_rank, rdzv_endpoint=spec.rdzv_endpoint, threads=threads, timeout_s=spec.timeout_s,
         launcher="torchrun", tags=frozen(spec.tags),
     )
+
+
+def resolve_io(spec: IoReadSpec, joined: LaunchEnv | None = None, stored_step_s: float | None = None,
+               check_files: bool = True) -> ResolvedRun:
+    """A storage read (``dlbench io read``): the data set checked against its manifest (every file there,
+    with its size), the batch, workers and compute time resolved (given, else the stored run's step time
+    ``stored_step_s``, else the preset's), so the ranks it launches need neither the store nor the preset."""
+    if spec.torchrun is False and spec.world_size > 1 and joined is None:
+        raise UsageError(f"--launcher local reads with one process here, not --nproc {spec.nproc}; "
+                         "use --launcher torchrun, or drop --nproc.")
+    manifest = load_data_set(Path(spec.path)) if check_files else None
+    job_spec = io_settings(spec, manifest, stored_step_s)
+    device = resolve_device(spec.device)
+    world = joined.world_size if joined is not None else spec.world_size
+    launched = joined is None and (world > 1 or bool(spec.torchrun))
+    if launched:
+        check_endpoint(spec.rdzv_endpoint, spec.node_rank)
+    backend = _backend(spec.backend, device.type, 2 if (world > 1 or spec.torchrun) else 1)
+    threads = spec.threads or (default_threads(spec.nproc) if launched else torch.get_num_threads())
+    record_spec = io_record_spec(job_spec, manifest) | {
+        "device": device.type, "device_name": device_name(device), "threads": threads, "world_size": world,
+        "backend": backend, "launcher": "torchrun" if launched else (joined.launcher if joined else "local"),
+        "joined": joined is not None, "pin_memory": job_spec.pin_memory if job_spec.pin_memory is not None else device.type == "cuda",
+        "compute_from": spec.compute_from,  # where compute_ms came from (the job's spec carries the time)
+    }
+    if joined is not None:
+        record_spec |= {"nproc": joined.local_world_size, "nnodes": joined.nnodes, "node_rank": joined.rank // max(1, joined.local_world_size)}
+    return ResolvedRun(
+        kind="io", spec=job_spec, record_spec=frozen(record_spec), job=frozen(job_spec.model_dump()),
+        device_type=device.type, world_size=world, nproc=record_spec["nproc"], nnodes=record_spec["nnodes"],
+        node_rank=record_spec["node_rank"], rdzv_endpoint=spec.rdzv_endpoint, threads=threads, timeout_s=spec.timeout_s,
+        launcher="torchrun" if launched else "local", joined=joined, tags=frozen(spec.tags),
+    )
+
+
+def resolve_stage(spec: StageSpec) -> ResolvedRun:
+    """A staging copy (``dlbench io stage``): the source a complete data set (or a plain directory tree, such
+    as an ImageFolder for ``mlperf run --data-dir``), the destination able to take it."""
+    source, destination = Path(spec.source), Path(spec.destination)
+    manifest = load_data_set(source) if read_manifest(source) is not None or not source.is_dir() else None
+    files = source_files(source, manifest)
+    check_destination(source, destination, manifest)
+    name = (manifest.source.get("preset") or manifest.format) if manifest is not None else "tree"
+    params = {"files": len(files)} if manifest is None else {
+        "format": manifest.format, "samples": manifest.samples, "sample_bytes": manifest.sample_bytes,
+        "samples_per_file": manifest.samples_per_file}
+    record_spec = spec.model_dump() | {
+        "workload": f"io-stage/{name}", "mode": "stage", "precision": "-", "device": "cpu", "batch_size": None,
+        "params": params, "source": str(source.resolve()), "destination": str(destination.resolve()),
+        "data_set_bytes": sum(size for _, size in files), "nproc": 1, "nnodes": 1, "world_size": 1, "launcher": "local",
+    }
+    return ResolvedRun(kind="stage", spec=spec, record_spec=frozen(record_spec), job=frozen(spec.model_dump()),
+                       device_type="cpu", tags=frozen(spec.tags))
+
+
+def io_settings(spec: IoReadSpec, manifest: Manifest | None, stored_step_s: float | None) -> IoReadSpec:
+    """``spec`` with batch, workers and compute time filled in: given, else the stored run's, else the preset's."""
+    preset = (manifest.source.get("read") or {}) if manifest is not None else {}
+    compute_ms = spec.compute_ms
+    if compute_ms is None:
+        compute_ms = stored_step_s * 1000.0 if stored_step_s is not None else float(preset.get("compute_ms", 0.0))
+    return spec.model_copy(update={
+        "batch_size": spec.batch_size or int(preset.get("batch_size", 1)),
+        "workers": spec.workers if spec.workers is not None else int(preset.get("workers", 4)),
+        "compute_ms": compute_ms, "compute_from": None,  # resolved: the ranks' spec carries the time itself
+    })
+
+
+def io_record_spec(spec: IoReadSpec, manifest: Manifest | None) -> dict:
+    """The record's ``spec`` of a read: the options, and what the data set is (its ``params``, so that two
+    copies of one data set on two file systems compare as the same configuration)."""
+    params = {}
+    name = "files"
+    if manifest is not None:
+        name = manifest.source.get("preset") or manifest.format
+        params = {"format": manifest.format, "samples": manifest.samples, "sample_bytes": manifest.sample_bytes,
+                  "samples_per_file": manifest.samples_per_file, "decode": spec.decode}
+    return spec.model_dump() | {
+        "workload": f"io/{name}", "mode": "io", "precision": "-", "params": params,
+        "global_batch_size": spec.batch_size * spec.world_size, "path": str(Path(spec.path).resolve()),
+        "data_set_bytes": manifest.total_bytes if manifest is not None else None,
+    }
 
 
 #: Where a batch run's telemetry comes from: the submitting host is not where the job runs.
@@ -146,11 +256,73 @@ def resolve_batch(spec: RunSpec | CommSpec, settings: LaunchSettings, launcher: 
         record_spec |= {"precision": "fp32", "mode": "collective", "batch_size": None, "params": {}}
     else:
         workload = registry.create(spec.workload, spec.params)
-        batch_size = per_rank_batch(spec.batch_size or workload.default_batch_size, world, spec.scaling)
-        record_spec |= {"params": workload.params, "batch_size": batch_size, "global_batch_size": batch_size * world,
-                        "learning_rate": spec.resolved_learning_rate}
+        layout, batch_size, data_ranks = layout_and_batch(spec, workload, world, device_type)
+        record_spec |= {"params": workload.params, "batch_size": batch_size, "global_batch_size": batch_size * data_ranks,
+                        "learning_rate": spec.resolved_learning_rate, "layout": layout.describe() if layout else None}
     return ResolvedRun(
         kind="comm" if comm else "train", spec=job_spec, record_spec=frozen(record_spec), job=frozen(job_spec.model_dump()),
+        device_type=device_type, world_size=world, nproc=nproc, nnodes=settings.nodes, threads=spec.threads or 1,
+        timeout_s=spec.timeout_s, launcher=launcher, tags=frozen(spec.tags), settings=settings,
+    )
+
+
+def layout_and_batch(spec: RunSpec, workload, world: int, device_type: str) -> tuple[Layout | None, int, int]:
+    """(layout, batch per rank, data-parallel ranks): the ranks of a tensor or pipeline group share their
+    rows, so strong scaling splits the global batch over the data-parallel ranks only."""
+    layout = check_layout(spec, workload, world, device_type)
+    data_ranks = layout.dp if layout else world
+    batch_size = per_rank_batch(spec.batch_size or workload.default_batch_size, data_ranks, spec.scaling)
+    if layout is not None:
+        layout_of(spec, world, batch_size)  # the batch must split into the pipeline's micro-batches
+    return layout, batch_size, data_ranks
+
+
+def check_layout(spec: RunSpec, workload, world: int, device_type: str) -> Layout | None:
+    """The ``--parallel`` layout of a run, checked against the world size, the workload's sizes and the
+    other options before anything starts; None without ``--parallel`` or ``--ac``."""
+    if spec.parallel is None:
+        given = [flag for flag, value in (("--tp", spec.tp), ("--pp", spec.pp), ("--microbatches", spec.microbatches))
+                 if value is not None]
+        if given:
+            raise UsageError(f"{given[0]} needs --parallel (ddp, fsdp, tp, pp or fsdp+tp), e.g. --parallel fsdp+tp --tp 2.")
+    layout = layout_of(spec, world)
+    if layout is None:
+        return None
+    if spec.mode != "train":
+        raise UsageError(f"--parallel {layout.parallel} and --ac {spec.ac} are for training; drop them for --mode inference.")
+    workload.check_layout(layout)
+    if spec.files_dir:
+        raise UsageError(f"--parallel {layout.parallel} reads synthetic data or the workload's own (--data synthetic or "
+                         "loader; the llm workload's corpus: --param data_file=PATH), not --data files:PATH.")
+    if spec.precision == "fp16" and layout.parallel != "ddp":
+        raise UsageError(f"--precision fp16 needs a gradient scaler for sharded gradients, which --parallel {layout.parallel} "
+                         "does not set up; use --precision bf16.")
+    if spec.compile and layout.pp > 1:
+        raise UsageError("--compile with pipeline parallelism is not supported (the stages run under a schedule); "
+                         "drop --compile or use --parallel fsdp, tp or fsdp+tp.")
+    if spec.compile and device_type != "cuda" and layout.parallel != "ddp":
+        raise UsageError(f"--compile with --parallel {layout.parallel} is allowed on CUDA only (compiled FSDP2/DTensor "
+                         "blocks are not validated on the CPU with gloo); drop --compile or run on GPUs.")
+    return layout
+
+
+def resolve_io_batch(spec: IoReadSpec, settings: LaunchSettings, launcher: str, stored_step_s: float | None = None) -> ResolvedRun:
+    """A storage read submitted to a scheduler: the data set is checked here when this host sees its path
+    (a shared file system); otherwise on the job's node, where a bad one fails the run with the same sentence."""
+    device_type, nproc = batch_processes(spec.device, settings, spec.nproc, launcher)
+    world = settings.nodes * nproc
+    visible = Path(spec.path).exists()
+    manifest = load_data_set(Path(spec.path)) if visible else None
+    job_spec = io_settings(spec.model_copy(update={"device": device_type, "nproc": nproc, "nnodes": 1, "node_rank": 0,
+                                                   "rdzv_endpoint": None}), manifest, stored_step_s)
+    record_spec = io_record_spec(job_spec, manifest) | {
+        "device": device_type, "device_name": None, "threads": spec.threads, "world_size": world,
+        "backend": spec.backend or (default_backend(device_type) if world > 1 else None), "launcher": launcher,
+        "nnodes": settings.nodes, "nproc": nproc, "joined": False, "container": batch_container(settings, launcher),
+        "telemetry": False, "global_batch_size": job_spec.batch_size * world, "compute_from": spec.compute_from,
+    }
+    return ResolvedRun(
+        kind="io", spec=job_spec, record_spec=frozen(record_spec), job=frozen(job_spec.model_dump()),
         device_type=device_type, world_size=world, nproc=nproc, nnodes=settings.nodes, threads=spec.threads or 1,
         timeout_s=spec.timeout_s, launcher=launcher, tags=frozen(spec.tags), settings=settings,
     )

@@ -17,7 +17,8 @@ from dlbench.engine.run import ResolvedRun
 from dlbench.env import capture_env, host_load
 from dlbench.errors import UsageError
 from dlbench.record import new_id
-from dlbench.spec import CommSpec, RunSpec
+from dlbench.safety import shown
+from dlbench.spec import MAX_NODES, MAX_RANKS_PER_NODE, CommSpec, RunSpec
 
 log = logging.getLogger("dlbench")
 
@@ -78,21 +79,21 @@ def run_specs(specs: list[RunSpec], store=None, env: dict | None = None, around:
 
 def parse_counts(text: str, flag: str = "--nproc") -> list[int]:
     """``"1,2,4"`` → ``[1, 2, 4]``: distinct positive counts in increasing order."""
-    what = "node" if flag == "--nodes" else "process"
+    what, most = ("node", MAX_NODES) if flag == "--nodes" else ("process", MAX_RANKS_PER_NODE)
     try:
-        counts = sorted({int(part) for part in text.split(",") if part.strip()})
+        counts = sorted({int(part) for part in text.split(",")})  # an empty part (1,,2) is a typo, not skipped
     except ValueError:
-        raise UsageError(f"{flag} {text!r} must be a comma-separated list of {what} counts, e.g. 1,2,4.") from None
-    if not counts or counts[0] < 1:
-        raise UsageError(f"{flag} {text!r} must list positive {what} counts, e.g. 1,2,4.")
+        raise UsageError(f"{flag} {shown(text)} must be a comma-separated list of {what} counts, e.g. 1,2,4.") from None
+    if counts[0] < 1 or counts[-1] > most:
+        raise UsageError(f"{flag} {shown(text)} must list {what} counts from 1 to {most:,}, e.g. 1,2,4.")
     return counts
 
 
-def series_specs(base: RunSpec, counts: list[int]) -> tuple[str, list[RunSpec]]:
+def series_specs(base: RunSpec, counts: list[int], series: str | None = None) -> tuple[str, list[RunSpec]]:
     """One spec per count, tagged with a new series id, with the same threads per process throughout:
     the cores shared among the largest count unless ``base.threads`` says otherwise (a series that gives
     one process all cores and then each of two processes half of them measures threads, not scaling)."""
-    series = new_id()
+    series = series or new_id()
     threads = base.threads or default_threads(max(counts))
     tags = base.tags | {"scale_series": series}
     return series, [base.model_copy(update={"nproc": n, "threads": threads, "tags": tags | {"scale_nproc": str(n)}})
@@ -100,9 +101,10 @@ def series_specs(base: RunSpec, counts: list[int]) -> tuple[str, list[RunSpec]]:
 
 
 def run_scale(base: RunSpec, counts: list[int], store=None, env: dict | None = None,
-              on_run: Callable[[RunSpec], Any] | None = None) -> tuple[str, list[dict[str, Any]]]:
-    """Run the scaling series (each run resolved before the first starts); return its id and records."""
-    series, specs = series_specs(base, counts)
+              on_run: Callable[[RunSpec], Any] | None = None, series: str | None = None) -> tuple[str, list[dict[str, Any]]]:
+    """Run the scaling series (each run resolved before the first starts; ``series``: its id, else a new
+    one); return its id and records."""
+    series, specs = series_specs(base, counts, series)
     runs = [resolve_train(spec) for spec in specs]
     env = env if env is not None else run_env(runs=runs)
     records = []

@@ -29,6 +29,13 @@ Contract:
 * :meth:`inference` is the forward pass measured in inference mode.
 * :meth:`distribute` wraps the model for data-parallel runs; override it when ``loss`` or
   ``train_step`` call submodules directly (a GAN), so that each called module is wrapped.
+* Layouts beyond DDP (``--parallel fsdp|tp|pp|fsdp+tp``, :mod:`dlbench.layout`): a workload lists them in
+  ``parallel_layouts``, checks a layout against its sizes in :meth:`check_layout` (before anything runs),
+  and gives the engine what the layout needs: :meth:`transformer_blocks` (the units FSDP shards and
+  activation checkpointing wraps), :meth:`tensor_parallel` (its plan on a 1-D mesh), :meth:`pipeline_stage`
+  and :meth:`pipeline_loss`. The model itself stays single-device code.
+* Optional figures: :meth:`tokens_per_sample` (the record then gives tokens/s) and
+  :meth:`formula_flops_per_sample` (an analytic FLOP count and its formula, beside the FLOP counter's).
 """
 
 from __future__ import annotations
@@ -37,6 +44,8 @@ import contextlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
+
+from dlbench.errors import UsageError
 
 # torch appears here in annotations only (strings under ``from __future__ import annotations``):
 # this contract, the registry and ``dlbench list`` must not import torch (2-6 s).
@@ -108,6 +117,8 @@ class Workload:
     domain: ClassVar[str]  # vision | sequence | science | generative
     default_batch_size: ClassVar[int]
     params: ClassVar[dict[str, Param]] = {}
+    #: --parallel layouts this workload supports (DDP always works: the engine wraps the whole model).
+    parallel_layouts: ClassVar[frozenset[str]] = frozenset({"ddp"})
 
     def __init__(self, **params: Any):
         self.params = params
@@ -149,6 +160,43 @@ class Workload:
         ctx.backward_and_step(loss, ctx.optimizers[0])
         ctx.end_step()
         return loss.detach()
+
+    # -- parallel layouts and optional figures (see the module docstring) ----------------------------
+    def check_layout(self, layout: Any) -> None:
+        """Raise UsageError (one sentence) when ``layout`` (a :class:`dlbench.layout.Layout`) cannot
+        spread this workload; the default allows the layouts of ``parallel_layouts``, and activation
+        checkpointing where there are blocks to checkpoint (any layout beyond DDP)."""
+        if layout.ac != "none" and self.parallel_layouts == {"ddp"}:
+            raise UsageError(f"workload {self.name!r} has no transformer blocks to checkpoint; drop --ac "
+                             "(the llm workload has them).")
+        if layout.parallel not in self.parallel_layouts:
+            supported = ", ".join(sorted(self.parallel_layouts))
+            raise UsageError(f"workload {self.name!r} supports --parallel {supported} only, not {layout.parallel}; "
+                             "use one of those (the llm workload supports them all).")
+
+    def transformer_blocks(self, model: nn.Module) -> list[nn.Module]:
+        """The repeated blocks: FSDP's units and activation checkpointing's granularity."""
+        raise NotImplementedError
+
+    def tensor_parallel(self, model: nn.Module, tp_mesh: Any) -> None:
+        """Apply the tensor-parallel plan in place (``parallelize_module`` on the 1-D ``tp_mesh``)."""
+        raise NotImplementedError
+
+    def pipeline_stage(self, model: nn.Module, stage: int, stages: int) -> nn.Module:
+        """The part of ``model`` that pipeline stage ``stage`` of ``stages`` runs."""
+        raise NotImplementedError
+
+    def pipeline_loss(self, output: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """The loss of one micro-batch from the last stage's output and the batch's last tensor."""
+        raise NotImplementedError
+
+    def tokens_per_sample(self) -> int | None:
+        """Tokens in one sample for a tokens/s figure (language models); None: not a token workload."""
+        return None
+
+    def formula_flops_per_sample(self, mode: str) -> tuple[float, str] | None:
+        """(FLOPs per sample by an analytic formula, the formula in words); None when there is none."""
+        return None
 
     @classmethod
     def describe(cls) -> dict[str, Any]:

@@ -23,6 +23,7 @@ WORKLOADS: dict[str, str] = {
     "transformer": "dlbench.catalog.sequence:TransformerTranslation",
     "gnmt": "dlbench.catalog.sequence:GNMT",
     "dcgan": "dlbench.catalog.generative:DCGAN",
+    "llm": "dlbench.catalog.llm:LanguageModel",
 }
 
 

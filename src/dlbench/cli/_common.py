@@ -14,6 +14,8 @@ from typing import Any
 import typer
 
 from dlbench.errors import UsageError
+from dlbench.safety import printable
+from dlbench.spec import MAX_RANKS_PER_NODE
 
 DB_OPTION = typer.Option(
     None, "--db", help="Results store: a SQLite file or SQLAlchemy URL (default: $DLBENCH_DB, else ~/.local/share/dlbench/runs.db).",
@@ -61,7 +63,8 @@ class StepProgress:
             )
 
             self._progress = Progress(
-                TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                # the label holds user text (a workload's name, a suite entry): shown as typed, never as markup
+                TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                 console=Console(stderr=True), transient=True, refresh_per_second=4,
             )
 
@@ -81,7 +84,7 @@ class StepProgress:
             return
         if phase != self._phase:
             self._phase = phase
-            self._task = self._progress.add_task(f"{self.label} {phase}", total=total)
+            self._task = self._progress.add_task(printable(f"{self.label} {phase}"), total=total)
         self._progress.update(self._task, completed=index + 1)
 
 
@@ -95,7 +98,7 @@ LAUNCH_OPTIONS: dict[str, tuple[Any, Any]] = {
     "launcher": (str | None, typer.Option(None, "--launcher", help="local (one process here) | torchrun (this node, even for one process) | slurm | k8s (submit a job) \\[default: local, torchrun with --nproc > 1; or the config's launcher.name].", rich_help_panel="Launch")),
     "nodes": (int | None, typer.Option(None, "--nodes", help="Nodes of a slurm/k8s job \\[default: 1].", rich_help_panel="Launch")),
     "gpus_per_node": (int | None, typer.Option(None, "--gpus-per-node", help="GPUs (and ranks) per node of a slurm/k8s job.", rich_help_panel="Launch")),
-    "nproc_per_node": (int | None, typer.Option(None, "--nproc-per-node", help="Ranks per node of a CPU job (instead of --gpus-per-node).", rich_help_panel="Launch")),
+    "nproc_per_node": (int | None, typer.Option(None, "--nproc-per-node", min=1, max=MAX_RANKS_PER_NODE, help="Ranks per node of a CPU job (instead of --gpus-per-node).", rich_help_panel="Launch")),
     "time": (str | None, typer.Option(None, "--time", help="Wall-clock limit in Slurm's format: MINUTES, HH:MM:SS, D-HH:MM.", rich_help_panel="Launch")),
     "signal_lead": (int | None, typer.Option(None, "--signal-lead", help="Seconds before --time that the job gets SIGTERM to record what it measured \\[default: 60].", rich_help_panel=_SLURM)),
     "partition": (str | None, typer.Option(None, "--partition", help="Slurm partition.", rich_help_panel=_SLURM)),
@@ -207,6 +210,26 @@ PROFILE_STACKS_OPTION = typer.Option(
 TENSORBOARD_OPTION = typer.Option(
     None, "--tensorboard", metavar="DIR", show_default=False,
     help="Also write each run to DIR/<run id>/ for TensorBoard: step times, throughput, loss, telemetry, hyperparameters.")
+
+# -- model layouts (``run``, ``scale``): how the model is spread over the ranks (dlbench.layout) -----------------
+_LAYOUT = "Layout"
+PARALLEL_OPTION = typer.Option(
+    None, "--parallel", show_default=False, rich_help_panel=_LAYOUT,
+    help="ddp | fsdp (FSDP2) | tp (tensor parallel) | pp (pipeline) | fsdp+tp (2-D), over the run's ranks; "
+         "every data-parallel rank takes its rows of one global batch. Default: DDP, each rank its own data.")
+TP_OPTION = typer.Option(None, "--tp", rich_help_panel=_LAYOUT, show_default=False,
+                         help="Tensor-parallel degree (tp: the world size; fsdp+tp: 2).")
+PP_OPTION = typer.Option(None, "--pp", rich_help_panel=_LAYOUT, show_default=False,
+                         help="Pipeline-parallel degree (pp: the world size).")
+AC_OPTION = typer.Option(None, "--ac", rich_help_panel=_LAYOUT, show_default=False,
+                         help="Activation checkpointing per block: none | selective | full \\[default: none].")
+PP_SCHEDULE_OPTION = typer.Option(None, "--pp-schedule", rich_help_panel=_LAYOUT, show_default=False,
+                                  help="Pipeline schedule: gpipe | 1f1b \\[default: gpipe].")
+MICROBATCHES_OPTION = typer.Option(None, "--microbatches", rich_help_panel=_LAYOUT, show_default=False,
+                                   help="Pipeline micro-batches per step \\[default: the pp degree].")
+RESHARD_OPTION = typer.Option(
+    None, "--reshard-after-forward/--no-reshard-after-forward", rich_help_panel=_LAYOUT, show_default=False,
+    help="FSDP: free gathered parameters after forward (less memory, one more all-gather) \\[default: reshard].")
 
 
 def show_profiles(records: list[dict[str, Any]]) -> None:

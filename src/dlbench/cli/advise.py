@@ -16,7 +16,7 @@ def advise(
     budget: float = typer.Option(600.0, "--budget", help="Seconds for the whole session; no new run starts that would overrun it."),
     steps: int = typer.Option(10, "--steps", help="Measured steps per run."),
     warmup: int = typer.Option(2, "--warmup", help="Unmeasured warmup steps per run."),
-    knobs: str = typer.Option(None, "--knobs", help="Comma-separated knobs to try \\[default: all: batch_size, precision, channels_last, compile, workers, threads]."),
+    knobs: str = typer.Option(None, "--knobs", help="Comma-separated knobs to try \\[default: all: batch_size, precision, channels_last, compile, workers, threads, ac (activation checkpointing, llm)]."),
     max_batch: int = typer.Option(1024, "--max-batch", help="Largest batch size the batch search tries."),
     repeats: int = typer.Option(3, "--repeats", help="Interleaved repeats of the defaults and the best, for the speed-up and its noise."),
     data: str = typer.Option("synthetic", "--data", help="synthetic | loader (workers are a knob only with loader)."),

@@ -17,6 +17,7 @@ from dlbench.cli import (
     advise,
     catalog,
     hpo,
+    io,
     jobs,
     mlperf,
     monitor,
@@ -28,7 +29,7 @@ from dlbench.cli import (
     store,
     tensorboard,
 )
-from dlbench.errors import BenchmarkFailed, Terminated, UsageError
+from dlbench.errors import NOT_SAVED_EXIT_CODE, BenchmarkFailed, RecordNotSaved, Terminated, UsageError
 
 app = typer.Typer(
     name="dlbench",
@@ -76,6 +77,7 @@ app.add_typer(hpo.hpo_app, name="hpo")
 app.add_typer(jobs.jobs_app, name="jobs")
 app.command("advise")(advise.advise)
 app.add_typer(tensorboard.tensorboard_app, name="tensorboard")
+app.add_typer(io.io_app, name="io")
 
 
 def _is_parser_error(exc: Exception) -> bool:
@@ -94,7 +96,8 @@ def _parser_error(exc: Exception) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point: maps dlbench's errors to exit codes (2 usage, 1 benchmark failed, 128 + N signal N)."""
+    """Entry point: maps dlbench's errors to exit codes (2 usage, 1 benchmark failed, 3 a finished run not saved
+    (its record printed to stderr as JSON), 128 + N signal N)."""
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args or os.environ.get("DLBENCH_DEBUG") == "1"
     if debug:
@@ -117,6 +120,11 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"dlbench: error: {exc}", file=sys.stderr)
         code = 2
+    except RecordNotSaved as exc:  # the records themselves were printed to stderr as JSON already
+        if debug:
+            raise
+        print(f"dlbench: {exc}", file=sys.stderr)
+        code = NOT_SAVED_EXIT_CODE
     except BenchmarkFailed as exc:
         if debug:
             raise
@@ -125,8 +133,10 @@ def main(argv: list[str] | None = None) -> int:
     except (Terminated, KeyboardInterrupt) as exc:
         signum = exc.signum if isinstance(exc, Terminated) else signal.SIGINT
         what = "interrupted" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}"
-        print(f"dlbench: {what}; a run in progress was recorded as aborted with the steps it measured",
-              file=sys.stderr)
+        # only the run pipeline knows whether a run was in progress (it marks the exception when it recorded one)
+        recorded = "; a run in progress was recorded as aborted with the steps it measured" if getattr(
+            exc, "run_recorded", False) else ""
+        print(f"dlbench: {what}{recorded}", file=sys.stderr)
         code = 128 + signum
     except Exception as exc:
         if not _is_parser_error(exc) or debug:

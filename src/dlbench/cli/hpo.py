@@ -70,8 +70,8 @@ def run(
     progress = LiveTable()
     with progress:
         study = hpo.run_study(spec, db, storage, resume, progress.update, address, tensorboard)
-    _, spec = hpo.open_study(study.study_name, db, storage or (spec.storage if spec else None))
-    _print_status(study, spec, as_json)
+    spec = hpo.spec_of(study)  # the study's own (a resumed one's too), without opening its storage again
+    _print_status(study, spec, as_json, db)
     if not any(t.value is not None for t in study.get_trials(deepcopy=False) if t.state.name == "COMPLETE"):
         raise BenchmarkFailed(f"study {spec.name!r} has no successful trial; each trial's reason is in "
                               f"'dlbench hpo status {spec.name}' (and its run record).")
@@ -95,7 +95,7 @@ def status(name: str = typer.Argument(..., help="Study name."), db: str = DB_OPT
     from dlbench.api import hpo  # optuna
 
     study, spec = hpo.open_study(name, db, storage)
-    _print_status(study, spec, as_json)
+    _print_status(study, spec, as_json, db)
 
 
 @hpo_app.command("best")
@@ -139,10 +139,12 @@ def plot(name: str = typer.Argument(..., help="Study name."),
          db: str = DB_OPTION, storage: str = STORAGE_OPTION) -> None:
     """Optimisation history, parameter importances and parallel coordinates of a study, as PNG."""
     from dlbench.api import hpo  # optuna
+    from dlbench.config import writable_dir
     from dlbench.report.hpo_plots import study_plots  # matplotlib
 
+    folder = writable_dir(out, "--out")  # a file, or a folder that cannot be made: one sentence, before any work
     study, _ = hpo.open_study(name, db, storage)
-    for path, note in study_plots(study, Path(out)):
+    for path, note in study_plots(study, folder):
         info(f"{path}" + (f" ({note})" if note else ""))
 
 
@@ -152,9 +154,14 @@ def compare(names: list[str] = typer.Argument(..., help="Study names."),
             db: str = DB_OPTION, storage: str = STORAGE_OPTION, as_json: bool = JSON_OPTION) -> None:
     """Best value found against epochs spent, one line per study (e.g. random search vs ASHA)."""
     from dlbench.api import hpo  # optuna
+    from dlbench.config import writable_dir
     from dlbench.hpo.summary import best_vs_epochs
     from dlbench.report.hpo_plots import render_best_vs_epochs  # matplotlib
 
+    target = Path(out).expanduser()
+    if target.is_dir() or out.endswith(("/", "\\")):
+        raise UsageError(f"--out {out!r} is a folder; give the PNG file to write, e.g. {target / 'hpo-compare.png'}.")
+    writable_dir(str(target.parent), "--out's folder")
     curves = {}
     for name in names:
         study, spec = hpo.open_study(name, db, storage)
@@ -168,11 +175,12 @@ def compare(names: list[str] = typer.Argument(..., help="Study names."),
             print(f"{n:<24} " + (f"best {c[-1][1]:.6g} after {c[-1][0]} epochs" if c else "no finished trial"))
 
 
-def _print_status(study, spec, as_json: bool) -> None:
+def _print_status(study, spec, as_json: bool, db: str | None) -> None:
+    from dlbench.api.hpo import link_records
     from dlbench.hpo.summary import best_trial, counts, table_rows
 
     trials = study.get_trials(deepcopy=False)
-    rows = table_rows(trials, spec.direction)
+    rows = link_records(table_rows(trials, spec.direction), spec, db)
     best = best_trial(trials, spec.direction)
     if as_json:
         emit_json({"study": spec.name, "direction": spec.direction, "counts": counts(trials),

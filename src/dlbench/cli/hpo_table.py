@@ -6,6 +6,9 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
+
+from dlbench.safety import printable
 
 
 def _fmt(value: Any) -> str:
@@ -14,17 +17,23 @@ def _fmt(value: Any) -> str:
     return f"{value:.5g}" if isinstance(value, float) else str(value)
 
 
+def _cell(value: Any) -> Text:
+    """A value for the rich table: a categorical choice, a name or an error is user text; a Text is shown as
+    typed, never parsed for markup or :emoji: codes (control characters made visible first)."""
+    return Text(printable(value if isinstance(value, str) else _fmt(value)))
+
+
 def table(rows: list[dict[str, Any]], spec, counts: dict[str, int], best) -> Table:
     """The trials as a table (trial, state, parameters, epoch, latest, best) captioned with the totals."""
     names = [p.name for p in spec.space]
-    out = Table(title=f"study {spec.name} ({spec.sampler}, pruner {spec.pruner}, {spec.direction})")
+    out = Table(title=_cell(f"study {spec.name} ({spec.sampler}, pruner {spec.pruner}, {spec.direction})"))
     for col in ["trial", "state", *names, "epoch", "latest", "best"]:
-        out.add_column(col, justify="right" if col not in ("state",) else "left")
+        out.add_column(_cell(col), justify="right" if col not in ("state",) else "left")
     for r in rows:
-        out.add_row(str(r["trial"]), r["state"], *(_fmt(r["params"].get(n)) for n in names),
-                    _fmt(r["epoch"]), _fmt(r["latest"]), _fmt(r["best"]))
+        out.add_row(str(r["trial"]), _cell(r["state"]), *(_cell(r["params"].get(n)) for n in names),
+                    _cell(r["epoch"]), _cell(r["latest"]), _cell(r["best"]))
     total = ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
-    out.caption = f"{total}; best {_fmt(best.value)} (trial {best.number})" if best else total
+    out.caption = _cell(f"{total}; best {_fmt(best.value)} (trial {best.number})" if best else total)
     return out
 
 
@@ -34,7 +43,7 @@ def render_table(rows, spec, counts, best, file) -> None:
     console.print(table(rows, spec, counts, best))
     for r in rows:
         if r["state"] in ("failed", "pruned") and r["error"]:
-            console.print(f"trial {r['trial']} {r['state']}: {r['error']}", highlight=False)
+            console.print(_cell(f"trial {r['trial']} {r['state']}: {r['error']}"), highlight=False)
 
 
 def progress_lines(rows: list[dict[str, Any]], seen: dict[int, str], elapsed_s: float) -> list[str]:

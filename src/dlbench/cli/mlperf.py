@@ -174,11 +174,17 @@ def score(
     counts as the slowest). A run succeeded only when its log says so in its format's way; bad logs
     are scored as failed or invalid with the reason, never fatal. HPC folders with strong/ and weak/
     are scored per system, weak scaling in models per minute. An energy column appears when the logs
-    carry energy_j. Exit code 1 when an entry has more failed runs than MLPerf allows.
+    carry energy_j. Exit code 1 when an entry has more failed runs than MLPerf allows, or when no run of the
+    folder succeeded; 2 when no file is an MLPerf log at all.
     """
     from dlbench.mlperf.score import score_folder
 
     entries = score_folder(folder)
+    files = [f for e in entries for f in e["files"]]
+    if files and all(f["status"] == "invalid" for f in files):  # nothing there is a run: bad input, no table
+        first = files[0]
+        raise UsageError(f"no file in {folder} is an MLPerf result log ({len(files)} tried; {first['path']}: "
+                         f"{first['problem']}); give a folder of MLPerf result logs (result_*.txt).")
     if as_json:
         emit_json(entries)
     else:
@@ -190,6 +196,8 @@ def score(
     invalid = [e for e in entries if e["status"] == "invalid"]
     if invalid:
         raise BenchmarkFailed("; ".join(f"{e['system']}/{e['benchmark']}: {e['message']}" for e in invalid))
+    if not any(f["status"] == "success" for f in files):  # a folder with no valid score must not look like success
+        raise BenchmarkFailed(f"no run in {folder} succeeded, so nothing in it has a score; each file's reason is above.")
 
 
 def _report_unparsed(entries: list[dict]) -> None:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import typer
 
 from dlbench.cli._common import DB_OPTION, JSON_OPTION, emit_json, info, open_store
 from dlbench.errors import UsageError
+from dlbench.safety import path_inside
 
 plot_app = typer.Typer(
     name="plot",
@@ -37,7 +40,8 @@ def telemetry(
         raise UsageError(f"run {record['id']} has no telemetry series (it ran with --no-telemetry); "
                          "plot a run made with telemetry on.")
     data = timeline_data(record, series)
-    path = render_timeline(data, out or f"dlbench-telemetry-{record['id']}.png")
+    # the default name holds a stored id: kept in the current folder whatever the id says
+    path = render_timeline(data, out or path_inside(Path("."), f"dlbench-telemetry-{record['id']}.png", "run id"))
     if as_json:
         emit_json({"run_id": record["id"], "path": str(path), "samples": data["samples"],
                    "panels": [p["title"] for p in data["panels"]]})

@@ -9,12 +9,19 @@ from typing import Any
 import typer
 
 from dlbench.cli._common import (
+    AC_OPTION,
     DB_OPTION,
     JSON_OPTION,
+    MICROBATCHES_OPTION,
+    PARALLEL_OPTION,
+    PP_OPTION,
+    PP_SCHEDULE_OPTION,
     PROFILE_OPTION,
     PROFILE_STACKS_OPTION,
     PROFILE_STEPS_OPTION,
+    RESHARD_OPTION,
     TENSORBOARD_OPTION,
+    TP_OPTION,
     LaunchOptions,
     StepProgress,
     emit_json,
@@ -25,7 +32,7 @@ from dlbench.cli._common import (
     with_hints,
 )
 from dlbench.errors import BenchmarkFailed, UsageError
-from dlbench.report.tables import common_columns, rate_text, render, run_table
+from dlbench.report.tables import common_columns, rate_text, render, run_table, token_table
 from dlbench.report.tensorboard import with_tensorboard
 
 
@@ -72,6 +79,13 @@ def run(
     telemetry_interval: float = typer.Option(None, "--telemetry-interval", help="Seconds between telemetry samples (default: 1)."),
     metrics_port: int = typer.Option(None, "--metrics-port", help="Serve this run's training metrics for Prometheus on PORT."),
     metrics_host: str = typer.Option(None, "--metrics-host", help="Interface for --metrics-port; 0.0.0.0 for cluster scraping (default: 127.0.0.1)."),
+    parallel: str = PARALLEL_OPTION,
+    tp: int = TP_OPTION,
+    pp: int = PP_OPTION,
+    ac: str = AC_OPTION,
+    pp_schedule: str = PP_SCHEDULE_OPTION,
+    microbatches: int = MICROBATCHES_OPTION,
+    reshard_after_forward: bool = RESHARD_OPTION,
     profile: str = PROFILE_OPTION,
     profile_steps: int = PROFILE_STEPS_OPTION,
     profile_stacks: bool = PROFILE_STACKS_OPTION,
@@ -97,7 +111,8 @@ def run(
         threads=threads, seed=seed, data=data, workers=workers, param=param, tag=tag, nproc=nproc,
         backend=backend, nnodes=nnodes, node_rank=node_rank, rdzv_endpoint=rdzv_endpoint, scaling=scaling,
         timeout_s=timeout, telemetry=telemetry, telemetry_interval_s=telemetry_interval,
-        metrics_port=metrics_port, metrics_host=metrics_host,
+        metrics_port=metrics_port, metrics_host=metrics_host, parallel=parallel, tp=tp, pp=pp, ac=ac,
+        pp_schedule=pp_schedule, microbatches=microbatches, reshard_after_forward=reshard_after_forward,
         profile=profile, profile_steps=profile_steps, profile_stacks=profile_stacks,
     )
     if config and workload:
@@ -114,7 +129,7 @@ def run(
 
 @launch_options
 def suite(
-    name: str = typer.Argument(None, help="Built-in suite: quick (small sizes, a few minutes on an idle 2-core CPU) or standard (catalogue defaults, for GPUs). Default: quick on CPU, standard on CUDA.", show_default=False),
+    name: str = typer.Argument(None, help="Built-in suite: quick (small sizes, a few minutes on an idle 2-core CPU), standard (catalogue defaults, for GPUs), llm (the tiny language model under every --parallel layout on 2 CPU ranks) or llm-gpu (the 1B model on one GPU). Default: quick on CPU, standard on CUDA.", show_default=False),
     device: str = typer.Option(None, "--device", help="auto | cpu | cuda \\[default: auto]."),
     precision: str = typer.Option(None, "--precision", help="fp32 | bf16 | fp16."),
     threads: int = typer.Option(None, "--threads", help="torch intra-op threads for every run (default: torch's; on a busy host 1 is often many times faster)."),
@@ -218,11 +233,19 @@ def show(records: list[dict], store, as_json: bool, single: bool) -> None:
     else:
         table, note = common_columns(run_table(records))
         render(table, title="dlbench results" + (f" ({note})" if note else ""))
+        tokens = token_table(records)
+        if tokens[1]:
+            render(tokens, title="language models: tokens/s, MFU and memory per layout")
         show_profiles(records)
         saved = [r["id"] for r in records if r["spec"].get("node_rank", 0) == 0]  # node 0 owns multi-node records
-        if store is not None and saved:
-            info(f"saved {len(saved)} run(s) in {store.location}: {', '.join(saved)}")
-        elif store is not None:
+        spooled = getattr(store, "spooled", {})  # runs the store could not take: never claimed as saved there
+        stored = [i for i in saved if i not in spooled]
+        if store is not None and stored:
+            info(f"saved {len(stored)} run(s) in {store.location}: {', '.join(stored)}")
+        if store is not None and len(stored) < len(saved):
+            info(f"NOT saved in {store.location}: {', '.join(i for i in saved if i in spooled)}; kept in its spool "
+                 f"{store.spool_dir}, loaded the next time the store opens")
+        if store is not None and not saved:
             info("not stored here: node 0 of a multi-node run stores its record")
     _raise_if_failed(records)
 

@@ -7,9 +7,16 @@ import re
 import typer
 
 from dlbench.cli._common import (
+    AC_OPTION,
     DB_OPTION,
     JSON_OPTION,
+    MICROBATCHES_OPTION,
+    PARALLEL_OPTION,
+    PP_OPTION,
+    PP_SCHEDULE_OPTION,
+    RESHARD_OPTION,
     TENSORBOARD_OPTION,
+    TP_OPTION,
     LaunchOptions,
     emit_json,
     info,
@@ -17,9 +24,11 @@ from dlbench.cli._common import (
     open_store,
 )
 from dlbench.errors import BenchmarkFailed, UsageError, unknown_name
+from dlbench.record import new_id
 from dlbench.report.charts import render_bandwidth, render_scaling, scaling_series  # matplotlib only when drawing
-from dlbench.report.scaling import scale_rows
-from dlbench.report.tables import render
+from dlbench.report.network import OVERLAP_BACKWARD, Link, parse_rate
+from dlbench.report.scaling import network_note, scale_rows
+from dlbench.report.tables import render, token_table
 from dlbench.report.tensorboard import with_tensorboard
 
 
@@ -39,20 +48,34 @@ def scale(
     data: str = typer.Option("synthetic", "--data", help="synthetic | loader."),
     timeout: float = typer.Option(300.0, "--timeout", help="Seconds a rank may wait for the others."),
     tag: list[str] = typer.Option(None, "--tag", "-t", help="Label KEY=VALUE for every run (repeatable)."),
+    parallel: str = PARALLEL_OPTION,
+    tp: int = TP_OPTION,
+    pp: int = PP_OPTION,
+    ac: str = AC_OPTION,
+    pp_schedule: str = PP_SCHEDULE_OPTION,
+    microbatches: int = MICROBATCHES_OPTION,
+    reshard_after_forward: bool = RESHARD_OPTION,
     plot: str = typer.Option(None, "--plot", help="PNG path \\[default: dlbench-scale-WORKLOAD-SERIES.png]."),
     no_plot: bool = typer.Option(False, "--no-plot", help="Do not write a PNG."),
     tensorboard: str = TENSORBOARD_OPTION,
     db: str = DB_OPTION,
     as_json: bool = JSON_OPTION,
     nodes: str = typer.Option(None, "--nodes", help="Node counts of a slurm/k8s series, e.g. 1,2,4,8 (with --gpus-per-node).", rich_help_panel="Launch"),
+    busbw: str = typer.Option(None, "--busbw", help="All-reduce bus bandwidth of the link, e.g. 11.8MB/s or 94Mbit/s: predicts the efficiency the network allows.", rich_help_panel="Network"),
+    comm_run: str = typer.Option(None, "--comm-run", help="Take --busbw from this stored 'dlbench comm' all_reduce run.", rich_help_panel="Network"),
+    measure_comm: bool = typer.Option(False, "--measure-comm", help="Measure --busbw first: an all-reduce benchmark on the largest point's nodes.", rich_help_panel="Network"),
+    overlap: float = typer.Option(OVERLAP_BACKWARD, "--overlap", min=0.0, max=1.0, help="Share of a step's compute that all-reduce hides behind (0: none; default: the backward pass, 2/3).", rich_help_panel="Network"),
     launch: LaunchOptions = None,
 ) -> None:
     """Run WORKLOAD at several process counts; print throughput, speed-up and efficiency T_N/(N·T_1); plot it.
 
     On a cluster: 'dlbench scale resnet50 --launcher slurm --nodes 1,2,4,8 --gpus-per-node 4' submits one
-    job per node count, collects them and reports the same figures per node count.
+    job per node count, collects them and reports the same figures per node count. With --busbw,
+    --comm-run or --measure-comm each point also shows the efficiency the network alone allows.
     """
-    from dlbench.api.runs import parse_counts, run_scale  # imports torch: only when running
+    from dlbench.api.resolve import default_threads  # these import torch: only when running
+    from dlbench.api.runs import parse_counts, run_scale
+    from dlbench.api.scale_link import NetworkOptions, measure_here
     from dlbench.spec import make_spec, parse_key_values
 
     counts = parse_counts(nproc)
@@ -61,9 +84,13 @@ def scale(
         "steps": steps, "warmup": warmup, "device": device, "precision": precision, "backend": backend,
         "threads": threads, "data": data, "timeout_s": timeout, "scaling": scaling,
         "tags": parse_key_values(tag or [], "--tag"),
-    })
+    } | {key: value for key, value in (("parallel", parallel), ("tp", tp), ("pp", pp), ("ac", ac), ("pp_schedule", pp_schedule),
+                                        ("microbatches", microbatches), ("reshard_after_forward", reshard_after_forward))
+         if value is not None})
+    series = new_id()
+    network = NetworkOptions(busbw, comm_run, measure_comm, overlap)
     if launch.batch():
-        series, records = _scale_batch(base, launch, nodes, None if nodes else counts, db, as_json)
+        link, records = _scale_batch(base, launch, nodes, None if nodes else counts, db, as_json, series, network)
         if records is None:
             return
     elif nodes or launch.dry_run or launch.no_wait:
@@ -72,25 +99,38 @@ def scale(
         (base,) = launch.on_this_node([base])  # --launcher torchrun: every point through torchrun, 1 process too
         store = open_store(db)
         try:
+            link = network.link(base, store, between_nodes=False, measure=lambda: measure_here(
+                base.model_copy(update={"threads": base.threads or default_threads(max(counts))}), max(counts), series,
+                store, overlap))
+            if link:
+                base = base.model_copy(update={"tags": base.tags | link.tags()})
             series, records = run_scale(base, counts, with_tensorboard(store, tensorboard), on_run=lambda s: info(
-                f"running {workload} with {s.nproc} process(es) × {s.threads} thread(s) …"))
+                f"running {workload} with {s.nproc} process(es) × {s.threads} thread(s) …"), series=series)
         finally:
             store.close()
-    rows = scale_rows(records)
+    rows = scale_rows(records, link)
     if launch.batch():  # a node series: say how many nodes each point had
         for row, record in zip(rows, records, strict=True):
             row["nodes"] = record["spec"].get("nnodes")
     png = None
     if not no_plot and any(r["status"] == "ok" for r in records):
-        png = str(render_scaling({f"{workload} ({scaling})": scaling_series(records)},
-                                 plot or f"dlbench-scale-{workload}-{series}.png",
-                                 f"{workload}: {scaling} scaling on {records[0]['spec']['device_name']}"))
+        label = f"{workload} ({scaling})"
+        allowed = {r["nproc"]: r["predicted_efficiency"] for r in rows if r["predicted_efficiency"] is not None}
+        png = str(render_scaling({label: scaling_series(records)}, plot or f"dlbench-scale-{workload}-{series}.png",
+                                 f"{workload}: {scaling} scaling on {records[0]['spec']['device_name']}",
+                                 predicted={label: allowed} if allowed else None))
     if as_json:
-        emit_json({"series": series, "workload": workload, "scaling": scaling, "rows": rows, "plot": png})
+        emit_json({"series": series, "workload": workload, "scaling": scaling, "rows": rows, "plot": png,
+                   "network": link.as_dict() if link else None})
     else:
-        _render_scale(rows, series)
+        _render_scale(rows, series, link)
+        tokens = token_table(records)
+        if tokens[1]:
+            render(tokens, title="language models: tokens/s, MFU and memory per layout")
         if png:
             info(f"plot: {png}")
+    if link:
+        info(network_note(rows, link))
     for row in rows:
         if row["suspect"]:
             info(f"warning: {row['efficiency']:.0%} efficiency at {row['nproc']} processes is above 100 % — suspect: "
@@ -101,29 +141,48 @@ def scale(
         raise BenchmarkFailed(f"{len(failed)} of {len(records)} run(s) failed: " + "; ".join(r["error"] or r["status"] for r in failed))
 
 
-def _scale_batch(base, launch: LaunchOptions, nodes: str | None, nprocs: list[int] | None, db, as_json):
-    """The series through a scheduler: (series id, records), or (None, None) after --dry-run / --no-wait."""
+def _scale_batch(base, launch: LaunchOptions, nodes: str | None, nprocs: list[int] | None, db, as_json, series: str,
+                 network):
+    """The series through a scheduler: (link, records), or (None, None) after --dry-run / --no-wait."""
     from dlbench.api.batch import scale_runs
     from dlbench.api.runs import parse_counts
+    from dlbench.api.scale_link import measure_batch
     from dlbench.cli.batch import submit_runs
 
     node_counts = parse_counts(nodes, "--nodes") if nodes else None
     if launch.nproc_per_node:
         base = base.model_copy(update={"nproc": launch.nproc_per_node})
-    series, runs = scale_runs(base, launch.settings(), launch.launcher_name(), node_counts, nprocs)
+    settings, name = launch.settings(), launch.launcher_name()
+    if network.measure and launch.no_wait:  # checked before the all-reduce job is submitted
+        raise UsageError("--measure-comm waits for the all-reduce result before the series; drop --no-wait, "
+                         "or give --busbw.")
+    link = None
+    if not launch.dry_run:  # --dry-run prints the series' scripts only
+        store = open_store(db)
+        try:
+            link = network.link(base, store, between_nodes=bool(node_counts), measure=lambda: measure_batch(
+                base, settings, name, max(node_counts or [settings.nodes]), series,
+                lambda runs: submit_runs(runs, launch, db, as_json=as_json), network.overlap))
+        finally:
+            store.close()
+    if link:
+        base = base.model_copy(update={"tags": base.tags | link.tags()})
+    _, runs = scale_runs(base, settings, name, node_counts, nprocs, series=series)
     records = submit_runs(runs, launch, db, as_json=as_json)
-    return (series, records) if records is not None else (None, None)
+    return (link, records) if records is not None else (None, None)
 
 
-def _render_scale(rows, series: str) -> None:
+def _render_scale(rows, series: str, link: Link | None) -> None:
     def num(value, fmt):
         return "-" if value is None else format(value, fmt)
 
     nodes = ["nodes"] if rows and "nodes" in rows[0] else []
-    table = ([*nodes, "processes", "threads each", "samples/s", "speed-up", "efficiency", "slowest rank samples/s",
+    allows = ["link allows"] if link else []
+    table = ([*nodes, "processes", "threads each", "samples/s", "speed-up", "efficiency", *allows, "slowest rank samples/s",
               "host busy before", "run", "status"], [
         [*([str(r["nodes"])] if nodes else []), str(r["nproc"]), str(r["threads_per_process"]), num(r["samples_per_s"], ",.1f"), num(r["speedup"], ".2f"),
-         num(r["efficiency"], ".1%") + (" (suspect)" if r["suspect"] else ""), num(r["slowest_rank_samples_per_s"], ",.1f"),
+         num(r["efficiency"], ".1%") + (" (suspect)" if r["suspect"] else ""),
+         *([num(r["predicted_efficiency"], ".1%")] if link else []), num(r["slowest_rank_samples_per_s"], ",.1f"),
          num(r["host_cpu_busy_percent"], ".0f") + ("%" if r["host_cpu_busy_percent"] is not None else ""),
          r["run_id"], r["status"]] for r in rows])
     render(table, title=f"scaling series {series} (tag scale_series={series})")
@@ -158,6 +217,7 @@ def comm(
     threads: int = typer.Option(None, "--threads", help="Threads per process."),
     timeout: float = typer.Option(300.0, "--timeout", help="Seconds a rank may wait for the others."),
     tag: list[str] = typer.Option(None, "--tag", "-t", help="Label KEY=VALUE (repeatable)."),
+    link_rate: str = typer.Option(None, "--link-rate", help="The link's rate, e.g. 100Mbit, 25Gbit/s \\[default: read on the nodes: sysfs speed, or a tc rate limit]."),
     plot: str = typer.Option(None, "--plot", help="Write a bandwidth-vs-size PNG here."),
     db: str = DB_OPTION,
     as_json: bool = JSON_OPTION,
@@ -178,6 +238,7 @@ def comm(
             factor=factor, iters=iters, warmup=warmup, device=device, nproc=nproc, nnodes=nnodes, node_rank=node_rank,
             rdzv_endpoint=rdzv_endpoint, backend=backend, threads=threads, timeout_s=timeout,
             tags=parse_key_values(tag or [], "--tag"),
+            link_rate_bits_per_s=parse_rate(link_rate, "--link-rate") if link_rate else None,
         )
     except ValidationError as exc:
         raise UsageError(describe_validation_error(exc)) from None
@@ -209,7 +270,13 @@ def _render_comm(records) -> None:
     for r in records:
         if not r["result"]:
             continue
+        link = r["result"].get("link") or {}
+        rate = link.get("rate_bits_per_s")
         rows = [[str(x["size_bytes"]), str(x["count"]), f"{x['time_s'] * 1e6:,.1f}", f"{x['algbw_bytes_per_s'] / 1e9:.3f}",
-                 f"{x['busbw_bytes_per_s'] / 1e9:.3f}", "ok" if x["correct"] else "WRONG"] for x in r["result"]["sizes"]]
-        render((["size (B)", "count (float32)", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "check"], rows),
-               title=f"{r['spec']['collective']} — {r['spec']['world_size']} ranks, {r['spec']['backend']}, run {r['id']}")
+                 f"{x['busbw_bytes_per_s'] / 1e9:.3f}", *([f"{x['link_fraction']:.2f}"] if rate else []),
+                 "ok" if x["correct"] else "WRONG"] for x in r["result"]["sizes"]]
+        over = (f", link {rate / 1e9:g} Gbit/s ({link['source']})" if rate else
+                ", link rate unknown (give --link-rate)" if link else "")
+        render((["size (B)", "count (float32)", "time (us)", "algbw (GB/s)", "busbw (GB/s)",
+                 *(["busbw / link"] if rate else []), "check"], rows),
+               title=f"{r['spec']['collective']} — {r['spec']['world_size']} ranks, {r['spec']['backend']}{over}, run {r['id']}")

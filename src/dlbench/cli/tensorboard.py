@@ -6,7 +6,7 @@ import typer
 
 from dlbench.cli._common import DB_OPTION, JSON_OPTION, emit_json, info, open_store
 from dlbench.errors import UsageError
-from dlbench.report.tensorboard import check_logdir, write_run
+from dlbench.report.tensorboard import check_logdir, run_dir_of, write_run
 
 tensorboard_app = typer.Typer(name="tensorboard", help="Stored runs for TensorBoard's Scalars and HParams views.",
                               no_args_is_help=True)
@@ -36,6 +36,8 @@ def export(
         store.close()
     if not records:
         raise UsageError(f"{selectors!r} matches no stored run; check it with 'dlbench results'.")
+    for record in records:  # every folder checked before the first is written (nothing half exported)
+        run_dir_of(logdir, record)
     written = [str(write_run(logdir, r, series[r["id"]])) for r in records]
     if as_json:
         emit_json({"logdir": str(logdir), "runs": written})

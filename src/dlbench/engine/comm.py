@@ -21,6 +21,7 @@ import torch.distributed as dist
 
 from dlbench.engine.devices import resolve_device
 from dlbench.engine.dist import LaunchEnv, default_backend, destroy_process_group, init_process_group, rank_device
+from dlbench.engine.link import job_link, local_link
 from dlbench.spec import CommSpec
 
 
@@ -49,6 +50,14 @@ def message_sizes(min_bytes: int, max_bytes: int, factor: int) -> list[int]:
         sizes.append(size)
         size *= factor
     return sizes
+
+
+def with_link_fraction(rows: list[dict[str, Any]], link: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """Each size's bus bandwidth as a fraction of the link rate (``link_fraction``; None without a rate):
+    how close the collective comes to what the wire allows."""
+    rate_bytes_per_s = (link or {}).get("rate_bits_per_s") and link["rate_bits_per_s"] / 8
+    return [row | {"link_fraction": row["busbw_bytes_per_s"] / rate_bytes_per_s if rate_bytes_per_s else None}
+            for row in rows]
 
 
 def _buffers(collective: str, size_bytes: int, world: int, device):
@@ -115,10 +124,10 @@ def run_comm_rank(spec: CommSpec, launch: LaunchEnv, on_joined: Callable[[], Non
     if on_joined is not None:
         on_joined()
     try:
+        link = job_link(ctx.all_gather_object(local_link()), spec.link_rate_bits_per_s)
         sizes = message_sizes(spec.min_bytes, spec.max_bytes, spec.factor)
-        return {
-            "world_size": ctx.world_size, "backend": ctx.backend,
-            "collectives": {c: [time_collective(c, s, spec, ctx, device, sync) for s in sizes] for c in spec.collectives},
-        }
+        collectives = {c: [time_collective(c, s, spec, ctx, device, sync) for s in sizes] for c in spec.collectives}
+        return {"world_size": ctx.world_size, "backend": ctx.backend, "link": link,
+                "collectives": {c: with_link_fraction(rows, link) for c, rows in collectives.items()}}
     finally:
         destroy_process_group()

@@ -1,21 +1,27 @@
-"""The two data paths.
+"""The data paths.
 
 * ``resident_batches``: one batch generated once and kept on the device — pure compute, the
   throughput a model can reach when input is free.
 * ``loader_batches``: a real ``torch.utils.data.DataLoader`` over a materialised data set, with
   worker processes, collation, pinned memory and a host-to-device copy every step — the cost of an
   input pipeline, as in NERSC's "with real data" curves.
+* ``file_batches``: the same DataLoader reading a data set from files (``--data files:PATH``, written by
+  ``dlbench io generate --workload``) through ``dlbench.storage``'s readers — the model's throughput
+  with the storage underneath.
 """
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
+from pathlib import Path
 
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from dlbench.catalog._base import Batch, Workload
+from dlbench.storage.dataset import FileDataset, collate
+from dlbench.storage.manifest import load_data_set
 
 #: Upper bound on the host memory the loader's data set may take.
 MAX_DATASET_BYTES = 1 << 30
@@ -97,5 +103,31 @@ def loader_batches(
         while True:
             for batch in loader:
                 yield to_device(tuple(batch), device, channels_last)
+
+    return forever()
+
+
+def file_batches(root: str, batch_size: int, device: torch.device, channels_last: bool, *, workers: int, seed: int,
+                 rank: int = 0, world_size: int = 1) -> Iterator[Batch]:
+    """Batches of the data set in ``root``, each rank reading its shard (DistributedSampler), epoch after
+    epoch; a corrupt sample fails the run naming its file (a model cannot train on half a batch)."""
+    dataset = FileDataset(Path(root), load_data_set(Path(root)), decode=True)
+    sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=seed, drop_last=True)
+    if len(sampler) < batch_size:
+        raise ValueError(f"data set {root} gives each of {world_size} rank(s) {len(sampler)} samples, fewer than "
+                         f"one batch of {batch_size}; generate more samples or lower the batch size")
+    loader = DataLoader(dataset, batch_size=batch_size, sampler=sampler, drop_last=True, num_workers=workers,
+                        collate_fn=collate, pin_memory=device.type == "cuda", persistent_workers=workers > 0)
+
+    def forever() -> Iterator[Batch]:
+        epoch = 0
+        while True:
+            sampler.set_epoch(epoch)
+            for batch in loader:
+                if batch["corrupt"]:
+                    where, error = batch["corrupt"][0]
+                    raise ValueError(f"corrupt sample {where} in {root}: {error}")
+                yield to_device(tuple(batch["fields"]), device, channels_last)
+            epoch += 1
 
     return forever()

@@ -76,7 +76,7 @@ def detect_launch_env(environ: Mapping[str, str]) -> LaunchEnv | None:
     """The launcher's description of this process, or None when no launcher started it."""
     if "RANK" in environ and "WORLD_SIZE" in environ:
         world = _int(environ, "WORLD_SIZE", low=1)
-        return LaunchEnv(
+        launch = LaunchEnv(
             rank=_int(environ, "RANK", high=world - 1), world_size=world,
             local_rank=_int(environ, "LOCAL_RANK", 0),
             local_world_size=_int(environ, "LOCAL_WORLD_SIZE", world, low=1),
@@ -84,6 +84,13 @@ def detect_launch_env(environ: Mapping[str, str]) -> LaunchEnv | None:
             master_port=_int(environ, "MASTER_PORT", 29500, high=65535),
             launcher="torchrun" if "TORCHELASTIC_RUN_ID" in environ else "env",
         )
+        if world > 1 and not environ.get("MASTER_ADDR"):
+            # without it every rank would wait the whole rendezvous timeout on a guess (127.0.0.1), then fail
+            raise UsageError(
+                f"RANK={launch.rank} and WORLD_SIZE={world} are set but MASTER_ADDR is not, so the ranks cannot "
+                "find each other; start dlbench with torchrun or srun, set MASTER_ADDR and MASTER_PORT, or unset "
+                "RANK/WORLD_SIZE.")
+        return launch
     if "SLURM_PROCID" in environ and _int(environ, "SLURM_STEP_NUM_TASKS", 1) > 1:
         world = _int(environ, "SLURM_STEP_NUM_TASKS", low=1)
         nodes = environ.get("SLURM_STEP_NODELIST") or environ.get("SLURM_JOB_NODELIST", "127.0.0.1")

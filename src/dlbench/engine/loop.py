@@ -13,6 +13,7 @@ device synchronisations; per-step times come from the same clock and give the sp
 from __future__ import annotations
 
 import contextlib
+import itertools
 import socket
 import warnings
 from collections.abc import Callable, Iterator
@@ -25,11 +26,23 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from dlbench.catalog._base import Batch, StepContext, Workload
 from dlbench.engine.aggregate import global_result
-from dlbench.engine.data import loader_batches, resident_batches
+from dlbench.engine.data import file_batches, loader_batches, resident_batches, to_device
 from dlbench.engine.devices import device_name, peak_flops_per_s
 from dlbench.engine.dist import DistContext
+from dlbench.engine.parallel import (
+    comm_bytes_per_step,
+    global_batch_slice,
+    local_parameter_bytes,
+    memory_now,
+    parallelize,
+    param_checksum,
+    peak_memory,
+    pipeline_step,
+    place,
+)
 from dlbench.engine.profile import profile_steps
 from dlbench.engine.timing import StepClock, step_stats
+from dlbench.layout import Layout, layout_of
 from dlbench.spec import RunSpec
 
 #: Called after every step with (phase, step index, steps in phase); phase is "warmup" or "measure".
@@ -70,6 +83,9 @@ class Prepared:
     batches: Iterator[Batch]
     batch_size: int
     ctx: StepContext | None = None  # a training step's context (None in inference): labels its phases
+    layout: Layout | None = None  # --parallel: how the model is spread (None: the classic DDP path)
+    flops_per_sample: float | None = None  # counted before the model was spread (layouts only)
+    comm: dict[str, Any] | None = None  # a layout's communication volume per step
 
 
 def measure(
@@ -89,9 +105,11 @@ def measure(
     """
     on_step = on_step or (lambda phase, i, n: None)
     torch.manual_seed(spec.seed)  # the same initial weights on every rank (DDP also broadcasts them)
+    before_model_bytes = memory_now(device)
     prepared = prepare(spec, workload, device, batch_size, dist)
-    flops_per_sample = count_flops_per_sample(prepared, spec.mode)
-    if spec.compile:
+    laid_out = prepared.layout is not None
+    flops_per_sample = prepared.flops_per_sample if laid_out else count_flops_per_sample(prepared, spec.mode)
+    if spec.compile and not laid_out:  # a layout compiles block by block (engine.parallel)
         prepared.model = torch.compile(prepared.model)
         prepared.step, prepared.ctx = _make_step(spec, workload, prepared.model, device)
 
@@ -103,36 +121,69 @@ def measure(
     clock = StepClock(device.type, _synchronizer(device), barrier=dist.barrier if dist else None)
     if progress is not None:
         progress.batch_size, progress.clock = batch_size, clock
+    # a language model's loss curve, kept as tensors (no device sync) and read after the window
+    curve: list | None = [] if workload.tokens_per_sample() else None
     clock.start()
     for i in range(spec.steps):
         loss = prepared.step(next(prepared.batches))
         clock.lap()
+        if curve is not None:
+            curve.append(loss)
         on_step("measure", i, spec.steps)
     clock.stop()
-    result = summarise(spec, device, batch_size, clock, flops_per_sample, loss)
+    result = summarise(spec, device, batch_size, clock, flops_per_sample, loss) | peak_memory(device, before_model_bytes)
+    result["gradient_bytes"] = gradient_bytes(prepared.model) if spec.mode == "train" else None
+    if curve is not None and all(isinstance(x, torch.Tensor) for x in curve):
+        result["loss_per_step"] = [float(x.float().mean()) for x in curve]
     profiled = None
     if spec.profile:  # after the timed window: the measured numbers above are final
         profiled = profile_steps(prepared, spec, dist.rank if dist else 0, dist.world_size if dist else 1,
                                  dist.barrier if dist else None)
     if dist is not None:
-        result = _merge_ranks(result, prepared.model, dist)
+        result = _merge_ranks(result, prepared.model, dist, prepared.layout)
+    result = result | token_figures(workload, spec.mode, result) | ({"comm": prepared.comm} if prepared.comm else {})
     return result | ({"profile": profiled} if profiled else {})
 
 
-def _merge_ranks(local: dict[str, Any], model: torch.nn.Module, dist: DistContext) -> dict[str, Any]:
+def token_figures(workload: Workload, mode: str, result: dict[str, Any]) -> dict[str, Any]:
+    """tokens/s (and per device) for token workloads; the formula's FLOPs and MFU beside the counter's."""
+    out: dict[str, Any] = {}
+    tokens = workload.tokens_per_sample()
+    world = result.get("world_size") or 1
+    if tokens:
+        out |= {"tokens_per_sample": tokens, "tokens_per_s": result["samples_per_s"] * tokens,
+                "tokens_per_s_per_device": result["samples_per_s"] * tokens / world}
+    formula = workload.formula_flops_per_sample(mode)
+    if formula is not None:
+        flops, text = formula
+        peak = result.get("peak_flops_per_s")
+        out |= {"formula_flops_per_sample": flops, "flops_formula": text,
+                "formula_mfu": result["samples_per_s"] * flops / peak if peak else None}
+    return out
+
+
+def _merge_ranks(local: dict[str, Any], model: torch.nn.Module, dist: DistContext,
+                 layout: Layout | None = None) -> dict[str, Any]:
     """Every rank's figures gathered and merged; the same global result on every rank."""
-    with torch.no_grad():  # equal on every rank when gradients were averaged correctly
-        checksum = float(sum(p.detach().double().sum() for p in model.parameters()))
-    mine = {k: local[k] for k in ("window_s", "step_times_s", "final_loss")}
-    mine |= {"rank": dist.rank, "host": socket.gethostname(), "param_checksum": checksum}
-    merged = global_result(dist.all_gather_object(mine), local["batch_size"], local["steps"])
+    mine = {k: local.get(k) for k in ("window_s", "step_times_s", "final_loss", "peak_memory_bytes", "memory_measure",
+                                      "memory_before_model_bytes", "loss_per_step")}
+    # equal on every rank when gradients were averaged correctly (each rank's own shards under FSDP/TP/PP)
+    mine |= {"rank": dist.rank, "host": socket.gethostname(), "param_checksum": param_checksum(model)}
+    data_ranks = layout.dp if layout is not None else None  # tensor/pipeline groups share their rows
+    merged = global_result(dist.all_gather_object(mine), local["batch_size"], local["steps"], data_ranks)
     flops = local["flops_per_sample"]
     peak = local["peak_flops_per_s"] * dist.world_size if local["peak_flops_per_s"] else None
     achieved = merged["samples_per_s"] * flops if flops else None
     return merged | {
         "flops_per_sample": flops, "achieved_flops_per_s": achieved, "peak_flops_per_s": peak,
-        "mfu": achieved / peak if achieved and peak else None,
+        "mfu": achieved / peak if achieved and peak else None, "gradient_bytes": local.get("gradient_bytes"),
     }
+
+
+def gradient_bytes(model: torch.nn.Module) -> int:
+    """Bytes of gradient a data-parallel step all-reduces: every trainable parameter, in its own dtype
+    (under autocast the parameters, and so their gradients, stay fp32)."""
+    return sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
 
 
 def summarise(
@@ -169,6 +220,9 @@ def prepare(
     spec: RunSpec, workload: Workload, device: torch.device, batch_size: int, dist: DistContext | None = None
 ) -> Prepared:
     """Build model, optimizers and the batch stream on ``device``."""
+    layout = layout_of(spec, dist.world_size if dist else 1, batch_size) if spec.mode == "train" else None
+    if layout is not None:
+        return prepare_layout(spec, workload, device, batch_size, layout, dist)
     model = workload.build_model().to(device)
     if spec.channels_last:
         model = model.to(memory_format=torch.channels_last)
@@ -181,6 +235,9 @@ def prepare(
     generator = torch.Generator().manual_seed(spec.seed + 1000 * rank)
     if spec.data == "synthetic":
         batches = resident_batches(workload, batch_size, generator, device, spec.channels_last)
+    elif spec.files_dir:
+        batches = file_batches(spec.files_dir, batch_size, device, spec.channels_last, workers=spec.workers,
+                               seed=spec.seed, rank=rank, world_size=dist.world_size if dist else 1)
     else:
         batches = loader_batches(
             workload, batch_size, generator, device, spec.channels_last,
@@ -188,6 +245,45 @@ def prepare(
         )
     step, ctx = _make_step(spec, workload, model, device)
     return Prepared(workload, model, device, step, batches, batch_size, ctx)
+
+
+def prepare_layout(spec: RunSpec, workload: Workload, device: torch.device, batch_size: int, layout: Layout,
+                   dist: DistContext | None) -> Prepared:
+    """Build the whole model, count its FLOPs, then spread it by ``layout`` (engine.parallel); one process
+    without a process group trains it whole (the reference the layouts are compared with)."""
+    with device:  # weights made on the device itself: no host copy of a large model per rank
+        model = workload.build_model()
+    model.train()
+    flops_per_sample = _count_whole_model_flops(workload, model, spec.seed)
+    where = place(layout, device) if dist is not None else None
+    model = parallelize(workload, model, layout, where, spec.precision, spec.compile and layout.pp == 1)
+    dp_rank = where.dp_rank if where is not None else 0
+    if spec.data == "synthetic":
+        batch = to_device(global_batch_slice(workload, batch_size, layout, dp_rank, spec.seed), device, False)
+        batches: Iterator[Batch] = itertools.repeat(batch)
+    else:  # each data-parallel rank reads its own shard; the ranks of a tensor/pipeline group the same one
+        seed = spec.seed + 1000 * dp_rank
+        batches = loader_batches(workload, batch_size, torch.Generator().manual_seed(seed), device, False,
+                                 workers=spec.workers, steps=spec.warmup + spec.steps, seed=seed)
+    step, ctx = _make_step(spec, workload, model, device)
+    if where is not None and layout.pp > 1:
+        step = pipeline_step(workload, model, layout, where, device, ctx)
+    sent, how = comm_bytes_per_step(layout, local_parameter_bytes(model))
+    comm = {"bytes_per_step_per_rank": sent, "counted": how}
+    return Prepared(workload, model, device, step, batches, batch_size, ctx, layout, flops_per_sample, comm)
+
+
+def _count_whole_model_flops(workload: Workload, model: torch.nn.Module, seed: int) -> float | None:
+    """FLOPs per trained sample of the whole single-device model: the counter's forward FLOPs on one
+    sample of its own, × 3 for forward and backward. Forward only, without gradients, so that counting
+    a model that fits one device only once sharded (8B) needs no gradients of the whole model."""
+    one = to_device(workload.sample(1, torch.Generator().manual_seed(seed)), next(model.parameters()).device, False)
+    try:
+        with torch.no_grad():
+            forward = count_flops(lambda: workload.loss(model, one))
+    except RuntimeError:
+        return None
+    return 3.0 * forward if forward else None
 
 
 def _make_step(spec: RunSpec, workload: Workload, model: torch.nn.Module,
@@ -272,4 +368,4 @@ def count_flops(fn: Callable[[], Any]) -> int:
     return counter.get_total_flops()
 
 
-__all__ = ["Progress", "measure", "prepare", "summarise", "count_flops", "count_flops_per_sample", "OnStep"]
+__all__ = ["OnStep", "Progress", "count_flops", "count_flops_per_sample", "measure", "prepare", "summarise"]

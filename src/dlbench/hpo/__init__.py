@@ -1,7 +1,9 @@
 """Hyperparameter optimisation on Optuna (``dlbench hpo``): the study file (``study``), its search space
 (``space``), samplers and pruners (``search``), the storage shared by parallel workers (``storage``),
-engines that run the workers (``engine``), external-command trials and their FoM grammar (``command``,
-``fom``, ``trial``), and the data of the read commands (``summary``).
+the engine contract and registry (``_base``) and the engines (``local``, ``slurm``, ``ray_engine`` with
+``ray_trial`` and ``ray_pbt``), running a study (``run``), the objectives (``objective``: command and
+workload, ``mlperf_trial``), external-command trials and their FoM grammar (``command``, ``fom``,
+``trial``), and the data of the read commands (``summary``).
 
-Nothing here runs a trial through the run pipeline itself: ``dlbench.api.hpo`` injects that.
+The run pipeline a trial goes through lives above (``dlbench.api``): its entry points hand it in.
 """

@@ -7,10 +7,11 @@ import optuna
 from dlbench.hpo.study import StudySpec
 
 
-def make_sampler(spec: StudySpec, worker: int = 0) -> optuna.samplers.BaseSampler:
+def make_sampler(spec: StudySpec, worker: int = 0, trials_before: int = 0) -> optuna.samplers.BaseSampler:
     """The study's sampler. Each worker seeds it differently (``seed + worker``): eight workers with one
-    seed would propose the same points."""
-    seed = spec.seed + worker
+    seed would propose the same points; so does a worker that joins a study which has ``trials_before``
+    trials already (a resumed or restarted one), or it would repeat the points of the first run."""
+    seed = (spec.seed + worker + 1_000_003 * trials_before) % 2**32
     if spec.sampler == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     if spec.sampler == "grid":
@@ -42,7 +43,7 @@ def grid_size(spec: StudySpec) -> int:
     """Points of the grid (grid search): the study finishes after visiting them all."""
     size = 1
     for p in spec.space:
-        size *= len(p.grid())
+        size *= p.grid_count()
     return size
 
 

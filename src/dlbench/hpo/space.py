@@ -13,12 +13,17 @@ parameter and the fix.
 
 from __future__ import annotations
 
+import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
 from dlbench.errors import UsageError
 
 TYPES = ("float", "int", "categorical")
+#: Points a grid search may visit (the grid is built in memory).
+GRID_MAX = 1_000_000
+_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_-]{0,63}$")
 
 
 @dataclass(frozen=True)
@@ -43,8 +48,19 @@ class Param:
         """The values grid search visits: the choices, every int in range (by step), or an error for floats."""
         if self.type == "categorical":
             return list(self.choices)
+        return list(self._int_range())
+
+    def grid_count(self) -> int:
+        """How many values :meth:`grid` has (without building it)."""
+        return len(self.choices) if self.type == "categorical" else len(self._int_range())
+
+    def _int_range(self) -> range:
         if self.type == "int" and not self.log:
-            return list(range(int(self.low), int(self.high) + 1, int(self.step or 1)))
+            values = range(int(self.low), int(self.high) + 1, int(self.step or 1))
+            if len(values) > GRID_MAX:
+                raise UsageError(f"grid search over parameter {self.name!r} would visit {len(values):,} values (at "
+                                 f"most {GRID_MAX:,}); give it a step, a narrower range, or use sampler: tpe.")
+            return values
         raise UsageError(f"grid search needs a finite list for parameter {self.name!r}; give it "
                          f"'type: categorical' with the values to visit (a {self.type} range has no grid).")
 
@@ -58,8 +74,10 @@ def parse_space(doc: Any, where: str) -> tuple[Param, ...]:
 
 
 def _param(name: str, entry: Any, where: str) -> Param:
-    if not name.replace("_", "").replace("-", "").isalnum():
-        raise UsageError(f"{where}: parameter name {name!r} must be letters, digits, '-' or '_' (it becomes --{name}).")
+    if not _NAME.match(name):
+        shown = repr(name) if len(name) <= 64 else f"{name[:40]!r}..."
+        raise UsageError(f"{where}: parameter name {shown} must be up to 64 ASCII letters, digits, '-' or '_', not "
+                         "starting with '-' (it becomes the option --NAME of the command).")
     if not isinstance(entry, dict):
         raise UsageError(f"{where}: parameter {name!r} must be a mapping with 'type', e.g. {{type: float, low: 0.0, high: 1.0}}.")
     kind = entry.get("type")
@@ -82,7 +100,8 @@ def _range(name: str, kind: str, entry: dict, where: str) -> Param:
     bounds = {}
     for key in ("low", "high"):
         value = entry.get(key)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind == "int" and not float(value).is_integer()):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+                or (kind == "int" and not float(value).is_integer()):
             raise UsageError(f"{where}: parameter {name!r} needs '{key}' as a{'n integer' if kind == 'int' else ' number'}, got {value!r}.")
         bounds[key] = number(value)
     low, high, log = bounds["low"], bounds["high"], bool(entry.get("log", False))
@@ -91,7 +110,8 @@ def _range(name: str, kind: str, entry: dict, where: str) -> Param:
     if log and low <= 0:
         raise UsageError(f"{where}: parameter {name!r} is on a log scale, so 'low' must be above 0 (got {low}).")
     step = entry.get("step")
-    if step is not None and (isinstance(step, bool) or not isinstance(step, (int, float)) or step <= 0 or log):
+    if step is not None and (isinstance(step, bool) or not isinstance(step, (int, float)) or not math.isfinite(step)
+                             or step <= 0 or log or (kind == "int" and not float(step).is_integer())):
         raise UsageError(f"{where}: parameter {name!r} has step {step!r}; a step must be a positive number and cannot go with log: true.")
     return Param(name, kind, low, high, log, number(step) if step is not None else None)
 

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import os
+import sqlite3
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -45,8 +47,7 @@ def open_storage(url: str, heartbeat_s: int = 30, on_dead: OnDead | None = None)
     """The Optuna storage at ``url`` (a SQLAlchemy URL, or ``journal:PATH``); ``heartbeat_s`` 0: no heartbeat
     (a process that runs no trial itself, e.g. the ray engine's driver)."""
     if url.startswith(JOURNAL):
-        path = url.removeprefix(JOURNAL)
-        return JournalStorage(JournalFileBackend(path, lock_obj=JournalFileOpenLock(path)))
+        return _journal(url.removeprefix(JOURNAL))
     retry = _Retry(on_dead)
     path = sqlite_path(url)
     try:
@@ -60,6 +61,45 @@ def open_storage(url: str, heartbeat_s: int = 30, on_dead: OnDead | None = None)
     if path is not None:
         _immediate(storage.engine)
     return storage
+
+
+def open_for_reading(url: str):
+    """The storage at ``url`` for the read commands (status, best, list, plots), or None when it holds no
+    study. Nothing is created or changed: not a missing file, not Optuna's tables in a store of runs only,
+    not a lock file beside a store this process may not write."""
+    if url.startswith(JOURNAL):
+        path = url.removeprefix(JOURNAL)
+        if not os.path.isfile(path):
+            raise UsageError(f"there is no study journal at {path[:200]}; check --storage (nothing was created).")
+        return _journal(path)
+    path = sqlite_path(url)
+    if path is None:
+        return open_storage(url, heartbeat_s=0)
+    if not path.is_file():
+        raise UsageError(f"there is no store at {path}; check --db or --storage (nothing was created).")
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as conn:
+            if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'studies'").fetchone() is None:
+                return None
+    except sqlite3.Error as exc:
+        raise UsageError(f"cannot read the store {path} ({exc}); is it a dlbench store?") from None
+    flag = "mode=ro" if os.access(path.parent, os.W_OK | os.X_OK) else "immutable=1"
+    try:
+        return RDBStorage(f"sqlite:///file:{path}?{flag}&uri=true", skip_table_creation=True)
+    except (sa.exc.SQLAlchemyError, ValueError, OSError, RuntimeError) as exc:
+        raise UsageError(f"cannot read the studies in {path} ({str(exc).splitlines()[0]}).") from None
+
+
+def _journal(path: str) -> JournalStorage:
+    """Optuna's journal file at ``path``; a path that cannot be one is a usage error."""
+    if not path or os.path.isdir(path) or "\0" in path:
+        raise UsageError(f"journal:{path[:200]} is not a file the study can be kept in; give journal:PATH with PATH "
+                         "a file (created if missing) on a file system every worker sees.")
+    try:
+        return JournalStorage(JournalFileBackend(path, lock_obj=JournalFileOpenLock(path)))
+    except OSError as exc:
+        raise UsageError(f"cannot open the study journal {path[:200]} ({exc.strerror or exc}); give journal:PATH "
+                         "a writable file.") from None
 
 
 @contextlib.contextmanager

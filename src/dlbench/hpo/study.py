@@ -23,7 +23,7 @@
     sampler: tpe                         # random | grid | tpe | cmaes | nsga2 (the genetic option)
     pruner: none                         # none | median | asha | hyperband, on the intermediate values;
                                          #  pbt: population-based training (engine ray, a command that
-                                         #  checkpoints: dlbench.api.hpo_ray_pbt)
+                                         #  checkpoints: dlbench.hpo.ray_pbt)
     pruner_options: {}                   # min_resource, max_resource, reduction_factor, warmup_steps,
                                          #  perturbation_interval (pbt: epochs between exploit/explore)
     seed: 0
@@ -43,11 +43,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from dlbench.errors import UsageError, unknown_name
-from dlbench.hpo.space import Param, parse_space
+from dlbench.hpo.space import GRID_MAX, Param, parse_space
 
 SAMPLERS = ("random", "grid", "tpe", "cmaes", "nsga2")
 PRUNERS = ("none", "median", "asha", "hyperband", "pbt")
-ENGINES = ("local", "slurm", "ray")  # slurm: dlbench.api.hpo_slurm; ray: dlbench.api.hpo_ray
+ENGINES = ("local", "slurm", "ray")  # dlbench.hpo._base.ENGINES: where each one lives
 DIRECTIONS = ("minimize", "maximize")
 PRUNER_OPTIONS = ("min_resource", "max_resource", "reduction_factor", "warmup_steps", "perturbation_interval")
 GOALS = ("quality", "time-to-target")
@@ -56,6 +56,10 @@ MLPERF_FIXED = ("device", "threads", "seed", "data_seed", "data_dir", "workers",
 KEYS = ("name", "objective", "space", "direction", "trials", "timeout_s", "sampler", "pruner", "pruner_options",
         "seed", "engine", "workers", "storage", "heartbeat_s")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+#: The largest sampler seed (NumPy's generators take 32 bits).
+SEED_MAX = 2**32 - 1
+#: The longest time a study file may give (a year): a timeout beyond has no use and overflows clocks.
+MAX_SECONDS = 365 * 86400.0
 
 
 @dataclass(frozen=True)
@@ -127,16 +131,20 @@ def parse_study(doc: Any, where: str, overrides: dict[str, Any] | None = None) -
     spec = StudySpec(  # throughput is maximised unless the file says otherwise
         name=name, objective=objective, space=parse_space(doc["space"], where),
         direction=_choice(doc, "direction", DIRECTIONS, where, "maximize" if objective.kind == "workload" else "minimize"),
-        trials=_positive(doc, "trials", where, 20), timeout_s=_number(doc, "timeout_s", where),
+        timeout_s=_number(doc, "timeout_s", where),
         sampler=_choice(doc, "sampler", SAMPLERS, where, "tpe"), pruner=_choice(doc, "pruner", PRUNERS, where, "none"),
-        pruner_options=_pruner_options(doc.get("pruner_options"), where), seed=_positive(doc, "seed", where, 0, 0),
-        engine=_choice(doc, "engine", ENGINES, where, "local"),
-        workers=_positive(doc, "workers", where, 1), storage=doc.get("storage"),
-        heartbeat_s=_positive(doc, "heartbeat_s", where, 30),
+        pruner_options=_pruner_options(doc.get("pruner_options"), where),
+        seed=_positive(doc, "seed", where, 0, 0, SEED_MAX), engine=_choice(doc, "engine", ENGINES, where, "local"),
+        workers=_positive(doc, "workers", where, 1, maximum=1024), storage=_storage(doc.get("storage"), where),
+        heartbeat_s=_positive(doc, "heartbeat_s", where, 30, maximum=86400), trials=_positive(doc, "trials", where, 20, maximum=10**7),
     )
     if spec.sampler == "grid":
+        points = 1
         for p in spec.space:
-            p.grid()  # a float range has no grid: say so now
+            points *= p.grid_count()  # a float range has no grid: say so now
+        if points > GRID_MAX:
+            raise UsageError(f"{where}: grid search would visit {points:,} points (at most {GRID_MAX:,}, built in "
+                             "memory); narrow the space or use sampler: tpe.")
     if spec.sampler == "cmaes" and any(p.type == "categorical" for p in spec.space):
         raise UsageError(f"{where}: the cmaes sampler searches numbers only; drop the categorical parameters or use tpe.")
     if spec.pruner == "pbt":
@@ -178,7 +186,19 @@ def _objective(doc: Any, where: str) -> Objective:
     if extra:
         raise UsageError(f"{where}: a command objective takes 'command' and 'timeout_s', not {extra[0]!r}.")
     command = doc["command"]
-    argv = tuple(shlex.split(command) if isinstance(command, str) else (str(a) for a in command or ()))
+    if isinstance(command, str):
+        try:
+            argv = tuple(shlex.split(command))
+        except ValueError as exc:  # an unclosed quote
+            raise UsageError(f"{where}: objective 'command' cannot be split into words ({exc}); close its quotes, or "
+                             "give it as a list, e.g. [python, train.py].") from None
+    elif isinstance(command, list) and all(isinstance(a, (str, int, float)) and not isinstance(a, bool) for a in command):
+        argv = tuple(str(a) for a in command)
+    else:
+        raise UsageError(f"{where}: objective 'command' must be a list of words (or one string), e.g. "
+                         f"[python, train.py], got {_shown(command)}.")
+    if any("\0" in a for a in argv):
+        raise UsageError(f"{where}: objective 'command' has a NUL character, which no program can take.")
     if not argv:
         raise UsageError(f"{where}: objective 'command' is empty; give the executable and its fixed arguments.")
     if shutil.which(argv[0]) is None:
@@ -191,7 +211,7 @@ def _objective(doc: Any, where: str) -> Objective:
 
 def _mlperf_objective(doc: dict, where: str) -> Objective:
     """An MLPerf quality task (``mlperf: NAME``); the task's own checks (its name, its knobs, the direction
-    of its metric) are made where the tasks are known, in ``dlbench.api.hpo_mlperf``."""
+    of its metric) are made where the tasks are known, in ``dlbench.hpo.mlperf_trial``."""
     extra = sorted(set(doc) - {"mlperf", "epochs", "goal", "fixed", "out"})
     if extra:
         raise UsageError(f"{where}: an mlperf objective takes 'mlperf', 'epochs', 'goal', 'fixed' and 'out', not {extra[0]!r}.")
@@ -213,10 +233,10 @@ def _choice(doc: dict, key: str, known: tuple[str, ...], where: str, default: st
     return value
 
 
-def _positive(doc: dict, key: str, where: str, default: int, minimum: int = 1) -> int:
+def _positive(doc: dict, key: str, where: str, default: int, minimum: int = 1, maximum: int = 2**31 - 1) -> int:
     value = doc.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise UsageError(f"{where}: '{key}' must be an integer of at least {minimum}, got {value!r}.")
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
+        raise UsageError(f"{where}: '{key}' must be an integer from {minimum} to {maximum}, got {_shown(value)}.")
     return value
 
 
@@ -224,9 +244,24 @@ def _number(doc: dict, key: str, where: str) -> float | None:
     value = doc.get(key)
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-        raise UsageError(f"{where}: '{key}' must be a positive number of seconds, got {value!r}.")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= MAX_SECONDS:
+        raise UsageError(f"{where}: '{key}' must be a number of seconds above 0 and at most {MAX_SECONDS:g}, "
+                         f"got {_shown(value)}.")
     return float(value)
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:40] + f"... ({len(text):,} characters)"
+
+
+def _storage(value: Any, where: str) -> str | None:
+    """The study's ``storage``: a text (a file, a URL, journal:PATH), or null."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise UsageError(f"{where}: 'storage' must be a SQLite file, a SQLAlchemy URL or journal:PATH, got {_shown(value)}.")
+    return value
 
 
 def _pruner_options(doc: Any, where: str) -> dict[str, Any]:
@@ -234,6 +269,7 @@ def _pruner_options(doc: Any, where: str) -> dict[str, Any]:
     if not isinstance(doc, dict) or set(doc) - set(PRUNER_OPTIONS):
         raise UsageError(f"{where}: 'pruner_options' takes {', '.join(PRUNER_OPTIONS)} (positive integers).")
     for key, value in doc.items():
-        if isinstance(value, bool) or not isinstance(value, int) or value < (0 if key == "warmup_steps" else 1):
-            raise UsageError(f"{where}: pruner option {key!r} must be a positive integer, got {value!r}.")
+        least = {"warmup_steps": 0, "reduction_factor": 2}.get(key, 1)
+        if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= 2**31 - 1:
+            raise UsageError(f"{where}: pruner option {key!r} must be an integer of at least {least}, got {_shown(value)}.")
     return dict(doc)

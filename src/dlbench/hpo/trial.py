@@ -65,7 +65,7 @@ class TrialSession:
         self.trial.report(value, step)
         if self.trial.should_prune():
             why = f"pruned by the {self.study.pruner} pruner after step {step} (value {value:g})"
-            if self.study.pruner == "pbt":  # a segment ends; the trial goes on (hpo_ray_pbt)
+            if self.study.pruner == "pbt":  # a segment ends; the trial goes on (ray_pbt)
                 why = (f"PBT ended this segment after epoch {step} (value {value:g}); the trial goes on from a "
                        "checkpoint in its next segment (its own, or a better trial's with perturbed parameters)")
             raise RunFailed("pruned", why, self.result(None))

@@ -16,13 +16,15 @@ import re
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from dlbench.engine.run import ResolvedRun, frozen
 from dlbench.errors import UsageError
 from dlbench.record import utc_now
-from dlbench.spec import CommSpec, LaunchSettings, MlperfJobSpec, RunSpec
+from dlbench.spec import CommSpec, IoReadSpec, LaunchSettings, MlperfJobSpec, RunSpec, describe_validation_error
 
 #: Spec classes of the job kinds a batch launcher can submit.
-SPECS = {"train": RunSpec, "comm": CommSpec, "mlperf": MlperfJobSpec}
+SPECS = {"train": RunSpec, "comm": CommSpec, "mlperf": MlperfJobSpec, "io": IoReadSpec}
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
 
@@ -43,7 +45,16 @@ def run_document(run: ResolvedRun) -> dict[str, Any]:
 
 
 def run_from_document(doc: dict[str, Any]) -> ResolvedRun:
-    """The :class:`ResolvedRun` a registry entry was submitted with."""
+    """The :class:`ResolvedRun` a registry entry was submitted with; ``UsageError`` when the entry cannot give one."""
+    try:
+        return _resolved(doc)
+    except (KeyError, TypeError, ValueError) as exc:  # pydantic's ValidationError is a ValueError
+        why = describe_validation_error(exc) if isinstance(exc, ValidationError) else f"{type(exc).__name__}: {exc}"
+        raise UsageError(f"the jobs registry entry of a {doc.get('kind')!r} job cannot be read back ({why}); remove its "
+                         "file from the jobs folder (dlbench jobs lists where).") from None
+
+
+def _resolved(doc: dict[str, Any]) -> ResolvedRun:
     spec = SPECS[doc["kind"]](**doc["job"])
     return ResolvedRun(
         kind=doc["kind"], spec=spec, record_spec=frozen(doc["record_spec"]), job=frozen(doc["job"]),
@@ -51,6 +62,32 @@ def run_from_document(doc: dict[str, Any]) -> ResolvedRun:
         threads=doc["threads"], timeout_s=doc["timeout_s"], launcher=doc["launcher"], tags=frozen(doc["tags"]),
         settings=LaunchSettings(**doc["settings"]) if doc.get("settings") else None,
     )
+
+
+#: The text fields of an entry, and the record fields every collected record needs.
+_ENTRY_TEXT = ("launcher", "job_id", "workdir", "submitted_at")
+
+
+def entry_problem(entry: Any) -> str | None:
+    """Why ``entry`` (read from a registry file) is not one :meth:`JobRegistry.add` wrote, or None when it is."""
+    if not isinstance(entry, dict):
+        return f"a JSON object is expected, not {type(entry).__name__}"
+    for key in _ENTRY_TEXT:
+        if not isinstance(entry.get(key), str) or not entry[key]:
+            return f"{key} must be text"
+    run, records = entry.get("run"), entry.get("records")
+    if not isinstance(run, dict) or run.get("kind") not in SPECS:
+        kind = run.get("kind") if isinstance(run, dict) else None
+        return f"run.kind {kind!r} is not one of {', '.join(SPECS)}"
+    if not all(isinstance(run.get(key), dict) for key in ("job", "record_spec", "tags")):
+        return "run.job, run.record_spec and run.tags must be JSON objects"
+    if not isinstance(records, list) or not records or not all(
+            isinstance(r, dict) and isinstance(r.get("id"), str) and isinstance(r.get("spec"), dict) for r in records):
+        return "records must be a list of run records"
+    for key in ("state", "reason"):
+        if not isinstance(entry.get(key, ""), str):
+            return f"{key} must be text"
+    return None
 
 
 class JobRegistry:
@@ -84,10 +121,15 @@ class JobRegistry:
         found = []
         for path in self.root.glob("*.json") if self.root.is_dir() else ():
             try:
-                found.append(json.loads(path.read_text()))
-            except (OSError, ValueError):
+                entry = json.loads(path.read_text())
+            except (OSError, ValueError, RecursionError):
                 continue  # being replaced right now, or not ours
-        return sorted(found, key=lambda e: (e.get("submitted_at", ""), e.get("job_id", "")))
+            problem = entry_problem(entry)
+            if problem:
+                raise UsageError(f"the jobs registry file {path} is not a dlbench job entry ({problem}); remove it, or "
+                                 "point DLBENCH_JOBS_DIR at dlbench's own jobs folder.")
+            found.append(entry)
+        return sorted(found, key=lambda e: (e["submitted_at"], e["job_id"]))
 
     def get(self, job_id: str) -> dict[str, Any]:
         """The entry of scheduler job ``job_id`` (any launcher); ``UsageError`` naming the fix if unknown."""

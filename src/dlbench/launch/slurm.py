@@ -107,23 +107,27 @@ def site_lines(s: Any) -> list[str]:
     return lines
 
 
+def container_words(s: Any, workdir: Path) -> tuple[list[str], list[str], str]:
+    """How an ``srun`` step runs in launch settings ``s``'s container (pyxis, shifter, apptainer; none
+    without an image): srun's own options, the command before python, and the Python to run there (this
+    one outside a container)."""
+    image = s.container_image
+    if image and s.container_runtime == "pyxis":
+        return [f"--container-image={_q(image)}", f"--container-mounts={_q(workdir)}:{_q(workdir)}"], [], "python3"
+    if image and s.container_runtime == "shifter":
+        return [], ["shifter"], "python3"
+    if image and s.container_runtime == "apptainer":
+        return [], ["apptainer", "exec"] + (["--nv"] if s.gpus_per_node else []) + [f"--bind={_q(workdir)}", _q(image)], "python3"
+    return [], [], sys.executable
+
+
 def step_command(run: ResolvedRun, workdir: Path) -> list[str]:
     """``srun [options] MARK [container] python -m torch.distributed.run … -m dlbench.api.worker JOB OUT`` as shell
     words (``$JOBDIR``, ``$NPROC`` and ``$RDZV`` are set by the script). MARK: each node first touches
     ``JOBDIR/nodes/HOST``, so that a node whose ranks never start is named (:class:`~dlbench.launch.batch_launcher.RankWatch`)."""
-    s = run.settings
     srun = ["srun", f"--nodes={run.nnodes}", "--ntasks-per-node=1", '--cpus-per-task="$SLURM_CPUS_ON_NODE"', "--kill-on-bad-exit=1"]
-    prefix: list[str] = []  # the container runtime's command, between the marker and python
-    python = sys.executable
-    image = s.container_image
-    if image and s.container_runtime == "pyxis":
-        srun += [f"--container-image={_q(image)}", f"--container-mounts={_q(workdir)}:{_q(workdir)}"]
-        python = "python3"
-    elif image and s.container_runtime == "shifter":
-        prefix, python = ["shifter"], "python3"
-    elif image and s.container_runtime == "apptainer":
-        prefix = ["apptainer", "exec"] + (["--nv"] if s.gpus_per_node else []) + [f"--bind={_q(workdir)}", _q(image)]
-        python = "python3"
+    options, prefix, python = container_words(run.settings, workdir)  # prefix: between the marker and python
+    srun += options
     marker = ["/bin/sh", "-c", _q(NODE_MARK), f'"$JOBDIR"/{NODES_DIR}']
     torchrun = [_q(python), "-m", "torch.distributed.run", '--nproc-per-node="$NPROC"', "--max-restarts=0",
                 "--monitor-interval=0.5"]

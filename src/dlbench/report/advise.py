@@ -22,14 +22,14 @@ from dlbench.report.compare import estimate, verdict
 from dlbench.report.tables import Table, si
 
 #: The run settings advise varies: what tells two configurations apart.
-CONFIG_KEYS = ("batch_size", "precision", "channels_last", "compile", "threads", "workers")
+CONFIG_KEYS = ("batch_size", "precision", "channels_last", "compile", "threads", "workers", "ac")
 SEARCH_STAGES = ("baseline", "batch", "knobs")
 
 
 def config_of(record: dict[str, Any]) -> dict[str, Any]:
     """The knob settings of a run (``workers`` only where a DataLoader ran: it changes nothing else)."""
     spec = record["spec"]
-    config = {key: spec.get(key) for key in CONFIG_KEYS}
+    config = {key: spec.get(key) for key in CONFIG_KEYS} | {"ac": spec.get("ac") or "none"}  # older records: none
     if spec.get("data") != "loader":
         config.pop("workers")
     return config

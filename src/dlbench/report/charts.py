@@ -34,15 +34,18 @@ def scaling_series(records: list[dict[str, Any]]) -> dict[int, float]:
     return {n: sum(v) / len(v) for n, v in sorted(by_n.items())}
 
 
-def render_scaling(series: dict[str, dict[int, float]], path: str | Path, title: str) -> Path:
-    """Throughput vs workers with each series' ideal line, and efficiency; one line per series."""
+def render_scaling(series: dict[str, dict[int, float]], path: str | Path, title: str,
+                   predicted: dict[str, dict[int, float]] | None = None) -> Path:
+    """Throughput vs workers with each series' ideal line, and efficiency; one line per series
+    (``predicted``: per series, the efficiency the link alone allows per count, drawn dotted)."""
     plt = _pyplot()
     fig = plt.figure(figsize=(11, 4.2))
-    draw_scaling(fig, series, title)
+    draw_scaling(fig, series, title, predicted)
     return _save(fig, plt, path)
 
 
-def draw_scaling(fig, series: dict[str, dict[int, float]], title: str) -> None:
+def draw_scaling(fig, series: dict[str, dict[int, float]], title: str,
+                 predicted: dict[str, dict[int, float]] | None = None) -> None:
     """Draw :func:`render_scaling`'s two panels on ``fig`` (any backend: a file, or a notebook's inline one)."""
     ax_rate, ax_eff = fig.subplots(1, 2)
     top_efficiency = 1.0
@@ -54,6 +57,10 @@ def draw_scaling(fig, series: dict[str, dict[int, float]], title: str) -> None:
         line, = ax_rate.plot(ns, [r["samples_per_s"] for r in rows], "o-", label=label)
         ax_rate.plot(ns, [r["ideal_samples_per_s"] for r in rows], "--", color=line.get_color(), alpha=0.5)
         ax_eff.plot(ns, [r["efficiency"] for r in rows], "o-", color=line.get_color(), label=label)
+        allowed = sorted((predicted or {}).get(label, {}).items())
+        if allowed:
+            ax_eff.plot([n for n, _ in allowed], [e for _, e in allowed], "^:", color=line.get_color(),
+                        label=f"{label}: the link allows")
         top_efficiency = max([top_efficiency, *(r["efficiency"] for r in rows)])
     ax_rate.set(xlabel="workers (processes)", ylabel="samples/s (global)", title="throughput (dashed: ideal)")
     ax_rate.set_ylim(bottom=0)  # from zero: an axis from 5,000 made a 10% gain look like a doubling
@@ -79,8 +86,11 @@ def render_bandwidth(records: list[dict[str, Any]], path: str | Path, title: str
         if not r.get("result"):
             continue
         rows = r["result"]["sizes"]
-        ax.plot([x["size_bytes"] for x in rows], [x["busbw_bytes_per_s"] / 1e9 for x in rows], "o-",
-                label=r["spec"]["collective"])
+        line, = ax.plot([x["size_bytes"] for x in rows], [x["busbw_bytes_per_s"] / 1e9 for x in rows], "o-",
+                        label=r["spec"]["collective"])
+        rate = (r["result"].get("link") or {}).get("rate_bits_per_s")
+        if rate:  # what the wire allows: busbw can reach it, not pass it
+            ax.axhline(rate / 8 / 1e9, color=line.get_color(), ls=":", lw=1, label=f"link {rate / 1e9:g} Gbit/s")
     ax.set_xscale("log", base=2)
     sizes = sorted({x["size_bytes"] for r in records if r.get("result") for x in r["result"]["sizes"]})
     ax.set_xticks(sizes, [_human_bytes(s) for s in sizes], rotation=45)

@@ -75,8 +75,14 @@ def config_key(record: dict[str, Any]) -> str:
     # settings that change the number even at one batch size: shown (and matched) when not the default
     for key, default in (("channels_last", False), ("compile", False), ("optimizer", "sgd"), ("data", "synthetic")):
         value = spec.get(key, default)
+        if key == "data" and str(value).startswith("files:"):
+            value = "files"  # the path is what two runs compare (burst buffer vs scratch), not a different setting
         if value != default:
             parts.append(key if value is True else f"{key}={value}")
+    layout = spec.get("layout")
+    if layout:  # the same model spread another way is another configuration
+        parts.append(f"parallel={layout['parallel']}:dp{layout['dp']}tp{layout['tp']}pp{layout['pp']}"
+                     + (f":ac={layout['ac']}" if layout.get("ac", "none") != "none" else ""))
     return " ".join(parts) + (f" [{params}]" if params else "")
 
 

@@ -17,6 +17,7 @@ from dlbench.report import sections
 from dlbench.report.compare import Z
 from dlbench.report.page import method, page, runs_table, section, table
 from dlbench.report.svg import bar_chart, line_chart
+from dlbench.report.tables import token_table
 from dlbench.report.trend import is_change_point, trend
 
 _MAX_LINE_POINTS = 200  # telemetry lines are thinned to this many points: the page stays small
@@ -63,6 +64,16 @@ def _workloads_section(rows: list[dict[str, Any]]) -> str:
                      "and unknown GPUs."))
 
 
+def _tokens_section(tokens) -> str:
+    columns, rows = tokens
+    return table(columns, rows, numeric={2, 3, 4, 5, 6, 7, 8}) + method(
+        "One row per language-model run: the layout it was spread with (--parallel: mesh, activation checkpointing, "
+        "pipeline schedule × micro-batches), tokens/s (all ranks; per device = / ranks), MFU by the formula "
+        "6·N + 12·layers·dim·seq_len FLOPs per token (nanoGPT, torchtitan) and by torch.utils.flop_counter, both "
+        "over the devices' published peak (blank on CPUs), the largest rank's peak memory (CUDA max allocated, "
+        "or peak resident set on the CPU) and the bytes each rank sends per step by the ring model (DDP, FSDP).")
+
+
 def interval_half_width(sem: float) -> float:
     """Half-width of the ~95 % interval drawn as whiskers (``Z`` standard errors, as compare uses)."""
     return Z * sem
@@ -71,31 +82,56 @@ def interval_half_width(sem: float) -> float:
 def _scaling_section(series: list[dict[str, Any]], comm: list[dict[str, Any]]) -> str:
     out = []
     if series:
-        rows = [[s["series"], s["workload"], s["scaling"], r["nproc"], f"{r['samples_per_s']:,.1f}",
-                 f"{r['speedup']:.2f}", f"{r['efficiency']:.1%}"] for s in series for r in s["rows"]]
-        out.append(table(["series", "workload", "scaling", "procs", "samples/s", "speed-up", "efficiency"], rows, numeric={3, 4, 5, 6}))
+        out.append(_scaling_table(series))
 
         def chart(key: str, title: str, ylabel: str) -> str:
             lines = [{"label": f"{s['workload']} {s['series'][:6]}", "points": [
                 (r["nproc"], r[key], None, f"{s['workload']} ×{r['nproc']}: {r[key]:,.3g}") for r in s["rows"]]} for s in series]
+            if key == "efficiency":  # beside each measured line, what its link alone allows
+                lines += [{"label": f"link allows {s['series'][:6]}", "points": [
+                    (r["nproc"], r["predicted_efficiency"], None, f"{s['workload']} ×{r['nproc']}: the link allows "
+                     f"{r['predicted_efficiency']:.1%}") for r in s["rows"] if r["predicted_efficiency"] is not None]}
+                    for s in series if any(r["predicted_efficiency"] is not None for r in s["rows"])]
             return line_chart(lines, title, "processes", ylabel, logx=2)
 
         out.append('<div class="charts">' + chart("samples_per_s", "scaling: throughput", "samples/s (global)")
                    + chart("speedup", "scaling: speed-up", "T_N / T_base") + chart("efficiency", "scaling: efficiency", "T_N / (N·T_1)") + "</div>")
         out.append(method("One tagged series per <code>dlbench scale</code> (tag scale_series). Global throughput is all "
                           "ranks' samples over the slowest rank's timed window (a barrier opens every window together). "
-                          "Speed-up = T_N / T_base and efficiency = (T_N / T_base) / (N / base), base = the smallest count."))
+                          "Speed-up = T_N / T_base and efficiency = (T_N / T_base) / (N / base), base = the smallest count. "
+                          "<i>Link allows</i> (series run with --busbw, --comm-run or --measure-comm): the efficiency if only "
+                          "the network cost anything — ring all-reduce of the step's gradient bytes, 2(n−1)/n · bytes / busbw, "
+                          "less the share of compute it hides behind (--overlap; default the backward pass, 2/3)."))
     if comm:
         lines = [{"label": f"{c['collective']} ×{c['nproc']} {c['id'][:6]}", "points": [
             (s["size_bytes"], s["busbw_bytes_per_s"] / 1e9, None,
              f"{c['collective']} {s['size_bytes']} B: busbw {s['busbw_bytes_per_s'] / 1e9:.3g} GB/s, algbw "
-             f"{s['algbw_bytes_per_s'] / 1e9:.3g} GB/s, {s['time_s'] * 1e6:.1f} µs") for s in c["sizes"]]} for c in comm]
+             f"{s['algbw_bytes_per_s'] / 1e9:.3g} GB/s, {s['time_s'] * 1e6:.1f} µs"
+             + (f", busbw ÷ link {s['link_fraction']:.2f}" if s.get("link_fraction") is not None else ""))
+            for s in c["sizes"]]} for c in comm]
+        lines += [{"label": f"link {c['id'][:6]}", "points": [  # what the wire allows, flat over the sizes
+            (s["size_bytes"], c["link_rate_bits_per_s"] / 8e9, None, f"link rate {c['link_rate_bits_per_s'] / 1e9:g} Gbit/s")
+            for s in (c["sizes"][0], c["sizes"][-1])]} for c in comm if c.get("link_rate_bits_per_s")]
         out.append('<div class="charts">' + line_chart(lines, "collectives: bus bandwidth vs message size",
                                                         "message size (bytes)", "GB/s", logx=2, logy=True) + "</div>")
         out.append(method("As nccl-tests: warm-up iterations, then timed iterations between device synchronisations; the "
                           "time is the slowest rank's mean. algbw = bytes / time; busbw = algbw × 2(n−1)/n for all-reduce, "
-                          "(n−1)/n for all-gather, 1 for broadcast. Every size's result is checked on known values."))
+                          "(n−1)/n for all-gather, 1 for broadcast. Every size's result is checked on known values. Across nodes, "
+                          "busbw ÷ link compares busbw with the slowest node's link rate (its speed, a tc rate limit, or --link-rate)."))
     return "".join(out)
+
+
+def _scaling_table(series: list[dict[str, Any]]) -> str:
+    """The series' rows; node and link columns only when some series has them."""
+    with_nodes = any((r.get("nodes") or 1) > 1 for s in series for r in s["rows"])
+    with_link = any(s.get("link") for s in series)
+    rows = [[s["series"], s["workload"], s["scaling"], *([r.get("nodes") or "-"] if with_nodes else []), r["nproc"],
+             f"{r['samples_per_s']:,.1f}", f"{r['speedup']:.2f}", f"{r['efficiency']:.1%}",
+             *([f"{r['predicted_efficiency']:.1%}" if r.get("predicted_efficiency") is not None else "-"] if with_link else [])]
+            for s in series for r in s["rows"]]
+    columns = ["series", "workload", "scaling", *(["nodes"] if with_nodes else []), "procs", "samples/s", "speed-up",
+               "efficiency", *(["link allows"] if with_link else [])]
+    return table(columns, rows, numeric=set(range(3, len(columns))))
 
 
 def _thin(values: list, limit: int = _MAX_LINE_POINTS) -> list:
@@ -205,6 +241,9 @@ def build_report(records: list[dict[str, Any]], *, title: str, selectors: list[s
     workloads = sections.workload_rows(records)
     if workloads:
         parts.append(("workloads", "Throughput per workload", _workloads_section(workloads)))
+    tokens = token_table(records)
+    if tokens[1]:
+        parts.append(("tokens", "Language models per layout", _tokens_section(tokens)))
     scaling = _scaling_section(sections.scaling(records), sections.bandwidth(records))
     if scaling:
         parts.append(("scaling", "Scaling and collectives", scaling))

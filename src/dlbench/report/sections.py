@@ -13,6 +13,8 @@ from typing import Any
 from dlbench.report.charts import scaling_series
 from dlbench.report.compare import CompareRow, comparable, compare, config_key, estimate
 from dlbench.report.frame import environment, world_size
+from dlbench.report.network import link_from_tags
+from dlbench.report.scaling import scale_rows
 from dlbench.report.telemetry import _host_panels, timeline_data
 
 #: Environment fields that, when they take exactly two values among the runs, get an automatic comparison.
@@ -73,20 +75,39 @@ def _speedup(by_n: dict[int, float]) -> list[dict[str, float]]:
 
 
 def scaling(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One entry per scaling series (runs tagged ``scale_series``) with at least one successful run."""
+    """One entry per scaling series (training runs tagged ``scale_series``) with at least one successful
+    run; each row has its node count and, where the series stored its link (``--busbw`` and friends),
+    the efficiency the link alone allows (``predicted_efficiency``, else None)."""
     series: dict[str, list[dict[str, Any]]] = {}
     for record in records:
         name = (record["spec"].get("tags") or {}).get("scale_series")
-        if name:
+        if name and record["spec"].get("mode") != "collective":  # --measure-comm's all-reduce run is tagged too
             series.setdefault(name, []).append(record)
     out = []
     for name, runs in sorted(series.items(), key=lambda kv: min(r["created_at"] for r in kv[1])):
         by_n = scaling_series(runs)
         if by_n:
             spec = runs[0]["spec"]
+            link = link_from_tags(spec.get("tags") or {})
+            allowed, nodes = _allowed(runs, link), {r["spec"]["world_size"]: r["spec"].get("nnodes") for r in runs}
             out.append({"series": name, "workload": spec["workload"], "scaling": spec.get("scaling", "weak"),
-                        "device": spec.get("device_name") or spec.get("device"), "rows": _speedup(by_n)})
+                        "device": spec.get("device_name") or spec.get("device"),
+                        "link": link.as_dict() if link else None,
+                        "rows": [row | {"nodes": nodes.get(row["nproc"]), "predicted_efficiency": allowed.get(row["nproc"])}
+                                 for row in _speedup(by_n)]})
     return out
+
+
+def _allowed(runs: list[dict[str, Any]], link) -> dict[int, float]:
+    """Per world size, the efficiency the link alone allows (the first successful run of each count)."""
+    if link is None:
+        return {}
+    first = {}
+    for record in sorted(runs, key=lambda r: r["created_at"]):
+        if record["status"] == "ok":
+            first.setdefault(record["spec"]["world_size"], record)
+    rows = scale_rows(list(first.values()), link)
+    return {row["nproc"]: row["predicted_efficiency"] for row in rows if row["predicted_efficiency"] is not None}
 
 
 def bandwidth(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -97,7 +118,8 @@ def bandwidth(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if record["spec"].get("mode") == "collective" and result.get("sizes"):
             out.append({"id": record["id"], "collective": record["spec"].get("collective", record["spec"]["workload"]),
                         "nproc": world_size(record), "backend": record["spec"].get("backend"),
-                        "device": record["spec"].get("device_name"), "status": record["status"], "sizes": result["sizes"]})
+                        "device": record["spec"].get("device_name"), "status": record["status"], "sizes": result["sizes"],
+                        "link_rate_bits_per_s": (result.get("link") or {}).get("rate_bits_per_s")})
     return out
 
 

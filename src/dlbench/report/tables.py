@@ -11,6 +11,8 @@ import io
 from collections.abc import Sequence
 from typing import Any
 
+from dlbench.safety import printable
+
 Table = tuple[list[str], list[list[str]]]
 
 
@@ -73,6 +75,44 @@ def common_columns(table: Table, names: Sequence[str] = ("device", "prec", "proc
     return ([columns[i] for i in keep], [[row[i] for i in keep] for row in rows]), note
 
 
+def layout_label(spec: dict[str, Any]) -> str | None:
+    """``"fsdp+tp dp1×tp2 ac=full"``: how a ``--parallel`` run spread its model; None without a layout."""
+    layout = spec.get("layout")
+    if not layout:
+        return None
+    mesh = "×".join(f"{name}{n}" for name, n in zip(layout["mesh_dim_names"], layout["mesh_shape"], strict=True))
+    extras = [f"ac={layout['ac']}"] if layout.get("ac", "none") != "none" else []
+    if layout.get("microbatches"):
+        extras.append(f"{layout['pp_schedule']}×{layout['microbatches']}")
+    if layout.get("reshard_after_forward") is False:
+        extras.append("no-reshard")
+    return " ".join([layout["parallel"], mesh, *extras])
+
+
+def token_table(records: Sequence[dict[str, Any]]) -> Table:
+    """Language-model runs (those with tokens/s): per layout, tokens/s, MFU by formula and by FLOP counter,
+    the largest rank's peak memory and the communication per step."""
+    columns = ["workload", "layout", "procs", "tokens/s", "tokens/s per device", "MFU (6N+attn)", "MFU (counter)",
+               "peak memory per rank", "comm per step per rank", "status"]
+    rows = []
+    for r in records:
+        spec, result = r["spec"], r.get("result") or {}
+        if not result.get("tokens_per_s"):
+            continue
+        peak = result.get("peak_memory_bytes")
+        measure = {"peak_rss": "RSS", "cuda_max_allocated": "CUDA"}.get(result.get("memory_measure"), "")
+        sent = (result.get("comm") or {}).get("bytes_per_step_per_rank")
+        rows.append([spec["workload"], layout_label(spec) or "-", str(spec.get("world_size") or 1),
+                     rate_text(result["tokens_per_s"]), rate_text(result.get("tokens_per_s_per_device")),
+                     _percent(result.get("formula_mfu")), _percent(result.get("mfu")),
+                     f"{si(peak, 'B')} ({measure})" if peak else "-", si(sent, "B") if sent else "-", r["status"]])
+    return columns, rows
+
+
+def _percent(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1%}"
+
+
 def summary_table(summaries: Sequence[Any]) -> Table:
     """One row per stored run (``RunSummary``)."""
     columns = ["id", "created (UTC)", "workload", "device", "procs", "prec", "batch", "samples/s", "median step ms", "torch", "host", "status", "tags"]
@@ -104,19 +144,26 @@ def render(table: Table, title: str | None = None, file=None) -> None:
     """Print a table with rich (plain text when the output is not a terminal)."""
     from rich.console import Console
     from rich.table import Table as RichTable
+    from rich.text import Text
+
+    def shown(cell) -> Text:
+        # every cell, heading and the title may hold stored text (tags, labels, errors): a Text is shown as typed,
+        # never parsed for markup or :emoji: codes; control characters are made visible first
+        return Text(printable(cell))
 
     columns, rows = table
     keep = [i for i, name in enumerate(columns) if not rows or any(row[i] != "-" for row in rows)]
     columns, rows = [columns[i] for i in keep], [[row[i] for i in keep] for row in rows]
-    out = RichTable(title=title, header_style="bold")
+    out = RichTable(title=None if title is None else shown(title), header_style="bold")
     for name in columns:
         # whole words: "params" holds "ms" but is text (it was right-aligned)
-        numeric = any(word in name.replace("(", " ").split() for word in ("samples/s", "ms", "FLOP/s", "MFU", "batch", "B/A"))
+        numeric = any(word in name.replace("(", " ").split()
+                      for word in ("samples/s", "tokens/s", "ms", "FLOP/s", "MFU", "batch", "B/A"))
         # long free text (a workload's parameters, an error) wraps inside its cell, not the whole row
         wide = name in ("params", "status", "configuration", "tags")
-        out.add_column(name, justify="right" if numeric else "left", overflow="fold", max_width=36 if wide else None)
+        out.add_column(shown(name), justify="right" if numeric else "left", overflow="fold", max_width=36 if wide else None)
     for row in rows:
-        out.add_row(*row)
+        out.add_row(*(shown(cell) for cell in row))
     console = Console(file=file, soft_wrap=False)
     if not console.is_terminal:
         console.width = 200  # piped to a file or a log: do not fold columns at 80 characters

@@ -21,8 +21,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from dlbench.config import writable_dir
 from dlbench.errors import UsageError
+from dlbench.safety import path_inside
 
 log = logging.getLogger("dlbench")
 
@@ -47,6 +47,8 @@ def require_tensorboard(option: str = "--tensorboard") -> None:
 def check_logdir(logdir: str, option: str = "--tensorboard") -> Path:
     """The log directory, checked before any run: tensorboard importable and ``logdir`` writable."""
     require_tensorboard(option)
+    from dlbench.config import writable_dir  # YAML parsing comes with it: not at `dlbench --help`
+
     return writable_dir(logdir, option)
 
 
@@ -86,13 +88,18 @@ def telemetry_points(series: list[dict[str, Any]] | None) -> dict[str, list[tupl
     return points
 
 
+def run_dir_of(logdir: str | Path, record: dict[str, Any]) -> Path:
+    """``logdir/<run id>``, never outside ``logdir`` (an imported id such as ``../../x``: ``UsageError``)."""
+    return path_inside(Path(logdir), str(record.get("id")), "run id")
+
+
 def write_run(logdir: str | Path, record: dict[str, Any], series: list[dict[str, Any]] | None = None) -> Path:
     """Write ``record`` (and its telemetry ``series``) under ``logdir/<run id>``; returns that directory."""
     # the writer needs the tensorboard package (a dependency): imported here so 'import dlbench' stays light
     from torch.utils.tensorboard import SummaryWriter
     from torch.utils.tensorboard.summary import hparams as hparams_summary
 
-    run_dir = Path(logdir) / record["id"]
+    run_dir = run_dir_of(logdir, record)
     for old in run_dir.glob("events.out.tfevents.*"):  # written again (an export repeated): replace, not add
         old.unlink()
     start = _timestamp(record.get("created_at"))
@@ -141,7 +148,7 @@ class TensorBoardSink:
         spooled = self.inner.save(record, series=series) if self.inner is not None else None
         try:  # the store first: a full disk costs the TensorBoard view, never the record
             write_run(self.logdir, record, series)
-        except OSError as exc:
+        except (OSError, UsageError) as exc:
             log.warning("dlbench: run %s could not be written for TensorBoard in %s: %s", record["id"], self.logdir, exc)
         return spooled
 

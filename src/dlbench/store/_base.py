@@ -15,6 +15,9 @@ implementation:
 * :meth:`Store.save` takes the run's telemetry ``series`` too (a list of JSON-able samples, each
   with ``t_s``) and writes it in the same transaction as the run; :meth:`Store.series` returns it
   in order (``[]`` for a run without one); an unknown id is a ``UsageError`` as for ``get``.
+* A run that neither the store nor its spool can take is never reported as saved: :meth:`Store.save`
+  raises :class:`~dlbench.errors.RecordNotSaved` (the run pipeline prints the record to stderr as JSON).
+  ``spooled`` maps the id of each run this store spooled to its file.
 """
 
 from __future__ import annotations

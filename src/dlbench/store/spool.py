@@ -15,9 +15,11 @@ import os
 from pathlib import Path
 from typing import Any
 
+from dlbench.record import ID_PATTERN, record_problem, series_problem
 from dlbench.store._engine import sqlite_path
 
 SUFFIX = ".json"
+QUARANTINE = "quarantine"  # spooled files that cannot be loaded (malformed), kept for a person to look at
 
 
 def spool_dir(url: str, data_home: str | None = None) -> Path:
@@ -31,22 +33,50 @@ def spool_dir(url: str, data_home: str | None = None) -> Path:
 
 
 def write(directory: Path, record: dict[str, Any], series: list[dict[str, Any]] | None) -> Path:
-    """Write one run into ``directory``; returns the file's path."""
+    """Write one run into ``directory``; returns the file's path.
+
+    Raises ``OSError`` when it cannot (a full disk, a folder that cannot be created), leaving no partial file."""
     directory.mkdir(parents=True, exist_ok=True)
-    final = directory / f"{record['id']}{SUFFIX}"
-    tmp = directory / f".{record['id']}.{os.getpid()}.tmp"
-    with open(tmp, "w", encoding="utf-8") as out:
-        json.dump({"record": record, "series": series or []}, out, separators=(",", ":"), default=str)
-        out.flush()
-        os.fsync(out.fileno())  # the run must survive the node going down right after
-    tmp.replace(final)
+    final = directory / f"{file_stem(record)}{SUFFIX}"
+    tmp = directory / f".{final.stem}.{os.getpid()}.tmp"
+    text = json.dumps({"record": record, "series": series or []}, separators=(",", ":"), default=str)
+    try:
+        with open(tmp, "w", encoding="utf-8") as out:
+            out.write(text)
+            out.flush()
+            os.fsync(out.fileno())  # the run must survive the node going down right after
+        tmp.replace(final)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a full disk must not leave a 0-byte file that looks like a run
+        raise
     return final
 
 
-def read(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """The record and series of one spooled file (or of a plain run-record JSON document).
+def file_stem(record: dict[str, Any]) -> str:
+    """The spool file's name for ``record``: its id when that is a plain run id, else a digest of it (the spool
+    must never write outside its folder, whatever the record says)."""
+    run_id = str(record.get("id"))
+    if ID_PATTERN.fullmatch(run_id):
+        return run_id
+    return "run-" + hashlib.sha256(run_id.encode()).hexdigest()[:16]
 
-    Raises ``ValueError`` naming the file when it is not one.
+
+def quarantine(path: Path, why: str) -> Path:
+    """Move a spooled file no store can load into ``quarantine/`` beside it (it stays, for a person to fix,
+    and stops failing every later open of the store); returns the new path."""
+    folder = path.parent / QUARANTINE
+    folder.mkdir(exist_ok=True)
+    target = folder / path.name
+    path.replace(target)
+    (folder / f"{path.name}.why.txt").write_text(why + "\n", encoding="utf-8")
+    return target
+
+
+def read(path: Path, finite: bool = True) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The record and series of one spooled file (or of a plain run-record JSON document), checked against the
+    run-record schema (:func:`dlbench.record.record_problem`; ``finite=False`` lets NaN through, as a live save does).
+
+    Raises ``ValueError`` naming the file and the problem when it is not one.
     """
     try:
         document = json.loads(Path(path).read_text(encoding="utf-8"))
@@ -58,8 +88,9 @@ def read(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         record, series = document, []
     if not isinstance(record, dict) or not {"id", "spec", "status", "schema_version"} <= record.keys():
         raise ValueError(f"{path} is not a dlbench run record (it needs id, spec, status and schema_version)")
-    if not isinstance(series, list):
-        raise ValueError(f"{path}: 'series' must be a list of telemetry samples")
+    problem = record_problem(record, finite) or series_problem(series, finite)
+    if problem:
+        raise ValueError(f"{path} is not a valid run record: {problem}")
     return record, series
 
 

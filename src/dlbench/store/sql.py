@@ -10,6 +10,7 @@ import contextlib
 import datetime as dt
 import json
 import logging
+import math
 import sqlite3
 import time
 from pathlib import Path
@@ -18,7 +19,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.exc import SQLAlchemyError
 
-from dlbench.errors import UsageError
+from dlbench.errors import RecordNotSaved, UsageError
 from dlbench.record import device_label, upgrade
 from dlbench.store import spool
 from dlbench.store._base import RunFilter, RunSummary, Store
@@ -99,14 +100,16 @@ def summary_row(record: dict[str, Any]) -> dict[str, Any]:
         "created_at": record["created_at"],
         "status": record["status"],
         "workload": spec["workload"],
-        "device": spec.get("device", "?"),
-        "device_name": device_label(record),
-        "host": env.get("hostname", "?"),
-        "precision": spec.get("precision", "fp32"),
-        "mode": spec.get("mode", "train"),
+        # a null where the store needs text (a record from a node that could not tell) is shown as "?", never
+        # a refused insert: a measurement must not be lost over a missing host name
+        "device": spec.get("device") or "?",
+        "device_name": device_label(record) or "?",
+        "host": env.get("hostname") or "?",
+        "precision": spec.get("precision") or "fp32",
+        "mode": spec.get("mode") or "train",
         "batch_size": spec.get("batch_size"),
         "nproc": spec.get("world_size") or spec.get("nproc", 1),  # all processes of the run
-        "torch_version": (env.get("torch") or {}).get("version", "?"),
+        "torch_version": (env.get("torch") or {}).get("version") or "?",
         "samples_per_s": result.get("samples_per_s"),
         "step_time_median_s": (result.get("step_time_s") or {}).get("median"),
         "tags_json": json.dumps(spec.get("tags") or {}, sort_keys=True),
@@ -127,6 +130,8 @@ class SQLStore(Store):
         self.url = url
         self.read_only = read_only
         self.spool_dir = spool.spool_dir(url)
+        self.spooled: dict[str, Path] = {}  # runs this store could not take, by id: where they wait
+        self.file_identity: tuple[int, int] | None = None  # the SQLite file opened (device, inode)
         path = sqlite_path(url)
         if path is not None and not path.exists():
             if not create:
@@ -149,6 +154,8 @@ class SQLStore(Store):
         except BaseException:
             self.engine.dispose()
             raise
+        if path is not None:
+            self.file_identity = _identity(path)
         if not read_only:
             self.load_spool()
 
@@ -207,8 +214,11 @@ class SQLStore(Store):
         try:
             while True:
                 try:
-                    self._insert(record, series)
+                    self._insert_into_this_file(record, series)
                     return None
+                except StoreFileGone as exc:
+                    failure = exc
+                    break
                 except sa.exc.OperationalError as exc:
                     delay = next(delays, None) if is_busy(exc) else None
                     if delay is None:
@@ -216,20 +226,64 @@ class SQLStore(Store):
                         break
                     log.warning("results store %s busy (%s); retrying in %.0f s", display(self.url), reason(exc), delay)
                     time.sleep(delay)
-                except sa.exc.IntegrityError:
-                    raise  # this id is stored already: a caller's mistake, not a store that failed
-                except (SQLAlchemyError, sqlite3.Error) as exc:
+                except sa.exc.IntegrityError as exc:
+                    if self._has(record["id"]):
+                        raise  # this id is stored already: a caller's mistake, not a store that failed
                     failure = exc
+                    break
+                except (SQLAlchemyError, sqlite3.Error, OverflowError, ValueError, TypeError) as exc:
+                    failure = exc  # OverflowError/ValueError/TypeError: a value the database driver cannot bind
                     break
         except sa.exc.IntegrityError:
             raise
         except BaseException:  # a signal while saving: the run still must not be lost
-            spool.write(self.spool_dir, record, series)
+            self._spool(record, series)
             raise
-        path = spool.write(self.spool_dir, record, series)
+        path = self._spool(record, series)
         log.warning("could not save run %s to %s (%s); it is spooled in %s", record["id"], display(self.url),
                     reason(failure), path)
         return path
+
+    def _spool(self, record: dict[str, Any], series: list[dict[str, Any]] | None) -> Path:
+        """Write the run to the spool; :class:`RecordNotSaved` when even that fails (the caller shows the record)."""
+        try:
+            path = spool.write(self.spool_dir, record, series)
+        except (OSError, ValueError, TypeError, RecursionError) as exc:
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            raise RecordNotSaved(
+                f"run {record.get('id')} could be saved neither to the results store {display(self.url)} nor to its "
+                f"spool {self.spool_dir} ({why})", [record]) from None
+        self.spooled[str(record.get("id"))] = path
+        return path
+
+    def _insert_into_this_file(self, record: dict[str, Any], series: list[dict[str, Any]] | None) -> None:
+        """:meth:`_insert`, but only into the SQLite file this store opened: one deleted or replaced meanwhile
+        (an open connection would write into the deleted file, and the run would vanish with it) raises
+        :class:`StoreFileGone`, checked before and after the transaction."""
+        self._check_file()
+        self._insert(record, series)
+        self._check_file()
+
+    def _check_file(self) -> None:
+        if self.file_identity is None:
+            return
+        path = sqlite_path(self.url)
+        try:
+            now = _identity(path)
+        except OSError:
+            now = None
+        if now != self.file_identity:
+            self.engine.dispose()  # its connections hold the old file open
+            raise StoreFileGone(f"the store file {path} was deleted or replaced while the run was running")
+
+    def _has(self, run_id: str) -> bool:
+        if self.file_identity is not None and not sqlite_path(self.url).exists():
+            return False  # connecting would create an empty file where the deleted store was
+        try:
+            with self.engine.connect() as conn:
+                return conn.execute(sa.select(runs_table.c.id).where(runs_table.c.id == run_id)).first() is not None
+        except (SQLAlchemyError, sqlite3.Error):
+            return False
 
     def _insert(self, record: dict[str, Any], series: list[dict[str, Any]] | None) -> None:
         row = summary_row(record)
@@ -238,43 +292,58 @@ class SQLStore(Store):
             conn.execute(runs_table.insert().values(**row))
             if tags:
                 conn.execute(tags_table.insert(), [{"run_id": record["id"], "key": k, "value": v} for k, v in tags.items()])
-            if series:
+            samples = _storable(series or [], record["id"])
+            if samples:
                 conn.execute(telemetry_table.insert(), [
-                    {"run_id": record["id"], "seq": i, "t_s": float(sample["t_s"]),
-                     "sample": json.dumps(sample, separators=(",", ":"))}
-                    for i, sample in enumerate(series)
+                    {"run_id": record["id"], "seq": i, "t_s": t_s, "sample": json.dumps(sample, separators=(",", ":"))}
+                    for i, (t_s, sample) in enumerate(samples)
                 ])
 
-    def import_file(self, path: Path) -> bool:
+    def import_file(self, path: Path, finite: bool = True) -> bool:
         """Load one spooled run (or a run-record JSON file); False when the run was already stored.
 
-        Raises ``ValueError`` for a file that is not a run.
+        Raises ``ValueError`` for a file that is not a valid run (see :func:`dlbench.record.record_problem`;
+        ``finite=False`` accepts NaN as a live save does) or that the store refuses.
         """
-        record, series = spool.read(path)
+        record, series = spool.read(path, finite)
         upgrade(record)
-        with self.engine.connect() as conn:
-            present = conn.execute(sa.select(runs_table.c.id).where(runs_table.c.id == record["id"])).first()
-        if present is not None:
+        if self._has(record["id"]):
             return False
         try:
-            self._insert(record, series)
-        except sa.exc.IntegrityError:  # another process loaded it a moment ago
-            return False
+            self._insert_into_this_file(record, series)
+        except sa.exc.IntegrityError as exc:
+            if self._has(record["id"]):  # another process loaded it a moment ago
+                return False
+            raise ValueError(f"{path}: the store refused the run ({reason(exc)})") from None
+        except (OverflowError, TypeError) as exc:
+            raise ValueError(f"{path}: the store cannot hold a value of the run ({exc})") from None
         return True
 
     def load_spool(self) -> list[str]:
-        """Load every run waiting in the spool, removing each file once the run is stored."""
+        """Load every run waiting in the spool, removing each file once the run is stored (or found stored);
+        a file that is not a loadable run is moved to the spool's ``quarantine/`` folder with a warning."""
         loaded = []
         for path in spool.pending(self.spool_dir):
             try:
-                if self.import_file(path):
+                if self.import_file(path, finite=False):
                     loaded.append(path.stem)
                 path.unlink(missing_ok=True)
-            except (ValueError, SQLAlchemyError, OSError) as exc:
+            except (SQLAlchemyError, OSError, StoreFileGone) as exc:  # the store, not the file: try next time
                 log.warning("left %s in the spool: %s", path, exc)
+            except Exception as exc:  # noqa: BLE001 - a malformed file must not stop every run from starting
+                self._quarantine(path, exc)
         if loaded:
             log.warning("loaded %d spooled run(s) into %s: %s", len(loaded), display(self.url), ", ".join(loaded))
         return loaded
+
+    def _quarantine(self, path: Path, exc: Exception) -> None:
+        try:
+            moved = spool.quarantine(path, str(exc))
+        except OSError as move_error:
+            log.warning("left %s in the spool: %s (and it could not be moved aside: %s)", path, exc, move_error)
+            return
+        log.warning("moved %s to %s: %s; fix it and load it with 'dlbench store import %s'", path.name, moved.parent,
+                    exc, moved)
 
     # -- reading ---------------------------------------------------------------------------------
 
@@ -349,6 +418,32 @@ class SQLStore(Store):
             stmt = stmt.where(c.created_at < _utc_text(flt.until))
         stmt = stmt.order_by(c.created_at.desc(), c.id)
         return stmt.limit(flt.limit) if flt.limit else stmt
+
+
+class StoreFileGone(Exception):
+    """The SQLite file of the store was deleted or replaced after it was opened."""
+
+
+def _identity(path: Path) -> tuple[int, int]:
+    info = path.stat()
+    return info.st_dev, info.st_ino
+
+
+def _storable(series: list[dict[str, Any]], run_id: str) -> list[tuple[float, dict[str, Any]]]:
+    """The samples with a finite time (``t_s`` is the series' order and a NOT NULL column): a sample without one
+    is dropped with a warning rather than costing the run its record."""
+    kept = []
+    for sample in series:
+        try:
+            t_s = float(sample["t_s"])
+        except (KeyError, TypeError, ValueError, OverflowError):
+            t_s = math.nan
+        if math.isfinite(t_s):
+            kept.append((t_s, sample))
+    if len(kept) < len(series):
+        log.warning("run %s: %d telemetry sample(s) without a finite time t_s were not stored", run_id,
+                    len(series) - len(kept))
+    return kept
 
 
 def _summary(row) -> RunSummary:

@@ -45,8 +45,8 @@ from ray import tune
 from ray.tune.schedulers import PopulationBasedTraining
 from ray.tune.search.basic_variant import BasicVariantGenerator
 
-from dlbench.api.hpo_ray_trial import ABORT_KEY, FINAL_KEY, TRIAL_KEY, Bridge, RayTrial
 from dlbench.errors import RunFailed
+from dlbench.hpo.ray_trial import ABORT_KEY, FINAL_KEY, TRIAL_KEY, Bridge, RayTrial
 from dlbench.hpo.space import Param, distributions
 from dlbench.hpo.study import StudySpec
 
@@ -211,7 +211,7 @@ class _Optuna(tune.Callback):
     def on_trial_complete(self, iteration, trials, trial, **info) -> None:
         result, member = trial.last_result or {}, self.members[trial.config[TRIAL_KEY]]
         if result.get(ABORT_KEY):
-            return  # the driver fails it (hpo_ray.requeue_interrupted)
+            return  # the driver fails it (ray_engine.requeue_interrupted)
         if result.get(FINAL_KEY):
             member.set_user_attr("record_id", result["record_id"])
             self._tell(member, result["value"])

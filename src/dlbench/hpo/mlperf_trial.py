@@ -21,9 +21,9 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from dlbench.api.pipeline import execute
 from dlbench.engine.run import frozen
 from dlbench.errors import RunFailed, UsageError
+from dlbench.hpo._base import Pipeline
 from dlbench.hpo.study import StudySpec
 from dlbench.hpo.trial import trial_tags
 from dlbench.mlperf import tasks
@@ -55,8 +55,9 @@ def check(spec: StudySpec) -> None:
         raise UsageError(f"study {spec.name!r}: {what} is to {want[:-1]}e; use direction: {want} (or leave it out).")
 
 
-def run_trial(spec: StudySpec, trial, params: dict[str, Any], store, env: dict[str, Any]) -> dict[str, Any]:
-    """Run trial ``trial`` (Optuna's) of ``spec`` through the run pipeline; its record."""
+def run_trial(spec: StudySpec, trial, params: dict[str, Any], store, env: dict[str, Any],
+              pipeline: Pipeline) -> dict[str, Any]:
+    """Run trial ``trial`` (Optuna's) of ``spec`` through the run ``pipeline``; its record."""
     obj = spec.objective
     fixed = obj.fixed
     options = RunOptions(
@@ -69,7 +70,7 @@ def run_trial(spec: StudySpec, trial, params: dict[str, Any], store, env: dict[s
     out = Path(obj.out or f"hpo-{spec.name}") / f"trial-{trial.number}"
     session = prepare_task(obj.task, out, options, env, reporter if obj.goal == "quality" else None,
                            session_type=partial(TrialTask, spec, trial.number, reporter))
-    return execute(session.next_run(), store, env)[0]
+    return pipeline.execute(session.next_run(), store, env)[0]
 
 
 class _Reporter:

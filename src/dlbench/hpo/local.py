@@ -1,17 +1,13 @@
-"""HPO engines: how a study's trials get their workers.
+"""The ``local`` HPO engine: N ``dlbench hpo worker`` processes on this node (the contract is in
+:mod:`dlbench.hpo._base`).
 
-The contract (what ``slurm`` and ``ray`` engines implement later): a study runs as N **workers**, each
-an ordinary process running ``dlbench hpo worker STUDY`` against the shared study storage; each worker
-takes trials one after the other until the budget is spent. An :class:`Engine`
+Each worker takes trials one after the other from the shared study storage until the budget is spent;
+:meth:`LocalEngine.run_workers` starts them, replaces workers that die (their running trials are failed
+and retried once), calls ``on_poll`` about once a second for the live table, and on a signal stops every
+worker (their trials are queued again for ``--resume``) and re-raises.
 
-* :meth:`Engine.plan` — **pure** — gives each worker's argv and environment (the device it is pinned to);
-* :meth:`Engine.run` starts them, keeps the study going until its budget is spent (replacing workers
-  that die; their running trials are failed and retried once), calls ``on_poll`` about once a second
-  for the live table, and on a signal stops every worker (their trials are queued again for
-  ``--resume``) and re-raises.
-
-The local engine pins worker i to GPU i through ``CUDA_VISIBLE_DEVICES`` when there are GPUs, else to its
-own share of the CPU cores (``DLBENCH_HPO_CORES``, applied by the worker with ``sched_setaffinity``).
+Worker i is pinned to GPU i through ``CUDA_VISIBLE_DEVICES`` when there are GPUs, else to its own share of
+the CPU cores (``DLBENCH_HPO_CORES``, applied by the worker with ``sched_setaffinity``).
 """
 
 from __future__ import annotations
@@ -21,42 +17,13 @@ import signal
 import socket
 import subprocess
 import time
-from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Sequence
 
 from dlbench.errors import BenchmarkFailed, Terminated, UsageError
+from dlbench.hpo._base import STOP_GRACE_S, WORKER_ENV, WorkerEngine, WorkerPlan
+from dlbench.hpo.command import die_with_parent
 
 CORES_ENV = "DLBENCH_HPO_CORES"
-WORKER_ENV = "DLBENCH_HPO_WORKER"
-#: Seconds workers get to record their trials after SIGTERM before SIGKILL.
-STOP_GRACE_S = 30.0
-
-
-@dataclass(frozen=True)
-class WorkerPlan:
-    """One worker: its command line, the environment set on top of ours, and its name in the study."""
-
-    argv: tuple[str, ...]
-    env: dict[str, str] = field(default_factory=dict)
-    name: str = ""
-
-
-class Engine(ABC):
-    """Base class of HPO engines (see the module docstring)."""
-
-    name: str
-
-    @abstractmethod
-    def plan(self, worker_argv: Sequence[str], workers: int) -> list[WorkerPlan]:
-        """Each worker's plan; ``worker_argv`` is the worker command without ``--index``."""
-
-    @abstractmethod
-    def run(self, plans: list[WorkerPlan], study, work_left: Callable[[], bool],
-            on_dead: Callable[[str, str], list], on_poll: Callable[[], Any] | None = None) -> None:
-        """Run the workers until ``work_left()`` is false and none is running (see the module docstring).
-        ``on_dead(worker, why)`` fails the dead worker's trials and returns them."""
 
 
 def pinning(workers: int, gpus: int, cpus: Sequence[int]) -> list[dict[str, str]]:
@@ -82,6 +49,16 @@ def pinning(workers: int, gpus: int, cpus: Sequence[int]) -> list[dict[str, str]
     return [{CORES_ENV: ",".join(map(str, g)), "CUDA_VISIBLE_DEVICES": ""} for g in groups]
 
 
+def gpu_count() -> int:
+    """The GPUs this process may use (torch is imported only when a CUDA driver is there: it costs seconds)."""
+    if os.environ.get("CUDA_VISIBLE_DEVICES") == "" or not any(
+            os.path.exists(p) for p in ("/proc/driver/nvidia/version", "/dev/kfd")):  # NVIDIA, ROCm
+        return 0
+    import torch
+
+    return torch.cuda.device_count()
+
+
 def apply_pinning() -> None:
     """In a worker: keep to the cores the engine gave it (inherited by its trials' processes)."""
     cores = os.environ.get(CORES_ENV)
@@ -89,20 +66,21 @@ def apply_pinning() -> None:
         os.sched_setaffinity(0, {int(c) for c in cores.split(",")})
 
 
-class LocalEngine(Engine):
-    """N workers on this node."""
+class LocalEngine(WorkerEngine):
+    """N workers on this node (``gpus`` and ``cpus``: this node's, unless given)."""
 
     name = "local"
 
-    def __init__(self, gpus: int, cpus: Sequence[int]):
-        self.gpus, self.cpus = gpus, list(cpus)
+    def __init__(self, gpus: int | None = None, cpus: Sequence[int] | None = None):
+        self.gpus = gpu_count() if gpus is None else gpus
+        self.cpus = sorted(os.sched_getaffinity(0)) if cpus is None else list(cpus)
 
     def plan(self, worker_argv, workers):
         host = socket.gethostname()
         return [WorkerPlan(tuple(worker_argv) + ("--index", str(i)), env | {WORKER_ENV: f"{host}:w{i}"}, f"{host}:w{i}")
                 for i, env in enumerate(pinning(workers, self.gpus, self.cpus))]
 
-    def run(self, plans, study, work_left, on_dead, on_poll=None):
+    def run_workers(self, plans, study, work_left, on_dead, on_poll=None):
         running: dict[int, subprocess.Popen] = {}
         idle: set[int] = set()  # workers that ended finding no work: started again only if work appears
         barren = 0  # deaths in a row without a trial: workers that cannot start are not restarted forever
@@ -125,24 +103,26 @@ class LocalEngine(Engine):
                 for i, plan in enumerate(plans):
                     if i not in running and more and (i not in idle or not running):
                         idle.discard(i)
+                        # Ctrl-C reaches us only: we stop them; killed (SIGKILL), we leave none running
                         running[i] = subprocess.Popen(list(plan.argv), env={**os.environ, **plan.env},
-                                                      start_new_session=True)  # Ctrl-C reaches us only: we stop them
+                                                      start_new_session=True, preexec_fn=die_with_parent(signal.SIGTERM))
                 if on_poll is not None:
                     on_poll()
                 if not running and not more:
                     return
                 time.sleep(0.5)
-        except (Terminated, KeyboardInterrupt):
-            _stop(running.values())
+        except (Terminated, KeyboardInterrupt) as exc:
+            _stop(running.values(), exc.signum if isinstance(exc, Terminated) else signal.SIGINT)
             raise
 
 
-def _stop(procs) -> None:
-    """SIGTERM every worker (each records its trial and queues it again), SIGKILL after a grace."""
+def _stop(procs, signum: int = signal.SIGTERM) -> None:
+    """Pass the study's stop signal to every worker (each records its trial "stopped by" that signal and
+    queues it again), SIGKILL after a grace."""
     procs = list(procs)
     for proc in procs:
         if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
+            os.killpg(proc.pid, signum)
     deadline = time.monotonic() + STOP_GRACE_S
     for proc in procs:
         try:

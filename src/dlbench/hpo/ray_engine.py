@@ -2,17 +2,21 @@
 the median stopping rule, or population-based training), on an existing Ray cluster (``--address``) or
 on a local one it starts.
 
-Why this is not an :class:`~dlbench.hpo.engine.Engine`: that contract is N ``dlbench hpo worker``
-processes, each asking the shared Optuna study for its next trial and letting Optuna's pruner stop it.
-Under Ray Tune one driver decides both: its search algorithm proposes every trial and its scheduler stops
-them, and the trials run as Ray actors wherever the cluster has room. So this is its own path:
+It keeps the :class:`~dlbench.hpo._base.Engine` contract, but is not a worker engine (N ``dlbench hpo
+worker`` processes, each asking the shared Optuna study for its next trial and letting Optuna's pruner
+stop it): under Ray Tune one driver decides both — its search algorithm proposes every trial and its
+scheduler stops them, and the trials run as Ray actors wherever the cluster has room. So:
+
+* Ray starts (or is joined) before the study is created, with start-up timeouts of
+  :data:`START_TIMEOUT_S` (``DLBENCH_RAY_START_TIMEOUT_S``): a Ray that still will not start is one
+  sentence, exit 1, and no study is left behind, so the same command can simply be run again;
 
 * this process is Tune's driver. Its search algorithm is Ray's ``OptunaSearch`` with the study's sampler,
   on the study's own storage (created here as for every engine; ``OptunaSearch`` loads it), so ``hpo
   status/best/list``, the live table and optuna-dashboard see each trial as Ray runs it; trials Tune's
   scheduler stopped are marked pruned there (Ray's own OptunaSearch would mark them complete, with an
   early epoch's value);
-* each trial is a :class:`~dlbench.api.hpo_ray_trial.RayTrial` actor running the objective through the
+* each trial is a :class:`~dlbench.hpo.ray_trial.RayTrial` actor running the objective through the
   run pipeline (recorded ok, pruned or failed, tagged with study and trial), one Tune step per epoch;
 * a trial whose run failed raises in ``step`` (Tune marks it errored, the study failed; the reason is
   in the run record);
@@ -28,12 +32,13 @@ them, and the trials run as Ray actors wherever the cluster has room. So this is
   experiment restore is not used — the study storage is the state;
 * trials Tune ends without telling the search algorithm (its time budget, ``timeout_s``) are failed
   in the study with that reason (:func:`end_unfinished`), never left running;
-* ``pruner: pbt`` is population-based training (:mod:`dlbench.api.hpo_ray_pbt`, its contract there).
+* ``pruner: pbt`` is population-based training (:mod:`dlbench.hpo.ray_pbt`, its contract there).
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
 import logging
 import os
 import signal
@@ -56,62 +61,121 @@ from ray.tune.schedulers import (
 )
 from ray.tune.search.optuna import OptunaSearch
 
-from dlbench.api import hpo_ray_pbt
-from dlbench.api.hpo_ray_trial import (
+from dlbench.errors import BenchmarkFailed, Terminated, UsageError
+from dlbench.hpo import ray_pbt, storage as hpo_storage
+from dlbench.hpo._base import STOP_GRACE_S, STOP_SIGNALS, Engine, StudyRun
+from dlbench.hpo.objective import has_record, record_unrun
+from dlbench.hpo.ray_trial import (
     ABORT_KEY,
     FINAL_KEY,
     TRIAL_KEY,
     RayTrial,
     StopFlag,
 )
-from dlbench.api.hpo_trial import has_record, record_unrun
-from dlbench.api.signals import SIGNALS
-from dlbench.errors import Terminated
-from dlbench.hpo import storage as hpo_storage
-from dlbench.hpo.engine import STOP_GRACE_S
 from dlbench.hpo.search import make_sampler, trial_budget
 from dlbench.hpo.space import distributions
 from dlbench.hpo.study import StudySpec
 
+#: Seconds Ray's processes get to start on this host (its raylet waits this long for its agents, its
+#: clients for the GCS); Ray's own defaults (30 s) are too short on a loaded machine. Override with
+#: the environment variable of the same name.
+START_TIMEOUT_ENV = "DLBENCH_RAY_START_TIMEOUT_S"
+START_TIMEOUT_S = 180.0
 
-def run(spec: StudySpec, study: optuna.Study, url: str, store, address: str | None,
-        on_poll: Callable[[], Any] | None = None) -> None:
-    """Run ``study`` (already created, or loaded for ``--resume``, in the storage at ``url``) to its budget on
-    Ray; see the module docstring. ``store``: the results store the trials record into."""
-    todo = hpo_storage.trials_to_run(study, trial_budget(spec))
-    if todo == 0:
-        return
-    started = not ray.is_initialized()
-    if started:  # a local Ray bound to this host only, or the cluster at ``address``
-        ray.init(address=address, num_cpus=None if address else spec.workers, include_dashboard=False,
-                 _node_ip_address=None if address else "127.0.0.1", logging_level=logging.WARNING,
-                 log_to_driver=False, configure_logging=False)
+
+def start_timeouts(seconds: float) -> dict[str, str]:
+    """The environment that gives Ray's processes ``seconds`` to start (what a user set already wins).
+
+    >>> start_timeouts(120)["RAY_agent_register_timeout_ms"]
+    '120000'
+    """
+    whole_s = str(max(1, round(seconds)))  # 0 would mean "for ever" to some of them
+    wanted = {"RAY_agent_register_timeout_ms": str(max(1, round(seconds * 1000))),
+              "RAY_gcs_server_request_timeout_seconds": whole_s, "RAY_gcs_rpc_server_connect_timeout_s": whole_s}
+    return {k: os.environ.get(k, v) for k, v in wanted.items()}
+
+
+def start_timeout_s() -> float:
+    """The start-up time Ray gets: ``DLBENCH_RAY_START_TIMEOUT_S`` or :data:`START_TIMEOUT_S`."""
+    text = os.environ.get(START_TIMEOUT_ENV)
+    if text is None:
+        return START_TIMEOUT_S
     try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < 86400:
+        raise UsageError(f"{START_TIMEOUT_ENV}={text!r} must be a number of seconds between 0 and 86400.")
+    return value
+
+
+class RayEngine(Engine):
+    """The study on Ray Tune (see the module docstring). Ray starts (or is joined at ``--address``) in
+    :meth:`start`, before the study is created: a Ray that will not start leaves no study behind."""
+
+    name = "ray"
+
+    def __init__(self):
+        self.started = False
+
+    def start(self, spec: StudySpec, address: str | None) -> None:
+        if ray.is_initialized():
+            return
+        timeout_s = start_timeout_s()
+        os.environ.update(start_timeouts(timeout_s))  # read by the processes ray.init starts
+        deadline = time.monotonic() + timeout_s
+        while True:  # Ray waits a fixed 30 s for its node to register: on a loaded machine, try again
+            try:  # a local Ray bound to this host only, or the cluster at ``address``
+                with contextlib.redirect_stderr(io.StringIO()) as said:
+                    ray.init(address=address, num_cpus=None if address else spec.workers, include_dashboard=False,
+                             _node_ip_address=None if address else "127.0.0.1", logging_level=logging.WARNING,
+                             log_to_driver=False, configure_logging=False)
+                break
+            except Exception as exc:  # noqa: BLE001 - Ray raises many kinds; each is one sentence here
+                ray.shutdown()
+                if time.monotonic() < deadline:
+                    continue
+                where = f"the Ray cluster at {address}" if address else f"a local Ray (given {timeout_s:g} s)"
+                first = (str(exc).strip().splitlines() or said.getvalue().strip().splitlines() or ["no message"])[0]
+                raise BenchmarkFailed(f"{where} did not start ({first[:300]}); no study was created: on a busy "
+                                      f"machine raise {START_TIMEOUT_ENV} and run the same command again.") from None
+        self.started = True
+
+    def close(self) -> None:
+        if self.started:
+            ray.shutdown()
+            self.started = False
+
+    def run(self, job: StudyRun) -> None:
+        """Run ``job.study`` to its budget on Ray; see the module docstring."""
+        spec, study, store = job.spec, job.study, job.store
+        todo = hpo_storage.trials_to_run(study, trial_budget(spec))
+        if todo == 0:
+            return
         with _signals_end_tune() as caught:
             flag = StopFlag.remote()
             if spec.pruner == "pbt":
-                tuning = hpo_ray_pbt.plan(spec, study, todo)
+                tuning = ray_pbt.plan(spec, study, todo)
             else:
                 search = _Search(space=distributions(spec.space), metric="value", mode=spec.direction[:3],
-                                 sampler=make_sampler(spec), study_name=spec.name,
-                                 storage=hpo_storage.open_storage(url, heartbeat_s=0),  # its own: Tune pickles it
+                                 sampler=make_sampler(spec, 0, len(study.get_trials(deepcopy=False))),
+                                 study_name=spec.name,
+                                 storage=hpo_storage.open_storage(job.url, heartbeat_s=0),  # its own: Tune pickles it
                                  caught=caught)
                 tuning = {"trainable": RayTrial, "search": search, "sched": scheduler(spec)}
-            _fit(spec, tuning, flag, todo, _Stopper(flag, caught), store.url, on_poll)
+            _fit(spec, tuning, flag, todo, _Stopper(flag, caught), store.url, job.pipeline, job.on_poll)
         if caught["signum"] is not None:  # a PBT population cannot go on: its trials are failed, not queued
             requeue_interrupted(spec, study, store, caught["signum"], queue_again=spec.pruner != "pbt")
             raise Terminated(caught["signum"])
         end_unfinished(spec, study, store)
-    finally:
-        if started:
-            ray.shutdown()
 
 
-def _fit(spec: StudySpec, tuning: dict[str, Any], flag, samples: int, stopper, db: str, on_poll) -> None:
+def _fit(spec: StudySpec, tuning: dict[str, Any], flag, samples: int, stopper, db: str, pipeline, on_poll) -> None:
     """Tune's run of ``samples`` trials as ``tuning`` says (trainable, search, sched, param_space, callback);
     its experiment folder is temporary: the study storage is the state."""
     gpus = 1 if ray.cluster_resources().get("GPU") else 0  # one GPU per trial where the cluster has them
-    trainable = tune.with_resources(tune.with_parameters(tuning["trainable"], doc=spec.as_doc(), db=db, stop=flag),
+    trainable = tune.with_resources(tune.with_parameters(tuning["trainable"], doc=spec.as_doc(), db=db, stop=flag,
+                                                          pipeline=pipeline),
                                     {"cpu": 1, "gpu": gpus})
     callbacks = [c for c in (_Poll(on_poll) if on_poll else None, tuning.get("callback")) if c is not None]
     with tempfile.TemporaryDirectory(prefix="dlbench-ray-") as tmp:
@@ -181,7 +245,7 @@ def _signals_end_tune() -> Iterator[dict[str, int | None]]:
     def note(signum, _frame) -> None:
         caught["signum"] = caught["signum"] or signum
 
-    previous = {s: signal.signal(s, note) for s in SIGNALS}
+    previous = {s: signal.signal(s, note) for s in STOP_SIGNALS}
     tune_handler = os.environ.get("TUNE_DISABLE_SIGINT_HANDLER")
     os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"
     try:

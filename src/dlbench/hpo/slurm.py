@@ -7,7 +7,7 @@ budget is spent, exactly as the local engine's workers do. The storage must be o
 several nodes can share safely — PostgreSQL, or Optuna's journal file on the shared filesystem — never
 a SQLite file (unsafe over NFS/Lustre).
 
-While the array runs, :meth:`SlurmEngine.run` polls each element's state; an element that fails, is
+While the array runs, :meth:`SlurmEngine.run_workers` polls each element's state; an element that fails, is
 cancelled or times out has its running trials failed (and retried once, by the workers left); when every
 element has ended with work left (all died), a new array is submitted, at most :data:`ROUNDS` times. On
 SIGTERM/SIGINT the array is cancelled (the workers record their trials) and the signal propagates.
@@ -16,6 +16,7 @@ SIGTERM/SIGINT the array is cancelled (the workers record their trials) and the 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import time
 from collections.abc import Sequence
@@ -23,53 +24,67 @@ from pathlib import Path
 
 from dlbench.config import launcher_section
 from dlbench.errors import BenchmarkFailed, Terminated, UsageError
-from dlbench.hpo.engine import WORKER_ENV, Engine, WorkerPlan
+from dlbench.hpo._base import WORKER_ENV, WorkerEngine, WorkerPlan
 from dlbench.launch.batch import FINISHED, JobState
-from dlbench.launch.batch_launcher import default_job_root
-from dlbench.launch.slurm import SlurmScheduler, slurm_words
+from dlbench.launch.batch_launcher import POLL_S, STOP_WAIT_S, default_job_root
+from dlbench.launch.slurm import SlurmScheduler, container_words, site_lines, slurm_words
 from dlbench.record import new_id
 from dlbench.safety import sbatch_line, shell_word
 from dlbench.spec import LaunchSettings, make_launch_settings
 
 #: Arrays submitted at most for one study run (the first, then after every worker died with work left).
 ROUNDS = 3
-POLL_S = 2.0
-STOP_WAIT_S = 60.0
 
 
 def worker_array_script(plans: Sequence[WorkerPlan], settings: LaunchSettings, workdir: Path, study: str) -> str:
-    """The sbatch script of the workers' job array (element i runs plan i's command). Pure."""
-    argv = [shell_word(a) for a in plans[0].argv[:-1]]  # the worker command without its index value
+    """The sbatch script of the workers' job array (element i runs plan i's command). Pure. The site's
+    options (time, partition, account, QOS, requeue, exclusive, signal …) and the container are
+    ``--launcher slurm``'s own (:func:`dlbench.launch.slurm.site_lines`, ``container_words``)."""
+    options, prefix, python = container_words(settings, workdir)
+    container = options + prefix
+    argv = [shell_word(python if container else plans[0].argv[0])]
+    argv += [shell_word(a) for a in plans[0].argv[1:-1]]  # the worker command without its index value
     lines = ["#!/bin/bash", sbatch_line("job-name", f"dlbench-hpo-{study}"), sbatch_line("array", f"0-{len(plans) - 1}"),
              sbatch_line("nodes", 1), sbatch_line("ntasks", 1), sbatch_line("output", f"{workdir}/worker-%A_%a.out"),
              sbatch_line("chdir", workdir)]
     if settings.gpus_per_node:
         lines.append(sbatch_line("gpus-per-node", settings.gpus_per_node))
-    lines += [sbatch_line(flag, value) for flag, value in (
-        ("time", settings.time), ("partition", settings.partition), ("account", settings.account),
-        ("qos", settings.qos), ("constraint", settings.constraint), ("reservation", settings.reservation)) if value]
-    if settings.signal_lead_s:
-        lines.append(sbatch_line("signal", f"TERM@{settings.signal_lead_s}"))
+    lines += site_lines(settings)
+    if settings.container_image and settings.container_runtime == "shifter":
+        lines.append(sbatch_line("image", settings.container_image))
     lines += [f'export {WORKER_ENV}="slurm-$SLURM_ARRAY_JOB_ID:w$SLURM_ARRAY_TASK_ID"',
-              f'exec srun {" ".join(argv)} "$SLURM_ARRAY_TASK_ID"']
+              f'exec srun {" ".join(container + argv)} "$SLURM_ARRAY_TASK_ID"']
     return "\n".join(lines) + "\n"
 
 
-class SlurmEngine(Engine):
-    """Workers as a Slurm job array (see the module docstring)."""
+class SlurmEngine(WorkerEngine):
+    """Workers as a Slurm job array (see the module docstring); ``settings``: the site config's
+    ``launcher:`` section unless given."""
 
     name = "slurm"
 
-    def __init__(self, study: str, settings: LaunchSettings | None = None, scheduler: SlurmScheduler | None = None):
-        self.study = study
+    def __init__(self, settings: LaunchSettings | None = None, scheduler: SlurmScheduler | None = None):
         self.settings = settings or make_launch_settings({k: v for k, v in launcher_section().items() if k != "name"})
         self.scheduler = scheduler or SlurmScheduler()
+        self.study = "study"
+
+    def check(self, spec, url: str) -> None:
+        if url.startswith("sqlite"):
+            raise UsageError("the slurm engine's workers share the study storage from several nodes: give the study "
+                             "'storage: journal:/shared/path/STUDY.log' or a PostgreSQL URL (SQLite is unsafe over "
+                             "NFS/Lustre).")
+        if shutil.which("sbatch") is None:
+            raise UsageError("sbatch is not on PATH; run the slurm engine on a Slurm login node, or install Slurm's "
+                             "client commands (Debian: apt-get install slurm-client).")
+
+    def run(self, job) -> None:
+        self.study = job.spec.name  # the job's name and directory
+        super().run(job)
 
     def plan(self, worker_argv, workers):
         return [WorkerPlan(tuple(worker_argv) + ("--index", str(i)), {}, f"w{i}") for i in range(workers)]
 
-    def run(self, plans, study, work_left, on_dead, on_poll=None):
-        self._check(plans[0].env.get("DLBENCH_HPO_STORAGE", ""))
+    def run_workers(self, plans, study, work_left, on_dead, on_poll=None):
         for _ in range(ROUNDS):
             array_id, ended = self._submit(plans), {}
             try:
@@ -89,12 +104,6 @@ class SlurmEngine(Engine):
                 return
         raise BenchmarkFailed(f"the study's Slurm workers ended {ROUNDS} times with trials left; their output is "
                               f"in {self._workdir.parent} (worker-*.out).")
-
-    def _check(self, url: str) -> None:
-        if url.startswith("sqlite"):
-            raise UsageError("the slurm engine's workers share the study storage from several nodes: give the study "
-                             "'storage: journal:/shared/path/STUDY.log' or a PostgreSQL URL (SQLite is unsafe over "
-                             "NFS/Lustre).")
 
     def _submit(self, plans: Sequence[WorkerPlan]) -> str:
         root = Path(self.settings.workdir).expanduser() if self.settings.workdir else default_job_root()

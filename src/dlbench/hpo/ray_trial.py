@@ -1,4 +1,4 @@
-"""The ray engine's trials: :class:`RayTrial`, one Tune actor per trial (see :mod:`dlbench.api.hpo_ray`).
+"""The ray engine's trials: :class:`RayTrial`, one Tune actor per trial (see :mod:`dlbench.hpo.ray_engine`).
 
 A trial's run goes through the run pipeline in a thread of the actor (recorded like every trial, tagged
 with study and trial) and hands Tune one result per epoch; after each it waits for Tune's verdict:
@@ -11,7 +11,7 @@ with study and trial) and hands Tune one result per epoch; after each it waits f
   recorded ``aborted`` with the epochs it ran. The flag counts running runs, so the driver waits for
   every record before Tune stops the actors.
 
-Under PBT (:mod:`dlbench.api.hpo_ray_pbt`) a trial runs in segments: each ``cleanup`` ends one, and the next
+Under PBT (:mod:`dlbench.hpo.ray_pbt`) a trial runs in segments: each ``cleanup`` ends one, and the next
 starts in ``step`` from the checkpoint Tune restored (``load_checkpoint``), with the config Tune set.
 """
 
@@ -25,9 +25,9 @@ from typing import Any
 import ray
 from ray import tune
 
-from dlbench.api.hpo_trial import run_trial
 from dlbench.env import capture_env, host_load
 from dlbench.errors import BenchmarkFailed, Terminated
+from dlbench.hpo.objective import run_trial
 from dlbench.hpo.study import StudySpec, parse_study
 from dlbench.store import open_store
 
@@ -100,9 +100,9 @@ class Bridge:
 class RayTrial(tune.Trainable):
     """One trial as a Tune actor (the module docstring)."""
 
-    def setup(self, config: dict, doc: dict | None = None, db: str | None = None, stop=None) -> None:
+    def setup(self, config: dict, doc: dict | None = None, db: str | None = None, stop=None, pipeline=None) -> None:
         self.spec: StudySpec = parse_study(doc, f"study {doc['name']}")
-        self.db, self.stop_flag, self.env = db, stop, capture_env()
+        self.db, self.stop_flag, self.env, self.pipeline = db, stop, capture_env(), pipeline
         self.current, self.thread, self.bridge, self.waiting = dict(config), None, None, False
 
     def reset_config(self, new_config: dict) -> bool:
@@ -134,7 +134,7 @@ class RayTrial(tune.Trainable):
 
     def _run(self, spec: StudySpec, params: dict, store, env: dict, extra: dict) -> None:
         try:
-            self.bridge.events.put(("end", run_trial(spec, self.bridge, params, store, env, extra or None)))
+            self.bridge.events.put(("end", run_trial(spec, self.bridge, params, store, env, self.pipeline, extra or None)))
         except (Terminated, KeyboardInterrupt):
             self.bridge.events.put(("aborted",))  # recorded aborted by the pipeline
         except BaseException as exc:  # noqa: BLE001 - handed to step(), which raises it for Tune
@@ -185,7 +185,7 @@ class RayTrial(tune.Trainable):
                 FINAL_KEY: True, "done": True}
 
     def save_checkpoint(self, checkpoint_dir: str) -> dict:
-        return {}  # a run from its start: nothing to keep (PBT's trials: hpo_ray_pbt.PbtTrial)
+        return {}  # a run from its start: nothing to keep (PBT's trials: ray_pbt.PbtTrial)
 
     def load_checkpoint(self, checkpoint) -> None:
         pass

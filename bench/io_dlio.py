@@ -1,0 +1,102 @@
+"""`dlbench io read` against dlio_benchmark (the engine under MLPerf Storage): one workload, same shape.
+
+    python bench/io_dlio.py DIR [--files 256] [--sample-mib 1] [--batch 4] [--workers 2] [--compute-ms 20]
+                                [--repeats 3] [--dlio /work/venv-dlio/bin/dlio_benchmark]
+
+Both read FILES npz files of one SAMPLE_MIB MiB sample each, one epoch, through a PyTorch DataLoader with
+WORKERS workers, BATCH samples per batch, COMPUTE_MS of emulated compute (a sleep) per batch, cold cache
+(each tool's files dropped from the page cache with posix_fadvise before its run; DLIO itself drops
+nothing). Each tool reads the data set it generated (DLIO's npz holds x and y arrays; dlbench's one array
+of the same bytes). DLIO's figures come from its summary.json (train_throughput_mean_samples_per_second,
+train_au_mean_percentage); dlbench's from its record (samples_per_s, au). Prints each pair and the median
+ratios. Delete DIR afterwards.
+
+dlio_benchmark 2.0.0 pins tensorflow, DALI and more: install it in its own venv (see bench/RESULTS.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from dlbench.storage.cache import drop_cache
+
+
+def dlio_overrides(args, data: Path, generate: bool) -> list[str]:
+    return ["workload=unet3d_h100", f"++workload.workflow.generate_data={generate}",
+            f"++workload.workflow.train={not generate}", "++workload.workflow.checkpoint=False",
+            f"++workload.dataset.num_files_train={args.files}", "++workload.dataset.num_files_eval=0",
+            f"++workload.dataset.record_length={args.sample_mib << 20}", "++workload.dataset.record_length_stdev=0",
+            "++workload.dataset.record_length_resize=0", f"++workload.dataset.data_folder={data}",
+            f"++workload.reader.batch_size={args.batch}", f"++workload.reader.read_threads={args.workers}",
+            f"++workload.train.computation_time={args.compute_ms / 1000}", "++workload.train.epochs=1"]
+
+
+def run_dlio(args, data: Path, out: Path, generate: bool) -> dict:
+    out.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run([args.dlio, *dlio_overrides(args, data, generate), f"hydra.run.dir={out}"],
+                          capture_output=True, text=True, cwd=out, check=False)
+    if done.returncode:
+        sys.exit(f"dlio_benchmark failed: {done.stdout[-1500:]}{done.stderr[-1500:]}")
+    if generate:
+        return {}
+    metric = json.loads((out / "summary.json").read_text())["metric"]
+    steps = next(iter(json.loads((out / "0_output.json").read_text())["1"]["proc"].values()))  # per-batch seconds
+    return {"samples_per_s": float(metric["train_throughput_mean_samples_per_second"]),
+            "au": float(metric["train_au_mean_percentage"]) / 100, "first_s": steps[0],
+            "steady_samples_per_s": (len(steps) - 1) * args.batch / sum(steps[1:])}
+
+
+def run_dlbench(args, root: Path) -> dict:
+    done = subprocess.run([sys.executable, "-m", "dlbench", "io", "read", str(root), "-b", str(args.batch), "-w",
+                           str(args.workers), "--compute-ms", str(args.compute_ms), "--cache", "cold", "--device", "cpu",
+                           "--no-store", "--json"], capture_output=True, text=True, check=False)
+    if done.returncode:
+        sys.exit(f"dlbench io read failed: {done.stderr[-2000:]}")
+    result = json.loads(done.stdout)["result"]
+    steps = result["step_times_s"]
+    return {"samples_per_s": result["samples_per_s"], "au": result["au"], "first_s": steps[0],
+            "steady_samples_per_s": (len(steps) - 1) * args.batch / sum(steps[1:])}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("dir", type=Path)
+    parser.add_argument("--files", type=int, default=256)
+    parser.add_argument("--sample-mib", type=int, default=1)
+    parser.add_argument("--batch", type=int, default=4)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--compute-ms", type=float, default=20.0)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--dlio", default="/work/venv-dlio/bin/dlio_benchmark")
+    args = parser.parse_args()
+    ours, theirs = args.dir / "dlbench", args.dir / "dlio" / "data"
+    if not (ours / "dlbench-dataset.json").exists():
+        subprocess.run([sys.executable, "-m", "dlbench", "io", "generate", str(ours), "--format", "npz", "--samples",
+                        str(args.files), "--sample-bytes", f"{args.sample_mib}M", "--json"], check=True, capture_output=True)
+    if not theirs.exists():
+        run_dlio(args, theirs, args.dir / "dlio" / "gen", generate=True)
+    print(f"# {args.files} npz files x {args.sample_mib} MiB, batch {args.batch}, {args.workers} workers, "
+          f"{args.compute_ms} ms compute; load {os.getloadavg()}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+    rows = []
+    for i in range(args.repeats):
+        drop_cache(p for p in theirs.rglob("*.npz"))
+        dlio = run_dlio(args, theirs, args.dir / "dlio" / f"run{i}", generate=False)
+        ours_figures = run_dlbench(args, ours)
+        rows.append((dlio, ours_figures))
+        print(f"repeat {i}: " + " | ".join(
+            f"{name} {f['samples_per_s']:.1f} samples/s AU {f['au']:.1%} (first batch {f['first_s']:.2f} s, then "
+            f"{f['steady_samples_per_s']:.1f} samples/s)" for name, f in (("dlio", dlio), ("dlbench", ours_figures))),
+            flush=True)
+    print(f"median ratio dlbench / dlio: samples/s {statistics.median(o['samples_per_s'] / d['samples_per_s'] for d, o in rows):.3f}, "
+          f"AU {statistics.median(o['au'] / d['au'] for d, o in rows):.3f}; load {os.getloadavg()}")
+
+
+if __name__ == "__main__":
+    main()

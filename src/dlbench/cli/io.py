@@ -1,0 +1,280 @@
+"""``dlbench io generate | read | stage``: can this file system feed these accelerators?"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from dlbench.cli._common import (
+    DB_OPTION,
+    JSON_OPTION,
+    LaunchOptions,
+    StepProgress,
+    emit_json,
+    info,
+    launch_options,
+    open_store,
+)
+from dlbench.errors import BenchmarkFailed, UsageError
+from dlbench.report.tables import render
+
+io_app = typer.Typer(help="Storage I/O: write a data set, read it as a training job does (samples/s, MB/s, "
+                          "accelerator utilisation), stage it to a faster tier.", no_args_is_help=True)
+
+
+def _shape(text: str | None) -> tuple[int, ...] | None:
+    if text is None:
+        return None
+    try:
+        shape = tuple(int(part) for part in text.lower().split("x"))
+    except ValueError:
+        shape = ()
+    if not shape or min(shape) < 1:
+        raise UsageError(f"--shape {text!r} must be positive sizes joined by x, e.g. 4x88x88x88.")
+    return shape
+
+
+@io_app.command("generate")
+def generate(
+    directory: str = typer.Argument(..., help="Where the data set goes (created; resumed when it holds the same data set)."),
+    preset: str = typer.Option(None, "--preset", help="unet3d | resnet50 | cosmoflow: MLPerf Storage's sample sizes, files and counts."),
+    fmt: str = typer.Option(None, "--format", help="npy | npz | jpeg | tar (WebDataset shards) | hdf5 | tokens \\[default: the preset's, else npy]."),
+    samples: int = typer.Option(None, "--samples", "-n", min=1, help="Samples in the data set \\[default: the preset's, else 1000]."),
+    samples_per_file: int = typer.Option(None, "--samples-per-file", min=1, help="Samples per shard (tar, hdf5, tokens)."),
+    sample_bytes: str = typer.Option(None, "--sample-bytes", help="Bytes per sample (one uint8 array), e.g. 110K, 2.7M."),
+    shape: str = typer.Option(None, "--shape", help="Sample array shape, e.g. 4x88x88x88."),
+    dtype: str = typer.Option(None, "--dtype", help="Sample dtype (numpy name) \\[default: uint8; tokens: uint16]."),
+    image_size: int = typer.Option(None, "--image-size", min=1, help="JPEG images of NxNx3."),
+    seq_len: int = typer.Option(None, "--seq-len", min=1, help="Token windows of N+1 tokens (--format tokens)."),
+    workload: str = typer.Option(None, "--workload", help="Write a catalogue workload's samples (for 'dlbench run WORKLOAD --data files:DIR')."),
+    param: list[str] = typer.Option(None, "--param", "-p", help="Workload size parameter NAME=VALUE (with --workload)."),
+    seed: int = typer.Option(0, "--seed", min=0, help="Seeds the samples' content."),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Write a data set in a training job's format, with a manifest beside it; rerun to resume."""
+    from dlbench.api.io import plan_workload_data_set, prepare_data_set, write_data_set
+    from dlbench.cli.scale import parse_size
+    from dlbench.spec import parse_key_values
+    from dlbench.storage.presets import plan_data_set
+
+    root = Path(directory)
+    shaped = _shape(shape) or ((image_size, image_size, 3) if image_size else None) or ((seq_len + 1,) if seq_len else None)
+    if sample_bytes is not None:
+        if shaped:
+            raise UsageError("give --sample-bytes or a shape (--shape, --image-size, --seq-len), not both.")
+        shaped = (parse_size(sample_bytes),)
+    given = any(v is not None for v in (preset, fmt, samples, samples_per_file, shaped, dtype, workload))
+    if workload:
+        if preset or shaped or dtype:
+            raise UsageError("--workload writes the workload's own samples; drop --preset, --shape, --sample-bytes and --dtype.")
+        planned = plan_workload_data_set(workload, parse_key_values(param or [], "--param"), fmt or "npz",
+                                         samples or 1000, samples_per_file, seed)
+    elif given:
+        try:
+            planned = plan_data_set(preset, fmt, samples, samples_per_file, shaped, dtype, seed)
+        except TypeError:
+            raise UsageError(f"--dtype {dtype!r} is not a numpy dtype; use e.g. uint8, uint16, float32.") from None
+    else:
+        planned = None  # resume the data set in DIRECTORY
+    prepared = prepare_data_set(root, planned)  # before the progress bar: bad input is one sentence
+    # a bar on a terminal only: a full disk mid-way is then the one line on stderr, as any bad input
+    bar = StepProgress(f"generate {root}") if sys.stderr.isatty() else None
+    with bar or contextlib.nullcontext():
+        manifest = write_data_set(*prepared, (lambda done, total, _b: bar.callback("files", done - 1, total)) if bar else None)
+    summary = {"path": str(root), "format": manifest.format, "samples": manifest.samples, "files": len(manifest.files),
+               "bytes": manifest.total_bytes, "sample_bytes": manifest.sample_bytes, "source": manifest.source}
+    if as_json:
+        emit_json(summary)
+        return
+    render((["path", "format", "samples", "files", "size"],
+            [[str(root), manifest.format, f"{manifest.samples:,}", f"{len(manifest.files):,}", _bytes(manifest.total_bytes)]]),
+           title="dlbench data set")
+
+
+@launch_options
+def read(
+    path: str = typer.Argument(..., help="The data set directory ('dlbench io generate')."),
+    batch_size: int = typer.Option(None, "--batch-size", "-b", help="Samples per batch per rank \\[default: the preset's, else 1]."),
+    workers: int = typer.Option(None, "--workers", "-w", help="DataLoader workers per rank \\[default: the preset's, else 4]."),
+    prefetch: int = typer.Option(2, "--prefetch", help="Batches each worker loads ahead (prefetch_factor)."),
+    shuffle: bool = typer.Option(True, "--shuffle/--no-shuffle", help="Shuffle each epoch (DistributedSampler)."),
+    pin_memory: bool = typer.Option(None, "--pin-memory/--no-pin-memory", help="Pinned host buffers \\[default: with CUDA].", show_default=False),
+    decode: bool = typer.Option(True, "--decode/--raw", help="Decode samples as a training job, or read raw bytes (pread)."),
+    compute_ms: float = typer.Option(None, "--compute-ms", help="Emulated accelerator time per batch, ms \\[default: the preset's, else 0]."),
+    compute_from: str = typer.Option(None, "--compute-from", help="A stored run id: its median step time is the compute per batch."),
+    epochs: int = typer.Option(1, "--epochs", help="Passes over the data set."),
+    steps: int = typer.Option(None, "--steps", help="Stop after N batches per rank."),
+    cache: str = typer.Option("cold", "--cache", help="cold (drop the files from the page cache first) | warm (read them once first) | asis."),
+    device: str = typer.Option("auto", "--device", help="auto | cpu | cuda (where batches are copied)."),
+    seed: int = typer.Option(0, "--seed", help="Seeds the shuffle."),
+    nproc: int = typer.Option(1, "--nproc", help="Ranks on this node, each reading its shard."),
+    nnodes: int = typer.Option(1, "--nnodes", help="Nodes (as torchrun)."),
+    node_rank: int = typer.Option(0, "--node-rank", help="This node's rank (as torchrun)."),
+    rdzv_endpoint: str = typer.Option(None, "--rdzv-endpoint", help="HOST:PORT of node 0 (as torchrun)."),
+    backend: str = typer.Option(None, "--backend", help="gloo | nccl | mpi."),
+    threads: int = typer.Option(None, "--threads", help="torch threads per rank."),
+    timeout: float = typer.Option(300.0, "--timeout", help="Seconds a rank may wait for the others."),
+    tag: list[str] = typer.Option(None, "--tag", "-t", help="Label KEY=VALUE stored with the run (repeatable)."),
+    db: str = DB_OPTION,
+    no_store: bool = typer.Option(False, "--no-store", help="Do not save the record."),
+    as_json: bool = JSON_OPTION,
+    launch: LaunchOptions = None,
+) -> None:
+    """Read a data set as a training job does; samples/s, MB/s, accelerator utilisation (AU), batch waits."""
+    from dlbench.spec import IoReadSpec, parse_key_values
+
+    spec = _spec(IoReadSpec, path=path, batch_size=batch_size, workers=workers, prefetch=prefetch, shuffle=shuffle,
+                 pin_memory=pin_memory, decode=decode, compute_ms=compute_ms, compute_from=compute_from, epochs=epochs,
+                 steps=steps, cache=cache, device=device, seed=seed, nproc=nproc, nnodes=nnodes, node_rank=node_rank,
+                 rdzv_endpoint=rdzv_endpoint, backend=backend, threads=threads, timeout_s=timeout,
+                 tags=parse_key_values(tag or [], "--tag"))
+    if launch.batch():
+        records = _submit(spec, launch, db, no_store, as_json)
+        if records is None:
+            return
+        record = records[0]
+    else:
+        if launch.dry_run or launch.no_wait:
+            raise UsageError("--dry-run and --no-wait are for jobs submitted with --launcher slurm or k8s.")
+        if launch.launcher_name() in ("local", "torchrun"):
+            spec = spec.model_copy(update={"torchrun": launch.launcher_name() == "torchrun"})
+        record = _run(spec, db, no_store)
+        if record is None:  # a follower rank of an outside launcher's job: rank 0 reports
+            return
+    show_read(record, as_json)
+
+
+def _spec(cls, **fields: Any):
+    from pydantic import ValidationError
+
+    from dlbench.spec import describe_validation_error
+
+    try:
+        return cls(**fields)
+    except ValidationError as exc:
+        message = describe_validation_error(exc)
+        name, eq, rest = message.partition("=")
+        if eq and name in cls.model_fields:  # say the flag, not the field: compute_ms=-1.0 → --compute-ms -1.0
+            message = _FLAGS.get(name, "--" + name.replace("_", "-")) + " " + rest
+        raise UsageError(message) from None
+
+
+_FLAGS = {"timeout_s": "--timeout", "path": "PATH", "source": "SOURCE", "destination": "DESTINATION"}
+
+
+def _run(spec, db: str | None, no_store: bool) -> dict | None:
+    from dlbench.api.io import resolve_read
+    from dlbench.api.resolve import joined_launch
+
+    joined = joined_launch()
+    follower = joined is not None and joined.rank != 0
+    record = _stored_run(f"io read {spec.path}", lambda store: resolve_read(spec, store),
+                         None if no_store or follower else open_store(db))
+    return None if follower else record
+
+
+def _stored_run(label: str, resolve, store) -> dict:
+    """The run ``resolve(store)`` gives (checked before the progress line), recorded with a progress bar;
+    the store closed after, whatever happens."""
+    from dlbench.api.io import record_run
+
+    try:
+        run = resolve(store)
+        with StepProgress(label) as progress:
+            record = record_run(run, store, on_step=progress.callback)
+    finally:
+        if store is not None:
+            store.close()
+    if store is not None:
+        info(f"saved run {record['id']} in {store.location}")
+    return record
+
+
+def _submit(spec, launch: LaunchOptions, db: str | None, no_store: bool, as_json: bool) -> list[dict] | None:
+    from dlbench.api.io import stored_step_s
+    from dlbench.api.resolve import resolve_io_batch
+    from dlbench.cli.batch import submit_runs
+
+    if launch.nproc_per_node:
+        spec = spec.model_copy(update={"nproc": launch.nproc_per_node})
+    step_s = None
+    if spec.compute_from:
+        store = open_store(db, create=False)
+        try:
+            step_s = stored_step_s(spec, store)
+        finally:
+            store.close()
+    run = resolve_io_batch(spec, launch.settings(), launch.launcher_name(), step_s)
+    return submit_runs([run], launch, db, no_store, as_json)
+
+
+def show_read(record: dict, as_json: bool) -> None:
+    """The read's figures (or ``--json``: the record); exit 1 when it did not finish."""
+    if as_json:
+        emit_json(record)
+    elif record.get("result"):
+        render(read_table(record), title=f"dlbench io read — run {record['id']}")
+    result = record.get("result") or {}
+    if result.get("corrupt_samples"):
+        info(f"dlbench: warning: {result['corrupt_samples']} corrupt sample(s) skipped, e.g. {result['corrupt'][0]}")
+    if record["status"] != "ok":
+        raise BenchmarkFailed(f"io read {record['status']}: {record['error']}")
+
+
+def read_table(record: dict) -> tuple[list[str], list[list[str]]]:
+    """One row: what a user asks of a read (pure; rendered by the caller)."""
+    spec, result = record["spec"], record["result"]
+    wait = result.get("wait_s") or {}
+    cache = result.get("cache") or {}
+    return (["data set", "ranks×workers", "batch", "compute ms", "samples/s", "MB/s", "AU", "wait p50 ms", "wait p99 ms",
+             "cache", "corrupt"],
+            [[spec["path"], f"{spec.get('world_size', 1)}×{spec.get('workers')}", str(spec.get("batch_size")),
+              f"{spec.get('compute_ms') or 0:g}", f"{result['samples_per_s'] or 0:,.1f}",
+              f"{(result['bytes_per_s'] or 0) / 1e6:,.1f}", f"{result['au']:.1%}",
+              f"{wait.get('p50', 0) * 1e3:,.2f}", f"{wait.get('p99', 0) * 1e3:,.2f}", cache.get("mode", "-"),
+              str(result.get("corrupt_samples", 0))]])
+
+
+@io_app.command("stage")
+def stage(
+    source: str = typer.Argument(..., help="The data set to copy."),
+    destination: str = typer.Argument(..., help="Where the copy goes (the faster tier: a burst buffer, node-local NVMe)."),
+    streams: int = typer.Option(8, "--streams", help="Files copied at once."),
+    cache: str = typer.Option("cold", "--cache", help="cold (drop the source from the page cache first) | asis."),
+    tag: list[str] = typer.Option(None, "--tag", "-t", help="Label KEY=VALUE stored with the run (repeatable)."),
+    db: str = DB_OPTION,
+    no_store: bool = typer.Option(False, "--no-store", help="Do not save the record."),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Copy a data set to a faster tier with parallel streams; the time and bandwidth are recorded."""
+    from dlbench.api.resolve import resolve_stage
+    from dlbench.spec import StageSpec, parse_key_values
+
+    spec = _spec(StageSpec, source=source, destination=destination, streams=streams, cache=cache,
+                 tags=parse_key_values(tag or [], "--tag"))
+    record = _stored_run(f"stage {source} → {destination}", lambda _store: resolve_stage(spec),
+                         None if no_store else open_store(db))
+    if as_json:
+        emit_json(record)
+    elif record.get("result"):
+        r = record["result"]
+        render((["source", "destination", "streams", "files", "size", "seconds", "MB/s"],
+                [[source, destination, str(streams), f"{r['files']:,}", _bytes(r["bytes"]), f"{r['window_s']:.2f}",
+                  f"{(r['bytes_per_s'] or 0) / 1e6:,.1f}"]]), title=f"dlbench io stage — run {record['id']}")
+    if record["status"] != "ok":
+        raise BenchmarkFailed(f"io stage {record['status']}: {record['error']}")
+
+
+def _bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+io_app.command("read")(read)

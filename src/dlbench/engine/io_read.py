@@ -1,0 +1,185 @@
+"""The timed read of ``dlbench io read``: a training job's input pipeline with an emulated accelerator.
+
+One rank, one batch, as MLPerf Storage's DLIO emulates it::
+
+    wait    = time to get the next batch from the DataLoader (workers read and decode; H2D copy included)
+    compute = sleep(compute_s)            # the accelerator busy with the batch; the workers read ahead meanwhile
+    AU      = Σ compute / wall time       # the accelerator's utilisation: 1.0 when the input never stalls it
+
+AU is DLIO's (MLPerf Storage's): the first batch — the workers starting — is left out of both sums
+(``au_with_first_step`` keeps it).
+
+Each rank reads its shard of every epoch (``DistributedSampler``: disjoint, equal shares of one shuffled
+order). Memory is bounded whatever the data set's size: at most ``workers × prefetch`` batches are in
+flight per rank, nothing is cached by the reader (the page cache is the kernel's, and reclaimable).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import torch
+from torch.utils.data import DataLoader, DistributedSampler
+
+from dlbench.engine.dist import DistContext
+from dlbench.engine.loop import Progress
+from dlbench.engine.timing import StepClock, step_stats
+from dlbench.spec import IoReadSpec
+from dlbench.storage.cache import cache_state, drop_cache
+from dlbench.storage.dataset import FileDataset, collate
+from dlbench.storage.manifest import Manifest
+
+#: Corrupt samples named in the record (all are counted).
+NAMED_CORRUPT = 20
+#: Seconds between samples of the reader's memory (rank and workers) during the read.
+RSS_EVERY_S = 1.0
+
+
+def read_data_set(spec: IoReadSpec, manifest: Manifest, settings: dict[str, Any], device: torch.device,
+                  dist: DistContext | None = None, progress: Progress | None = None) -> dict[str, Any]:
+    """Read the data set as ``spec`` says; the ``result`` block of the run record (global with ``dist``).
+
+    ``settings`` are the resolved batch size, workers and compute time (``batch_size``, ``workers``,
+    ``compute_s``): the preset's or the stored run's where the user gave none.
+    """
+    rank, world = (dist.rank, dist.world_size) if dist else (0, 1)
+    root = Path(spec.path)
+    paths = [root / entry["name"] for entry in manifest.files]
+    cache = _prepare_cache(spec.cache, paths, dist)
+    dataset = FileDataset(root, manifest, decode=spec.decode)
+    sampler = DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=spec.shuffle, seed=spec.seed,
+                                 drop_last=world > 1)
+    workers = settings["workers"]
+    loader = DataLoader(dataset, batch_size=settings["batch_size"], sampler=sampler, num_workers=workers,
+                        collate_fn=functools.partial(collate, stack=spec.decode), pin_memory=settings["pin_memory"],
+                        prefetch_factor=spec.prefetch if workers else None, persistent_workers=False)
+    local = _timed_read(spec, loader, sampler, settings["compute_s"], device, dist, progress)
+    local |= {"rank": rank, "host": socket.gethostname()}
+    per_rank = dist.all_gather_object(local) if dist else [local]
+    return merge_ranks(per_rank, settings) | {"cache": cache}
+
+
+def _prepare_cache(mode: str, paths: list[Path], dist: DistContext | None) -> dict[str, Any]:
+    """Cold: one process per node drops the files (the page cache is the node's); warm: read them once."""
+    local_main = dist is None or dist.local_rank == 0
+    state: dict[str, Any] = {"mode": mode}
+    if local_main and mode == "cold":
+        state |= drop_cache(paths)
+    elif local_main and mode == "warm":
+        for path in paths:
+            with open(path, "rb") as f:
+                while f.read(1 << 24):
+                    pass
+        state |= cache_state(paths)
+    elif local_main:
+        state |= cache_state(paths)
+    if dist is not None:
+        dist.barrier()  # every rank starts reading after the drop
+    return state
+
+
+def _timed_read(spec: IoReadSpec, loader: DataLoader, sampler: DistributedSampler, compute_s: float,
+                device: torch.device, dist: DistContext | None, progress: Progress | None) -> dict[str, Any]:
+    """The loop of the module docstring; this rank's figures."""
+    waits: list[float] = []
+    samples = nbytes = corrupt_count = 0
+    corrupt: list[str] = []
+    peak_rss, rss_at = _rss_bytes(), time.perf_counter()
+    clock = StepClock("cpu", barrier=dist.barrier if dist else None)  # wall clock: the sleep is the compute
+    if progress is not None:
+        progress.batch_size, progress.clock = loader.batch_size or 0, clock
+    clock.start()
+    for epoch in range(spec.epochs):
+        sampler.set_epoch(epoch)
+        batches = iter(loader)
+        while spec.steps is None or len(waits) < spec.steps:
+            started = time.perf_counter()
+            batch = next(batches, None)
+            if batch is None:
+                break
+            for tensor in batch["fields"]:
+                tensor.to(device, non_blocking=True)
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)  # the copy is part of the wait: the accelerator needs the data
+            waits.append(time.perf_counter() - started)
+            if compute_s:
+                time.sleep(compute_s)
+            clock.lap()
+            samples, nbytes = samples + batch["samples"], nbytes + batch["bytes"]
+            corrupt_count += len(batch["corrupt"])
+            corrupt += [f"{where}: {error}" for where, error in batch["corrupt"]][:NAMED_CORRUPT - len(corrupt)]
+            if time.perf_counter() - rss_at > RSS_EVERY_S:  # psutil scans the process table: not every batch
+                peak_rss, rss_at = max(peak_rss, _rss_bytes()), time.perf_counter()
+        del batches  # workers end here: the next epoch starts its own
+        if spec.steps is not None and len(waits) >= spec.steps:
+            break
+    clock.stop()
+    return {"window_s": clock.window_s, "step_times_s": clock.step_times_s(), "wait_times_s": waits,
+            "samples": samples, "bytes": nbytes, "compute_s": compute_s * len(waits),
+            "corrupt_samples": corrupt_count, "corrupt": corrupt, "peak_rss_bytes": max(peak_rss, _rss_bytes())}
+
+
+def _rss_bytes() -> int:
+    """This rank's resident memory and its DataLoader workers' (what the job costs the node)."""
+    me = psutil.Process(os.getpid())
+    total = me.memory_info().rss
+    for child in me.children():  # the DataLoader's workers
+        try:
+            total += child.memory_info().rss
+        except psutil.Error:
+            pass
+    return total
+
+
+def merge_ranks(per_rank: list[dict[str, Any]], settings: dict[str, Any]) -> dict[str, Any]:
+    """The global figures (pure arithmetic): rates over the slowest rank's window, AU per accelerator
+    averaged (and its minimum, the straggler), waits of every rank pooled."""
+    window_s = max(r["window_s"] for r in per_rank)
+    samples, nbytes = sum(r["samples"] for r in per_rank), sum(r["bytes"] for r in per_rank)
+    waits = sorted(w for r in per_rank for w in r["wait_times_s"])
+    steps = [max(times) for times in zip(*(r["step_times_s"] for r in per_rank))]
+    au = [_au(r, settings["compute_s"]) for r in per_rank]
+    au_all = [r["compute_s"] / r["window_s"] if r["window_s"] else 0.0 for r in per_rank]
+    return {
+        "mode": "io", "samples_per_s": samples / window_s if window_s else None,
+        "bytes_per_s": nbytes / window_s if window_s else None, "au": sum(au) / len(au), "au_min": min(au),
+        "au_with_first_step": sum(au_all) / len(au_all),
+        "samples": samples, "bytes": nbytes, "window_s": window_s, "steps": len(steps),
+        "batch_size": settings["batch_size"], "global_batch_size": settings["batch_size"] * len(per_rank),
+        "compute_s_per_batch": settings["compute_s"],
+        "step_time_s": step_stats(steps).as_dict() if steps else None, "step_times_s": steps,
+        "wait_s": _wait_stats(waits), "first_wait_s": max(r["wait_times_s"][0] for r in per_rank if r["wait_times_s"])
+        if any(r["wait_times_s"] for r in per_rank) else None,
+        "corrupt_samples": sum(r["corrupt_samples"] for r in per_rank),
+        "corrupt": [c for r in per_rank for c in r["corrupt"]][:NAMED_CORRUPT],
+        "peak_rss_bytes": max(r["peak_rss_bytes"] for r in per_rank),
+        "world_size": len(per_rank),
+        "per_rank": [{"rank": r["rank"], "host": r["host"], "samples_per_s": r["samples"] / r["window_s"] if r["window_s"] else None,
+                      "au": a, "peak_rss_bytes": r["peak_rss_bytes"]} for r, a in zip(per_rank, au)],
+    }
+
+
+def _au(rank: dict[str, Any], compute_s: float) -> float:
+    """DLIO's AU of one rank: compute over wall time, both without the first batch (the workers' start)."""
+    steps = rank["step_times_s"]
+    if len(steps) < 2:
+        return rank["compute_s"] / rank["window_s"] if rank["window_s"] else 0.0
+    busy_s = rank["window_s"] - steps[0]
+    return min(1.0, compute_s * (len(steps) - 1) / busy_s) if busy_s > 0 else 0.0
+
+
+def _wait_stats(sorted_waits: list[float]) -> dict[str, float] | None:
+    if not sorted_waits:
+        return None
+
+    def pct(q: float) -> float:  # nearest rank: a value that occurred
+        return sorted_waits[min(len(sorted_waits) - 1, max(0, round(q * len(sorted_waits)) - 1))]
+
+    return {"n": len(sorted_waits), "mean": sum(sorted_waits) / len(sorted_waits), "p50": pct(0.50),
+            "p90": pct(0.90), "p99": pct(0.99), "max": sorted_waits[-1], "total": sum(sorted_waits)}

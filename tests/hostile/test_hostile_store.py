@@ -1,0 +1,151 @@
+"""Hostile input, round two — the results store: ``store import`` trusts nothing, export paths stay inside.
+
+Every file given to ``dlbench store import`` is checked against the run-record schema (ids of a fixed alphabet,
+statuses of the enum, finite numbers, ``created_at`` a time, tags a mapping of text, …) before the store is even
+opened: one sentence naming the file and the field, exit 2, the store byte for byte as it was. And an id such as
+``../../../tmp/x`` in an older store cannot make ``tensorboard export`` write (or delete) outside ``--out``.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+from hostile_corpus import Case, check
+
+from dlbench.record import SCHEMA_VERSION
+from dlbench.store import open_store
+
+GOOD = {
+    "schema_version": SCHEMA_VERSION, "id": "imported0001", "created_at": "2026-11-30T10:00:00+00:00", "status": "ok",
+    "error": None, "spec": {"workload": "lstm", "device": "cpu", "batch_size": 4, "nproc": 1, "tags": {"k": "v"}},
+    "env": {"hostname": "node1", "torch": {"version": "2.14.1"}},
+    "result": {"samples_per_s": 100.0, "step_time_s": {"median": 0.1}}, "telemetry": None,
+}
+IMPORT = ["store", "import", "{tmp}/r.json"]
+
+
+def changed(path: str, value) -> dict:
+    """GOOD with the field at dotted ``path`` set to ``value`` (``...`` removes it)."""
+    doc = copy.deepcopy(GOOD)
+    *parents, last = path.split(".")
+    target = doc
+    for key in parents:
+        target = target[key]
+    if value is ...:
+        del target[last]
+    else:
+        target[last] = value
+    return doc
+
+
+def record_file(doc, series=None) -> dict[str, bytes]:
+    body = doc if series is None else {"record": doc, "series": series}
+    return {"r.json": json.dumps(body).encode()}  # json.dumps writes NaN and Infinity as Python reads them
+
+
+#: (case id, field path, value, what the sentence names)
+FIELD_CASES = [
+    ("id-number", "id", 5, "id 5"), ("id-empty", "id", "", "id ''"), ("id-null", "id", None, "id None"),
+    ("id-path-traversal", "id", "../../../tmp/x", "id '../../../tmp/x'"), ("id-slash", "id", "a/b", "id 'a/b'"),
+    ("id-newline", "id", "abc\ndef", "id 'abc\\ndef'"), ("id-too-long", "id", "a" * 33, "is not a run id"),
+    ("id-dash-first", "id", "-rf", "id '-rf'"), ("id-space", "id", "ab cd", "id 'ab cd'"),
+    ("id-markup", "id", "[/bold]", "id '[/bold]'"), ("id-percent", "id", "a%2e", "id 'a%2e'"),
+    ("status-hacked", "status", "hacked", "status 'hacked'"), ("status-null", "status", None, "status None"),
+    ("status-number", "status", 1, "status 1"), ("status-upper", "status", "OK", "status 'OK'"),
+    ("created-at-number", "created_at", 5, "created_at 5"), ("created-at-word", "created_at", "yesterday", "created_at"),
+    ("created-at-empty", "created_at", "", "created_at ''"), ("created-at-null", "created_at", None, "created_at None"),
+    ("created-at-huge", "created_at", "2026-11-30" + "0" * 100, "created_at"),
+    ("schema-version-2", "schema_version", 2, "schema_version 2"),
+    ("schema-version-text", "schema_version", "1", "schema_version '1'"),
+    ("schema-version-bool", "schema_version", True, "schema_version True"),
+    ("spec-list", "spec", ["lstm"], "spec must be a JSON object"),
+    ("spec-workload-missing", "spec.workload", ..., "spec.workload"),
+    ("spec-workload-number", "spec.workload", 5, "spec.workload 5"),
+    ("spec-workload-empty", "spec.workload", "", "spec.workload ''"),
+    ("spec-workload-long", "spec.workload", "w" * 200, "spec.workload"),
+    ("spec-device-number", "spec.device", 5, "spec.device 5"),
+    ("tags-list", "spec.tags", ["a=b"], "spec.tags"), ("tags-number-value", "spec.tags", {"a": 1}, "spec.tags"),
+    ("tags-null-value", "spec.tags", {"a": None}, "spec.tags"), ("tags-empty-key", "spec.tags", {"": "x"}, "spec.tags"),
+    ("tags-long-value", "spec.tags", {"a": "v" * 600}, "spec.tags"),
+    ("batch-size-text", "spec.batch_size", "4", "spec.batch_size '4'"),
+    ("batch-size-fraction", "spec.batch_size", 1.5, "spec.batch_size 1.5"),
+    ("batch-size-huge", "spec.batch_size", 10**30, "spec.batch_size"),
+    ("nproc-negative", "spec.nproc", -1, "spec.nproc -1"),
+    ("env-list", "env", [1], "env must be a JSON object"), ("env-hostname-number", "env.hostname", 5, "env.hostname"),
+    ("env-torch-text", "env.torch", "2.1", "env.torch"),
+    ("result-list", "result", [1], "result must be a JSON object"),
+    ("rate-text", "result.samples_per_s", "fast", "result.samples_per_s"),
+    ("rate-nan", "result.samples_per_s", float("nan"), "result.samples_per_s is nan"),
+    ("rate-infinity", "result.samples_per_s", float("inf"), "result.samples_per_s is inf"),
+    ("rate-minus-infinity", "result.samples_per_s", float("-inf"), "result.samples_per_s is -inf"),
+    ("rate-huge-int", "result.samples_per_s", 10**400, "result.samples_per_s"),
+    ("median-text", "result.step_time_s", {"median": "x"}, "result.step_time_s"),
+    ("steps-list", "result.step_time_s", [0.1], "result.step_time_s"),
+    ("nested-nan", "result.per_rank", [{"samples_per_s": float("nan")}], "result.per_rank[0].samples_per_s is nan"),
+    ("telemetry-list", "telemetry", [1], "telemetry must be a JSON object"),
+    ("error-number", "error", 5, "error must be text"),
+    ("spec-param-infinity", "spec.params", {"lr": float("inf")}, "spec.params.lr is inf"),
+]
+
+
+def deep_file(folder: Path) -> None:
+    (folder / "r.json").write_text("[" * 100_000 + "]" * 100_000)
+
+
+CASES: list[Case] = [
+    *(Case(f"import-{name}", IMPORT, fragment, files=record_file(changed(path, value)))
+      for name, path, value, fragment in FIELD_CASES),
+    Case("import-json-list", IMPORT, "is not a dlbench run record", files={"r.json": b"[1, 2, 3]"}),
+    Case("import-record-list", IMPORT, "is not a dlbench run record", files={"r.json": b'{"record": [1]}'}),
+    Case("import-empty-file", IMPORT, "is not a dlbench run file", files={"r.json": b""}),
+    Case("import-binary", IMPORT, "is not a dlbench run file", files={"r.json": b"\xff\xfe\x00junk"}),
+    Case("import-deeply-nested", IMPORT, "is not a dlbench run file", files={"r.json": deep_file}),
+    Case("import-series-not-list", IMPORT, "series must be a list", files=record_file(GOOD, series={"t_s": 1})),
+    Case("import-series-no-time", IMPORT, "series[0] must be a JSON object with a number t_s",
+         files=record_file(GOOD, series=[{"x": 1}])),
+    Case("import-series-nan-time", IMPORT, "series[1].t_s is nan",
+         files=record_file(GOOD, series=[{"t_s": 0.0}, {"t_s": float("nan")}])),
+    Case("import-series-text-time", IMPORT, "series[0] must be a JSON object with a number t_s",
+         files=record_file(GOOD, series=[{"t_s": "0"}])),
+    Case("import-good-then-bad", ["store", "import", "{tmp}/good.json", "{tmp}/r.json"], "status 'hacked'",
+         files={"good.json": json.dumps(GOOD).encode(), **record_file(changed("status", "hacked"))}),
+    Case("import-directory", ["store", "import", "{tmp}"], "is not a dlbench run file"),
+]
+
+
+def stored_with_id(run_id: str):
+    """Files for a case: the case's store (already copied) gets a run with ``run_id``, as an older dlbench that
+    imported without checks could have stored it; a TensorBoard event file waits in ``tb/`` to be kept."""
+
+    def plant(folder: Path) -> None:
+        store = open_store(str(folder / "runs.db"))
+        try:
+            seeded = store.records()[0]
+            assert store.save(copy.deepcopy(seeded) | {"id": run_id}, series=store.series(seeded["id"])) is None
+        finally:
+            store.close()
+        (folder / "tb").mkdir()
+        (folder / "tb" / "events.out.tfevents.keep").write_bytes(b"kept")
+
+    return {"store": plant}
+
+
+CASES += [
+    Case("tensorboard-export-id-traversal", ["tensorboard", "export", "../", "--out", "{tmp}/tb/inner"],
+         "cannot be used as a file name", files=stored_with_id("../../tb")),
+    Case("tensorboard-export-id-dotdot", ["tensorboard", "export", "..", "--out", "{tmp}/tb/inner"],
+         "cannot be used as a file name", files=stored_with_id("..")),
+    Case("plot-telemetry-id-traversal", ["plot", "telemetry", "../"], "cannot be used as a file name",
+         files=stored_with_id("../tb/x")),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_hostile_store_input_is_refused_before_anything_is_written(case, seeded_store, tmp_path, monkeypatch, capsys):
+    check(case, seeded_store, tmp_path, monkeypatch, capsys)
+    assert not (tmp_path / "runs.db.spool").exists()
+    if (tmp_path / "tb").exists():  # nothing written beside --out, and no event file deleted
+        assert sorted(p.name for p in (tmp_path / "tb").rglob("*")) == ["events.out.tfevents.keep"]

@@ -1,0 +1,196 @@
+"""The HPO engine contract (dlbench/hpo/_base.py), checked for every engine of ``ENGINES``: a study of N
+trials records N runs exactly once and links each from its trial, pruned trials are ``pruned``, a failing
+objective fails its trial and the study goes on, SIGTERM stops cleanly (no process left) and ``--resume``
+carries on. Real processes throughout: local workers, a real local Ray, a real one-node Slurm (skipped,
+saying why, where Ray or Slurm's daemons are absent)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+
+import optuna
+import psutil
+import pytest
+from optuna.trial import TrialState
+from test_hpo_workers import wait_for
+
+from dlbench.hpo._base import ENGINES
+from dlbench.hpo.storage import open_storage
+from dlbench.store import RunFilter, open_store
+
+pytestmark = pytest.mark.slow
+
+OBJECTIVE = str(Path(__file__).with_name("objective.py"))
+LAUNCH_TESTS = Path(__file__).resolve().parents[1] / "launch"
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    """A local Ray (2 CPUs) started once for the module; studies join it with --address."""
+    ray = pytest.importorskip("ray", reason="the ray engine needs pip install 'dlbench[ray]'")
+    pytest.importorskip("ray.tune")
+    from dlbench.hpo.ray_engine import RayEngine
+    from dlbench.hpo.study import parse_study
+
+    # dlbench's own sturdy start (its start-up timeouts, tries again within them), as a user's cluster
+    RayEngine().start(parse_study(study("ray-cluster", workers=2), "test"), None)
+    try:
+        yield ray.get_runtime_context().gcs_address
+    finally:
+        ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def slurm_daemons(tmp_path_factory):
+    """A real one-node Slurm (tests/launch/slurm_cluster.py) started once for the module."""
+    sys.path.insert(0, str(LAUNCH_TESTS))
+    from slurm_cluster import SlurmCluster, missing
+
+    why = missing()
+    if why:
+        pytest.skip(why)
+    cluster = SlurmCluster(tmp_path_factory.mktemp("slurm")).start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(params=sorted(ENGINES))
+def engine(request, hpo, monkeypatch):
+    """How a study runs on engine ``request.param``: (study file fields, ``hpo run`` arguments, storage URL)."""
+    name = request.param
+    if name == "ray":
+        return {}, ["--engine", "ray", "--address", request.getfixturevalue("ray_cluster")], f"sqlite:///{hpo.db}"
+    if name == "slurm":
+        cluster = request.getfixturevalue("slurm_daemons")
+        for key, value in cluster.env.items():
+            monkeypatch.setenv(key, value)
+        monkeypatch.setenv("HOME", str(hpo.tmp / "home"))
+        monkeypatch.setenv("DLBENCH_SITE_CONFIG", str(hpo.tmp / "no-site-config.yaml"))
+        request.addfinalizer(cluster.cancel_all)
+        url = f"journal:{hpo.tmp / 'study.log'}"
+        return {"engine": "slurm", "storage": url}, [], url
+    return {}, [], f"sqlite:///{hpo.db}"
+
+
+def study(name: str, *extra: str, **fields) -> dict:
+    doc = {"name": name, "objective": {"command": [sys.executable, OBJECTIVE, *extra], "timeout_s": 300},
+           "sampler": "random", "trials": 2, "workers": 1, "space": {"x": {"type": "float", "low": 0.0, "high": 1.0}}}
+    return doc | fields
+
+
+def records(db, name: str) -> list[dict]:
+    store = open_store(str(db), create=False)
+    try:
+        return store.records(RunFilter(tags={"hpo_study": name}))
+    finally:
+        store.close()
+
+
+def trials(url: str, name: str) -> list:
+    try:
+        return optuna.load_study(study_name=name, storage=open_storage(url)).get_trials()
+    except KeyError:  # not created yet
+        return []
+
+
+
+
+def status_of(hpo, name: str, extra: dict) -> dict:
+    storage = ["--storage", extra["storage"]] if "storage" in extra else []
+    out = hpo.cli("hpo", "status", name, "--json", *storage)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def test_n_trials_record_n_runs_once_pruned_ones_pruned_each_linked(hpo, engine):
+    fields, args, url = engine
+    doc = study("conf-prune", "--epochs", "4", trials=6, pruner="asha",
+                pruner_options={"min_resource": 1, "max_resource": 4, "reduction_factor": 2}) | fields
+    out, db = hpo(doc, *args)
+    assert out.returncode == 0, out.stderr[-3000:]
+    saved = records(db, "conf-prune")
+    numbers = sorted(int(r["spec"]["tags"]["hpo_trial"]) for r in saved)
+    assert numbers == list(range(6))  # N trials, N records, none twice
+    table = status_of(hpo, "conf-prune", fields)
+    by_number = {int(r["spec"]["tags"]["hpo_trial"]): r for r in saved}
+    assert {t["trial"]: t["state"] for t in table["trials"]} == {n: r["status"] for n, r in by_number.items()}
+    assert all(t["record"] == by_number[t["trial"]]["id"] for t in table["trials"])  # every trial links its record
+    assert any(r["status"] == "pruned" for r in saved) and any(r["status"] == "ok" for r in saved)
+
+
+def test_a_failing_objective_fails_its_trial_and_the_study_goes_on(hpo, engine):
+    fields, args, _ = engine
+    doc = study("conf-fail", "--epochs", "1", sampler="grid",
+                space={"mode": {"type": "categorical", "choices": ["ok", "exit3"]}}) | fields
+    out, db = hpo(doc, *args)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert status_of(hpo, "conf-fail", fields)["counts"] == {"ok": 1, "failed": 1}
+    failed = [r for r in records(db, "conf-fail") if r["status"] == "failed"]
+    assert len(failed) == 1 and failed[0]["spec"]["params"] == {"mode": "exit3"} and failed[0]["error"]
+
+
+def test_sigterm_stops_cleanly_and_resume_carries_on(hpo, engine):
+    fields, args, url = engine
+    marker = str(hpo.tmp / "conformance-stop-marker")
+    doc = study("conf-stop", "--epochs", "30", "--sleep", "0.5", "--marker", marker) | fields
+    proc = hpo.popen("hpo", "run", "--config", hpo.write(doc), *args)
+    try:
+        assert wait_for(lambda: any(t.state == TrialState.RUNNING and t.intermediate_values
+                                    for t in trials(url, "conf-stop")), 300), "no trial got going"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=180)
+    assert proc.returncode == 128 + signal.SIGTERM, err[-3000:]
+    assert wait_for(lambda: not _processes_with(marker), 30)  # every trial's command is gone
+    assert "Traceback" not in err
+    aborted = [r for r in records(hpo.db, "conf-stop") if r["status"] == "aborted"]
+    assert len(aborted) >= 1 and all("SIGTERM" in r["error"] for r in aborted)
+
+    storage = ["--storage", fields["storage"]] if "storage" in fields else []
+    out = hpo.cli("hpo", "run", "--resume", "conf-stop", *storage, *args[2:] if args[:2] == ["--engine", "ray"] else [],
+                  timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    done = [t for t in trials(url, "conf-stop") if t.state == TrialState.COMPLETE]
+    assert len(done) == 2  # the budget, the interrupted trials' parameters carried on
+    saved = records(hpo.db, "conf-stop")
+    assert len({r["spec"]["tags"]["hpo_trial"] for r in saved}) == len(saved)  # no trial recorded twice
+    assert sum(r["status"] == "ok" for r in saved) == 2
+
+
+def _processes_with(marker: str) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if marker in proc.cmdline():
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
+def test_a_ray_that_will_not_start_is_one_sentence_and_leaves_no_study(hpo):
+    """Ray's start-up timeouts come from dlbench (DLBENCH_RAY_START_TIMEOUT_S); one too short for this machine
+    makes Ray fail to start: one sentence, exit 1, no study left behind, so the same command simply runs again."""
+    pytest.importorskip("ray.tune", reason="the ray engine needs pip install 'dlbench[ray]'")
+    doc = study("ray-nostart", "--epochs", "1", engine="ray")
+    env_before = dict(os.environ)
+    try:
+        os.environ["DLBENCH_RAY_START_TIMEOUT_S"] = "abc"
+        out = hpo.cli("hpo", "run", "--config", hpo.write(doc), timeout=900)  # importing Ray Tune takes a while
+        assert out.returncode == 2 and "DLBENCH_RAY_START_TIMEOUT_S='abc' must be a number" in out.stderr
+        os.environ["DLBENCH_RAY_START_TIMEOUT_S"] = "1"
+        out = hpo.cli("hpo", "run", "--config", hpo.write(doc), timeout=900)
+    finally:
+        os.environ.clear()
+        os.environ.update(env_before)
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode == 1, out.stderr[-3000:]
+    assert "Traceback" not in out.stderr and "did not start" in lines[-1] and "no study was created" in lines[-1]
+    listed = hpo.cli("hpo", "list", "--json")
+    assert listed.returncode == 0 and json.loads(listed.stdout) == []  # nothing to --resume: run it again

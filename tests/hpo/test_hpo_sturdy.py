@@ -1,0 +1,145 @@
+"""Sturdy trials (issue 18, items 5 and 8): a command that floods stdout still meets its timeout in bounded
+memory; megabyte FoM lines and steps beyond 32 bits are one short reason; a child left in the background
+does not turn a finished trial into a timeout; a command dies with its worker, and workers with ``hpo
+run`` (SIGKILL); the stop signal is recorded by name; a retry that succeeds drops the old error; failed
+trials print no traceback; a resumed worker's sampler does not repeat the first run's points. Real
+processes, bounded in time, and no process left behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import optuna
+import psutil
+import pytest
+from test_hpo_study import command, records_of
+from test_hpo_workers import wait_for
+
+from dlbench.errors import RunFailed
+from dlbench.hpo.command import run_command
+from dlbench.hpo.search import make_sampler
+from dlbench.hpo.study import parse_study
+
+SRC = str(Path(__file__).resolve().parents[2] / "src")
+
+
+
+
+def test_a_command_flooding_stdout_meets_its_timeout_in_bounded_memory(left_running):
+    me = psutil.Process()
+    before = me.memory_info().rss
+    started = time.monotonic()
+    with pytest.raises(RunFailed, match="ran past its timeout_s of 3 s"):
+        run_command(["yes"], 3, lambda s, v: None)
+    assert time.monotonic() - started < 30
+    assert me.memory_info().rss - before < 64 * 2**20  # the reader is bounded: ~1,000 short lines at most
+    assert left_running() == []
+
+
+def test_long_lines_and_huge_steps_are_one_short_reason(left_running):
+    flood = [sys.executable, "-c", "print('FoM: ' + '9' * 20_000_000); print('FoM: 1')"]
+    with pytest.raises(RunFailed) as info:
+        run_command(flood, 120, lambda s, v: None)
+    assert "not a finite number" in info.value.error and len(info.value.error) < 300
+    with pytest.raises(RunFailed) as info:
+        run_command([sys.executable, "-c", "print('FoM[99999999999999999999999]: 1')"], 60, lambda s, v: None)
+    assert "step is not an integer from 0 to 2147483647" in info.value.error and "Overflow" not in info.value.error
+    assert left_running() == []
+
+
+def test_a_child_left_in_the_background_does_not_make_a_finished_trial_time_out(left_running):
+    started = time.monotonic()
+    result = run_command(["sh", "-c", "sleep 300 & echo 'FoM: 0.5'"], 60, lambda s, v: None)
+    assert result.value == 0.5 and time.monotonic() - started < 30
+    assert left_running() == []  # the background child went with the command's session
+
+
+def test_a_command_dies_with_its_worker(tmp_path, left_running):
+    """SIGKILL of the process that runs a trial's command (a worker) ends the command too."""
+    worker = tmp_path / "worker.py"
+    worker.write_text(textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {SRC!r})
+        from dlbench.hpo.command import run_command
+        run_command([sys.executable, "-c", "import time; print('FoM[1]: 1', flush=True); time.sleep(300)"], 600,
+                    lambda s, v: print("started", flush=True))
+    """))
+    proc = subprocess.Popen([sys.executable, str(worker)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "started"
+        assert len(left_running()) == 2
+        proc.kill()
+        proc.wait(30)
+        assert wait_for(lambda: left_running() == [], 30)
+    finally:
+        proc.kill()
+        proc.stdout.close()
+
+
+@pytest.mark.slow
+def test_sigkill_of_hpo_run_leaves_no_worker_and_sighup_is_recorded_by_name(hpo, left_running):
+    doc = {"name": "killed", "objective": command("--epochs", "60", "--sleep", "0.5"), "sampler": "random",
+           "trials": 2, "workers": 1, "space": {"x": {"type": "float", "low": 0.0, "high": 1.0}}}
+    proc = hpo.popen("hpo", "run", "--config", hpo.write(doc))
+    try:
+        assert wait_for(lambda: len(left_running()) >= 3, 300)  # hpo run, its worker, the trial's command
+    finally:
+        proc.kill()
+    proc.communicate(timeout=60)
+    assert wait_for(lambda: left_running() == [], 120)  # the worker got SIGTERM, recorded, ended its command
+    aborted = [r for r in records_of(hpo.db, "killed") if r["status"] == "aborted"]
+    assert len(aborted) == 1 and "SIGTERM" in aborted[0]["error"]
+
+    proc = hpo.popen("hpo", "run", "--resume", "killed")
+    try:
+        assert wait_for(lambda: len(left_running()) >= 3, 300)
+    finally:
+        proc.send_signal(signal.SIGHUP)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGHUP, err[-2000:]
+    assert wait_for(lambda: left_running() == [], 60)
+    errors = [r["error"] for r in records_of(hpo.db, "killed") if r["status"] == "aborted"]
+    assert len(errors) == 2 and sum("SIGHUP" in e for e in errors) == 1  # stopped by SIGHUP, said so
+
+
+def test_a_retry_that_succeeds_drops_the_old_error_and_failures_print_no_traceback(tmp_path, capsys):
+    from dlbench.api.hpo import PIPELINE
+    from dlbench.env import capture_env
+    from dlbench.hpo.objective import TrialFailed, TrialObjective
+    from dlbench.store import open_store
+
+    spec = parse_study({"name": "retry", "objective": {"command": [sys.executable, "-c", textwrap.dedent("""
+        import sys
+        if "--fail" in sys.argv and sys.argv[sys.argv.index("--fail") + 1] == "yes":
+            sys.exit(3)
+        print("FoM: 1")
+    """)]}, "space": {"fail": {"type": "categorical", "choices": ["yes", "no"]}}}, "test")
+    store = open_store(str(tmp_path / "runs.db"))
+    objective = TrialObjective(spec, store, capture_env(include_gpus=False), PIPELINE)
+    study = optuna.create_study()
+    study.enqueue_trial({"fail": "yes"})
+    study.enqueue_trial({"fail": "no"}, user_attrs={"error": "its worker died"})  # a retry keeps the old attributes
+    study.optimize(objective, n_trials=2, catch=(TrialFailed,))
+    failed, retried = study.trials
+    assert failed.state.name == "FAIL" and "exited with code 3" in failed.user_attrs["error"]
+    assert retried.state.name == "COMPLETE" and retried.user_attrs["error"] is None
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def test_a_worker_joining_a_study_with_trials_does_not_repeat_the_first_runs_points():
+    spec = parse_study({"name": "seeded", "objective": {"command": ["true"]}, "sampler": "random",
+                        "space": {"x": {"type": "float", "low": 0.0, "high": 1.0}}}, "test")
+
+    def first_points(trials_before: int) -> list[float]:
+        study = optuna.create_study(sampler=make_sampler(spec, 0, trials_before))
+        return [study.ask().suggest_float("x", 0.0, 1.0) for _ in range(4)]
+
+    assert first_points(0) == first_points(0)  # a fresh study is reproducible from its seed
+    assert set(first_points(0)).isdisjoint(first_points(4))
+    assert os.environ.get("DLBENCH_HPO_RUN_STARTED") is None
