@@ -153,3 +153,13 @@ def test_key_values():
 def test_make_spec_rejects_non_scalar_params():
     with pytest.raises(UsageError, match="params"):
         make_spec({"workload": "lstm", "params": {"seq_len": [1, 2]}})
+
+
+def test_the_shipped_nersc_example_loads_as_the_test_config_does():
+    """examples/nersc-lstm.yaml is the file the README points to (issue 24: none shipped)."""
+    from pathlib import Path
+
+    example = Path(__file__).resolve().parents[1] / "examples" / "nersc-lstm.yaml"
+    (spec,) = load_config(example)
+    assert spec.workload == "lstm" and spec.steps == 8 * 2048 // 64
+    assert spec.params == {"seq_len": 50, "input_size": 500, "hidden_size": 500, "num_classes": 4}

@@ -372,7 +372,7 @@ def test_gpu_inventory_zero_gpus():
 # ------------------------------------------------------------------------------------------
 
 TOP_KEYS = {"dlbench", "python", "platform", "torch", "torchvision", "cpu", "gpus", "nvml",
-            "hostname", "container", "scheduler", "git", "env_vars"}
+            "hostname", "container", "scheduler", "git", "dlbench_git", "env_vars"}
 
 
 def test_capture_env_is_json_and_complete(monkeypatch):
@@ -453,3 +453,17 @@ def test_format_env_gpus_and_bytes():
         "scheduler: -",
         "flag: yes",
     ]
+
+
+@needs_git
+def test_capture_env_says_whose_git_sha_it_records(tmp_path, monkeypatch):
+    """The working directory's repository (the user's) and dlbench's own source apart (issue 24): a report
+    flagged "Environments differ in: git" between two projects that ran the same dlbench."""
+    import dlbench
+
+    monkeypatch.chdir(tmp_path)  # not a repository
+    env = capture_env()
+    assert env["git"] is None
+    source = Path(dlbench.__file__).resolve().parent
+    expected = git_info(source)
+    assert env["dlbench_git"] == (None if expected is None else expected | {"path": str(source)})

@@ -268,6 +268,11 @@ def gpu_inventory(nvml: Any = None) -> tuple[list[dict], dict]:
     return gpus, {"available": True, "error": None}
 
 
+def _with_path(info: dict | None, path: Path) -> dict | None:
+    """``git_info`` with the directory it describes (a record then says whose SHA it is)."""
+    return None if info is None else info | {"path": str(path)}
+
+
 def git_info(path: Path | str) -> dict | None:
     """``{"sha", "dirty", "branch"}`` of the git work tree containing ``path``, else None.
 
@@ -391,7 +396,10 @@ def capture_env(*, include_gpus: bool = True) -> dict:
         "hostname": socket.gethostname(),
         "container": detect_container(environ),
         "scheduler": detect_scheduler(environ),
-        "git": git_info(Path.cwd()),
+        # the working directory's repository (the user's project, whatever it holds) and, apart, the one
+        # dlbench itself runs from (None for an installed wheel): only the latter is the benchmark's code
+        "git": _with_path(git_info(Path.cwd()), Path.cwd()),
+        "dlbench_git": _with_path(git_info(Path(__file__).resolve().parent), Path(__file__).resolve().parent),
         "env_vars": benchmark_env_vars(environ),
     }
 

@@ -34,7 +34,7 @@ from typing import Any
 import torch
 
 from dlbench.api.jobs import Ending, job_kind
-from dlbench.api.signals import stop_on_signals
+from dlbench.engine.devices import explain_failure
 from dlbench.engine.loop import Progress
 from dlbench.engine.run import ResolvedRun
 from dlbench.errors import RecordNotSaved, RunFailed, Submitted, Terminated, UsageError
@@ -62,7 +62,10 @@ def execute(run: ResolvedRun, store=None, env: dict[str, Any] | None = None, on_
     telemetry = job.telemetry(run, records[0]) if owner else NoTelemetry()
     progress = Progress()
     try:
-        with stop_on_signals(), _workdir(launcher, run) as workdir:
+        # no signal handlers here: a library call leaves the caller's (pytest's, a notebook's) in place and
+        # a Ctrl-C arrives as KeyboardInterrupt; the CLI entry point (or a caller that opts in with
+        # dlbench.api.signals.stop_on_signals) turns SIGTERM/SIGHUP into Terminated around the whole command
+        with _workdir(launcher, run) as workdir:
             with Recording(records, store if owner else None, progress, telemetry,
                            recorded=lambda ended: job.recorded(run, ended)) as recording, telemetry:
                 plan = launcher.plan(run, workdir)
@@ -79,8 +82,8 @@ def finish_submitted(run: ResolvedRun, records: list[dict[str, Any]], store, wai
     ``wait`` gives its outcome; the records end and are saved exactly as :func:`execute` does."""
     job = job_kind(run.kind)
     telemetry = job.telemetry(run, records[0])  # a batch run's: what its nodes reported (ReportedTelemetry)
-    with stop_on_signals(), Recording(records, store, Progress(), telemetry,
-                                      recorded=lambda ended: job.recorded(run, ended)) as recording:
+    with Recording(records, store, Progress(), telemetry,
+                   recorded=lambda ended: job.recorded(run, ended)) as recording:
         outcome = wait()
         recording.end(job.endings(run, job.result_of(run, adopt_job_env(records, outcome, telemetry))))
     return records
@@ -204,4 +207,5 @@ def is_oom(exc: BaseException) -> bool:
 
 
 def error_text(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}".strip()[:2000]
+    """A failure as the record keeps it: what dlbench can explain explained first (oneDNN's errors)."""
+    return explain_failure(f"{type(exc).__name__}: {exc}".strip())[:2000]

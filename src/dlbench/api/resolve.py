@@ -4,6 +4,7 @@ torch (threads are applied where the run executes), nothing is started or writte
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -13,7 +14,7 @@ import torch
 from dlbench.catalog import registry
 from dlbench.config import writable_dir
 from dlbench.engine.aggregate import per_rank_batch
-from dlbench.engine.devices import device_name, resolve_device
+from dlbench.engine.devices import cpu_precision_note, device_name, resolve_device
 from dlbench.engine.dist import (
     LaunchEnv,
     check_backend,
@@ -28,6 +29,8 @@ from dlbench.record import new_id
 from dlbench.spec import CommSpec, IoReadSpec, LaunchSettings, RunSpec, StageSpec
 from dlbench.storage.manifest import Manifest, load_data_set, read_manifest
 from dlbench.storage.stage import check_destination, source_files
+
+log = logging.getLogger("dlbench")
 
 
 def joined_launch(environ: Mapping[str, str] | None = None) -> LaunchEnv | None:
@@ -56,6 +59,9 @@ def resolve_train(spec: RunSpec, joined: LaunchEnv | None = None) -> ResolvedRun
     if spec.files_dir:
         check_files_fit(spec, workload)
     device = resolve_device(spec.device)
+    note = cpu_precision_note(spec.precision) if device.type == "cpu" else None
+    if note:  # said before the run starts: its failure (or slowness) is then no surprise
+        log.warning("dlbench: warning: %s run with --precision %s: %s.", spec.workload, spec.precision, note)
     world = joined.world_size if joined is not None else spec.world_size
     layout, batch_size, data_ranks = layout_and_batch(spec, workload, world, device.type)
     grouped = world > 1 or bool(spec.torchrun)  # ranks in a process group (torchrun even for one: --launcher torchrun)

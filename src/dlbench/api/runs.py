@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 from collections.abc import Callable
 from typing import Any, ContextManager
 
@@ -28,33 +29,51 @@ Around = Callable[[int, ResolvedRun], ContextManager[OnStep | None]]
 BUSY_PERCENT = 50.0
 
 
-def run_env(env: dict[str, Any] | None = None) -> dict[str, Any]:
+def run_env(env: dict[str, Any] | None = None, runs: list[ResolvedRun] | None = None) -> dict[str, Any]:
     """The environment of the runs about to start (``env``, or captured now) with the host's load just
-    before them; warns when other processes already keep the CPUs busy (they lower every number)."""
+    before them; warns when other processes already keep the CPUs busy (they lower every number) and, for
+    CPU ``runs`` with more than one thread, says what to do about it."""
     env = env if env is not None else capture_env()
     env["host_load"] = host_load()
     busy = env["host_load"]["cpu_busy_percent"]
     if busy > BUSY_PERCENT:
-        log.warning("dlbench: warning: the CPUs are already %.0f%% busy before the benchmark; other processes "
-                    "will lower the numbers (recorded as env.host_load).", busy)
+        threads = max((r.threads * r.nproc for r in runs or () if r.device_type == "cpu"), default=0)
+        log.warning("%s", busy_warning(busy, threads, os.cpu_count() or 1))
     return env
+
+
+def busy_warning(busy_percent: float, cpu_threads: int, cores: int) -> str:
+    """The warning for a host already ``busy_percent`` busy; ``cpu_threads`` (all processes of the CPU runs
+    about to start, 0 for none) above 1 adds advice: OpenMP threads that find their cores taken spin against
+    each other, and one thread is then often many times faster (30-80x measured on a loaded 2-core host)."""
+    text = (f"dlbench: warning: the CPUs are already {busy_percent:.0f}% busy before the benchmark; other "
+            "processes will lower the numbers (recorded as env.host_load).")
+    if cpu_threads > 1:
+        text += (f" {cpu_threads} threads on {cores} busy core(s): try --threads 1 (threads that wait for "
+                 "busy cores are often many times slower than one thread).")
+    return text
 
 
 def run_benchmark(spec: RunSpec, store=None, on_step: OnStep | None = None, env: dict | None = None) -> dict[str, Any]:
     """Run ``spec`` and return its record, saved to ``store`` whatever the outcome."""
     run = resolve_train(spec, joined_launch())
-    return execute(run, store, env if env is not None else run_env(), on_step)[0]
+    return execute(run, store, env if env is not None else run_env(runs=[run]), on_step)[0]
 
 
-def run_specs(specs: list[RunSpec], store=None, env: dict | None = None, around: Around | None = None) -> list[dict[str, Any]]:
-    """Run ``specs`` in order (all resolved first), each record saved as it ends."""
+def run_specs(specs: list[RunSpec], store=None, env: dict | None = None, around: Around | None = None,
+              on_done: Callable[[int, list[dict[str, Any]]], Any] | None = None) -> list[dict[str, Any]]:
+    """Run ``specs`` in order (all resolved first), each record saved as it ends; ``on_done(index, records)``
+    hears of each run as it ends (a suite's live results)."""
     joined = joined_launch()
     runs = [resolve_train(spec, joined) for spec in specs]
-    env = env if env is not None else run_env()
+    env = env if env is not None else run_env(runs=runs)
     records = []
     for i, run in enumerate(runs):
         with (around(i, run) if around else contextlib.nullcontext()) as on_step:
-            records += execute(run, store, env, on_step)
+            ended = execute(run, store, env, on_step)
+        records += ended
+        if on_done is not None:
+            on_done(i, ended)
     return records
 
 
@@ -87,7 +106,7 @@ def run_scale(base: RunSpec, counts: list[int], store=None, env: dict | None = N
     one); return its id and records."""
     series, specs = series_specs(base, counts, series)
     runs = [resolve_train(spec) for spec in specs]
-    env = env if env is not None else run_env()
+    env = env if env is not None else run_env(runs=runs)
     records = []
     for run in runs:
         if on_run:

@@ -5,6 +5,11 @@ and follow with SIGKILL after a grace period (about 30 s); a terminal sends SIGI
 While :func:`stop_on_signals` is active, the first of these raises ``Terminated`` in the main thread —
 the run pipeline records the run ``aborted`` with what it measured and stops every process of it.
 Later signals are ignored while that cleanup runs: SIGKILL remains the scheduler's backstop.
+
+Only process entry points install these handlers (``dlbench``'s CLI, the rank worker). The library API
+(:mod:`dlbench.api.runs`, the pipeline) never does behind its caller's back: under pytest or in a notebook
+a Ctrl-C stays a ``KeyboardInterrupt`` (the run is still recorded ``aborted``). A Python program that
+wants the CLI's behaviour opts in with ``with stop_on_signals(): run_benchmark(...)``.
 """
 
 from __future__ import annotations

@@ -40,7 +40,10 @@ def print_plans(runs: list) -> None:
                 sys.stdout.write(text if text.endswith("\n") else text + "\n")
             else:
                 info(f"dlbench: --dry-run: would also write {name} (the run for the ranks)")
-    info(f"dlbench: --dry-run: nothing submitted ({' '.join(plans[0].argv)} would submit it)")
+    if plans[0].launcher == "k8s":  # submitted through the Kubernetes API: no kubectl, no manifests file
+        info(f"dlbench: --dry-run: nothing submitted (the Kubernetes API would be asked to create: {plans[0].describe})")
+    else:
+        info(f"dlbench: --dry-run: nothing submitted ({' '.join(plans[0].argv)} would submit it)")
 
 
 def submit_runs(runs: list, launch: LaunchOptions, db: str | None, no_store: bool = False,

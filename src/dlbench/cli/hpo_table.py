@@ -52,6 +52,8 @@ def progress_lines(rows: list[dict[str, Any]], seen: dict[int, str], elapsed_s: 
     for r in rows:
         if seen.get(r["trial"]) == r["state"]:
             continue
+        if r["state"] == "running" and not r["params"]:
+            continue  # asked but not yet sampled: said at the next poll, with its parameters
         seen[r["trial"]] = r["state"]
         params = " ".join(f"{k}={_fmt(v)}" for k, v in r["params"].items())
         if r["state"] == "running":

@@ -49,11 +49,21 @@ def telemetry(
         info(f"plot: {path} ({data['samples']} samples)")
 
 
+def _scaling_title(records: list[dict]) -> str:
+    """What the chart shows, for a reader who finds the PNG alone: "lstm (batch 32/process) on cpu: scaling"."""
+    ok = [r for r in records if r["status"] == "ok"]
+    workloads = sorted({r["spec"]["workload"] for r in ok})
+    batches = sorted({str(r["spec"].get("batch_size")) for r in ok})
+    devices = sorted({r["spec"].get("device_name") or r["spec"].get("device", "?") for r in ok})
+    return (f"{', '.join(workloads)} (batch {'/'.join(batches)} per process) on {', '.join(devices)}: "
+            "throughput and efficiency against processes")
+
+
 @plot_app.command("scaling")
 def scaling(
     groups: list[str] = typer.Argument(..., help="One series per argument: run ids or KEY=VALUE filters, comma-separated, as in 'dlbench compare' (e.g. scale_series=3f2a1c, or a tag such as stack=container).", show_default=False),
     out: str = typer.Option("dlbench-scaling.png", "--out", "-o", help="PNG path."),
-    title: str = typer.Option("scaling", "--title", help="Chart title."),
+    title: str = typer.Option(None, "--title", help="Chart title \\[default: the workloads, batch and device of the runs].", show_default=False),
     db: str = DB_OPTION,
     as_json: bool = JSON_OPTION,
 ) -> None:
@@ -63,9 +73,11 @@ def scaling(
 
     store = open_store(db, create=False)
     try:
-        series = {group: scaling_series(store.records(parse_selector(group))) for group in groups}
+        records = {group: store.records(parse_selector(group)) for group in groups}
     finally:
         store.close()
+    series = {group: scaling_series(runs) for group, runs in records.items()}
+    title = title or _scaling_title([r for runs in records.values() for r in runs])
     for group, by_n in series.items():
         if not by_n:
             raise UsageError(f"series {group!r} matches no successful stored run; check it with 'dlbench results'.")

@@ -23,7 +23,7 @@ def results(
     limit: int = typer.Option(50, "--limit", "-n", help="At most this many runs, newest first; 0 for all."),
     db: str = DB_OPTION,
     as_json: bool = JSON_OPTION,
-    as_csv: bool = typer.Option(False, "--csv", help="Print CSV (one row per run, raw numbers) for pandas or a spreadsheet."),
+    as_csv: bool = typer.Option(False, "--csv", help="Short for --format csv: every run flattened into columns (one CSV export, not two)."),
     fmt: str = typer.Option(None, "--format", help="Export full runs, parameters and environment flattened into columns: csv | json | parquet."),
     out: str = typer.Option(None, "--out", "-o", help="Write the --format export to this file (required for parquet; default stdout)."),
 ) -> None:
@@ -45,8 +45,8 @@ def results(
         until=parse_date(until, "--until") if until else None,
         limit=limit or None,
     )
-    if fmt:
-        return _export(db, flt, fmt, out)
+    if fmt or as_csv:  # one CSV export: --csv is --format csv (a 15-column variant also existed)
+        return _export(db, flt, fmt or "csv", out)
     store = open_store(db, create=False)
     try:
         rows = store.query(flt)
@@ -54,8 +54,6 @@ def results(
         store.close()
     if as_json:
         emit_json([r.as_dict() for r in rows])
-    elif as_csv:
-        _write_csv([r.as_dict() for r in rows])
     else:
         from dlbench.report.tables import render, summary_table
 
@@ -87,20 +85,11 @@ def _export(db: str | None, flt, fmt: str, out: str | None) -> None:
         info(f"exported the newest {flt.limit}; --limit 0 exports all.")
 
 
-def _write_csv(rows: list[dict]) -> None:
-    import csv
-
-    columns = list(rows[0]) if rows else ["id"]
-    writer = csv.DictWriter(sys.stdout, fieldnames=columns, lineterminator="\n")
-    writer.writeheader()
-    for row in rows:
-        writer.writerow(row | {"tags": ";".join(f"{k}={v}" for k, v in sorted(row["tags"].items()))})
-
-
 def show(
     run_id: str = typer.Argument(..., help="Run id or a unique prefix of it."),
     profile: bool = typer.Option(False, "--profile", help="Print the run's profile: time breakdown, top operators, hints."),
     db: str = DB_OPTION,
+    as_json: bool = typer.Option(False, "--json", help="The record as JSON (what 'show ID' prints anyway; accepted like every command's --json)."),
 ) -> None:
     """Print one stored run record as JSON (a profiled run's hints included); --profile for its breakdown."""
     store = open_store(db, create=False)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import time
 from typing import Any
 
 import typer
@@ -31,7 +32,7 @@ from dlbench.cli._common import (
     with_hints,
 )
 from dlbench.errors import BenchmarkFailed, UsageError
-from dlbench.report.tables import render, run_table, token_table
+from dlbench.report.tables import common_columns, rate_text, render, run_table, token_table
 from dlbench.report.tensorboard import with_tensorboard
 
 
@@ -128,9 +129,10 @@ def run(
 
 @launch_options
 def suite(
-    name: str = typer.Argument(None, help="Built-in suite: quick (small sizes, ~2 min on a 2-core CPU), standard (catalogue defaults, for GPUs), llm (the tiny language model under every --parallel layout on 2 CPU ranks) or llm-gpu (the 1B model on one GPU). Default: quick on CPU, standard on CUDA.", show_default=False),
+    name: str = typer.Argument(None, help="Built-in suite: quick (small sizes, a few minutes on an idle 2-core CPU), standard (catalogue defaults, for GPUs), llm (the tiny language model under every --parallel layout on 2 CPU ranks) or llm-gpu (the 1B model on one GPU). Default: quick on CPU, standard on CUDA.", show_default=False),
     device: str = typer.Option(None, "--device", help="auto | cpu | cuda \\[default: auto]."),
     precision: str = typer.Option(None, "--precision", help="fp32 | bf16 | fp16."),
+    threads: int = typer.Option(None, "--threads", help="torch intra-op threads for every run (default: torch's; on a busy host 1 is often many times faster)."),
     tag: list[str] = typer.Option(None, "--tag", "-t", help="Label KEY=VALUE stored with every run (repeatable)."),
     db: str = DB_OPTION,
     no_store: bool = typer.Option(False, "--no-store", help="Do not save the records."),
@@ -148,7 +150,7 @@ def suite(
             device in (None, "auto") and not launch.batch() and torch.cuda.is_available())
         name = "standard" if on_gpu else "quick"
         info(f"suite '{name}' (pick another with 'dlbench suite quick|standard')")
-    overrides = _overrides(device=device, precision=precision, tag=tag)
+    overrides = _overrides(device=device, precision=precision, threads=threads, tag=tag)
     overrides.setdefault("tags", {})["suite"] = name
     execute(builtin_suite(name, overrides), db, no_store, as_json, single=False, launch=launch)
 
@@ -187,7 +189,7 @@ def execute(specs, db: str | None, no_store: bool, as_json: bool, single: bool, 
             yield progress.callback
 
     try:
-        records = run_specs(specs, sink, around=around)
+        records = run_specs(specs, sink, around=around, on_done=SuiteProgress(len(specs)) if len(specs) > 1 else None)
     finally:
         if store is not None:
             store.close()
@@ -197,13 +199,40 @@ def execute(specs, db: str | None, no_store: bool, as_json: bool, single: bool, 
     show(records, store, as_json, single)
 
 
+class SuiteProgress:
+    """One line on stderr as each run of a list ends: its result and the ETA of the whole list (the mean
+    time of the runs so far times the runs left) — terminal or log file alike."""
+
+    def __init__(self, total: int):
+        self.total = total
+        self.started_s = time.monotonic()
+
+    def __call__(self, index: int, records: list[dict]) -> None:
+        done = index + 1
+        elapsed_s = time.monotonic() - self.started_s
+        for record in records[:1]:
+            result = record.get("result") or {}
+            outcome = (f"{rate_text(result.get('samples_per_s'))} samples/s" if record["status"] == "ok"
+                       else f"{record['status']}: {(record.get('error') or '')[:80]}")
+            left = self.total - done
+            eta = f", about {_duration(elapsed_s / done * left)} left" if left else ""
+            info(f"[{done}/{self.total}] {record['spec']['workload']}: {outcome} "
+                 f"({_duration(elapsed_s)} so far{eta})")
+
+
+def _duration(seconds: float) -> str:
+    seconds = round(seconds)
+    return f"{seconds // 60} min {seconds % 60:02d} s" if seconds >= 60 else f"{seconds} s"
+
+
 def show(records: list[dict], store, as_json: bool, single: bool) -> None:
     """The records as a table (or ``--json``); exit 1 when any did not finish."""
     if as_json:
         shown = [with_hints(r) for r in records]
         emit_json(shown[0] if single else shown)
     else:
-        render(run_table(records), title="dlbench results")
+        table, note = common_columns(run_table(records))
+        render(table, title="dlbench results" + (f" ({note})" if note else ""))
         tokens = token_table(records)
         if tokens[1]:
             render(tokens, title="language models: tokens/s, MFU and memory per layout")

@@ -25,6 +25,28 @@ _PEAKS_TFLOPS: list[tuple[str, dict[str, float]]] = [
 ]
 
 
+def cpu_precision_note(precision: str) -> str | None:
+    """Why ``precision`` may fail or crawl on this CPU (None when its oneDNN kernels support it natively).
+
+    Without AVX-512 BF16/AMX (bf16) or AVX-512 FP16/AMX (fp16) PyTorch emulates the type: slower than
+    fp32, and oneDNN has no kernel at all for some layers (an LSTM's "could not create a primitive
+    descriptor"); even CPUs with native bf16 lack kernels for some layer sizes."""
+    checks = {"bf16": torch.ops.mkldnn._is_mkldnn_bf16_supported, "fp16": torch.ops.mkldnn._is_mkldnn_fp16_supported}
+    if precision not in checks or checks[precision]():
+        return None
+    return (f"this CPU ({cpu_model()}, {torch.backends.cpu.get_cpu_capability()}) has no native {precision} "
+            f"(AVX-512 {precision.upper()} or AMX): PyTorch emulates it, slower than fp32, and some layers "
+            "(an LSTM) cannot run at all; use --precision fp32 on this CPU, or a GPU")
+
+
+def explain_failure(text: str) -> str:
+    """A failure's text with a sentence a person understands in front, where dlbench knows one."""
+    if "could not create a primitive descriptor" in text:
+        return ("this CPU's oneDNN kernels cannot run this layer at this precision and size (no native bf16/fp16 "
+                f"kernel for it here); use --precision fp32 on this CPU, or a GPU. Detail: {text}")
+    return text
+
+
 def resolve_device(requested: str) -> torch.device:
     """'auto' → CUDA when present, else CPU; 'cuda' without a usable GPU is a usage error."""
     if requested == "auto":

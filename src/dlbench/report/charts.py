@@ -63,6 +63,7 @@ def draw_scaling(fig, series: dict[str, dict[int, float]], title: str,
                         label=f"{label}: the link allows")
         top_efficiency = max([top_efficiency, *(r["efficiency"] for r in rows)])
     ax_rate.set(xlabel="workers (processes)", ylabel="samples/s (global)", title="throughput (dashed: ideal)")
+    ax_rate.set_ylim(bottom=0)  # from zero: an axis from 5,000 made a 10% gain look like a doubling
     ax_eff.set(xlabel="workers (processes)", ylabel="efficiency T_N / (N·T_1)", title="scaling efficiency",
                ylim=(0, max(1.15, top_efficiency * 1.1)))  # every point visible, suspect ones included
     ax_eff.axhline(1.0, color="grey", lw=0.8, ls=":")

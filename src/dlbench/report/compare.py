@@ -61,13 +61,17 @@ class CompareRow:
 
 
 def config_key(record: dict[str, Any]) -> str:
-    """What must match for two runs to be comparable: workload and the settings that change speed."""
+    """What must match for two runs to be comparable: workload and the settings that change speed
+    (on a CPU, the threads per process too)."""
     spec = record["spec"]
     params = ",".join(f"{k}={v}" for k, v in sorted((spec.get("params") or {}).items()))
     parts = [spec["workload"], spec.get("mode", "train"), spec.get("precision", "fp32"), f"bs{spec.get('batch_size')}"]
     world = spec.get("world_size") or spec.get("nproc", 1)
     if world != 1:
         parts.append(f"x{world}")
+    if spec.get("device") == "cpu" and spec.get("threads"):
+        # on a CPU the thread count is configuration: 1 and 2 threads on a busy host differ 30-80x
+        parts.append(f"threads={spec['threads']}")
     # settings that change the number even at one batch size: shown (and matched) when not the default
     for key, default in (("channels_last", False), ("compile", False), ("optimizer", "sgd"), ("data", "synthetic")):
         value = spec.get(key, default)

@@ -60,7 +60,9 @@ def environment(record: dict[str, Any]) -> dict[str, Any]:
         "container": runtime,
         "image": container.get("image"),
         "scheduler": scheduler.get("name") + (f" job {job}" if job else "") if scheduler.get("name") else None,
-        "git": (env.get("git") or {}).get("sha"),
+        # dlbench's own source (a clone): the working directory's repository is the user's, not an
+        # environment of the benchmark, and differed between any two projects
+        "dlbench_git": (env.get("dlbench_git") or {}).get("sha"),
     }
 
 

@@ -16,6 +16,9 @@ import optuna  # noqa: E402
 from optuna.importance import PedAnovaImportanceEvaluator  # noqa: E402 - needs no scikit-learn
 from optuna.visualization import matplotlib as ovm  # noqa: E402
 
+#: Fewer completed trials than this give no meaningful parameter importances.
+MIN_TRIALS_FOR_IMPORTANCE = 4
+
 
 def study_plots(study: optuna.Study, out: Path) -> list[tuple[Path, str]]:
     """Write history.png, importances.png and parallel.png for ``study`` into ``out``; (path, note) each
@@ -26,9 +29,20 @@ def study_plots(study: optuna.Study, out: Path) -> list[tuple[Path, str]]:
         "importances": lambda: ovm.plot_param_importances(study, evaluator=PedAnovaImportanceEvaluator()),
         "parallel": lambda: ovm.plot_parallel_coordinate(study),
     }
+    states = [t.state for t in study.trials]
+    complete, pruned = states.count(optuna.trial.TrialState.COMPLETE), states.count(optuna.trial.TrialState.PRUNED)
+    titles = {"history": f"{study.study_name}: optimisation history ({complete} completed"
+                         + (f"; {pruned} pruned trial(s) not shown" if pruned else "") + ")",
+              "importances": f"{study.study_name}: parameter importances ({complete} completed trials)",
+              "parallel": f"{study.study_name}: parameters of {complete} completed trial(s)"}
     written = []
     for name, draw in plots.items():
         path = out / f"{study.study_name}-{name}.png"
+        if name == "importances" and complete < MIN_TRIALS_FOR_IMPORTANCE:
+            # from one trial every parameter came out 0.33/0.33/0.33: a picture that says nothing
+            written.append((path, f"skipped: importances need at least {MIN_TRIALS_FOR_IMPORTANCE} completed "
+                                  f"trials, the study has {complete}"))
+            continue
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # Optuna marks its matplotlib plots experimental
             try:
@@ -38,6 +52,7 @@ def study_plots(study: optuna.Study, out: Path) -> list[tuple[Path, str]]:
                 continue
         figure = getattr(axes, "figure", None) or plt.gcf()
         figure.set_size_inches(8, 5)
+        figure.suptitle(titles[name])
         figure.tight_layout()
         figure.savefig(path, dpi=100)
         plt.close(figure)
@@ -48,13 +63,18 @@ def study_plots(study: optuna.Study, out: Path) -> list[tuple[Path, str]]:
 def render_best_vs_epochs(curves: dict[str, list[tuple[int, float]]], path: Path) -> None:
     """Best value found (y) against epochs spent (x), one step line per study."""
     figure, ax = plt.subplots(figsize=(8, 5))
-    for name, points in curves.items():
+    styles = [("o", "-"), ("s", "--"), ("^", ":"), ("D", "-."), ("v", "-"), ("P", "--")]
+    for i, (name, points) in enumerate(curves.items()):
         if points:
-            ax.step([e for e, _ in points], [b for _, b in points], where="post", label=name)
+            # a marker and a dash per study: identical curves hid each other completely
+            marker, dash = styles[i % len(styles)]
+            ax.step([e for e, _ in points], [b for _, b in points], where="post", label=name, marker=marker,
+                    linestyle=dash, markersize=9 - 2 * (i % 3), alpha=0.8)
+    ax.set_title(f"best value against epochs spent: {', '.join(curves)}")
     ax.set_xlabel("epochs spent (all trials)")
     ax.set_ylabel("best value found")
     ax.grid(alpha=0.3)
-    ax.legend()
+    ax.legend(loc="best")
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=100)

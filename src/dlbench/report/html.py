@@ -178,7 +178,7 @@ def trend_chart(configuration: str, points: list, by: str) -> str:
     flagged = {"label": "change point", "color": "#b00020", "points": [
         (i, p.estimate.samples_per_s, None, f"change point: {p.change} {p.change_percent:+.1f}%")
         for i, p in enumerate(points) if is_change_point(p)]}
-    return line_chart([line] + ([flagged] if flagged["points"] else []), configuration[:70], by, "samples/s",
+    return line_chart([line] + ([flagged] if flagged["points"] else []), configuration, by, "samples/s",
                       xlabels=[p.group for p in points])
 
 

@@ -12,7 +12,7 @@ from typing import Any
 from dlbench.report.frame import environment, world_size
 
 CSS = """
-body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:0 auto;max-width:1180px;padding:0 18px 40px;color:#222}
+body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:0 auto;max-width:min(1600px,98vw);padding:0 18px 40px;color:#222}
 h1{font-size:1.5em;margin:18px 0 4px}h2{font-size:1.2em;margin-top:34px;border-bottom:2px solid #1f77b4;padding-bottom:3px}
 h3{font-size:1em;margin:18px 0 6px}nav a{margin-right:12px}.meta{color:#555;font-size:.9em}
 table{border-collapse:collapse;font-size:.82em;margin:6px 0}th,td{border:1px solid #ccc;padding:3px 6px;text-align:left;vertical-align:top}

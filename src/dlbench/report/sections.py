@@ -42,8 +42,8 @@ def workload_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     groups: dict[str, list[dict[str, Any]]] = {}
     failed: dict[str, int] = {}
     for record in records:
-        if record["spec"].get("mode") in ("collective", "time_to_train"):
-            continue
+        if record["spec"].get("mode") in ("collective", "time_to_train", "hpo_trial"):
+            continue  # no samples/s to tabulate: their own sections show them
         key = config_key(record)
         if comparable(record):
             groups.setdefault(key, []).append(record)

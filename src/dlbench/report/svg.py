@@ -67,6 +67,16 @@ class _Axis:
         return self.start + (pos - self.low) / span * (self.end - self.start)
 
 
+def _title_text(title: str) -> str:
+    """The chart's heading: one line at 13 px when it fits the width, else up to two smaller lines from the
+    left edge (a trend chart's configuration ran off the right edge); the whole title is the hover text."""
+    if len(title) <= 76:
+        return f'<text x="{_LEFT}" y="16" font-size="13" font-weight="bold">{escape(title)}</text>'
+    lines = wrap_label(title, width=104, max_lines=2)
+    spans = "".join(f'<tspan x="8" y="{11 + 11 * i}">{escape(line)}</tspan>' for i, line in enumerate(lines))
+    return f'<text font-size="10" font-weight="bold">{spans}</text>'
+
+
 def _frame(title: str, body: list[str], legend: list[tuple[str, str]], kind: str, height: int = _H) -> str:
     items = "".join(
         f'<g transform="translate({_W - _RIGHT + 12},{_TOP + 14 + 16 * i})"><rect width="10" height="10" y="-9" fill="{color}"/>'
@@ -76,7 +86,7 @@ def _frame(title: str, body: list[str], legend: list[tuple[str, str]], kind: str
     return (
         f'<svg class="chart" data-kind="{kind}" viewBox="0 0 {_W} {height}" width="100%" role="img" '
         f'xmlns="http://www.w3.org/2000/svg" font-family="sans-serif"><title>{escape(title)}</title>'
-        f'<text x="{_LEFT}" y="16" font-size="13" font-weight="bold">{escape(title)}</text>'
+        + _title_text(title)
         + "".join(body) + items + "</svg>"
     )
 
@@ -136,23 +146,47 @@ def line_chart(series: list[dict[str, Any]], title: str, xlabel: str, ylabel: st
     return _frame(title, body, legend, "line")
 
 
+def wrap_label(label: str, width: int = 34, max_lines: int = 4) -> list[str]:
+    """A bar's label in lines of at most ``width`` characters, broken after spaces and commas (a cut
+    label — "…[image_size=128,nu" — could not tell two bars apart); the last line ends with … if more."""
+    lines, line = [], ""
+    for token in label.replace(",", ", ").split(" "):
+        token = token.replace(", ", ",")
+        piece = f"{line} {token}" if line and not line.endswith(",") else line + token
+        if len(piece) <= width or not line:
+            line = piece
+        else:
+            lines.append(line)
+            line = token
+    lines.append(line)
+    lines = [text[i:i + width] for text in lines for i in range(0, max(len(text), 1), width)]
+    return lines if len(lines) <= max_lines else lines[:max_lines - 1] + [lines[max_lines - 1][:width - 1] + "…"]
+
+
 def bar_chart(bars: list[tuple[str, float, float | None, str]], title: str, xlabel: str) -> str:
-    """Horizontal bars ``(label, value, err|None, hover text)`` with ±err whiskers; height grows with bars."""
-    height = max(120, _TOP + _BOTTOM + 22 * len(bars))
+    """Horizontal bars ``(label, value, err|None, hover text)`` with ±err whiskers; height grows with bars
+    and with labels that take several lines."""
+    labels = [wrap_label(label) for label, *_ in bars]
+    rows = [max(22, 12 * len(lines) + 8) for lines in labels]
+    height = max(120, _TOP + _BOTTOM + sum(rows))
     scale = _Axis([0.0] + [v + (e or 0) for _, v, e, _ in bars], 200, _W - _RIGHT, False, True)
     body = [f'<line x1="200" y1="{_TOP}" x2="200" y2="{height - _BOTTOM}" stroke="#333"/>']
     for tick in scale.ticks:
         px = scale(tick)
         body.append(f'<line x1="{px:.1f}" y1="{_TOP}" x2="{px:.1f}" y2="{height - _BOTTOM}" stroke="#ddd"/>'
                     f'<text x="{px:.1f}" y="{height - _BOTTOM + 14}" font-size="10" text-anchor="middle">{_fmt(tick)}</text>')
-    for i, (label, value, err, hover) in enumerate(bars):
-        top = _TOP + 4 + 22 * i
+    top = _TOP + 4
+    for i, ((_, value, err, hover), lines, row) in enumerate(zip(bars, labels, rows)):
         color = PALETTE[i % len(PALETTE)]
-        body.append(f'<text x="196" y="{top + 12}" font-size="10" text-anchor="end">{escape(label[:34])}</text>'
-                    f'<rect class="mark" x="200" y="{top}" width="{max(scale(value) - 200, 1):.1f}" height="16" '
+        middle = top + row / 2 - 4  # the bar in the middle of its row, beside its label's lines
+        first_y = middle + 4 - 6 * (len(lines) - 1)
+        text = "".join(f'<tspan x="196" y="{first_y + 12 * j:.0f}">{escape(line)}</tspan>' for j, line in enumerate(lines))
+        body.append(f'<text font-size="10" text-anchor="end">{text}</text>'
+                    f'<rect class="mark" x="200" y="{middle - 8:.0f}" width="{max(scale(value) - 200, 1):.1f}" height="16" '
                     f'fill="{color}"><title>{escape(hover)}</title></rect>')
         if err:
             lo, hi = scale(max(value - err, 0)), scale(value + err)
-            body.append(f'<line x1="{lo:.1f}" x2="{hi:.1f}" y1="{top + 8}" y2="{top + 8}" stroke="#000"/>')
+            body.append(f'<line x1="{lo:.1f}" x2="{hi:.1f}" y1="{middle:.0f}" y2="{middle:.0f}" stroke="#000"/>')
+        top += row
     body.append(f'<text x="{(200 + _W - _RIGHT) / 2}" y="{height - 8}" font-size="11" text-anchor="middle">{escape(xlabel)}</text>')
     return _frame(title, body, [], "bar", height)

@@ -30,8 +30,15 @@ def _ms(seconds: float | None) -> str:
     return "-" if seconds is None else f"{seconds * 1e3:.2f}"
 
 
-def _rate(value: float | None) -> str:
-    return "-" if value is None else f"{value:,.1f}"
+def rate_text(value: float | None) -> str:
+    """A throughput in significant digits: ``4,712``, ``123.4``, ``0.01234`` (one decimal showed a slow
+    workload's 0.012 samples/s as "0.0")."""
+    if value is None:
+        return "-"
+    if abs(value) >= 1000:
+        return f"{value:,.0f}"
+    return f"{value:.4g}"
+
 
 
 def run_table(records: Sequence[dict[str, Any]]) -> Table:
@@ -49,11 +56,23 @@ def run_table(records: Sequence[dict[str, Any]]) -> Table:
         procs = f"{spec.get('world_size') or spec.get('nproc', 1)}×{spec.get('threads') or '?'}"
         rows.append([
             spec["workload"], params or "-", spec.get("device_name") or spec.get("device", "?"), spec.get("precision", ""),
-            str(spec.get("batch_size", "")), procs, _rate(result.get("samples_per_s")), spread,
+            str(spec.get("batch_size", "")), procs, rate_text(result.get("samples_per_s")), spread,
             si(result.get("achieved_flops_per_s"), "FLOP/s"), "-" if mfu is None else f"{mfu:.1%}",
             r["status"] if r["status"] == "ok" else f"{r['status']}: {(r.get('error') or '')[:60]}",
         ])
     return columns, rows
+
+
+def common_columns(table: Table, names: Sequence[str] = ("device", "prec", "procs×threads")) -> tuple[Table, str]:
+    """Columns among ``names`` with one value in every row (two rows or more), moved out of the table into
+    a note (``"device: X, prec: fp32"``): a suite on one machine then fits a 100-column terminal."""
+    columns, rows = table
+    if len(rows) < 2:
+        return table, ""
+    same = [i for i, name in enumerate(columns) if name in names and len({row[i] for row in rows}) == 1]
+    note = ", ".join(f"{columns[i]} {rows[0][i]}" for i in same)
+    keep = [i for i in range(len(columns)) if i not in same]
+    return ([columns[i] for i in keep], [[row[i] for i in keep] for row in rows]), note
 
 
 def layout_label(spec: dict[str, Any]) -> str | None:
@@ -84,7 +103,7 @@ def token_table(records: Sequence[dict[str, Any]]) -> Table:
         measure = {"peak_rss": "RSS", "cuda_max_allocated": "CUDA"}.get(result.get("memory_measure"), "")
         sent = (result.get("comm") or {}).get("bytes_per_step_per_rank")
         rows.append([spec["workload"], layout_label(spec) or "-", str(spec.get("world_size") or 1),
-                     _rate(result["tokens_per_s"]), _rate(result.get("tokens_per_s_per_device")),
+                     rate_text(result["tokens_per_s"]), rate_text(result.get("tokens_per_s_per_device")),
                      _percent(result.get("formula_mfu")), _percent(result.get("mfu")),
                      f"{si(peak, 'B')} ({measure})" if peak else "-", si(sent, "B") if sent else "-", r["status"]])
     return columns, rows
@@ -100,7 +119,7 @@ def summary_table(summaries: Sequence[Any]) -> Table:
     rows = [
         [
             s.id, s.created_at[:19].replace("T", " "), s.workload, s.device_name, str(s.nproc), s.precision,
-            str(s.batch_size or ""), _rate(s.samples_per_s), _ms(s.step_time_median_s), s.torch_version,
+            str(s.batch_size or ""), rate_text(s.samples_per_s), _ms(s.step_time_median_s), s.torch_version,
             s.host, s.status, ",".join(f"{k}={v}" for k, v in sorted(s.tags.items())),
         ]
         for s in summaries
@@ -113,7 +132,7 @@ def compare_table(rows: Sequence[Any]) -> Table:
     columns = ["configuration", "A samples/s", "B samples/s", "B/A", "verdict"]
 
     def side(est) -> str:
-        return "-" if est is None else f"{est.samples_per_s:,.1f} ± {est.sem:,.1f} (n={est.runs})"
+        return "-" if est is None else f"{rate_text(est.samples_per_s)} ± {rate_text(est.sem)} (n={est.runs})"
 
     return columns, [
         [row.key, side(row.a), side(row.b), "-" if row.ratio is None else f"{row.ratio:.3f}", row.verdict]
@@ -137,8 +156,12 @@ def render(table: Table, title: str | None = None, file=None) -> None:
     columns, rows = [columns[i] for i in keep], [[row[i] for i in keep] for row in rows]
     out = RichTable(title=None if title is None else shown(title), header_style="bold")
     for name in columns:
-        numeric = any(word in name for word in ("samples/s", "ms", "FLOP", "MFU", "batch", "B/A"))
-        out.add_column(shown(name), justify="right" if numeric else "left", overflow="fold")
+        # whole words: "params" holds "ms" but is text (it was right-aligned)
+        numeric = any(word in name.replace("(", " ").split()
+                      for word in ("samples/s", "tokens/s", "ms", "FLOP/s", "MFU", "batch", "B/A"))
+        # long free text (a workload's parameters, an error) wraps inside its cell, not the whole row
+        wide = name in ("params", "status", "configuration", "tags")
+        out.add_column(shown(name), justify="right" if numeric else "left", overflow="fold", max_width=36 if wide else None)
     for row in rows:
         out.add_row(*(shown(cell) for cell in row))
     console = Console(file=file, soft_wrap=False)

@@ -111,7 +111,8 @@ def draw_timeline(fig, data: dict[str, Any]) -> None:
         if panel.get("ylim"):
             ax.set_ylim(*panel["ylim"])
         ax.grid(True, alpha=0.3)
-        ax.legend(fontsize="small", loc="upper right")
+        # beside the panel, not on it: inside, it covered the host's 100 % line
+        ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     axes[-1, 0].set_xlabel("seconds since the run started")
     fig.suptitle(data["title"])
     fig.tight_layout()

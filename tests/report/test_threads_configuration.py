@@ -1,0 +1,37 @@
+"""The CPU thread count is configuration (issue 24): 1- and 2-thread runs on a busy host differ 30-80x,
+so trend and compare keep them apart; a busy host's warning says what to do."""
+
+from __future__ import annotations
+
+import copy
+
+from _report_runs import TINY_LSTM, stored, variant
+
+from dlbench.api.runs import busy_warning
+from dlbench.cli.app import main
+from dlbench.report.compare import compare, config_key
+from dlbench.report.trend import trend
+from dlbench.store import open_store
+
+
+def test_trend_and_compare_keep_thread_counts_apart(tmp_path):
+    db = str(tmp_path / "runs.db")
+    assert main(["run", *TINY_LSTM, "--threads", "1", "--device", "cpu", "--db", db]) == 0
+    (one,) = stored(db)
+    two = variant(one, factor=0.02, minutes=1)
+    two["spec"] = copy.deepcopy(two["spec"]) | {"threads": 2}
+    store = open_store(db)
+    store.save(two)
+    store.close()
+    assert "threads=1" in config_key(one) and "threads=2" in config_key(two)
+    points = trend(stored(db), "date")
+    assert len(points) == 2 and {p.estimate.runs for p in points} == {1}
+    rows = compare([one], [two])
+    assert sorted(r.verdict for r in rows) == ["only in A", "only in B"]
+
+
+def test_a_busy_host_warning_advises_one_thread_only_when_several_run():
+    advice = busy_warning(100.0, 2, 2)
+    assert "already 100% busy" in advice and "2 threads on 2 busy core(s): try --threads 1" in advice
+    assert "--threads" not in busy_warning(100.0, 1, 2)
+    assert "--threads" not in busy_warning(100.0, 0, 2)  # no CPU run: a GPU's threads matter little
