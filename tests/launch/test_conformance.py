@@ -20,6 +20,7 @@ import pytest
 
 from dlbench.api.pipeline import execute
 from dlbench.api.resolve import resolve_batch, resolve_train
+from dlbench.api.signals import stop_on_signals
 from dlbench.engine.run import ResolvedRun
 from dlbench.errors import Terminated, UsageError
 from dlbench.launch import LAUNCHERS, Launcher, get_launcher, launcher_class
@@ -116,8 +117,8 @@ def test_sigterm_records_aborted_and_leaves_no_process(name, tmp_path, left_runn
     run = CASES[name](steps=10_000_000)
     timer = threading.Timer(8.0, os.kill, (os.getpid(), signal.SIGTERM))
     timer.start()
-    try:
-        with pytest.raises(Terminated):
+    try:  # the library leaves signals to its caller: this one opts in, as the CLI does
+        with pytest.raises(Terminated), stop_on_signals():
             execute(run, store, env={}, launcher=get_launcher(name))
     finally:
         timer.cancel()
