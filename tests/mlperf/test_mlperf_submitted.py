@@ -114,7 +114,7 @@ def test_a_failing_submission_keeps_the_reservations_of_jobs_already_submitted(t
     runs = resolve_launched("gnmt", tmp_path / "out", RunOptions(runs=2, system="ci"), "k8s", LaunchSettings(image="i"))
     with pytest.raises(UsageError):
         with reserved_results(runs):
-            JobRegistry().add("k8s", "default/job/j0", tmp_path / "j0", runs[0], [])  # run 0 went out
+            JobRegistry().add("k8s", "default/job/j0", tmp_path / "j0", runs[0], [{"id": "r0", "spec": {}}])  # run 0 went out
             raise UsageError("HTTP 403: jobs.batch is forbidden")
     folder = Path(runs[0].spec.result_file).parent
     assert [p.name for p in folder.iterdir()] == [".result_0.txt.pending"]
