@@ -77,7 +77,7 @@ _SPEC_TEXT = {"workload": 64, "device": 16, "precision": 8, "mode": 16}
 def record_problem(record: Any, finite: bool = True) -> str | None:
     """Why ``record`` is not a run record the store and the reports can use (one clause), or None when it is.
 
-    Checks the contract of DESIGN.md: ``schema_version``, ``id`` of :data:`ID_PATTERN`, ``created_at`` an ISO 8601
+    Checks the run record contract (docs/ARCHITECTURE.md): ``schema_version``, ``id`` of :data:`ID_PATTERN`, ``created_at`` an ISO 8601
     time, ``status`` one of :data:`STATUSES`, ``error`` text, ``spec`` a mapping with a workload and ``tags`` a
     mapping of text to text, ``env``/``result``/``telemetry`` mappings, whole numbers where the store keeps them;
     with ``finite`` (records from outside) no NaN or infinity anywhere."""

@@ -85,7 +85,7 @@ def _heartbeat(out: Path, launch, document: dict, progress: Progress, job, telem
 
     def give_up(message: str) -> None:
         partial = progress.partial_result()
-        _report(out, launch.rank, document, {"status": "failed", "error": message, "result": partial, "lost": True}
+        _report(out, launch.rank, document, {"status": "failed", "error": message, "result": partial}
                 | _batch_extras(job, document, launch, spec=False) | _telemetry_extras(telemetry, partial))
         os._exit(1)  # the main thread is blocked in a collective with the lost rank: nothing else would end it
 

@@ -134,11 +134,16 @@ def job_document(run: ResolvedRun) -> str:
 # -- the rank files (written by dlbench.api.worker, read by the executors) -----------------------
 
 
+def write_json_atomic(path: Path, doc: dict[str, Any]) -> None:
+    """``doc`` as JSON at ``path``, atomically: a reader on another node never sees half a file."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(doc, default=str))
+    tmp.replace(path)
+
+
 def write_status(out_dir: Path, rank: int, status: dict[str, Any]) -> None:
     """A rank's final report, atomically, so the launcher never reads half a file."""
-    tmp = out_dir / f".rank{rank}.{os.getpid()}.tmp"
-    tmp.write_text(json.dumps({"rank": rank, **status}, default=str))
-    tmp.replace(out_dir / f"rank{rank}.json")
+    write_json_atomic(out_dir / f"rank{rank}.json", {"rank": rank, **status})
 
 
 def mark_started(out_dir: Path, rank: int) -> None:

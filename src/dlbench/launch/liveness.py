@@ -32,6 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dlbench.launch._base import write_json_atomic
+
 #: Seconds between two heartbeats of a rank.
 HEARTBEAT_S = 2.0
 #: Seconds without an answer after which a rank (or the store) counts as lost, unless the run says otherwise.
@@ -101,7 +103,7 @@ class Heartbeat:
                "started": self.started, "store": f"{self.store_host}:{self.store_port}",
                "store_silent_s": round(cut_off_s, 1),
                "silent": {str(r): {"silent_s": round(s, 1), "host": h, "step": st} for r, (s, h, st) in silent.items()}}
-        write_atomic(self.out_dir / ALIVE.format(rank=self.rank), doc)
+        write_json_atomic(self.out_dir / ALIVE.format(rank=self.rank), doc)
         lost = {r: v for r, v in silent.items() if v[0] >= self.lost_after_s}
         if self._stop.is_set():
             return
@@ -158,12 +160,6 @@ class Heartbeat:
                 _, host, step = value.decode(errors="replace").split("|", 2)  # a rank not yet stamping is starting
                 silent[rank] = (now - last[1], host, step)
         return silent
-
-
-def write_atomic(path: Path, doc: dict[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(doc))
-    tmp.replace(path)
 
 
 def read_heartbeats(ranks_dir: Path) -> dict[int, dict[str, Any]]:
