@@ -77,7 +77,8 @@ def _heavy_code(function, depth: int = 0) -> str | None:
         source = inspect.getsource(function)
     except (OSError, TypeError):
         return None
-    source = source[re.search(r"^\s*(async\s+)?def ", source, re.M).start():]  # not its decorators' parameters
+    start = re.search(r"^\s*(async\s+)?def ", source, re.M)  # not its decorators' parameters
+    source = source[start.start():] if start else source  # a lambda or a class: all of it
     for pattern, reason in HEAVY_SOURCE.items():
         if pattern.search(source):
             return reason

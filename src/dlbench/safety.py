@@ -24,6 +24,13 @@ from pathlib import Path
 
 from dlbench.errors import UsageError
 
+#: Sensible limits of a job's size, so that a typo is one sentence instead of a MemoryError or a value a scheduler
+#: cannot hold: the largest machines have about 10,000 nodes and 8 GPUs (or a few hundred cores) per node.
+MAX_NODES = 65_536
+MAX_RANKS_PER_NODE = 1_024
+MAX_TIME_S = 366 * 86_400  # a year: beyond any queue's limit, and far inside int64 (activeDeadlineSeconds)
+MAX_SIGNAL_LEAD_S = 86_400
+
 #: What each kind of ``#SBATCH`` value may hold (Slurm's own syntax for it, and nothing the line parser reads).
 #: Names: partition, account, QOS and reservation names, comma-separated lists of them.
 _NAME = r"[A-Za-z0-9_.+\-]+"

@@ -21,14 +21,14 @@ from pydantic import (
 )
 
 from dlbench.errors import UsageError
-from dlbench.safety import sbatch_problem, shown
-
-#: Sensible limits of a job's size, so that a typo is one sentence instead of a MemoryError or a value a scheduler
-#: cannot hold: the largest machines have about 10,000 nodes and 8 GPUs (or a few hundred cores) per node.
-MAX_NODES = 65_536
-MAX_RANKS_PER_NODE = 1_024
-MAX_TIME_S = 366 * 86_400  # a year: beyond any queue's limit, and far inside int64 (activeDeadlineSeconds)
-MAX_SIGNAL_LEAD_S = 86_400
+from dlbench.safety import (
+    MAX_NODES,
+    MAX_RANKS_PER_NODE,
+    MAX_SIGNAL_LEAD_S,
+    MAX_TIME_S,
+    sbatch_problem,
+    shown,
+)
 
 
 class RunSpec(BaseModel):

@@ -149,6 +149,7 @@ def test_a_study_whose_processes_all_died_is_recovered_by_the_heartbeat(hpo, lef
     assert stale.state == TrialState.RUNNING
     out = hpo.cli("hpo", "run", "--resume", "crash")
     assert out.returncode == 0, out.stderr
+    assert "Using an existing study" not in out.stderr  # Optuna's own INFO lines stay quiet; dlbench reports
     trials = sorted(load(hpo.db, "crash").get_trials(), key=lambda t: t.number)
     assert [t.state for t in trials] == [TrialState.FAIL, TrialState.COMPLETE]
     assert trials[1].system_attrs["failed_trial"] == 0 and trials[1].params == stale.params

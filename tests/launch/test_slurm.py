@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -114,7 +115,8 @@ def test_a_failure_inside_the_job_reaches_the_user_in_one_sentence(slurm, tmp_pa
     code, _, err = dlbench(capsys, "run", *TINY, "--steps", "2", *SLURM, "--backend", "nccl", "--db", db)
     assert code == 1
     last = err.strip().splitlines()[-1]
-    assert last.startswith("dlbench: 1 of 1 run(s) did not finish: lstm failed (rank 0 failed:")
+    host = socket.gethostname()  # the rank's node is named: on a cluster, where to look
+    assert last.startswith(f"dlbench: 1 of 1 run(s) did not finish: lstm failed (rank 0 on {host} failed:")
     assert "nccl" in last and "Traceback" not in err
     assert open_store(db).records()[0]["status"] == "failed"
 

@@ -14,8 +14,7 @@ from typing import Any
 import typer
 
 from dlbench.errors import UsageError
-from dlbench.safety import printable
-from dlbench.spec import MAX_RANKS_PER_NODE
+from dlbench.safety import MAX_RANKS_PER_NODE, printable
 
 DB_OPTION = typer.Option(
     None, "--db", help="Results store: a SQLite file or SQLAlchemy URL (default: $DLBENCH_DB, else ~/.local/share/dlbench/runs.db).",

@@ -66,6 +66,7 @@ def run_study(spec: StudySpec | None, pipeline: Pipeline, db: str | None = None,
     ``address``: the Ray cluster of the ray engine (None: a local one, started and stopped here). With
     ``tensorboard``, every trial's run is also written there (one subdirectory per run)."""
     store = open_store(db)  # before any work: a store that cannot take the trials is exit 2 now
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # dlbench prints the study's progress itself
     board = {TENSORBOARD_ENV: str(check_logdir(tensorboard))} if tensorboard else {}
     url = storage_url(storage or (spec.storage if spec else None), db)
     if resume is not None:  # read first: a mistyped name or store creates nothing
@@ -91,6 +92,8 @@ def run_study(spec: StudySpec | None, pipeline: Pipeline, db: str | None = None,
         backend = hpo_storage.open_storage(url, spec.heartbeat_s, saver)
         study = hpo_storage.create_or_load(spec, backend, make_sampler(spec), make_pruner(spec), resume is not None,
                                            display(url))
+        if resume is not None:
+            hpo_storage.settle_earlier_runs(study, spec.heartbeat_s, log.warning)
         deadline = time.time() + spec.timeout_s if spec.timeout_s else None
         # the URLs go through the environment: a password never shows in the process list
         engine.run(StudyRun(

@@ -18,6 +18,7 @@ import contextlib
 import fcntl
 import os
 import sqlite3
+import time
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -25,6 +26,7 @@ from typing import Any
 import optuna
 import sqlalchemy as sa
 from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
+from optuna.storages._heartbeat import BaseHeartbeat
 from optuna.storages.journal import JournalFileBackend, JournalFileOpenLock, JournalStorage
 from optuna.trial import FrozenTrial, TrialState
 
@@ -199,6 +201,27 @@ def create_or_load(spec: StudySpec, storage, sampler, pruner, resume: bool, wher
     if not exists:
         study.set_user_attr(SPEC_ATTR, spec.as_doc())
     return study
+
+
+def settle_earlier_runs(study: optuna.Study, heartbeat_s: int, say: Callable[[str], Any]) -> None:
+    """A resumed study's trials still RUNNING belong to an earlier run that died (their heartbeats go stale
+    after 2 × ``heartbeat_s``; they are then failed and retried once) or to another live run. Wait for them
+    to go stale, at most the grace period and a poll, rather than count them as in progress and stop at once."""
+    storage = study._storage
+    if not isinstance(storage, BaseHeartbeat) or not storage.get_heartbeat_interval():  # journal: no heartbeat
+        return
+    running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+    if not running:
+        return
+    grace = 2 * heartbeat_s
+    say(f"{len(running)} trial(s) of an earlier run are still marked running: waiting up to {grace + 1} s for "
+        "their heartbeats (a live run keeps them; a dead one's are failed and retried)")
+    deadline = time.monotonic() + grace + 1
+    while True:
+        optuna.storages.fail_stale_trials(study)
+        if not study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)) or time.monotonic() >= deadline:
+            return
+        time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
 
 
 def study_doc(storage, name: str, where: str) -> dict[str, Any]:
