@@ -92,6 +92,9 @@ class StepContext:
         self.autocast = autocast
         self.scaler = scaler
         self.phase: Callable[[str], contextlib.AbstractContextManager] = unlabelled
+        # True: gradients are freed as soon as the optimizers have stepped, instead of living on through
+        # the next step's forward until its zero_grad (set by the engine for FSDP layouts)
+        self.release_gradients = False
 
     def backward_and_step(self, loss: torch.Tensor, optimizer: torch.optim.Optimizer) -> None:
         optimizer.zero_grad(set_to_none=True)
@@ -104,9 +107,13 @@ class StepContext:
                 self.scaler.step(optimizer)
 
     def end_step(self) -> None:
-        """Called once after all optimizers of a step have stepped (updates the grad scaler)."""
+        """Called once after all optimizers of a step have stepped (updates the grad scaler, and frees the
+        gradients when ``release_gradients`` is set)."""
         if self.scaler is not None:
             self.scaler.update()
+        if self.release_gradients:
+            for optimizer in self.optimizers:
+                optimizer.zero_grad(set_to_none=True)
 
 
 class Workload:

@@ -266,6 +266,10 @@ def prepare_layout(spec: RunSpec, workload: Workload, device: torch.device, batc
         batches = loader_batches(workload, batch_size, torch.Generator().manual_seed(seed), device, False,
                                  workers=spec.workers, steps=spec.warmup + spec.steps, seed=seed)
     step, ctx = _make_step(spec, workload, model, device)
+    # FSDP: the gradient shards are freed right after the optimizer step, so that the next forward's peak
+    # (activations, gathered parameters) does not also hold the last step's gradients; DDP, the baseline
+    # of the memory comparison, keeps the classic order (zero_grad just before backward)
+    ctx.release_gradients = layout.sharded
     if where is not None and layout.pp > 1:
         step = pipeline_step(workload, model, layout, where, device, ctx)
     sent, how = comm_bytes_per_step(layout, local_parameter_bytes(model))
