@@ -141,11 +141,21 @@ class LlamaNet(nn.Module):
             nn.init.trunc_normal_(param, std=std, a=-3 * std, b=3 * std)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        h = self.tok_embeddings(tokens) if self.tok_embeddings is not None else tokens  # (B, T, D)
+        h = self._embed(tokens) if self.tok_embeddings is not None else tokens  # (B, T, D)
         for layer in self.layers.values():
             h = layer(h, self.rope_cos, self.rope_sin)  # each attention takes the first T rows
         h = self.norm(h) if self.norm is not None else h
         return self.output(h) if self.output is not None else h  # (B, T, V) on the last stage
+
+    def _embed(self, tokens: torch.Tensor) -> torch.Tensor:
+        """The token embeddings; tied, the lookup's gradient is sparse (this batch's rows only). Its sum with
+        the output projection's dense gradient is the same, but a dense lookup gradient would be a second
+        full V x D tensor at the end of backward, plus a third for the sum: with FSDP the step's memory peak.
+        (Functional, not ``nn.Embedding(sparse=True)``: DDP would then expect a sparse gradient for the
+        shared weight and receive the dense sum. Under torch.compile the lookup stays dense, as before.)"""
+        if self.cfg.tied_embeddings and not torch.compiler.is_compiling():
+            return F.embedding(tokens, self.tok_embeddings.weight, sparse=True)
+        return self.tok_embeddings(tokens)
 
 
 def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

@@ -93,7 +93,10 @@ def shard(model: nn.Module, blocks: list[nn.Module], dp_mesh: DeviceMesh, layout
         # the last block's parameters are gathered again at once by backward: keeping them saves an all-gather
         reshard = layout.reshard_after_forward and i < len(blocks) - 1
         fully_shard(block, mesh=dp_mesh, reshard_after_forward=reshard, mp_policy=mp)
-    fully_shard(model, mesh=dp_mesh, reshard_after_forward=layout.reshard_after_forward, mp_policy=mp)
+    # the root's parameters (embeddings, output head) are the first that backward needs: resharding them after
+    # forward would only gather them again at once, a second full-size buffer at backward's start (torch's own
+    # default for the root)
+    fully_shard(model, mesh=dp_mesh, reshard_after_forward=False, mp_policy=mp)
     return model
 
 
