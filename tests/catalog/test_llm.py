@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import pytest
 import torch
 
 from dlbench.catalog import registry
+from dlbench.catalog._base import StepContext
 from dlbench.catalog.llm_config import PRESETS, flops_per_token, parameter_count
 from dlbench.cli.app import main
 from dlbench.engine.loop import count_flops
@@ -94,3 +97,53 @@ def test_unknown_preset_on_the_command_line_is_exit_2(capsys):
     assert main(["run", "llm", "-p", "preset=huge", "--no-store"]) == 2
     err = capsys.readouterr().err
     assert "preset" in err and "Traceback" not in err
+
+
+def _lookup_is_sparse(loss: torch.Tensor) -> bool:
+    """Whether the embedding lookup in ``loss``'s graph returns a sparse gradient."""
+    todo, seen = [loss.grad_fn], set()
+    while todo:
+        node = todo.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        if node.name() == "EmbeddingBackward0":
+            return node._saved_sparse
+        todo.extend(next_node for next_node, _ in node.next_functions)
+    raise AssertionError("no embedding lookup in the graph")
+
+
+def test_a_tied_lookup_is_sparse_and_gives_the_dense_gradient(monkeypatch):
+    # tied, the lookup's gradient is sparse and summed into the output projection's dense one (a memory
+    # saving); the weight's gradient must be what the dense lookup gives, which torch.compile keeps
+    workload = tiny(tied="true")
+    batch = workload.sample(4, torch.Generator().manual_seed(0))
+    grads, sparse = [], []
+    for compiling in (False, True):
+        monkeypatch.setattr(torch.compiler, "is_compiling", lambda compiling=compiling: compiling)
+        torch.manual_seed(0)
+        model = workload.build_model()
+        loss = workload.loss(model, batch)
+        sparse.append(_lookup_is_sparse(loss))
+        loss.backward()
+        grads.append(model.tok_embeddings.weight.grad)
+    assert sparse == [True, False]
+    assert not grads[0].is_sparse
+    torch.testing.assert_close(grads[0], grads[1])
+
+
+def test_an_untied_lookup_stays_dense():
+    workload = tiny(tied="false")
+    model = workload.build_model()
+    assert not _lookup_is_sparse(workload.loss(model, workload.sample(2, torch.Generator().manual_seed(0))))
+
+
+@pytest.mark.parametrize("release", [False, True])
+def test_release_gradients_frees_them_right_after_the_step(release):
+    # what FSDP layouts set: the gradients do not live on into the next step's forward
+    workload = tiny()
+    model = workload.build_model()
+    ctx = StepContext([torch.optim.SGD(model.parameters(), lr=0.1)], contextlib.nullcontext)
+    ctx.release_gradients = release
+    workload.train_step(model, workload.sample(2, torch.Generator().manual_seed(0)), ctx)
+    assert all((p.grad is None) == release for p in model.parameters())

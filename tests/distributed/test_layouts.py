@@ -32,17 +32,22 @@ def run_json(capsys, *argv):
     return code, json.loads(capsys.readouterr().out)
 
 
-@pytest.fixture(scope="module")
-def single_process_loss():
+def one_process_loss(tied: str, optimizer: str = "sgd") -> float:
+    """The final loss of the tiny preset trained by one process: the reference every layout must match."""
     import torch
 
     from dlbench.catalog import registry
     from dlbench.engine.loop import measure
     from dlbench.spec import RunSpec
 
-    spec = RunSpec(workload="llm", params={"preset": "tiny", "tied": "false"}, steps=2, warmup=1, threads=1,
-                   telemetry=False)
+    spec = RunSpec(workload="llm", params={"preset": "tiny", "tied": tied}, steps=2, warmup=1, threads=1,
+                   optimizer=optimizer, telemetry=False)
     return measure(spec, registry.create("llm", spec.params), torch.device("cpu"), 8)["final_loss"]
+
+
+@pytest.fixture(scope="module")
+def single_process_loss():
+    return one_process_loss("false")
 
 
 @pytest.mark.slow
@@ -72,6 +77,17 @@ def test_every_layout_trains_the_same_model(capsys, db, single_process_loss, lay
         assert result["comm"]["bytes_per_step_per_rank"] > 0
     stored = open_store(str(db)).get(record["id"])
     assert stored["spec"]["layout"] == described
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("parallel", ["ddp", "fsdp"])
+def test_tied_embeddings_train_the_same_model(capsys, db, parallel):
+    # tied, the lookup's gradient is sparse and summed into the output projection's (catalog.llama): the
+    # shared weight's dense gradient must reach DDP's all-reduce and FSDP's reduce-scatter unchanged
+    argv = [a if a != "tied=false" else "tied=true" for a in TINY]
+    code, record = run_json(capsys, *argv, "--nproc", "2", "--parallel", parallel, "--optimizer", "adam")
+    assert code == 0, record["error"]
+    assert record["result"]["final_loss"] == pytest.approx(one_process_loss("true", "adam"), rel=LOSS_RTOL)
 
 
 @pytest.mark.parametrize("argv, fragment", [
