@@ -5,7 +5,18 @@ torchrun --standalone --nproc-per-node 2 bench/_fsdp_memory_probe.py PARALLEL ST
 Runs ``engine.loop.measure`` as a rank of ``dlbench run`` does (Adam, 1 warm-up step, fp32), with the
 engine's build, FLOP count, parallelisation, optimizer creation and each step's forward, backward and
 optimizer step wrapped to log the resident set now and the peak so far. Every rank prints one JSON line:
-``[[phase, rss_now_bytes, peak_rss_bytes], ...]``. Measurement only: nothing in dlbench is changed.
+``{"rank": R, "phases": [[phase, rss_now_bytes, peak_rss_bytes], ...]}``. Measurement only: dlbench's
+functions are wrapped in this process, not changed. Run it with ``MALLOC_MMAP_THRESHOLD_=65536
+OMP_NUM_THREADS=1`` as bench/llm_fsdp.py runs the ranks, e.g. (the 125m preset as the memory goal measures it)::
+
+    torchrun --standalone --nproc-per-node 2 bench/_fsdp_memory_probe.py fsdp 3 '{"preset": "125m", "seq_len": 128}' 2
+
+Options by environment: ``PROBE_LIVE=1`` adds the bytes of every live tensor's storage the garbage collector
+can see (parameters, gradients, optimizer state; not autograd's saved activations) to the coarse phases;
+``PROBE_DETAIL=1`` logs every FSDP2 unit's all-gather, reshard and reduce-scatter; ``PROBE_PROFILE=PREFIX``
+profiles the second step with the memory profiler (PREFIX.rankR.raw.json.gz, PREFIX.rankR.trace.json: the
+allocations alive at the peak, by operator); ``PROBE_RELEASE_GRADIENTS=1`` frees the gradients after every
+step whatever the layout (what DDP would hold if it did what FSDP layouts do).
 """
 
 import gc

@@ -9,6 +9,7 @@
    that baseline. The ranks run with ``MALLOC_MMAP_THRESHOLD_=65536``: glibc otherwise raises its mmap
    threshold as large blocks are freed and serves FSDP's per-step gather buffers from a fragmenting heap,
    so the resident set grows step after step (~0.4 GB a step here) without any live tensor behind it.
+   bench/_fsdp_memory_probe.py shows where a rank's peak comes from, phase by phase.
 
     python bench/llm_fsdp.py [--pairs 3] [--steps 10] [--part both|throughput|memory]
 

@@ -149,8 +149,8 @@ class LlamaNet(nn.Module):
 
     def _embed(self, tokens: torch.Tensor) -> torch.Tensor:
         """The token embeddings; tied, the lookup's gradient is sparse (this batch's rows only). Its sum with
-        the output projection's dense gradient is the same, but a dense lookup gradient would be a second
-        full V x D tensor at the end of backward, plus a third for the sum: with FSDP the step's memory peak.
+        the output projection's dense gradient is the same, but a dense lookup gradient would be one more
+        full V x D tensor at the end of backward (with FSDP, where the step's memory peaked: bench/RESULTS.md).
         (Functional, not ``nn.Embedding(sparse=True)``: DDP would then expect a sparse gradient for the
         shared weight and receive the dense sum. Under torch.compile the lookup stays dense, as before.)"""
         if self.cfg.tied_embeddings and not torch.compiler.is_compiling():

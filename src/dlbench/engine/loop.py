@@ -272,9 +272,17 @@ def prepare_layout(spec: RunSpec, workload: Workload, device: torch.device, batc
     ctx.release_gradients = layout.sharded
     if where is not None and layout.pp > 1:
         step = pipeline_step(workload, model, layout, where, device, ctx)
-    sent, how = comm_bytes_per_step(layout, local_parameter_bytes(model))
+    sent, how = comm_bytes_per_step(layout, local_parameter_bytes(model), _regathered_bytes(workload, model, layout))
     comm = {"bytes_per_step_per_rank": sent, "counted": how}
     return Prepared(workload, model, device, step, batches, batch_size, ctx, layout, flops_per_sample, comm)
+
+
+def _regathered_bytes(workload: Workload, model: torch.nn.Module, layout: Layout) -> int:
+    """This rank's parameter bytes that FSDP gathers a second time, for backward: every block resharded
+    after forward (all but the last, engine.parallel.shard); none without sharding or resharding."""
+    if not (layout.sharded and layout.reshard_after_forward):
+        return 0
+    return sum(local_parameter_bytes(block) for block in workload.transformer_blocks(model)[:-1])
 
 
 def _count_whole_model_flops(workload: Workload, model: torch.nn.Module, seed: int) -> float | None:

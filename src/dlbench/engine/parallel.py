@@ -194,13 +194,15 @@ def peak_memory(device: torch.device, before_model_bytes: int) -> dict[str, Any]
     return {"peak_memory_bytes": peak, "memory_before_model_bytes": before_model_bytes, "memory_measure": measure}
 
 
-def comm_bytes_per_step(layout: Layout, param_bytes_per_rank: int) -> tuple[int | None, str]:
+def comm_bytes_per_step(layout: Layout, param_bytes_per_rank: int,
+                        regathered_bytes_per_rank: int = 0) -> tuple[int | None, str]:
     """Bytes each rank sends per step by the ring algorithms' cost model, and how they were counted.
 
     DDP all-reduces every gradient: 2(n-1)/n × the model's bytes. FSDP all-gathers the parameters for
-    forward (and again for backward when it resharded after forward) and reduce-scatters the gradients,
-    (n-1)/n × the full bytes each, the full bytes being n × this rank's shard. Tensor- and
-    pipeline-parallel traffic (activations) is not counted.
+    forward and reduce-scatters the gradients, (n-1)/n × the full bytes each (the full bytes being n ×
+    this rank's shard), and gathers again for backward what was resharded after forward
+    (``regathered_bytes_per_rank``: this rank's shards of those blocks; the root and the last block stay
+    gathered). Tensor- and pipeline-parallel traffic (activations) is not counted.
     """
     n = layout.dp
     if layout.tp > 1 or layout.pp > 1:
@@ -208,6 +210,6 @@ def comm_bytes_per_step(layout: Layout, param_bytes_per_rank: int) -> tuple[int 
     if n == 1:
         return 0, "none (one rank)"
     if layout.sharded:
-        passes = 3 if layout.reshard_after_forward else 2
-        return passes * (n - 1) * param_bytes_per_rank, f"ring model: {passes} x (n-1)/n x parameter bytes"
+        sent = (n - 1) * (2 * param_bytes_per_rank + regathered_bytes_per_rank)
+        return sent, "ring model: 2 x (n-1)/n x parameter bytes + (n-1)/n x those of blocks resharded after forward"
     return int(2 * (n - 1) / n * param_bytes_per_rank), "ring model: all-reduce, 2(n-1)/n x gradient bytes"
