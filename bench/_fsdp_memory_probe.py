@@ -24,6 +24,7 @@ import json
 import os
 import resource
 import sys
+import warnings
 
 import psutil
 import torch
@@ -46,11 +47,12 @@ def log(phase: str, live: bool = False) -> None:
 def live_tensor_bytes() -> int:
     """Bytes of the distinct storages of every tensor the garbage collector can see (what is really live)."""
     seen = {}
-    for obj in gc.get_objects():
-        if isinstance(obj, torch.Tensor) and not obj.is_meta:
-            local = obj.to_local() if hasattr(obj, "to_local") else obj
-            storage = local.untyped_storage()
-            seen[storage.data_ptr()] = storage.nbytes()
+    with warnings.catch_warnings():  # isinstance on every object touches deprecated module attributes
+        warnings.simplefilter("ignore")
+        tensors = [obj for obj in gc.get_objects() if isinstance(obj, torch.Tensor) and not obj.is_meta]
+    for obj in tensors:
+        storage = (obj.to_local() if hasattr(obj, "to_local") else obj).untyped_storage()
+        seen[storage.data_ptr()] = storage.nbytes()
     return sum(seen.values())
 
 
