@@ -79,11 +79,17 @@ def _record(prepared, spec, path: Path) -> None:
     try:
         with profile(activities=activities, schedule=plan, record_shapes=True, profile_memory=True,
                      with_stack=spec.profile_stacks, on_trace_ready=lambda p: p.export_chrome_trace(str(path))) as prof:
-            for _ in range(PROFILE_WARMUP + spec.profile_steps):
+            for i in range(PROFILE_WARMUP + spec.profile_steps):
                 with record_function("dlbench.data"):
                     batch = next(prepared.batches)
                 with record_function("dlbench.train_step"):
                     prepared.step(batch)
+                if i == PROFILE_WARMUP - 1 and ctx is not None:
+                    # memory is tracked from the first recorded step on: gradients the unrecorded step
+                    # allocated would be freed (zero_grad) under tracking, and torch warns "Memory block
+                    # of unknown size was allocated before the profiling started"; each step makes them anew
+                    for optimizer in ctx.optimizers:
+                        optimizer.zero_grad(set_to_none=True)
                 prof.step()
             if prepared.device.type == "cuda":
                 torch.cuda.synchronize(prepared.device)
