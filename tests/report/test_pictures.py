@@ -36,7 +36,9 @@ def test_a_long_chart_title_wraps_onto_two_lines_instead_of_running_off():
 
 
 def _scale_run(n: int, rate: float, step_times_s: list[float]) -> dict:
-    return {"status": "ok", "spec": {"workload": "lstm", "world_size": n, "batch_size": 4, "device_name": "cpu"},
+    return {"id": f"run{n}{rate:g}", "created_at": "2026-12-01T00:00:00", "status": "ok",
+            "spec": {"workload": "lstm", "world_size": n, "batch_size": 4, "device_name": "cpu", "mode": "train",
+                     "tags": {"scale_series": "abc123"}},
             "result": {"samples_per_s": rate, "step_times_s": step_times_s}}
 
 
@@ -64,3 +66,15 @@ def test_scaling_png_has_error_bars_from_repeats_or_step_times_and_an_axis_from_
     assert segments == [pytest.approx([low, high]), pytest.approx([9000.0, 9400.0])]
     assert ax_rate.get_ylim()[0] == 0  # from zero, not from the lowest point
     assert "bars" in ax_rate.get_title() and any("percentile" in t.get_text() for t in fig.texts)
+
+
+def test_the_reports_scaling_throughput_has_the_same_whiskers():
+    from dlbench.report import sections
+    from dlbench.report.html import _scaling_section
+
+    steps = [0.010] * 8 + [0.008, 0.020]
+    series = sections.scaling([_scale_run(1, 5000.0, steps), _scale_run(2, 9000.0, steps), _scale_run(2, 9400.0, steps)])
+    assert [r["samples_per_s_spread"] for r in series[0]["rows"]][1] == (9000.0, 9400.0)
+    page = _scaling_section(series, [])
+    assert len(re.findall(r'<line class="whisker"', page)) == 2  # one per count, on the throughput chart only
+    assert "10th to 90th percentile" in page  # the method note says what they span
