@@ -279,8 +279,9 @@ def traffic(workload: Workload, model: torch.nn.Module, batch_size: int, precisi
     run's precision: autocast keeps block outputs in bf16/fp16) through the blocks it runs."""
     activations, logits = workload.activation_elements(batch_size)
     element_bytes = 2 if precision in ("bf16", "fp16") else 4
+    inner = model.module if isinstance(model, DistributedDataParallel) else model  # DDP wraps the model
     return Traffic(local_parameter_bytes(model), activations * element_bytes, logits * element_bytes,
-                   len(workload.transformer_blocks(model)))
+                   len(workload.transformer_blocks(inner)))
 
 
 def _count_whole_model_flops(workload: Workload, model: torch.nn.Module, seed: int) -> float | None:
