@@ -205,7 +205,9 @@ class LiveTable:
             from rich.console import Console
             from rich.live import Live
 
-            self.live = Live(console=Console(stderr=True), refresh_per_second=2, transient=False)
+            # refreshed by update() (the engine polls about twice a second), not by a thread of its own: a
+            # single-threaded process can start its workers as forks of itself (dlbench.hpo.fork)
+            self.live = Live(console=Console(stderr=True), auto_refresh=False, transient=False)
             self.live.start()
         return self
 
@@ -220,7 +222,7 @@ class LiveTable:
         trials = study.get_trials(deepcopy=False)
         rows = table_rows(trials, spec.direction)
         if self.live is not None:
-            self.live.update(table(rows, spec, counts(trials), best_trial(trials, spec.direction)))
+            self.live.update(table(rows, spec, counts(trials), best_trial(trials, spec.direction)), refresh=True)
             return
         for line in progress_lines(rows, self.seen, time.monotonic() - self.started):
             info(line)

@@ -9,27 +9,26 @@ worker (their trials are queued again for ``--resume``) and re-raises.
 Worker i is pinned to GPU i through ``CUDA_VISIBLE_DEVICES`` when there are GPUs, else to its own share of
 the CPU cores (``DLBENCH_HPO_CORES``, applied by the worker with ``sched_setaffinity``).
 
-A study of one worker whose trials are external commands runs that worker in this process instead
-(:meth:`LocalEngine.run_here`): each trial is its own process anyway, and a second Python that imports
-dlbench, Optuna and SQLAlchemy and opens the storage again would cost seconds before the first trial.
+A worker is ``dlbench hpo worker`` in a fork of this process where that is safe (:mod:`dlbench.hpo.fork`):
+it starts with dlbench, Optuna and SQLAlchemy already imported instead of spending seconds on them.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import socket
 import subprocess
-import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Sequence
 
 from dlbench.errors import BenchmarkFailed, Terminated, UsageError
-from dlbench.hpo._base import STOP_GRACE_S, WORKER_ENV, StudyRun, WorkerEngine, WorkerPlan
-from dlbench.hpo.command import die_with_parent
+from dlbench.hpo import fork
+from dlbench.hpo._base import STOP_GRACE_S, WORKER_ENV, WorkerEngine, WorkerPlan
 
 CORES_ENV = "DLBENCH_HPO_CORES"
+#: Seconds between two looks at the study (the live table, work left) while workers run.
+POLL_S = 0.5
 
 
 def pinning(workers: int, gpus: int, cpus: Sequence[int]) -> list[dict[str, str]]:
@@ -86,23 +85,6 @@ class LocalEngine(WorkerEngine):
         return [WorkerPlan(tuple(worker_argv) + ("--index", str(i)), env | {WORKER_ENV: f"{host}:w{i}"}, f"{host}:w{i}")
                 for i, env in enumerate(pinning(workers, self.gpus, self.cpus))]
 
-    def run(self, job: StudyRun) -> None:
-        if job.spec.workers == 1 and job.spec.objective.kind == "command":
-            self.run_here(job)
-        else:
-            super().run(job)
-
-    def run_here(self, job: StudyRun) -> None:
-        """The study's one worker in this process, with the environment a worker process would get (its
-        pinning, the store and storage); ``on_poll`` from a thread while a trial runs."""
-        from dlbench.hpo.run import TENSORBOARD_ENV, take_trials  # hpo.run imports this module
-        from dlbench.report.tensorboard import with_tensorboard
-
-        plan = self.plan((), 1)[0]
-        store = with_tensorboard(job.store, job.worker_env.get(TENSORBOARD_ENV))
-        with _environ(plan.env | job.worker_env), _polling(job.on_poll):
-            take_trials(job.study, job.spec, store, job.pipeline, 0, job.deadline)
-
     def run_workers(self, plans, study, work_left, on_dead, on_poll=None):
         running: dict[int, subprocess.Popen] = {}
         idle: set[int] = set()  # workers that ended finding no work: started again only if work appears
@@ -127,16 +109,24 @@ class LocalEngine(WorkerEngine):
                     if i not in running and more and (i not in idle or not running):
                         idle.discard(i)
                         # Ctrl-C reaches us only: we stop them; killed (SIGKILL), we leave none running
-                        running[i] = subprocess.Popen(list(plan.argv), env={**os.environ, **plan.env},
-                                                      start_new_session=True, preexec_fn=die_with_parent(signal.SIGTERM))
+                        running[i] = fork.start(plan.argv, plan.env)
                 if on_poll is not None:
                     on_poll()
                 if not running and not more:
                     return
-                time.sleep(0.5)
+                _until_one_exits(running.values(), POLL_S)
         except (Terminated, KeyboardInterrupt) as exc:
             _stop(running.values(), exc.signum if isinstance(exc, Terminated) else signal.SIGINT)
             raise
+
+
+def _until_one_exits(procs, timeout_s: float) -> None:
+    """Wait ``timeout_s``, or less when a worker exits meanwhile (the last trial's end is seen at once)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if any(proc.poll() is not None for proc in procs):
+            return
+        time.sleep(0.05)
 
 
 def _stop(procs, signum: int = signal.SIGTERM) -> None:
@@ -153,41 +143,3 @@ def _stop(procs, signum: int = signal.SIGTERM) -> None:
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-
-
-@contextlib.contextmanager
-def _environ(values: Mapping[str, str]) -> Iterator[None]:
-    """``values`` set in this process's environment (inherited by the trials' commands), restored after."""
-    before = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for key, value in before.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-
-
-@contextlib.contextmanager
-def _polling(on_poll, every_s: float = 1.0) -> Iterator[None]:
-    """``on_poll()`` about every second from a thread (the live table) while the block runs, and once at its end."""
-    if on_poll is None:
-        yield
-        return
-    stop = threading.Event()
-
-    def poll() -> None:
-        while not stop.wait(every_s):
-            with contextlib.suppress(Exception):  # a table that cannot refresh must not cost the study
-                on_poll()
-
-    thread = threading.Thread(target=poll, name="dlbench-hpo-table", daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join()
-    on_poll()  # the table's last state (not after a signal: the study's stop is reported instead)

@@ -65,7 +65,6 @@ def run_study(spec: StudySpec | None, pipeline: Pipeline, db: str | None = None,
     """Run a study to its budget (``spec``), or carry study ``resume`` on; returns the study.
     ``address``: the Ray cluster of the ray engine (None: a local one, started and stopped here). With
     ``tensorboard``, every trial's run is also written there (one subdirectory per run)."""
-    prime_host_load()  # a worker in this process records the host's load over the study's start
     store = open_store(db)  # before any work: a store that cannot take the trials is exit 2 now
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # dlbench prints the study's progress itself
     board = {TENSORBOARD_ENV: str(check_logdir(tensorboard))} if tensorboard else {}
@@ -132,7 +131,7 @@ def work_left(study: optuna.Study, spec: StudySpec, deadline: float | None) -> b
 def run_worker(name: str, url: str | None, db: str | None, pipeline: Pipeline, index: int = 0,
                deadline: float | None = None) -> None:
     """One worker: take trials of study ``name`` one after the other until none is left."""
-    prime_host_load()  # the host's load over this worker's start, not a sample of its own
+    prime_host_load()  # the host's load over this worker's start: no sample of its own to wait for
     url = storage_url(url or os.environ.get(STORAGE_ENV), db)
     apply_pinning()
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # the engine shows progress, not each worker
@@ -140,16 +139,8 @@ def run_worker(name: str, url: str | None, db: str | None, pipeline: Pipeline, i
     spec = parse_study(hpo_storage.study_doc(hpo_storage.open_storage(url), name, display(url)), f"study {name}")
     backend = hpo_storage.open_storage(url, spec.heartbeat_s, _dead_saver(spec, store))
     study = optuna.load_study(study_name=name, storage=backend, pruner=make_pruner(spec))
-    take_trials(study, spec, store, pipeline, index, deadline)
-
-
-def take_trials(study: optuna.Study, spec: StudySpec, store, pipeline: Pipeline, index: int = 0,
-                deadline: float | None = None, after_trial: Callable[[], Any] | None = None) -> None:
-    """Worker ``index``'s loop on an open ``study`` (its own process's, or the driver's for a study the local
-    engine runs in its own process): trials one after the other until none is left; ``after_trial`` is
-    called when each has ended. A signal requeues the running trial and is raised again."""
     study.sampler = make_sampler(spec, index, _trials_before(study))
-    # a command trial runs its own process: this one needs no torch (seconds to import), only its version
+    # a command trial runs in its own process: the worker needs no torch (seconds to import), only its version
     env = capture_env(import_torch=spec.objective.kind != "command") | {"host_load": host_load(sample_s=0)}
     from dlbench.hpo.objective import TrialFailed, TrialObjective  # the run's machinery: only where trials run
 
@@ -161,8 +152,6 @@ def take_trials(study: optuna.Study, spec: StudySpec, store, pipeline: Pipeline,
             if objective.current is not None:  # recorded aborted; failed here and queued for --resume
                 hpo_storage.requeue_interrupted(study, objective.current, f"stopped by {_signal_name(exc)}; queued again")
             raise
-        if after_trial is not None:
-            after_trial()
 
 
 def _trials_before(study: optuna.Study) -> int:
