@@ -27,8 +27,9 @@ from dlbench.hpo import fork
 from dlbench.hpo._base import STOP_GRACE_S, WORKER_ENV, WorkerEngine, WorkerPlan
 
 CORES_ENV = "DLBENCH_HPO_CORES"
-#: Seconds between two looks at the study (the live table, work left) while workers run.
-POLL_S = 0.5
+#: Seconds between two looks at the study (the live table, work left) while workers run: each look reads
+#: every trial, beside the workers' own writes; a worker's exit is seen sooner (:func:`_until_one_exits`).
+POLL_S = 1.0
 
 
 def pinning(workers: int, gpus: int, cpus: Sequence[int]) -> list[dict[str, str]]:

@@ -137,7 +137,7 @@ def run_worker(name: str, url: str | None, db: str | None, pipeline: Pipeline, i
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # the engine shows progress, not each worker
     store = with_tensorboard(open_store(db), os.environ.get(TENSORBOARD_ENV))
     spec = parse_study(hpo_storage.study_doc(hpo_storage.open_storage(url), name, display(url)), f"study {name}")
-    backend = hpo_storage.open_storage(url, spec.heartbeat_s, _dead_saver(spec, store))
+    backend = hpo_storage.open_storage(url, spec.heartbeat_s, _dead_saver(spec, store), checked=True)
     study = optuna.load_study(study_name=name, storage=backend, pruner=make_pruner(spec))
     study.sampler = make_sampler(spec, index, _trials_before(study))
     # a command trial runs in its own process: the worker needs no torch (seconds to import), only its version
