@@ -24,7 +24,7 @@ from collections.abc import Sequence
 
 from dlbench.errors import BenchmarkFailed, Terminated, UsageError
 from dlbench.hpo import fork
-from dlbench.hpo._base import STOP_GRACE_S, WORKER_ENV, WorkerEngine, WorkerPlan
+from dlbench.hpo._base import STOP_GRACE_S, STORAGE_CHECKED_ENV, WORKER_ENV, WorkerEngine, WorkerPlan
 
 CORES_ENV = "DLBENCH_HPO_CORES"
 #: Seconds between two looks at the study (the live table, work left) while workers run: each look reads
@@ -83,7 +83,8 @@ class LocalEngine(WorkerEngine):
 
     def plan(self, worker_argv, workers):
         host = socket.gethostname()
-        return [WorkerPlan(tuple(worker_argv) + ("--index", str(i)), env | {WORKER_ENV: f"{host}:w{i}"}, f"{host}:w{i}")
+        return [WorkerPlan(tuple(worker_argv) + ("--index", str(i)),
+                           env | {WORKER_ENV: f"{host}:w{i}", STORAGE_CHECKED_ENV: "1"}, f"{host}:w{i}")
                 for i, env in enumerate(pinning(workers, self.gpus, self.cpus))]
 
     def run_workers(self, plans, study, work_left, on_dead, on_poll=None):

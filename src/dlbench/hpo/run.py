@@ -24,7 +24,7 @@ from dlbench.config import load_yaml
 from dlbench.env import capture_env, host_load, prime_host_load
 from dlbench.errors import Terminated, UsageError
 from dlbench.hpo import storage as hpo_storage
-from dlbench.hpo._base import STORAGE_ENV, Pipeline, StudyRun, engine_class
+from dlbench.hpo._base import STORAGE_CHECKED_ENV, STORAGE_ENV, Pipeline, StudyRun, engine_class
 from dlbench.hpo.local import apply_pinning
 from dlbench.hpo.search import make_pruner, make_sampler, trial_budget
 from dlbench.hpo.study import StudySpec, parse_study
@@ -104,6 +104,7 @@ def run_study(spec: StudySpec | None, pipeline: Pipeline, db: str | None = None,
             on_poll=(lambda: on_poll(study, spec)) if on_poll else None, address=address, deadline=deadline))
     finally:
         engine.close()
+        store.close()
     return study
 
 
@@ -136,7 +137,9 @@ def run_worker(name: str, url: str | None, db: str | None, pipeline: Pipeline, i
     apply_pinning()
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # the engine shows progress, not each worker
     store = with_tensorboard(open_store(db), os.environ.get(TENSORBOARD_ENV))
-    spec = parse_study(hpo_storage.study_doc(hpo_storage.open_storage(url), name, display(url)), f"study {name}")
+    checked = os.environ.get(STORAGE_CHECKED_ENV) == "1"  # by the driver, with this Optuna
+    spec = parse_study(hpo_storage.study_doc(hpo_storage.open_storage(url, checked=checked), name, display(url)),
+                       f"study {name}")
     backend = hpo_storage.open_storage(url, spec.heartbeat_s, _dead_saver(spec, store), checked=True)
     study = optuna.load_study(study_name=name, storage=backend, pruner=make_pruner(spec))
     study.sampler = make_sampler(spec, index, _trials_before(study))
