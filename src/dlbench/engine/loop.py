@@ -30,6 +30,7 @@ from dlbench.engine.data import file_batches, loader_batches, resident_batches, 
 from dlbench.engine.devices import device_name, peak_flops_per_s
 from dlbench.engine.dist import DistContext
 from dlbench.engine.parallel import (
+    Traffic,
     comm_bytes_per_step,
     global_batch_slice,
     local_parameter_bytes,
@@ -248,9 +249,18 @@ def prepare_layout(spec: RunSpec, workload: Workload, device: torch.device, batc
     step, ctx = _make_step(spec, workload, model, device)
     if where is not None and layout.pp > 1:
         step = pipeline_step(workload, model, layout, where, device, ctx)
-    sent, how = comm_bytes_per_step(layout, local_parameter_bytes(model))
+    sent, how = comm_bytes_per_step(layout, traffic(workload, model, batch_size, spec.precision))
     comm = {"bytes_per_step_per_rank": sent, "counted": how}
     return Prepared(workload, model, device, step, batches, batch_size, ctx, layout, flops_per_sample, comm)
+
+
+def traffic(workload: Workload, model: torch.nn.Module, batch_size: int, precision: str) -> Traffic:
+    """This rank's figures for the traffic model: parameter bytes, and the activations of its batch (in the
+    run's precision: autocast keeps block outputs in bf16/fp16) through the blocks it runs."""
+    activations, logits = workload.activation_elements(batch_size)
+    element_bytes = 2 if precision in ("bf16", "fp16") else 4
+    return Traffic(local_parameter_bytes(model), activations * element_bytes, logits * element_bytes,
+                   len(workload.transformer_blocks(model)))
 
 
 def _count_whole_model_flops(workload: Workload, model: torch.nn.Module, seed: int) -> float | None:
