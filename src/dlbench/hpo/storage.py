@@ -55,16 +55,26 @@ def open_storage(url: str, heartbeat_s: int = 30, on_dead: OnDead | None = None,
     path = sqlite_path(url)
     try:
         with _init_lock(path):
+            # tables this process creates now match its Optuna: no check (it reads every migration script again)
+            fresh = path is not None and not checked and not _has_studies(path)
             storage = RDBStorage(url, engine_kwargs={"connect_args": {"timeout": BUSY_TIMEOUT_S}} if path else {},
                                  heartbeat_interval=heartbeat_s or None, grace_period=2 * heartbeat_s or None,
-                                 heartbeat_stale_trial_callback=retry, skip_compatibility_check=checked,
+                                 heartbeat_stale_trial_callback=retry, skip_compatibility_check=checked or fresh,
                                  skip_table_creation=checked)
-    except (sa.exc.SQLAlchemyError, ImportError, ValueError, OSError) as exc:
+    except (sa.exc.SQLAlchemyError, sqlite3.Error, ImportError, ValueError, OSError) as exc:
         raise UsageError(f"cannot open the study storage {display(url)} ({str(exc).splitlines()[0]}); give "
                          "--storage a writable SQLite file, a PostgreSQL URL or journal:PATH.") from None
     if path is not None:
         _immediate(storage.engine)
     return storage
+
+
+def _has_studies(path) -> bool:
+    """Whether the SQLite file at ``path`` holds Optuna's tables already (a missing file holds none)."""
+    if not path.is_file():
+        return False
+    with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S)) as conn:
+        return conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'studies'").fetchone() is not None
 
 
 def close_storage(study: optuna.Study) -> None:
