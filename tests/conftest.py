@@ -47,10 +47,23 @@ HEAVY_SOURCE = {
 
 
 def pytest_collection_modifyitems(config, items):
-    """Mark ``slow`` every test that uses a heavy fixture or whose code starts heavy processes."""
+    """Mark ``slow`` every test that uses a heavy fixture or whose code starts heavy processes; under
+    pytest-xdist (``-n 2 --dist loadgroup``), keep the tests of one heavy fixture on one worker."""
     for item in items:
         if item.get_closest_marker("slow") is None and heavy_reason(item):
             item.add_marker(pytest.mark.slow)
+        group = xdist_group(item)
+        if group:
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
+def xdist_group(item) -> str | None:
+    """The worker group of ``item``: the heavy fixture it shares with other tests (built once per worker,
+    so its tests stay together), or the one PostgreSQL database the ``postgres`` tests empty and fill."""
+    if item.get_closest_marker("postgres") is not None:
+        return "postgres"
+    names = set(getattr(item, "fixturenames", ()))
+    return next((name for name in HEAVY_FIXTURES if name in names), None)
 
 
 def heavy_reason(item) -> str | None:

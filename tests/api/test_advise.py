@@ -18,7 +18,8 @@ HERE = Path(__file__).resolve().parent
 
 
 def settings(**changes) -> AdviseSettings:
-    base = dict(workload="lstm", params=TINY_LSTM, device="cpu", budget_s=120, steps=3, warmup=1,
+    # the search ends by itself (batch sizes to max_batch, the knob grid): a budget no machine, however loaded, reaches
+    base = dict(workload="lstm", params=TINY_LSTM, device="cpu", budget_s=900, steps=3, warmup=1,
                 knobs=("batch_size", "threads"), max_batch=128, repeats=2, telemetry=False)
     return AdviseSettings(**(base | changes))
 

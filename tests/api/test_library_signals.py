@@ -30,7 +30,16 @@ def test_a_run_through_the_api_keeps_the_callers_handlers():
     assert seen and set(seen) == {before}
 
 
-def test_a_real_sigint_during_an_api_run_is_the_callers_keyboard_interrupt_and_the_run_is_recorded(tmp_path):
+@pytest.fixture
+def python_sigint():
+    """Python's own SIGINT handler, as an interactive caller has it (a shell's background job starts with
+    SIGINT ignored, and Python then leaves it ignored)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def test_a_real_sigint_during_an_api_run_is_the_callers_keyboard_interrupt_and_the_run_is_recorded(tmp_path, python_sigint):
     store = open_store(str(tmp_path / "runs.db"))
 
     def on_step(phase, step, total):

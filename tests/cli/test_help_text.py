@@ -54,3 +54,30 @@ def test_results_status_pruned_lists_the_pruned_runs(capsys, tmp_path):
     capsys.readouterr()
     assert main(["results", "--status", "pruned", "--db", db, "--json"]) == 0
     assert [row["status"] for row in json.loads(capsys.readouterr().out)] == ["pruned"]
+
+
+#: typer's type tags: ``<bool>``, ``<str>``, ``<list[str]>``, ``<int range>``, ``<fp32|bf16>``.
+TYPE_TAG = re.compile(r"<(?:bool|str|int|float|Path|path|datetime|list\[[^\]]*\]|\w+ range|[^<>\s|]+(?:\|[^<>\s|]+)+)>")
+
+
+def command_paths(command: click.Command, path: tuple[str, ...] = ()):
+    """Every command and group of the application, as the words that name it."""
+    yield path
+    for name, sub in getattr(command, "commands", {}).items():
+        yield from command_paths(sub, (*path, name))
+
+
+def test_no_help_page_shows_type_tags(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "250")
+    pages = 0
+    for path in command_paths(typer.main.get_command(app)):
+        assert main([*path, "--help"]) == 0
+        page = capsys.readouterr().out
+        assert not TYPE_TAG.findall(page), (path, TYPE_TAG.findall(page))
+        pages += 1
+    assert pages > 40  # every subcommand, not only the root
+    assert main(["run", "--help"]) == 0
+    page = capsys.readouterr().out
+    # a flag has no label; a value says what to type; an option's own metavar stays
+    assert re.search(r"--steps +INT ", page) and re.search(r"--profile +DIR ", page)
+    assert re.search(r"--compile +--no-compile +torch\.compile", page)

@@ -31,7 +31,8 @@ def test_two_torchrun_agents_on_two_nodes_make_one_run(login2):
     assert [(r["rank"], r["host"]) for r in record["result"]["per_rank"]] == [(0, "node0"), (1, "node1")]
     assert len({r["param_checksum"] for r in record["result"]["per_rank"]}) == 1  # one model: gradients crossed the link
     assert [r["id"] for r in open_store(str(login2.tmp / "node0.db")).records()] == [record["id"]]
-    shown = json.loads(outs[1][0])  # node 1 shows the run too (under an id of its own: see docs/testing-clusters.md) …
+    shown = json.loads(outs[1][0])  # node 1 shows the run too, with no id of its own (node 0 numbers it) …
     assert shown["spec"]["node_rank"] == 1 and [r["host"] for r in shown["result"]["per_rank"]] == ["node0", "node1"]
+    assert shown["id"] is None and shown["stored_by"] == "node_rank 0"
     assert open_store(str(login2.tmp / "node1.db")).records() == []  # … which node rank 0 recorded, once
     assert cluster.job_processes() == []

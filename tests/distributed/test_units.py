@@ -156,14 +156,3 @@ def test_diagnose_names_a_killed_rank_from_torchrun_summary():
 def test_diagnose_names_the_silent_rank_as_hung():
     rank, cause = diagnose(outcome({0: {"status": "failed", "error": "RuntimeError: Timed out waiting 5000ms"}}))
     assert rank == 1 and "stopped responding" in cause and "Timed out" in cause
-
-
-def test_fsdp_communication_counts_a_second_gather_only_of_resharded_blocks():
-    from dlbench.engine.parallel import comm_bytes_per_step
-    from dlbench.layout import plan_layout
-
-    # 4 ranks, 100 bytes of parameter shard each, 60 of them in blocks resharded after forward
-    fsdp, _ = comm_bytes_per_step(plan_layout("fsdp", 4), 100, 60)
-    assert fsdp == 3 * (2 * 100 + 60)  # (n-1)/n x full bytes = (n-1) x shard: gather, reduce-scatter, re-gather
-    assert comm_bytes_per_step(plan_layout("fsdp", 4, reshard_after_forward=False), 100)[0] == 3 * 2 * 100
-    assert comm_bytes_per_step(plan_layout("ddp", 4), 100)[0] == 150  # all-reduce: 2(n-1)/n x gradient bytes

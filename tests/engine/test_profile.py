@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -125,3 +128,18 @@ def test_labels_exist_only_while_profiling(tmp_path):
     block = profile_steps(prepared, spec)
     assert block["breakdown"]["phases_s"]["backward"] > 0  # labelled while profiling …
     assert prepared.ctx.phase is unlabelled  # … and unlabelled again after
+
+
+@pytest.mark.slow  # a fresh process: kineto reads its log level once, when a process first profiles
+def test_cpu_profile_prints_no_kineto_or_allocator_lines(tmp_path):
+    argv = [sys.executable, "-m", "dlbench", "run", "lstm", "-p", "seq_len=4", "-p", "input_size=8", "-p",
+            "hidden_size=8", "-b", "4", "--steps", "2", "--warmup", "1", "--device", "cpu", "--no-telemetry",
+            "--no-store", "--profile", str(tmp_path / "p"), "--profile-steps", "1"]
+    env = {k: v for k, v in os.environ.items() if k != "KINETO_LOG_LEVEL"}
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    # kineto's own lines: "ERROR:<date> … gpuGetDeviceCount failed with code 35", "USDT:<date> … profiler_start"
+    assert not re.findall(r"^[A-Z]+:\d{4}-\d\d-\d\d .*$", proc.stderr, flags=re.M), proc.stderr
+    assert "gpuGetDeviceCount" not in proc.stderr
+    # nor torch's own "Memory block of unknown size was allocated before the profiling started"
+    assert "unknown size" not in proc.stderr, proc.stderr

@@ -113,7 +113,19 @@ def test_first_benchmark_at_its_real_sizes(kernel_env, monkeypatch):
 
 def test_scaling_study(kernel_env):
     book = execute("02_scaling_study.ipynb", kernel_env)
-    runs = stored(kernel_env / "runs.db")
+    check_scaling_study(book, kernel_env / "runs.db")
+
+
+def test_scaling_study_at_its_real_sizes(kernel_env, monkeypatch):
+    """What a reader runs: hidden size 256, 20 steps, device auto, 1 and 2 processes."""
+    monkeypatch.delenv("DLBENCH_EXAMPLES_TINY")
+    book = execute("02_scaling_study.ipynb", kernel_env)
+    check_scaling_study(book, kernel_env / "runs.db")
+    assert {r["spec"]["params"]["hidden_size"] for r in stored(kernel_env / "runs.db")} == {256}
+
+
+def check_scaling_study(book, db: Path) -> None:
+    runs = stored(db)
     assert sorted(r["spec"]["world_size"] for r in runs) == [1, 2] and all(r["status"] == "ok" for r in runs)
     _, frame = outputs(find(book, "efficiency"))
     assert "efficiency" in frame["text/html"]
@@ -123,7 +135,19 @@ def test_scaling_study(kernel_env):
 
 def test_advice_and_telemetry(kernel_env):
     book = execute("03_advice_and_telemetry.ipynb", kernel_env)
-    runs = stored(kernel_env / "runs.db")
+    check_advice_and_telemetry(book, kernel_env / "runs.db")
+
+
+def test_advice_and_telemetry_at_its_real_sizes(kernel_env, monkeypatch):
+    """What a reader runs: every knob, hidden size 256, the notebook's own budget (the search stops there
+    and says what it did not try)."""
+    monkeypatch.delenv("DLBENCH_EXAMPLES_TINY")
+    book = execute("03_advice_and_telemetry.ipynb", kernel_env)
+    check_advice_and_telemetry(book, kernel_env / "runs.db")
+
+
+def check_advice_and_telemetry(book, db: Path) -> None:
+    runs = stored(db)
     session = {r["spec"]["tags"].get("advise") for r in runs} - {None}
     assert len(session) == 1
     advised = [r for r in runs if r["spec"]["tags"].get("advise")]

@@ -70,6 +70,13 @@ def test_compare_real_logs_with_their_own_reference(real_logs):
     assert ssd["speedup"] == pytest.approx(1 / ssd["time_ratio"])
     resnet = rows[("dgx1_ngc18.11_mxnet", "resnet")]  # v0.5 MXNet beside v0.6 MXNet
     assert resnet["time_ratio"] == pytest.approx(134.5587 / 115.22, rel=1e-4)
+    # logs before v0.7 do not log the scale: the shipped system descriptions say 8 accelerators
+    # (v0.6 systems/*.json in mllog lines, v0.5 results/<system>/entry.json)
+    for row in rows.values():
+        assert row["accelerators"] == 8 and row["reference_accelerators"] == 8, row
+        assert row["accelerator_minutes_ratio"] == pytest.approx(row["time_ratio"])
+        assert not any("scale" in w for w in row["warnings"]), row["warnings"]
+    assert ssd["division"] == "closed" and resnet["division"] == "closed"
 
 
 def test_compare_without_a_figure_or_a_score():

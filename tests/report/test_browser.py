@@ -104,3 +104,46 @@ def test_a_stray_network_reference_would_be_caught(chromium, tmp_path):
         proc.terminate()
         proc.wait(timeout=30)
 
+
+
+#: The runs table in its page: its width beside its box's, and the lines of visible text of its tallest status cell.
+RUNS_LAYOUT = """(function(){var t=document.getElementById('runs-table'),box=t.parentElement,
+  i=Array.from(t.tHead.rows[0].cells).findIndex(function(c){return c.textContent.trim()==='status';});
+  function lines(cell){var tops=new Set(),walk=document.createTreeWalker(cell,NodeFilter.SHOW_TEXT),node;
+    while((node=walk.nextNode())){if(!node.parentElement.checkVisibility())continue;var range=document.createRange();
+      range.selectNodeContents(node);Array.from(range.getClientRects()).forEach(function(b){if(b.height>0)tops.add(Math.round(b.top));});}
+    return tops.size;}
+  var counts=Array.from(t.tBodies[0].rows).map(function(r){return lines(r.cells[i]);});
+  return {table:t.scrollWidth,box:box.clientWidth,status_lines:Math.max.apply(null,counts),rows:counts.length};})()"""
+PRUNED_WHY = "pruned by the median pruner after step 3 (value 1234.5): below the median of the 6 trials before it"
+
+
+def test_runs_table_fits_1400px_and_a_pruned_trial_keeps_its_status_short(chromium, report_db, tmp_path):
+    from _report_runs import stored, variant
+
+    from dlbench.store import RunFilter, open_store
+
+    db = str(tmp_path / "runs.db")
+    store = open_store(db)
+    try:
+        for record in stored(report_db):
+            store.save(record)
+        pruned = variant(stored(report_db, RunFilter(workloads=("lstm",)))[0], tags={"hpo_study": "s1", "hpo_trial": "7"})
+        pruned["status"], pruned["error"] = "pruned", PRUNED_WHY
+        store.save(pruned)
+    finally:
+        store.close()
+    out = tmp_path / "report.html"
+    assert main(["report", "--db", db, "--out", str(out)]) == 0
+    proc, page = open_page(chromium, tmp_path / "profile", out.as_uri())
+    try:
+        page.send("Emulation.setDeviceMetricsOverride", width=1400, height=1000, deviceScaleFactor=1, mobile=False)
+        layout = page.evaluate(RUNS_LAYOUT)
+        assert layout["rows"] >= 10
+        assert layout["status_lines"] == 1, layout  # the status word; the reason one click away
+        assert layout["table"] <= layout["box"], layout  # no horizontal scrolling at 1400 px
+        assert page.evaluate("document.querySelector('#runs-table td.status summary').title") == PRUNED_WHY
+    finally:
+        page.ws.close()
+        proc.terminate()
+        proc.wait(timeout=30)

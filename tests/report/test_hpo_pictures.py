@@ -28,3 +28,27 @@ def test_best_vs_epochs_has_a_title_and_markers(tmp_path):
     path = tmp_path / "compare.png"
     render_best_vs_epochs({"a": [(1, 0.5), (3, 0.4)], "b": [(1, 0.5), (3, 0.4)]}, path)
     assert path.stat().st_size > 1000
+
+
+def test_history_shows_pruned_trials_at_their_last_reported_value():
+    from dlbench.report.hpo_plots import history_axes
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(study_name="s")
+
+    def objective(trial):
+        x = trial.suggest_float("x", 0, 1)
+        for step in range(3):
+            trial.report(10.0 + trial.number + step, step)
+            if trial.number == 1 and step == 1:
+                raise optuna.TrialPruned()
+        return x
+
+    study.optimize(objective, n_trials=3)
+    axes = history_axes(study)
+    try:
+        pruned = [c for c in axes.collections if c.get_label() == "pruned (last reported value)"]
+        assert len(pruned) == 1 and pruned[0].get_offsets().tolist() == [[1.0, 12.0]]  # trial 1, its step-1 value
+        assert "pruned (last reported value)" in [t.get_text() for t in axes.get_legend().get_texts()]
+    finally:
+        axes.figure.clf()

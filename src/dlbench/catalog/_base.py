@@ -197,6 +197,11 @@ class Workload:
         """The loss of one micro-batch from the last stage's output and the batch's last tensor."""
         raise NotImplementedError
 
+    def activation_elements(self, batch_size: int) -> tuple[int, int]:
+        """Elements of one block's input activation and of the output logits for ``batch_size`` samples:
+        what tensor and pipeline parallelism send (the traffic model of ``engine.parallel.comm_bytes_per_step``)."""
+        raise NotImplementedError
+
     def tokens_per_sample(self) -> int | None:
         """Tokens in one sample for a tokens/s figure (language models); None: not a token workload."""
         return None

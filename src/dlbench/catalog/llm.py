@@ -115,6 +115,10 @@ class LanguageModel(Workload):
     def tokens_per_sample(self) -> int:
         return self.config.seq_len
 
+    def activation_elements(self, batch_size: int) -> tuple[int, int]:
+        tokens = batch_size * self.config.seq_len
+        return tokens * self.config.dim, tokens * self.config.vocab_size
+
     def formula_flops_per_sample(self, mode: str) -> tuple[float, str]:
         return flops_per_token(self.config, mode) * self.config.seq_len, FLOPS_FORMULA
 

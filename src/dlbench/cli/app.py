@@ -10,6 +10,7 @@ import signal
 import sys
 
 import typer
+import typer.main
 
 from dlbench import __version__
 from dlbench.api.signals import stop_on_signals
@@ -29,6 +30,7 @@ from dlbench.cli import (
     store,
     tensorboard,
 )
+from dlbench.cli._help import plain_type_labels
 from dlbench.errors import NOT_SAVED_EXIT_CODE, BenchmarkFailed, RecordNotSaved, Terminated, UsageError
 
 app = typer.Typer(
@@ -107,7 +109,8 @@ def main(argv: list[str] | None = None) -> int:
         with stop_on_signals():
             # not standalone: the parser's own errors (a bad option value) come here as exceptions,
             # so they read like every other usage error: one line, exit 2
-            result = app(args=args, prog_name="dlbench", standalone_mode=False)
+            command = plain_type_labels(typer.main.get_command(app))
+            result = command.main(args=args, prog_name="dlbench", standalone_mode=False)
         code = result if isinstance(result, int) else 0
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)

@@ -49,16 +49,6 @@ def telemetry(
         info(f"plot: {path} ({data['samples']} samples)")
 
 
-def _scaling_title(records: list[dict]) -> str:
-    """What the chart shows, for a reader who finds the PNG alone: "lstm (batch 32/process) on cpu: scaling"."""
-    ok = [r for r in records if r["status"] == "ok"]
-    workloads = sorted({r["spec"]["workload"] for r in ok})
-    batches = sorted({str(r["spec"].get("batch_size")) for r in ok})
-    devices = sorted({r["spec"].get("device_name") or r["spec"].get("device", "?") for r in ok})
-    return (f"{', '.join(workloads)} (batch {'/'.join(batches)} per process) on {', '.join(devices)}: "
-            "throughput and efficiency against processes")
-
-
 @plot_app.command("scaling")
 def scaling(
     groups: list[str] = typer.Argument(..., help="One series per argument: run ids or KEY=VALUE filters, comma-separated, as in 'dlbench compare' (e.g. scale_series=3f2a1c, or a tag such as stack=container).", show_default=False),
@@ -68,7 +58,7 @@ def scaling(
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Throughput and efficiency against process count for stored runs, several series on one chart."""
-    from dlbench.report.charts import render_scaling, scaling_series
+    from dlbench.report.charts import render_scaling, scaling_series, scaling_spread, scaling_title
     from dlbench.store._base import parse_selector
 
     store = open_store(db, create=False)
@@ -77,11 +67,11 @@ def scaling(
     finally:
         store.close()
     series = {group: scaling_series(runs) for group, runs in records.items()}
-    title = title or _scaling_title([r for runs in records.values() for r in runs])
+    title = title or scaling_title([r for runs in records.values() for r in runs])
     for group, by_n in series.items():
         if not by_n:
             raise UsageError(f"series {group!r} matches no successful stored run; check it with 'dlbench results'.")
-    path = render_scaling(series, out, title)
+    path = render_scaling(series, out, title, spread={g: scaling_spread(runs) for g, runs in records.items()})
     if as_json:
         emit_json({"path": str(path), "series": {g: {str(n): rate for n, rate in s.items()} for g, s in series.items()}})
     else:

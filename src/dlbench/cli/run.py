@@ -228,7 +228,7 @@ def _duration(seconds: float) -> str:
 def show(records: list[dict], store, as_json: bool, single: bool) -> None:
     """The records as a table (or ``--json``); exit 1 when any did not finish."""
     if as_json:
-        shown = [with_hints(r) for r in records]
+        shown = [_as_shown(r) for r in records]
         emit_json(shown[0] if single else shown)
     else:
         table, note = common_columns(run_table(records))
@@ -248,6 +248,15 @@ def show(records: list[dict], store, as_json: bool, single: bool) -> None:
         if store is not None and not saved:
             info("not stored here: node 0 of a multi-node run stores its record")
     _raise_if_failed(records)
+
+
+def _as_shown(record: dict) -> dict:
+    """A record for ``--json``. Node 0 owns (numbers and stores) a multi-node run's record: another node shows
+    the run with no id of its own, so no id is printed that no store holds."""
+    shown = with_hints(record)
+    if record["spec"].get("node_rank", 0) != 0:
+        shown = shown | {"id": None, "stored_by": "node_rank 0"}
+    return shown
 
 
 def _raise_if_failed(records: list[dict]) -> None:

@@ -25,7 +25,12 @@ from dlbench.cli._common import (
 )
 from dlbench.errors import BenchmarkFailed, UsageError, unknown_name
 from dlbench.record import new_id
-from dlbench.report.charts import render_bandwidth, render_scaling, scaling_series  # matplotlib only when drawing
+from dlbench.report.charts import (  # matplotlib only when drawing
+    render_bandwidth,
+    render_scaling,
+    scaling_series,
+    scaling_spread,
+)
 from dlbench.report.network import OVERLAP_BACKWARD, Link, parse_rate
 from dlbench.report.scaling import network_note, scale_rows
 from dlbench.report.tables import render, token_table
@@ -118,7 +123,8 @@ def scale(
         allowed = {r["nproc"]: r["predicted_efficiency"] for r in rows if r["predicted_efficiency"] is not None}
         png = str(render_scaling({label: scaling_series(records)}, plot or f"dlbench-scale-{workload}-{series}.png",
                                  f"{workload}: {scaling} scaling on {records[0]['spec']['device_name']}",
-                                 predicted={label: allowed} if allowed else None))
+                                 predicted={label: allowed} if allowed else None,
+                                 spread={label: scaling_spread(records)}))
     if as_json:
         emit_json({"series": series, "workload": workload, "scaling": scaling, "rows": rows, "plot": png,
                    "network": link.as_dict() if link else None})

@@ -30,6 +30,7 @@ from dlbench.engine.data import file_batches, loader_batches, resident_batches, 
 from dlbench.engine.devices import device_name, peak_flops_per_s
 from dlbench.engine.dist import DistContext
 from dlbench.engine.parallel import (
+    Traffic,
     comm_bytes_per_step,
     global_batch_slice,
     local_parameter_bytes,
@@ -41,6 +42,7 @@ from dlbench.engine.parallel import (
     place,
 )
 from dlbench.engine.profile import profile_steps
+from dlbench.engine.progress import Progress
 from dlbench.engine.timing import StepClock, step_stats
 from dlbench.layout import Layout, layout_of
 from dlbench.spec import RunSpec
@@ -49,27 +51,6 @@ from dlbench.spec import RunSpec
 OnStep = Callable[[str, int, int], None]
 
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
-
-
-@dataclass
-class Progress:
-    """What a run has measured so far, for a run stopped before its end (a signal): the record of an
-    aborted run keeps the step times it did measure."""
-
-    batch_size: int = 0
-    clock: StepClock | None = None
-
-    def partial_result(self) -> dict[str, Any] | None:
-        """The measured steps so far (``partial: true``), or None before the timed window opened."""
-        if self.clock is None:
-            return None
-        times = self.clock.step_times_so_far_s()
-        result: dict[str, Any] = {"partial": True, "steps": len(times), "batch_size": self.batch_size,
-                                  "step_times_s": times}
-        if times:
-            result |= {"step_time_s": step_stats(times).as_dict(), "window_s": sum(times),
-                       "samples_per_s": self.batch_size * len(times) / sum(times)}
-        return result
 
 
 @dataclass
@@ -272,17 +253,20 @@ def prepare_layout(spec: RunSpec, workload: Workload, device: torch.device, batc
     ctx.release_gradients = layout.sharded
     if where is not None and layout.pp > 1:
         step = pipeline_step(workload, model, layout, where, device, ctx)
-    sent, how = comm_bytes_per_step(layout, local_parameter_bytes(model), _regathered_bytes(workload, model, layout))
+    sent, how = comm_bytes_per_step(layout, traffic(workload, model, batch_size, spec.precision))
     comm = {"bytes_per_step_per_rank": sent, "counted": how}
     return Prepared(workload, model, device, step, batches, batch_size, ctx, layout, flops_per_sample, comm)
 
 
-def _regathered_bytes(workload: Workload, model: torch.nn.Module, layout: Layout) -> int:
-    """This rank's parameter bytes that FSDP gathers a second time, for backward: every block resharded
-    after forward (all but the last, engine.parallel.shard); none without sharding or resharding."""
-    if not (layout.sharded and layout.reshard_after_forward):
-        return 0
-    return sum(local_parameter_bytes(block) for block in workload.transformer_blocks(model)[:-1])
+def traffic(workload: Workload, model: torch.nn.Module, batch_size: int, precision: str) -> Traffic:
+    """This rank's figures for the traffic model: parameter bytes, and the activations of its batch (in the
+    run's precision: autocast keeps block outputs in bf16/fp16) through the blocks it runs."""
+    activations, logits = workload.activation_elements(batch_size)
+    element_bytes = 2 if precision in ("bf16", "fp16") else 4
+    inner = model.module if isinstance(model, DistributedDataParallel) else model  # DDP wraps the model
+    blocks = workload.transformer_blocks(inner)
+    return Traffic(local_parameter_bytes(model), activations * element_bytes, logits * element_bytes, len(blocks),
+                   regathered_bytes=sum(local_parameter_bytes(block) for block in blocks[:-1]))
 
 
 def _count_whole_model_flops(workload: Workload, model: torch.nn.Module, seed: int) -> float | None:

@@ -194,22 +194,56 @@ def peak_memory(device: torch.device, before_model_bytes: int) -> dict[str, Any]
     return {"peak_memory_bytes": peak, "memory_before_model_bytes": before_model_bytes, "memory_measure": measure}
 
 
-def comm_bytes_per_step(layout: Layout, param_bytes_per_rank: int,
-                        regathered_bytes_per_rank: int = 0) -> tuple[int | None, str]:
+#: Sequence-parallel tensor parallelism (the plan of catalog/llm_parallel.py) moves each block's activation
+#: 8 times per step: forward, an all-gather before attention and before the MLP and a reduce-scatter after
+#: each; backward, the reverse of each. The embedding and the output projection add 2 each.
+TP_PASSES_PER_BLOCK = 8
+TP_PASSES_OUTSIDE_BLOCKS = 4
+
+
+@dataclass
+class Traffic:
+    """What one rank holds and moves per step, for the cost model: its parameter bytes, one block input's
+    activation bytes and the logits' bytes (both for this rank's batch), and the blocks it runs."""
+
+    param_bytes: int
+    activation_bytes: int = 0
+    logit_bytes: int = 0
+    blocks: int = 0
+    regathered_bytes: int = 0  # of param_bytes, the blocks that FSDP gathers again for backward (all but the last)
+
+
+def comm_bytes_per_step(layout: Layout, traffic: Traffic) -> tuple[int | None, str]:
     """Bytes each rank sends per step by the ring algorithms' cost model, and how they were counted.
 
     DDP all-reduces every gradient: 2(n-1)/n × the model's bytes. FSDP all-gathers the parameters for
-    forward and reduce-scatters the gradients, (n-1)/n × the full bytes each (the full bytes being n ×
-    this rank's shard), and gathers again for backward what was resharded after forward
-    (``regathered_bytes_per_rank``: this rank's shards of those blocks; the root and the last block stay
-    gathered). Tensor- and pipeline-parallel traffic (activations) is not counted.
+    forward and reduce-scatters the gradients, (n-1)/n × the full bytes each, the full bytes being n × this
+    rank's shard, and when it reshards after forward gathers again for backward the blocks it resharded
+    (``regathered_bytes``: every block but the last; the root keeps its parameters). Tensor parallelism
+    all-gathers and reduce-scatters activations (t-1)/t × their bytes, 8 times per block
+    (:data:`TP_PASSES_PER_BLOCK`), 4 more for the embedding and output, and all-gathers the logits once.
+    A pipeline stage sends each micro-batch's activation to the next stage and its gradient to the
+    previous one: the figure is the busiest (middle) stage's.
     """
+    sent, how = 0, []
     n = layout.dp
-    if layout.tp > 1 or layout.pp > 1:
-        return None, "not counted (tensor- and pipeline-parallel activations)"
-    if n == 1:
+    if n > 1 and layout.sharded:
+        regathered = traffic.regathered_bytes if layout.reshard_after_forward else 0
+        sent += (n - 1) * (2 * traffic.param_bytes + regathered)
+        how.append("FSDP 2 x (n-1)/n x parameter bytes" + (" + (n-1)/n x those of the blocks resharded after "
+                                                           "forward" if layout.reshard_after_forward else ""))
+    elif n > 1:
+        sent += int(2 * (n - 1) / n * traffic.param_bytes)
+        how.append("DDP all-reduce 2(n-1)/n x gradient bytes")
+    if layout.tp > 1:
+        t = layout.tp
+        moved = (TP_PASSES_PER_BLOCK * traffic.blocks + TP_PASSES_OUTSIDE_BLOCKS) * traffic.activation_bytes
+        sent += int((t - 1) / t * (moved + traffic.logit_bytes))
+        how.append(f"TP (t-1)/t x ({TP_PASSES_PER_BLOCK} x blocks + {TP_PASSES_OUTSIDE_BLOCKS}) x activation "
+                   "bytes + logits")
+    if layout.pp > 1:
+        sent += (2 if layout.pp > 2 else 1) * traffic.activation_bytes
+        how.append("PP activations forward and gradients backward, busiest stage")
+    if not how:
         return 0, "none (one rank)"
-    if layout.sharded:
-        sent = (n - 1) * (2 * param_bytes_per_rank + regathered_bytes_per_rank)
-        return sent, "ring model: 2 x (n-1)/n x parameter bytes + (n-1)/n x those of blocks resharded after forward"
-    return int(2 * (n - 1) / n * param_bytes_per_rank), "ring model: all-reduce, 2(n-1)/n x gradient bytes"
+    return sent, "ring model: " + "; ".join(how)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,8 @@ from dlbench.engine.breakdown import breakdown
 
 #: Steps the profiler runs before it records: the first recorded step would carry its start-up cost.
 PROFILE_WARMUP = 1
+#: ``KINETO_LOG_LEVEL`` above kineto's every severity (its levels run 0-5 in torch 2.x): silent.
+KINETO_SILENT = "9"
 
 
 def trace_path(run_dir: str | Path, rank: int) -> Path:
@@ -67,6 +70,8 @@ def _record(prepared, spec, path: Path) -> None:
     activities = [ProfilerActivity.CPU]
     if prepared.device.type == "cuda":
         activities.append(ProfilerActivity.CUDA)
+    else:
+        quiet_kineto()
     plan = schedule(wait=0, warmup=PROFILE_WARMUP, active=spec.profile_steps, repeat=1)
     ctx = prepared.ctx
     if ctx is not None:
@@ -74,17 +79,34 @@ def _record(prepared, spec, path: Path) -> None:
     try:
         with profile(activities=activities, schedule=plan, record_shapes=True, profile_memory=True,
                      with_stack=spec.profile_stacks, on_trace_ready=lambda p: p.export_chrome_trace(str(path))) as prof:
-            for _ in range(PROFILE_WARMUP + spec.profile_steps):
+            for i in range(PROFILE_WARMUP + spec.profile_steps):
                 with record_function("dlbench.data"):
                     batch = next(prepared.batches)
                 with record_function("dlbench.train_step"):
                     prepared.step(batch)
+                if i == PROFILE_WARMUP - 1 and ctx is not None:
+                    # memory is tracked from the first recorded step on: gradients the unrecorded step
+                    # allocated would be freed (zero_grad) under tracking, and torch warns "Memory block
+                    # of unknown size was allocated before the profiling started"; each step makes them anew
+                    for optimizer in ctx.optimizers:
+                        optimizer.zero_grad(set_to_none=True)
                 prof.step()
             if prepared.device.type == "cuda":
                 torch.cuda.synchronize(prepared.device)
     finally:
         if ctx is not None:
             ctx.phase = unlabelled
+
+
+def quiet_kineto() -> None:
+    """Silence kineto (the profiler's C++ side) for a CPU-only profile, unless the user set its level.
+
+    On a host without a GPU a CUDA build of torch has kineto print "gpuGetDeviceCount failed with code 35"
+    (its device probe while exporting the trace) and "profiler_start"/"profiler_stop" markers on stderr:
+    none of it concerns a CPU profile. Kineto reads ``KINETO_LOG_LEVEL`` once, when the process's first
+    profiler starts, so this is set before ``profile()``; on a GPU kineto's errors (CUPTI) matter and stay.
+    """
+    os.environ.setdefault("KINETO_LOG_LEVEL", KINETO_SILENT)
 
 
 def hta_breakdown(trace_dir: str | Path) -> dict[str, Any]:

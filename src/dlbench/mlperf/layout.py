@@ -5,6 +5,7 @@ One submitter's folder::
     <org>/results/<system>/<benchmark>/result_<i>.txt                 training, HPC v0.7
     <org>/results/<system>/{strong,weak}/<benchmark>/result_<i>.txt   HPC v1.0 on
     <org>/systems/<system>.json                                       the system description
+    <org>/results/<system>/entry.json                                 training v0.5's description
 
 mlperf-logging's result_summarizer and package_checker read ``<benchmark folder>/result_*.txt``
 and nothing below it, so a ``pruned_results/`` folder inside a benchmark folder (Fujitsu+RIKEN's
@@ -15,6 +16,7 @@ result files itself, and says which.
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 from pathlib import Path
@@ -69,30 +71,73 @@ def entry_key(path: Path, named: str | None) -> tuple[str, str | None, str]:
 
 
 def system_description(result_file: str | Path) -> tuple[dict[str, Any] | None, str]:
-    """(the ``<org>/systems/<system>.json`` of a result file's system, or None; the path looked at)."""
+    """(the description of a result file's system, or None; the path looked at): ``<org>/systems/<system>.json``
+    (a JSON object from v0.7 on; in v0.6 mllog lines ``key: {"value": …}``), else v0.5's
+    ``<org>/results/<system>/entry.json``."""
     path = Path(result_file)
     benchmark_folder = path.parent
     system_folder = benchmark_folder.parent
     if system_folder.name in ("strong", "weak"):
         system_folder = system_folder.parent
     org = system_folder.parent.parent  # <org>/results/<system>
-    where = org / "systems" / f"{system_folder.name}.json"
+    candidates = [org / "systems" / f"{system_folder.name}.json", system_folder / "entry.json"]
+    for where in candidates:
+        try:
+            text = where.read_text(encoding="utf-8")
+        except (OSError, ValueError):
+            continue
+        return _description(text), str(where)
+    return None, str(candidates[0])
+
+
+def _description(text: str) -> dict[str, Any] | None:
     try:
-        doc = json.loads(where.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None, str(where)
-    return (doc if isinstance(doc, dict) else None), str(where)
+        doc = json.loads(text)
+    except ValueError:  # v0.6: one ``key: {"value": …, "metadata": …}`` line per field
+        doc = {}
+        for line in text.splitlines():
+            key, sep, value = line.partition(": ")
+            try:
+                field = json.loads(value) if sep else None
+            except ValueError:
+                continue
+            if isinstance(field, dict) and "value" in field:
+                doc[key.strip()] = field["value"]
+    return doc if isinstance(doc, dict) and doc else None
+
+
+def _literal(value: Any) -> Any:
+    """v0.6 wrote nested fields as Python reprs (``"{'num_nodes': '1', …}"``): the value they spell."""
+    if isinstance(value, str) and value[:1] in "{[" and len(value) < 100_000:
+        try:
+            return ast.literal_eval(value)
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            return value
+    return value
+
+
+def _counted(value: Any) -> int:
+    return int(str(value).strip() or 0)
 
 
 def described_accelerators(description: dict[str, Any]) -> int | None:
     """The system's size from its description: number_of_nodes x max(1, accelerators_per_node),
-    as dlbench counts a run's (a CPU system counts its nodes)."""
+    as dlbench counts a run's (a CPU system counts its nodes); for v0.5/v0.6 descriptions the sum over
+    their ``nodes`` (``num_nodes`` x ``num_accelerators``, in ``entry`` in v0.6)."""
     try:
-        nodes = int(str(description.get("number_of_nodes", "")).strip())
-        per_node = int(str(description.get("accelerators_per_node", "0")).strip() or 0)
-    except ValueError:
+        if "number_of_nodes" in description:
+            nodes = _counted(description["number_of_nodes"])
+            per_node = _counted(description.get("accelerators_per_node", "0"))
+            return nodes * max(per_node, 1) if nodes > 0 else None
+        entry = _literal(description.get("entry"))
+        groups = _literal((entry if isinstance(entry, dict) else description).get("nodes"))
+        groups = [groups] if isinstance(groups, dict) else groups
+        if not isinstance(groups, list) or not all(isinstance(g, dict) for g in groups):
+            return None
+        total = sum(_counted(g.get("num_nodes", 0)) * max(_counted(g.get("num_accelerators", 0)), 1) for g in groups)
+    except (ValueError, TypeError):
         return None
-    return nodes * max(per_node, 1) if nodes > 0 else None
+    return total or None
 
 
 def division_conflicts(system: str, log_divisions: list[str], description: dict[str, Any] | None) -> list[str]:

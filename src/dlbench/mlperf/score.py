@@ -233,6 +233,10 @@ def score_folder(folder: str | Path) -> list[dict[str, Any]]:
         folders = {path.parent for path, _ in pairs}
         entry["left_out"] = [str(p) for p in left_out if any(f in p.parents for f in folders)]
         description, _ = system_description(pairs[0][0])
+        if entry["accelerators"] is None and description is not None:  # logs before v0.7 do not say: ask the system
+            entry["accelerators"] = described_accelerators(description)
+        if entry["division"] is None and description is not None and str(description.get("division", "")).strip():
+            entry["division"] = str(description["division"]).strip().lower()
         entry["warnings"] += division_conflicts(system, sorted({r.division for r in runs if r.division}), description)
         entries.append(entry)
     return entries

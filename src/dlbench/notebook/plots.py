@@ -10,7 +10,7 @@ from typing import Any
 
 from dlbench.errors import UsageError
 from dlbench.report.advise import describe
-from dlbench.report.charts import draw_scaling, scaling_series
+from dlbench.report.charts import draw_scaling, scaling_series, scaling_spread, scaling_title
 from dlbench.report.telemetry import draw_timeline, timeline_data
 from dlbench.store import open_store
 
@@ -39,7 +39,8 @@ def plot_scaling(records: list[dict[str, Any]], title: str | None = None):
     if not any(series.values()):
         raise UsageError("none of these runs succeeded, so there is no scaling to plot; check their 'error'.")
     fig = _figure(11, 4.2)
-    draw_scaling(fig, series, title or "scaling")
+    spread = {name: scaling_spread(runs) for name, runs in by_workload.items()}
+    draw_scaling(fig, series, title or scaling_title(records), spread=spread)
     return fig
 
 

@@ -34,18 +34,71 @@ def scaling_series(records: list[dict[str, Any]]) -> dict[int, float]:
     return {n: sum(v) / len(v) for n, v in sorted(by_n.items())}
 
 
+#: Percentiles of the per-step throughput that a single run's error bar spans.
+STEP_SPREAD_PERCENTILES = (10, 90)
+
+Spread = dict[int, tuple[float, float]]
+
+
+def scaling_spread(records: list[dict[str, Any]]) -> Spread:
+    """Per process count, the (low, high) samples/s an error bar spans: the slowest and fastest run
+    when there are repeats; for a single run, the 10th-90th percentile of its per-step throughput
+    (its samples/s scaled by mean step time / each step's time). Counts without step times are left out."""
+    by_n: dict[int, list[dict[str, Any]]] = {}
+    for r in records:
+        if r["status"] == "ok" and r.get("result") and r["result"].get("samples_per_s"):
+            by_n.setdefault(int(r["spec"].get("world_size") or r["spec"].get("nproc", 1)), []).append(r["result"])
+    out: Spread = {}
+    for n, results in sorted(by_n.items()):
+        if len(results) > 1:
+            rates = [res["samples_per_s"] for res in results]
+            out[n] = (min(rates), max(rates))
+        elif spread := _step_spread(results[0]):
+            out[n] = spread
+    return out
+
+
+def _step_spread(result: dict[str, Any]) -> tuple[float, float] | None:
+    steps = sorted(t for t in result.get("step_times_s") or [] if t and t > 0)
+    if len(steps) < 2:
+        return None
+    mean_s = sum(steps) / len(steps)
+    low_pct, high_pct = STEP_SPREAD_PERCENTILES
+
+    def at(pct: float) -> float:  # linear interpolation between order statistics, as numpy's default
+        k = (len(steps) - 1) * pct / 100
+        i = int(k)
+        return steps[i] + (steps[min(i + 1, len(steps) - 1)] - steps[i]) * (k - i)
+
+    rate = result["samples_per_s"]
+    return rate * mean_s / at(high_pct), rate * mean_s / at(low_pct)  # slow steps: low throughput
+
+
+def scaling_title(records: list[dict[str, Any]]) -> str:
+    """What the chart shows, for a reader who finds the PNG alone: "lstm (batch 32 per process) on cpu: …"."""
+    ok = [r for r in records if r["status"] == "ok"]
+    workloads = sorted({r["spec"]["workload"] for r in ok})
+    batches = sorted({str(r["spec"].get("batch_size")) for r in ok})
+    devices = sorted({r["spec"].get("device_name") or r["spec"].get("device", "?") for r in ok})
+    return (f"{', '.join(workloads)} (batch {'/'.join(batches)} per process) on {', '.join(devices)}: "
+            "throughput and efficiency against processes")
+
+
 def render_scaling(series: dict[str, dict[int, float]], path: str | Path, title: str,
-                   predicted: dict[str, dict[int, float]] | None = None) -> Path:
-    """Throughput vs workers with each series' ideal line, and efficiency; one line per series
-    (``predicted``: per series, the efficiency the link alone allows per count, drawn dotted)."""
+                   predicted: dict[str, dict[int, float]] | None = None,
+                   spread: dict[str, Spread] | None = None) -> Path:
+    """Throughput vs workers with each series' ideal line and error bars, and efficiency; one line per
+    series (``predicted``: per series, the efficiency the link alone allows per count, drawn dotted;
+    ``spread``: per series, :func:`scaling_spread`)."""
     plt = _pyplot()
     fig = plt.figure(figsize=(11, 4.2))
-    draw_scaling(fig, series, title, predicted)
+    draw_scaling(fig, series, title, predicted, spread)
     return _save(fig, plt, path)
 
 
 def draw_scaling(fig, series: dict[str, dict[int, float]], title: str,
-                 predicted: dict[str, dict[int, float]] | None = None) -> None:
+                 predicted: dict[str, dict[int, float]] | None = None,
+                 spread: dict[str, Spread] | None = None) -> None:
     """Draw :func:`render_scaling`'s two panels on ``fig`` (any backend: a file, or a notebook's inline one)."""
     ax_rate, ax_eff = fig.subplots(1, 2)
     top_efficiency = 1.0
@@ -56,13 +109,16 @@ def draw_scaling(fig, series: dict[str, dict[int, float]], title: str,
         ns = [r["nproc"] for r in rows]
         line, = ax_rate.plot(ns, [r["samples_per_s"] for r in rows], "o-", label=label)
         ax_rate.plot(ns, [r["ideal_samples_per_s"] for r in rows], "--", color=line.get_color(), alpha=0.5)
+        _error_bars(ax_rate, by_n, (spread or {}).get(label, {}), line.get_color())
         ax_eff.plot(ns, [r["efficiency"] for r in rows], "o-", color=line.get_color(), label=label)
         allowed = sorted((predicted or {}).get(label, {}).items())
         if allowed:
             ax_eff.plot([n for n, _ in allowed], [e for _, e in allowed], "^:", color=line.get_color(),
                         label=f"{label}: the link allows")
         top_efficiency = max([top_efficiency, *(r["efficiency"] for r in rows)])
-    ax_rate.set(xlabel="workers (processes)", ylabel="samples/s (global)", title="throughput (dashed: ideal)")
+    bars = any((spread or {}).values())
+    ax_rate.set(xlabel="workers (processes)", ylabel="samples/s (global)",
+                title="throughput (dashed: ideal; bars: spread)" if bars else "throughput (dashed: ideal)")
     ax_rate.set_ylim(bottom=0)  # from zero: an axis from 5,000 made a 10% gain look like a doubling
     ax_eff.set(xlabel="workers (processes)", ylabel="efficiency T_N / (N·T_1)", title="scaling efficiency",
                ylim=(0, max(1.15, top_efficiency * 1.1)))  # every point visible, suspect ones included
@@ -75,7 +131,20 @@ def draw_scaling(fig, series: dict[str, dict[int, float]], title: str,
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize="small")
     fig.suptitle(title)
-    fig.tight_layout()
+    if bars:
+        low, high = STEP_SPREAD_PERCENTILES
+        fig.text(0.01, 0.01, f"bars: slowest to fastest of repeated runs; a single run: the {low}th to {high}th "
+                 "percentile of its per-step throughput", fontsize="small", color="#444")
+    fig.tight_layout(rect=(0, 0.05 if bars else 0, 1, 1))
+
+
+def _error_bars(ax, by_n: dict[int, float], spread: Spread, color) -> None:
+    """Bars from each point's low to its high (see :func:`scaling_spread`), around the plotted mean."""
+    ns = [n for n in sorted(by_n) if n in spread]
+    if ns:
+        below = [max(by_n[n] - spread[n][0], 0.0) for n in ns]
+        above = [max(spread[n][1] - by_n[n], 0.0) for n in ns]
+        ax.errorbar(ns, [by_n[n] for n in ns], yerr=[below, above], fmt="none", ecolor=color, capsize=4, lw=1)
 
 
 def render_bandwidth(records: list[dict[str, Any]], path: str | Path, title: str) -> Path:

@@ -25,14 +25,14 @@ def study_plots(study: optuna.Study, out: Path) -> list[tuple[Path, str]]:
     (a plot that needs more finished trials is skipped with a note instead)."""
     out.mkdir(parents=True, exist_ok=True)
     plots = {
-        "history": lambda: ovm.plot_optimization_history(study),
+        "history": lambda: history_axes(study),
         "importances": lambda: ovm.plot_param_importances(study, evaluator=PedAnovaImportanceEvaluator()),
         "parallel": lambda: ovm.plot_parallel_coordinate(study),
     }
     states = [t.state for t in study.trials]
     complete, pruned = states.count(optuna.trial.TrialState.COMPLETE), states.count(optuna.trial.TrialState.PRUNED)
     titles = {"history": f"{study.study_name}: optimisation history ({complete} completed"
-                         + (f"; {pruned} pruned trial(s) not shown" if pruned else "") + ")",
+                         + (f"; {pruned} pruned, × at the last value each reported" if pruned else "") + ")",
               "importances": f"{study.study_name}: parameter importances ({complete} completed trials)",
               "parallel": f"{study.study_name}: parameters of {complete} completed trial(s)"}
     written = []
@@ -58,6 +58,22 @@ def study_plots(study: optuna.Study, out: Path) -> list[tuple[Path, str]]:
         plt.close(figure)
         written.append((path, ""))
     return written
+
+
+def history_axes(study: optuna.Study):
+    """Optuna's optimisation history (completed trials) with each pruned trial added as a grey × at the
+    last intermediate value it reported: the pruner's decisions stay visible (a pruned trial that reported
+    nothing has no value to show)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        axes = ovm.plot_optimization_history(study)
+    pruned = [(t.number, t.intermediate_values[max(t.intermediate_values)]) for t in study.trials
+              if t.state == optuna.trial.TrialState.PRUNED and t.intermediate_values]
+    if pruned:
+        axes.scatter([n for n, _ in pruned], [v for _, v in pruned], marker="x", color="grey", zorder=3,
+                     label="pruned (last reported value)")
+        axes.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0))
+    return axes
 
 
 def render_best_vs_epochs(curves: dict[str, list[tuple[int, float]]], path: Path) -> None:

@@ -85,8 +85,12 @@ def _scaling_section(series: list[dict[str, Any]], comm: list[dict[str, Any]]) -
         out.append(_scaling_table(series))
 
         def chart(key: str, title: str, ylabel: str) -> str:
+            def whisker(row):  # throughput only: the spread of repeats, or of one run's steps (charts.scaling_spread)
+                return row.get("samples_per_s_spread") if key == "samples_per_s" else None
+
             lines = [{"label": f"{s['workload']} {s['series'][:6]}", "points": [
-                (r["nproc"], r[key], None, f"{s['workload']} ×{r['nproc']}: {r[key]:,.3g}") for r in s["rows"]]} for s in series]
+                (r["nproc"], r[key], whisker(r), f"{s['workload']} ×{r['nproc']}: {r[key]:,.3g}") for r in s["rows"]]}
+                for s in series]
             if key == "efficiency":  # beside each measured line, what its link alone allows
                 lines += [{"label": f"link allows {s['series'][:6]}", "points": [
                     (r["nproc"], r["predicted_efficiency"], None, f"{s['workload']} ×{r['nproc']}: the link allows "
@@ -98,6 +102,8 @@ def _scaling_section(series: list[dict[str, Any]], comm: list[dict[str, Any]]) -
                    + chart("speedup", "scaling: speed-up", "T_N / T_base") + chart("efficiency", "scaling: efficiency", "T_N / (N·T_1)") + "</div>")
         out.append(method("One tagged series per <code>dlbench scale</code> (tag scale_series). Global throughput is all "
                           "ranks' samples over the slowest rank's timed window (a barrier opens every window together). "
+                          "Whiskers on throughput: the slowest to fastest of repeated runs at a count, or for a single run "
+                          "the 10th to 90th percentile of its per-step throughput. "
                           "Speed-up = T_N / T_base and efficiency = (T_N / T_base) / (N / base), base = the smallest count. "
                           "<i>Link allows</i> (series run with --busbw, --comm-run or --measure-comm): the efficiency if only "
                           "the network cost anything — ring all-reduce of the step's gradient bytes, 2(n−1)/n · bytes / busbw, "

@@ -21,7 +21,8 @@ th{background:#f0f4f8}td.num{text-align:right;font-variant-numeric:tabular-nums}
 .charts{display:grid;grid-template-columns:repeat(auto-fill,minmax(460px,1fr));gap:10px}
 .slower,.regression{color:#b00020;font-weight:bold}.faster{color:#087f23;font-weight:bold}.changed{background:#fde2e1}
 #runs-table th{cursor:pointer;user-select:none}#runs-table th.asc:after{content:' \\25B2'}#runs-table th.desc:after{content:' \\25BC'}
-.scroll{max-height:520px;overflow:auto;border:1px solid #ddd}input#filter{padding:4px;width:320px}
+.scroll{max-height:520px;overflow:auto;border:1px solid #ddd}#runs-table td.free{overflow-wrap:anywhere}
+#runs-table td.num,#runs-table td.status summary{white-space:nowrap}#runs-table td.status summary{cursor:pointer}input#filter{padding:4px;width:320px}
 svg.chart{cursor:zoom-in}svg.chart.zoomed{position:fixed;left:2vw;top:2vh;width:96vw;height:96vh;background:#fff;
 z-index:10;box-shadow:0 0 0 100vmax rgba(0,0,0,.45);cursor:zoom-out}
 """
@@ -96,6 +97,21 @@ def _params(spec: dict[str, Any]) -> str:
     return " ".join(f"{k}={v}" for k, v in sorted((spec.get("params") or {}).items()) if v is not None)
 
 
+def _free(text: Any) -> str:
+    """A cell of free text (parameters, tags, image names) that may break anywhere rather than widen the table."""
+    return f'<td class="free">{escape(str(text))}</td>'
+
+
+def _status_cell(record: dict[str, Any]) -> str:
+    """The status word; a failed or pruned run's reason one click away (and in the tooltip), so that a long
+    reason neither wraps the row to many lines nor widens the table."""
+    status, error = escape(record["status"]), record.get("error")
+    if not error:
+        return f'<td class="status">{status}</td>'
+    reason = escape(error[:1000])
+    return f'<td class="status"><details><summary title="{reason}">{status}</summary><span>{reason}</span></details></td>'
+
+
 def runs_table(records: list[dict[str, Any]]) -> str:
     """Every selected run, sortable by any column (click a header) and filterable by text."""
     columns = ["id", "created (UTC)", "workload", "parameters", "mode", "prec", "batch", "procs", "threads",
@@ -105,20 +121,19 @@ def runs_table(records: list[dict[str, Any]]) -> str:
         spec, result, env = r["spec"], r.get("result") or {}, environment(r)
         step = (result.get("step_time_s") or {}).get("median")
         rate = result.get("samples_per_s")
-        status = r["status"] + (f": {r['error'][:80]}" if r.get("error") else "")
         rows.append(
             f"<tr><td>{escape(r['id'])}</td><td>{escape(r['created_at'][:19].replace('T', ' '))}</td>"
-            f"<td>{escape(spec['workload'])}</td><td>{escape(_params(spec))}</td><td>{escape(str(spec.get('mode', '')))}</td>"
+            + _free(spec["workload"]) + _free(_params(spec)) + f"<td>{escape(str(spec.get('mode', '')))}</td>"
             f"<td>{escape(str(spec.get('precision', '')))}</td>"
             + _num(spec.get("batch_size"), str(spec.get("batch_size") or "-"))
             + _num(world_size(r), str(world_size(r)))
             + _num(spec.get("threads"), str(spec.get("threads") or "-"))
-            + f"<td>{escape(str(spec.get('device_name') or spec.get('device', '')))}</td><td>{escape(status)}</td>"
+            + _free(spec.get("device_name") or spec.get("device", "")) + _status_cell(r)
             + _num(rate, "-" if rate is None else f"{rate:,.1f}")
             + _num(None if step is None else step * 1e3, "-" if step is None else f"{step * 1e3:.3f}")
-            + f"<td>{escape(str(env['torch']))}</td><td>{escape(env['container'] + (' ' + env['image'] if env['image'] else ''))}</td>"
-            f"<td>{escape(str(env['host']))}</td>"
-            f"<td>{escape(' '.join(f'{k}={v}' for k, v in sorted((spec.get('tags') or {}).items())))}</td></tr>"
+            + f"<td>{escape(str(env['torch']))}</td>" + _free(env["container"] + (" " + env["image"] if env["image"] else ""))
+            + _free(env["host"]) + _free(" ".join(f"{k}={v}" for k, v in sorted((spec.get("tags") or {}).items())))
+            + "</tr>"
         )
     head = "".join(f"<th>{escape(c)}</th>" for c in columns)
     return (

@@ -10,7 +10,7 @@ import statistics
 from collections.abc import Callable
 from typing import Any
 
-from dlbench.report.charts import scaling_series
+from dlbench.report.charts import scaling_series, scaling_spread
 from dlbench.report.compare import CompareRow, comparable, compare, config_key, estimate
 from dlbench.report.frame import environment, world_size
 from dlbench.report.network import link_from_tags
@@ -90,11 +90,12 @@ def scaling(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
             spec = runs[0]["spec"]
             link = link_from_tags(spec.get("tags") or {})
             allowed, nodes = _allowed(runs, link), {r["spec"]["world_size"]: r["spec"].get("nnodes") for r in runs}
+            spread = scaling_spread(runs)
             out.append({"series": name, "workload": spec["workload"], "scaling": spec.get("scaling", "weak"),
                         "device": spec.get("device_name") or spec.get("device"),
                         "link": link.as_dict() if link else None,
-                        "rows": [row | {"nodes": nodes.get(row["nproc"]), "predicted_efficiency": allowed.get(row["nproc"])}
-                                 for row in _speedup(by_n)]})
+                        "rows": [row | {"nodes": nodes.get(row["nproc"]), "predicted_efficiency": allowed.get(row["nproc"]),
+                                        "samples_per_s_spread": spread.get(row["nproc"])} for row in _speedup(by_n)]})
     return out
 
 

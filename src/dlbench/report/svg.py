@@ -116,10 +116,11 @@ def line_chart(series: list[dict[str, Any]], title: str, xlabel: str, ylabel: st
     """Lines with markers. ``series``: ``{"label", "points": [(x, y, err|None, hover text)], "dashed"?}``.
 
     ``logx`` is a log base (0: linear); ``xlabels`` names categorical x positions 0..n-1; ``band``
-    shades an x interval (the measured window of a telemetry timeline); ``err`` draws ±err whiskers.
+    shades an x interval (the measured window of a telemetry timeline); ``err`` draws whiskers: ±err, or
+    from low to high for a ``(low, high)`` pair.
     """
     xs = [p[0] for s in series for p in s["points"]]
-    ys = [v for s in series for p in s["points"] for v in (p[1] - (p[2] or 0), p[1] + (p[2] or 0))]
+    ys = [v for s in series for p in s["points"] for v in (_whisker(p) or (p[1], p[1]))]
     x = _Axis(xs + ([-0.5, len(xlabels) - 0.5] if xlabels else []), _LEFT + 8, _W - _RIGHT - 8, bool(logx), False, logx or 10)
     y = _Axis(ys, _H - _BOTTOM, _TOP, logy, zero)
     body = _axes(None if xlabels is None and not xs else x, y, xlabel, ylabel, xlabels)
@@ -139,11 +140,20 @@ def line_chart(series: list[dict[str, Any]], title: str, xlabel: str, ylabel: st
                         f'<title>{escape(s["label"])}</title></path>')
         if len(pts) <= 60 or len(pts) == 1:  # markers only where they stay readable
             for px, py, p in pts:
-                if p[2]:
-                    body.append(f'<line x1="{px:.1f}" x2="{px:.1f}" y1="{y(p[1] - p[2]):.1f}" y2="{y(p[1] + p[2]):.1f}" stroke="{color}"/>')
+                if whisker := _whisker(p):
+                    body.append(f'<line class="whisker" x1="{px:.1f}" x2="{px:.1f}" y1="{y(whisker[0]):.1f}" '
+                                f'y2="{y(whisker[1]):.1f}" stroke="{color}"/>')
                 body.append(f'<circle class="mark" cx="{px:.1f}" cy="{py:.1f}" r="3.2" fill="{color}">'
                             f'<title>{escape(p[3])}</title></circle>')
     return _frame(title, body, legend, "line")
+
+
+def _whisker(point: tuple) -> tuple[float, float] | None:
+    """(low, high) of a line chart point's whisker, or None (see :func:`line_chart`)."""
+    err = point[2]
+    if not err:
+        return None
+    return (err[0], err[1]) if isinstance(err, tuple) else (point[1] - err, point[1] + err)
 
 
 def wrap_label(label: str, width: int = 34, max_lines: int = 4) -> list[str]:
