@@ -4,12 +4,26 @@ Convention (also in docs/testing.md, "The documentation commands"):
 
 * Every line ``$ dlbench …`` in any fenced block of README.md or docs/**/*.md is **checked** (fast): its
   subcommand path must exist and every ``--option`` it names must be an option of that command.
-* Lines ``$ dlbench …`` in ```` ```console ```` blocks are also **run** (slow tier), in order, in a temp
-  directory with a fresh store (``DLBENCH_DB``); each must exit 0.
-* An HTML comment right before a console block adjusts it:
-  ``<!-- docs-test: replace "OLD" "NEW" -->`` (repeatable) substitutes text in its commands, e.g. to
-  shrink sizes; ``<!-- docs-test: skip REASON -->`` shows the block without running it (clusters, GPUs).
-* ``DLBENCH_DOCS_TINY_ARGS`` (default: a tiny LSTM) is what ``{tiny}`` in a ``replace`` expands to.
+* Every such line is also **run** (slow tier), whatever the block's language: the lines of a block in
+  order, in a temp directory with a fresh store (``DLBENCH_DB``); each must exit 0. They run in this
+  process (``dlbench.cli.app.main``): torch is imported once, not once a line. ``> FILE`` after a command
+  writes its stdout to FILE; ``dlbench a; dlbench b`` is two commands.
+* HTML comments right before a block adjust it (each repeatable):
+
+  - ``<!-- docs-test: replace "OLD" "NEW" -->`` substitutes text in its commands (and in a ``file``
+    block's text), e.g. to shrink sizes. In NEW, ``{tiny}`` is ``DLBENCH_DOCS_TINY_ARGS`` (default: a
+    tiny LSTM), ``{run_id}`` the newest run in the block's store when the command runs, ``{port}`` a free
+    loopback port (one per block);
+  - ``<!-- docs-test: skip REASON -->`` shows the block without running it; ``<!-- docs-test: skip-line
+    "TEXT" REASON -->`` only its commands containing TEXT. The reason names what this machine lacks (a
+    GPU, a multi-node cluster, a Kubernetes API, the network);
+  - ``<!-- docs-test: exit "TEXT" CODE -->``: the command containing TEXT must exit CODE (a documented
+    refusal or failure);
+  - ``<!-- docs-test: serve "TEXT" -->``: the command containing TEXT serves Prometheus metrics until
+    stopped: it runs as a process (``--host 127.0.0.1 --port PORT`` appended), must answer on
+    ``/metrics``, and must exit 0 on Ctrl-C (SIGINT);
+  - ``<!-- docs-test: file NAME -->``: the block's text is written to NAME in the directory of every
+    block of the page that runs (a study or config file the commands read).
 """
 
 from __future__ import annotations
@@ -17,8 +31,12 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import signal
+import socket
 import subprocess
 import sys
+import time
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,8 +46,9 @@ ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 TINY = os.environ.get("DLBENCH_DOCS_TINY_ARGS", "-p seq_len=4 -p input_size=8 -p hidden_size=8 -b 4 --steps 2 --warmup 1 --threads 1")
 FENCE = re.compile(r"^(`{3,})(\w*)\s*$")
-DIRECTIVE = re.compile(r"<!--\s*docs-test:\s*(replace|skip)\s*(.*?)\s*-->")
+DIRECTIVE = re.compile(r"<!--\s*docs-test:\s*(replace|skip-line|skip|exit|serve|file)\b\s*(.*?)\s*-->")
 SHELL_END = {"|", ">", ">>", "&&", ";", "||", "2>", "2>&1"}
+NEXT_COMMAND = re.compile(r";\s+(?=dlbench\s)")  # "dlbench jobs; dlbench jobs logs ID"
 
 
 @dataclass
@@ -37,49 +56,82 @@ class Block:
     page: Path
     line: int
     language: str
-    commands: list[str]
+    commands: list[str] = field(default_factory=list)
+    text: list[str] = field(default_factory=list)
     replacements: list[tuple[str, str]] = field(default_factory=list)
     skip: str | None = None
+    skip_lines: list[tuple[str, str]] = field(default_factory=list)
+    exits: list[tuple[str, int]] = field(default_factory=list)
+    serves: list[str] = field(default_factory=list)
+    file: str | None = None
+
+    def expected_exit(self, command: str) -> int:
+        return next((code for text, code in self.exits if text in command), 0)
+
+    def skipped_because(self, command: str) -> str | None:
+        return next((reason for text, reason in self.skip_lines if text in command), None)
+
+
+def _directive(kind: str, argument: str, pending: dict) -> None:
+    """Adds one ``docs-test`` directive to the settings of the block that follows."""
+    if kind == "skip":
+        pending["skip"] = argument or "marked skip"
+    elif kind == "file":
+        pending["file"] = argument
+    elif kind == "replace":
+        old, new = shlex.split(argument)
+        pending.setdefault("replacements", []).append((old, new.replace("{tiny}", TINY)))
+    else:  # skip-line "TEXT" REASON, exit "TEXT" CODE, serve "TEXT"
+        text, *rest = shlex.split(argument)
+        if kind == "skip-line":
+            pending.setdefault("skip_lines", []).append((text, " ".join(rest) or "marked skip"))
+        elif kind == "exit":
+            pending.setdefault("exits", []).append((text, int(rest[0])))
+        else:
+            pending.setdefault("serves", []).append(text)
 
 
 def blocks(page: Path) -> list[Block]:
     """The fenced blocks of ``page`` with their ``$ dlbench`` lines and the directives before them."""
-    out, pending, current = [], {"replacements": [], "skip": None}, None
+    out, pending, current = [], {}, None
     for number, line in enumerate(page.read_text().splitlines(), 1):
         fence = FENCE.match(line.strip())
         if current is None:
             directive = DIRECTIVE.search(line)
-            if directive and directive.group(1) == "skip":
-                pending["skip"] = directive.group(2) or "marked skip"
-            elif directive:
-                old, new = shlex.split(directive.group(2))
-                pending["replacements"].append((old, new.replace("{tiny}", TINY)))
+            if directive:
+                _directive(directive.group(1), directive.group(2), pending)
             elif fence:
-                current = Block(page, number, fence.group(2), [], **pending)
-                pending = {"replacements": [], "skip": None}
+                current, pending = Block(page, number, fence.group(2), **pending), {}
         elif fence and not fence.group(2):
             out.append(current)
             current = None
         elif current.commands and current.commands[-1].endswith("\\"):
             current.commands[-1] = current.commands[-1][:-1] + " " + line.strip()  # a continued line
-        elif line.lstrip().startswith("$ dlbench "):
-            current.commands.append(line.lstrip()[2:])
+        else:
+            current.text.append(line)
+            if line.lstrip().startswith("$ dlbench "):
+                current.commands.extend(NEXT_COMMAND.split(line.lstrip()[2:]))
     return out
 
 
-def words(command: str) -> list[str]:
-    """The command's arguments up to a comment, a pipe or a redirection."""
+def split_shell(command: str) -> tuple[list[str], str | None]:
+    """The command's arguments up to a comment, a pipe or a redirection, and the file of ``> FILE`` if any."""
     text = re.split(r"\s+#\s", command, maxsplit=1)[0]
     try:
         argv = shlex.split(text)
     except ValueError:  # an unbalanced quote in prose-like synopsis: plain words are enough to check
         argv = text.split()
     for i, word in enumerate(argv):
+        if word == ">" and i + 1 < len(argv):
+            return argv[:i], argv[i + 1]
         if word in SHELL_END or word.startswith((">", "2>")):
-            return argv[:i]
-        if word.endswith(";"):  # "dlbench jobs; dlbench jobs logs ID": the first command
-            return argv[:i] + [word[:-1]]
-    return argv
+            return argv[:i], None
+    return argv, None
+
+
+def words(command: str) -> list[str]:
+    """The command's arguments up to a comment, a pipe or a redirection."""
+    return split_shell(command)[0]
 
 
 def _click_app():
@@ -126,21 +178,108 @@ def test_the_checker_catches_drift():
     assert problems("dlbench run lstm --stepz 3", root) == ["'dlbench run' has no option '--stepz'"]
 
 
-def console_blocks() -> list[Block]:
-    return [b for page in PAGES for b in blocks(page) if b.language == "console" and b.commands]
+def test_the_runner_reads_directives_and_shell_words(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text('<!-- docs-test: replace "--steps 20" "{tiny}" -->\n<!-- docs-test: exit "shwo" 2 -->\n'
+                    '<!-- docs-test: skip-line "--nproc 8" needs 8 GPUs -->\n```text\n'
+                    "$ dlbench run lstm --steps 20 > out.txt   # a comment\n$ dlbench shwo; dlbench run x --nproc 8\n"
+                    "some output\n```\n")
+    [block] = blocks(page)
+    assert block.commands == ["dlbench run lstm --steps 20 > out.txt   # a comment", "dlbench shwo", "dlbench run x --nproc 8"]
+    assert block.replacements == [("--steps 20", TINY)]
+    assert (block.expected_exit("dlbench shwo"), block.expected_exit("dlbench run lstm")) == (2, 0)
+    assert block.skipped_because("dlbench run x --nproc 8") == "needs 8 GPUs" and block.skipped_because("dlbench shwo") is None
+    assert split_shell(block.commands[0]) == (["dlbench", "run", "lstm", "--steps", "20"], "out.txt")
+
+
+# ---- running the documented commands (slow tier) ----
+
+def runnable_blocks() -> list[Block]:
+    return [b for page in PAGES for b in blocks(page) if b.commands]
+
+
+def page_files(page: Path) -> dict[str, str]:
+    """The ``file`` blocks of ``page``: name → text, with the block's replacements applied."""
+    files = {}
+    for block in blocks(page):
+        if block.file:
+            text = "\n".join(block.text) + "\n"
+            for old, new in block.replacements:
+                text = text.replace(old, new)
+            files[block.file] = text
+    return files
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def newest_run_id(db: Path) -> str:
+    from dlbench.store import open_store
+
+    store = open_store(str(db), create=False)
+    try:
+        return max(store.query(), key=lambda run: run.created_at).id
+    finally:
+        store.close()
+
+
+def serve_and_stop(argv: list[str], port: int, cwd: Path) -> tuple[int, str]:
+    """Runs a serving command as a process until its ``/metrics`` answers, then stops it with SIGINT."""
+    proc = subprocess.Popen([sys.executable, "-m", "dlbench", *argv, "--host", "127.0.0.1", "--port", str(port)],
+                            cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 120
+    try:
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
+                    assert b"# TYPE" in answer.read()
+                    break
+            except OSError:
+                time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)
+        output, _ = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    return proc.returncode, output
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("block", console_blocks(), ids=lambda b: f"{b.page.relative_to(ROOT)}:{b.line}")
-def test_console_blocks_run_as_shown(block, tmp_path):
+@pytest.mark.parametrize("block", runnable_blocks(), ids=lambda b: f"{b.page.relative_to(ROOT)}:{b.line}")
+def test_documented_commands_run_as_shown(block, tmp_path, monkeypatch, capfd):
     if block.skip:
         pytest.skip(f"{block.page.name}:{block.line}: {block.skip}")
-    env = dict(os.environ, DLBENCH_DB=str(tmp_path / "runs.db"), OMP_NUM_THREADS="1",
-               PYTHONPATH=str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    for command in block.commands:
+    from dlbench.cli.app import main
+
+    for key, value in {"DLBENCH_DB": str(tmp_path / "runs.db"), "OMP_NUM_THREADS": "1", "HOME": str(tmp_path / "home"),
+                       "DLBENCH_SITE_CONFIG": str(tmp_path / "no-site-config.yaml"),
+                       "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")]))}.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.chdir(tmp_path)
+    for name, text in page_files(block.page).items():
+        (tmp_path / name).write_text(text)
+    port, ran = free_port(), 0
+    for shown in block.commands:
+        if block.skipped_because(shown):
+            continue
+        command = shown
         for old, new in block.replacements:
             command = command.replace(old, new)
-        argv = words(command)
-        proc = subprocess.run([sys.executable, "-m", "dlbench", *argv[1:]], cwd=tmp_path, env=env,
-                              capture_output=True, text=True, timeout=900)
-        assert proc.returncode == 0, f"{block.page.name}:{block.line}: {command}\n{proc.stderr[-3000:]}"
+        command = command.replace("{port}", str(port))
+        if "{run_id}" in command:
+            command = command.replace("{run_id}", newest_run_id(tmp_path / "runs.db"))
+        argv, out_file = split_shell(command)
+        where = f"{block.page.relative_to(ROOT)}:{block.line}: {command}"
+        if any(text in shown for text in block.serves):
+            code, output = serve_and_stop(argv[1:], free_port(), tmp_path)
+            assert code == 0, f"{where}: exit {code}\n{output[-3000:]}"
+        else:
+            code = main(argv[1:])
+            out, err = capfd.readouterr()
+            if out_file:
+                (tmp_path / out_file).write_text(out)
+            assert code == block.expected_exit(shown), f"{where}: exit {code}\n{err[-3000:]}\n{out[-2000:]}"
+        ran += 1
+    assert ran or block.skip_lines, f"{block.page.name}:{block.line}: no command ran"
