@@ -49,7 +49,8 @@ ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 TINY = os.environ.get("DLBENCH_DOCS_TINY_ARGS", "-p seq_len=4 -p input_size=8 -p hidden_size=8 -b 4 --steps 2 --warmup 1 --threads 1")
 FENCE = re.compile(r"^(`{3,})(\w*)\s*$")
-DIRECTIVE = re.compile(r"<!--\s*docs-test:\s*(replace|skip-line|skip|exit|serve|file|setup)\b\s*(.*?)\s*-->")
+DIRECTIVE = re.compile(r"^\s*<!--\s*docs-test:\s*(replace|skip-line|skip|exit|serve|file|setup)\b\s*(.*?)\s*-->\s*$")
+QUOTED_THEN_REST = re.compile(r'"([^"]*)"\s*(.*)')
 SHELL_END = {"|", ">", ">>", "&&", ";", "||", "2>", "2>&1"}
 NEXT_COMMAND = re.compile(r";\s+(?=dlbench\s)")  # "dlbench jobs; dlbench jobs logs ID"
 
@@ -87,12 +88,12 @@ def _directive(kind: str, argument: str, pending: dict) -> None:
         pending.setdefault("replacements", []).append((old, new.replace("{tiny}", TINY)))
     elif kind == "setup":
         pending.setdefault("setup", []).append(shlex.split(argument)[0].replace("{tiny}", TINY))
-    else:  # skip-line "TEXT" REASON, exit "TEXT" CODE, serve "TEXT"
-        text, *rest = shlex.split(argument)
+    else:  # skip-line "TEXT" REASON, exit "TEXT" CODE, serve "TEXT": the rest is prose, quotes and all
+        text, rest = QUOTED_THEN_REST.match(argument).groups()
         if kind == "skip-line":
-            pending.setdefault("skip_lines", []).append((text, " ".join(rest) or "marked skip"))
+            pending.setdefault("skip_lines", []).append((text, rest or "marked skip"))
         elif kind == "exit":
-            pending.setdefault("exits", []).append((text, int(rest[0])))
+            pending.setdefault("exits", []).append((text, int(rest)))
         else:
             pending.setdefault("serves", []).append(text)
 
