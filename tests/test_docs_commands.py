@@ -246,36 +246,53 @@ def newest_job_id() -> str:
 @pytest.fixture(scope="module")
 def slurm_here(tmp_path_factory):
     """A real one-node Slurm (tests/launch/slurm_cluster.py) for the blocks marked ``cluster slurm``."""
-    from launch.slurm_cluster import SlurmCluster, missing
+    from launch.slurm_cluster import started_or_skip
 
-    why = missing()
-    if why:
-        pytest.skip(why)
-    cluster = SlurmCluster(tmp_path_factory.mktemp("slurm")).start()
-    try:
+    with started_or_skip(tmp_path_factory.mktemp("slurm")) as cluster:
         yield cluster
-    finally:
-        cluster.stop()
 
 
 def serve_and_stop(argv: list[str], port: int, cwd: Path) -> tuple[int, str]:
     """Runs a serving command as a process until its ``/metrics`` answers, then stops it with SIGINT."""
     proc = subprocess.Popen([sys.executable, "-m", "dlbench", *argv, "--host", "127.0.0.1", "--port", str(port)],
                             cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    deadline = time.monotonic() + 120
+    deadline, served = time.monotonic() + 120, False
     try:
-        while time.monotonic() < deadline and proc.poll() is None:
+        while not served and time.monotonic() < deadline and proc.poll() is None:
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
-                    assert b"# TYPE" in answer.read()
-                    break
+                    served = b"# TYPE" in answer.read()
             except OSError:
                 time.sleep(0.5)
         proc.send_signal(signal.SIGINT)
         output, _ = proc.communicate(timeout=60)
     finally:
         proc.kill()
-    return proc.returncode, output
+    return (proc.returncode if served else -1), output
+
+
+def isolate(tmp_path: Path, monkeypatch) -> None:
+    """A reader's fresh machine in ``tmp_path``: store, home, no site config; ``python`` is this interpreter."""
+    for key, value in {"DLBENCH_DB": str(tmp_path / "runs.db"), "OMP_NUM_THREADS": "1", "HOME": str(tmp_path / "home"),
+                       "DLBENCH_SITE_CONFIG": str(tmp_path / "no-site-config.yaml"),
+                       "DLBENCH_JOBS_DIR": str(tmp_path / "jobs"),
+                       "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")])),
+                       "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]])}.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.chdir(tmp_path)
+
+
+def expanded(shown: str, block: Block, port: int, db: Path) -> str:
+    """The command as it runs: the block's replacements, then the placeholders filled in."""
+    command = shown
+    for old, new in block.replacements:
+        command = command.replace(old, new)
+    command = command.replace("{port}", str(port)).replace("{root}", str(ROOT))
+    if "{job_id}" in command:
+        command = command.replace("{job_id}", newest_job_id())
+    if "{run_id}" in command:
+        command = command.replace("{run_id}", newest_run_id(db))
+    return command
 
 
 @pytest.mark.slow
@@ -285,17 +302,10 @@ def test_documented_commands_run_as_shown(block, tmp_path, monkeypatch, capfd, r
         pytest.skip(f"{block.page.name}:{block.line}: {block.skip}")
     from dlbench.cli.app import main
 
+    isolate(tmp_path, monkeypatch)
     if block.cluster == "slurm":
         for key, value in request.getfixturevalue("slurm_here").env.items():
             monkeypatch.setenv(key, value)
-        monkeypatch.setenv("DLBENCH_JOBS_DIR", str(tmp_path / "jobs"))
-
-    for key, value in {"DLBENCH_DB": str(tmp_path / "runs.db"), "OMP_NUM_THREADS": "1", "HOME": str(tmp_path / "home"),
-                       "DLBENCH_SITE_CONFIG": str(tmp_path / "no-site-config.yaml"),
-                       "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")])),
-                       "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]])}.items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.chdir(tmp_path)
     for name, text in page_files(block.page).items():
         (tmp_path / name).write_text(text)
     port, skipped = free_port(), []
@@ -303,24 +313,17 @@ def test_documented_commands_run_as_shown(block, tmp_path, monkeypatch, capfd, r
         if block.skipped_because(shown):
             skipped.append(block.skipped_because(shown))
             continue
-        command = shown
-        for old, new in block.replacements:
-            command = command.replace(old, new)
-        command = command.replace("{port}", str(port)).replace("{root}", str(ROOT))
-        if "{job_id}" in command:
-            command = command.replace("{job_id}", newest_job_id())
-        if "{run_id}" in command:
-            command = command.replace("{run_id}", newest_run_id(tmp_path / "runs.db"))
+        command = expanded(shown, block, port, tmp_path / "runs.db")
         argv, out_file = split_shell(command)
         where = f"{block.page.relative_to(ROOT)}:{block.line}: {command}"
         if any(text in shown for text in block.serves):
             code, output = serve_and_stop(argv[1:], free_port(), tmp_path)
-            assert code == 0, f"{where}: exit {code}\n{output[-3000:]}"
-        else:
-            code = main(argv[1:])
-            out, err = capfd.readouterr()
-            if out_file:
-                (tmp_path / out_file).write_text(out)
-            assert code in block.expected_exit(shown), f"{where}: exit {code}\n{err[-3000:]}\n{out[-2000:]}"
+            assert code == 0, f"{where}: exit {code} (-1: never answered on /metrics)\n{output[-3000:]}"
+            continue
+        code = main(argv[1:])
+        out, err = capfd.readouterr()
+        if out_file:
+            (tmp_path / out_file).write_text(out)
+        assert code in block.expected_exit(shown), f"{where}: exit {code}\n{err[-3000:]}\n{out[-2000:]}"
     if len(skipped) == len(block.commands):
         pytest.skip(f"{block.page.name}:{block.line}: " + "; ".join(dict.fromkeys(skipped)))
