@@ -21,6 +21,7 @@ import re
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -365,11 +366,59 @@ def torch_info() -> dict | None:
     }
 
 
-def capture_env(*, include_gpus: bool = True) -> dict:
+#: The facts of :func:`torch_info` that only a process that imported torch can know (its runtime).
+TORCH_RUNTIME_KEYS = ("cuda_available", "cudnn", "nccl", "mpi_available", "gloo_available", "nccl_available",
+                      "num_threads", "mkldnn")
+#: The facts of :func:`torch_info` that torch's ``version.py`` holds (its build).
+_TORCH_BUILD_KEYS = {"__version__": "version", "cuda": "cuda", "hip": "hip"}
+
+
+def torch_build_info() -> dict | None:
+    """torch's build facts (version, CUDA, HIP) read from its ``version.py`` without importing torch (the
+    import costs seconds); None when torch is not installed. For a process that runs no torch itself (an
+    HPO worker whose trials are external commands): the runtime facts (:data:`TORCH_RUNTIME_KEYS`) are
+    None and ``not_captured`` names them, so a record never passes an unknown for a fact."""
+    spec = importlib.util.find_spec("torch")
+    if spec is None:
+        return None
+    facts: dict[str, Any] = dict.fromkeys(_TORCH_BUILD_KEYS.values())
+    for location in spec.submodule_search_locations or ():
+        facts |= _version_py_constants(Path(location) / "version.py")
+    if facts["version"] is None:
+        try:
+            facts["version"] = importlib.metadata.version("torch")
+        except importlib.metadata.PackageNotFoundError:
+            return None
+    return facts | dict.fromkeys(TORCH_RUNTIME_KEYS) | {
+        "not_captured": list(TORCH_RUNTIME_KEYS),
+        "captured_from": "torch's version.py: this process did not import torch (the run it records does not use it)",
+    }
+
+
+def _version_py_constants(path: Path) -> dict[str, str | None]:
+    """The build facts assigned as literals in torch's ``version.py`` (parsed, never executed)."""
+    import ast
+
+    try:
+        tree = ast.parse(_read_text(path) or "")
+    except (SyntaxError, ValueError):
+        return {}
+    facts = {}
+    for node in tree.body:
+        target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else getattr(node, "target", None)
+        value = getattr(node, "value", None)
+        if isinstance(target, ast.Name) and target.id in _TORCH_BUILD_KEYS and isinstance(value, ast.Constant) \
+                and (value.value is None or isinstance(value.value, str)):
+            facts[_TORCH_BUILD_KEYS[target.id]] = value.value
+    return facts
+
+
+def capture_env(*, include_gpus: bool = True, import_torch: bool = True) -> dict:
     """The full environment record stamped on every run and printed by ``dlbench env``.
 
     JSON-serialisable. ``include_gpus=False`` skips NVML (``gpus`` is ``[]`` and ``nvml`` says it
-    was not queried).
+    was not queried). ``import_torch=False`` is for a process that runs no torch itself: unless torch is
+    already imported, ``torch`` holds its build facts only (:func:`torch_build_info`).
     """
     environ = dict(os.environ)
     if include_gpus:
@@ -388,7 +437,7 @@ def capture_env(*, include_gpus: bool = True) -> dict:
             "platform": platform.platform(),
             "machine": platform.machine(),
         },
-        "torch": torch_info(),
+        "torch": torch_info() if import_torch or "torch" in sys.modules else torch_build_info(),
         "torchvision": _torchvision_version(),
         "cpu": cpu_info(),
         "gpus": gpus,
@@ -438,7 +487,32 @@ def format_env(env: dict) -> str:
 
 def host_load(sample_s: float = 0.25) -> dict[str, float]:
     """How busy the host is right before a benchmark: other work on the node lowers every number,
-    on the CPU dramatically (OpenMP threads spin against each other)."""
+    on the CPU dramatically (OpenMP threads spin against each other). ``sample_s`` 0: over the time
+    since :func:`prime_host_load` in this process, without waiting, this process's own work left out."""
     import psutil
 
-    return {"cpu_busy_percent": psutil.cpu_percent(interval=sample_s), "loadavg_1m": os.getloadavg()[0]}
+    if not sample_s and _primed:
+        started_s, own_cpu_s = _primed.pop()
+        busy = psutil.cpu_percent(interval=None)  # the whole host since the prime
+        wall_s = max(time.monotonic() - started_s, 1e-6)
+        own = 100.0 * (_own_cpu_s() - own_cpu_s) / (wall_s * (psutil.cpu_count() or 1))
+        return {"cpu_busy_percent": round(max(0.0, busy - own), 1), "loadavg_1m": os.getloadavg()[0]}
+    return {"cpu_busy_percent": psutil.cpu_percent(interval=sample_s or 0.25), "loadavg_1m": os.getloadavg()[0]}
+
+
+#: (monotonic time, this process's CPU seconds) at :func:`prime_host_load`, until ``host_load`` reads it.
+_primed: list[tuple[float, float]] = []
+
+
+def prime_host_load() -> None:
+    """Start the interval that a later ``host_load(sample_s=0)`` reports on, so that it need not wait for a
+    sample of its own (an HPO worker's start is that interval)."""
+    import psutil
+
+    psutil.cpu_percent(interval=None)
+    _primed[:] = [(time.monotonic(), _own_cpu_s())]
+
+
+def _own_cpu_s() -> float:
+    times = os.times()
+    return times.user + times.system

@@ -16,6 +16,7 @@ from dlbench.hpo.run import (
     storage_url,
     work_left,
 )
+from dlbench.hpo.storage import close_storage
 
 
 def execute(run, store, env) -> list[dict[str, Any]]:
@@ -36,7 +37,7 @@ def resolve_train(spec) -> Any:
 #: The run pipeline every trial goes through.
 PIPELINE = Pipeline(execute=execute, resolve_train=resolve_train)
 
-__all__ = ["PIPELINE", "link_records", "list_studies", "load_study_file", "open_study", "run_study", "run_worker", "spec_of", "storage_url",
+__all__ = ["PIPELINE", "close_storage", "link_records", "list_studies", "load_study_file", "open_study", "run_study", "run_worker", "spec_of", "storage_url",
            "work_left"]
 
 

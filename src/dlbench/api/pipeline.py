@@ -31,11 +31,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from dlbench.api.jobs import Ending, job_kind
-from dlbench.engine.devices import explain_failure
-from dlbench.engine.loop import Progress
+from dlbench.engine.progress import Progress
 from dlbench.engine.run import ResolvedRun
 from dlbench.errors import RecordNotSaved, RunFailed, Submitted, Terminated, UsageError
 from dlbench.launch import Launcher, Outcome, get_launcher
@@ -192,7 +189,8 @@ class Recording:
             status, result, error = exc.status, exc.result, exc.error
         else:
             status, result, error = ("oom" if is_oom(exc) else "failed"), None, error_text(exc)
-            if torch.cuda.is_available() and torch.cuda.is_initialized():
+            torch = sys.modules.get("torch")  # a run that never imported torch holds no device memory
+            if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
                 torch.cuda.empty_cache()  # the next run of a suite starts with the memory back
         for record in self.records:
             finish(record, status, result, error)
@@ -200,7 +198,8 @@ class Recording:
 
 def is_oom(exc: BaseException) -> bool:
     """Whether ``exc`` means the device (or host) ran out of memory."""
-    if isinstance(exc, (torch.cuda.OutOfMemoryError, MemoryError)):
+    torch = sys.modules.get("torch")  # torch's own error exists only once torch is imported
+    if isinstance(exc, MemoryError) or (torch is not None and isinstance(exc, torch.cuda.OutOfMemoryError)):
         return True
     text = str(exc)
     return isinstance(exc, RuntimeError) and ("out of memory" in text.lower() or "can't allocate memory" in text)
@@ -208,4 +207,6 @@ def is_oom(exc: BaseException) -> bool:
 
 def error_text(exc: BaseException) -> str:
     """A failure as the record keeps it: what dlbench can explain explained first (oneDNN's errors)."""
+    from dlbench.engine.devices import explain_failure  # torch: only when a run failed this way
+
     return explain_failure(f"{type(exc).__name__}: {exc}".strip())[:2000]

@@ -5,6 +5,7 @@ Optuna and torch are imported inside the commands (through ``dlbench.api.hpo``):
 
 from __future__ import annotations
 
+import gc
 import sys
 import time
 from pathlib import Path
@@ -72,7 +73,10 @@ def run(
         study = hpo.run_study(spec, db, storage, resume, progress.update, address, tensorboard)
     spec = hpo.spec_of(study)  # the study's own (a resumed one's too), without opening its storage again
     _print_status(study, spec, as_json, db)
-    if not any(t.value is not None for t in study.get_trials(deepcopy=False) if t.state.name == "COMPLETE"):
+    succeeded = any(t.value is not None for t in study.get_trials(deepcopy=False) if t.state.name == "COMPLETE")
+    hpo.close_storage(study)  # its connections closed (the store's are): nothing is left for the exit to close, so
+    gc.freeze()  # the interpreter's last collections over every object (seconds under load) are skipped
+    if not succeeded:
         raise BenchmarkFailed(f"study {spec.name!r} has no successful trial; each trial's reason is in "
                               f"'dlbench hpo status {spec.name}' (and its run record).")
 
@@ -205,7 +209,9 @@ class LiveTable:
             from rich.console import Console
             from rich.live import Live
 
-            self.live = Live(console=Console(stderr=True), refresh_per_second=2, transient=False)
+            # refreshed by update() (the engine polls about twice a second), not by a thread of its own: a
+            # single-threaded process can start its workers as forks of itself (dlbench.hpo.fork)
+            self.live = Live(console=Console(stderr=True), auto_refresh=False, transient=False)
             self.live.start()
         return self
 
@@ -220,7 +226,7 @@ class LiveTable:
         trials = study.get_trials(deepcopy=False)
         rows = table_rows(trials, spec.direction)
         if self.live is not None:
-            self.live.update(table(rows, spec, counts(trials), best_trial(trials, spec.direction)))
+            self.live.update(table(rows, spec, counts(trials), best_trial(trials, spec.direction)), refresh=True)
             return
         for line in progress_lines(rows, self.seen, time.monotonic() - self.started):
             info(line)

@@ -42,6 +42,7 @@ from dlbench.engine.parallel import (
     place,
 )
 from dlbench.engine.profile import profile_steps
+from dlbench.engine.progress import Progress
 from dlbench.engine.timing import StepClock, step_stats
 from dlbench.layout import Layout, layout_of
 from dlbench.spec import RunSpec
@@ -50,27 +51,6 @@ from dlbench.spec import RunSpec
 OnStep = Callable[[str, int, int], None]
 
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
-
-
-@dataclass
-class Progress:
-    """What a run has measured so far, for a run stopped before its end (a signal): the record of an
-    aborted run keeps the step times it did measure."""
-
-    batch_size: int = 0
-    clock: StepClock | None = None
-
-    def partial_result(self) -> dict[str, Any] | None:
-        """The measured steps so far (``partial: true``), or None before the timed window opened."""
-        if self.clock is None:
-            return None
-        times = self.clock.step_times_so_far_s()
-        result: dict[str, Any] = {"partial": True, "steps": len(times), "batch_size": self.batch_size,
-                                  "step_times_s": times}
-        if times:
-            result |= {"step_time_s": step_stats(times).as_dict(), "window_s": sum(times),
-                       "samples_per_s": self.batch_size * len(times) / sum(times)}
-        return result
 
 
 @dataclass
@@ -279,8 +259,9 @@ def traffic(workload: Workload, model: torch.nn.Module, batch_size: int, precisi
     run's precision: autocast keeps block outputs in bf16/fp16) through the blocks it runs."""
     activations, logits = workload.activation_elements(batch_size)
     element_bytes = 2 if precision in ("bf16", "fp16") else 4
+    inner = model.module if isinstance(model, DistributedDataParallel) else model  # DDP wraps the model
     return Traffic(local_parameter_bytes(model), activations * element_bytes, logits * element_bytes,
-                   len(workload.transformer_blocks(model)))
+                   len(workload.transformer_blocks(inner)))
 
 
 def _count_whole_model_flops(workload: Workload, model: torch.nn.Module, seed: int) -> float | None:

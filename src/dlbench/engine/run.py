@@ -10,9 +10,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from dlbench.engine.dist import LaunchEnv
+if TYPE_CHECKING:  # a type only: dlbench.engine.dist imports torch, which an HPO trial's run never needs
+    from dlbench.engine.dist import LaunchEnv
 
 
 def frozen(doc: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -8,6 +8,9 @@ worker (their trials are queued again for ``--resume``) and re-raises.
 
 Worker i is pinned to GPU i through ``CUDA_VISIBLE_DEVICES`` when there are GPUs, else to its own share of
 the CPU cores (``DLBENCH_HPO_CORES``, applied by the worker with ``sched_setaffinity``).
+
+A worker is ``dlbench hpo worker`` in a fork of this process where that is safe (:mod:`dlbench.hpo.fork`):
+it starts with dlbench, Optuna and SQLAlchemy already imported instead of spending seconds on them.
 """
 
 from __future__ import annotations
@@ -20,10 +23,13 @@ import time
 from collections.abc import Sequence
 
 from dlbench.errors import BenchmarkFailed, Terminated, UsageError
-from dlbench.hpo._base import STOP_GRACE_S, WORKER_ENV, WorkerEngine, WorkerPlan
-from dlbench.hpo.command import die_with_parent
+from dlbench.hpo import fork
+from dlbench.hpo._base import STOP_GRACE_S, STORAGE_CHECKED_ENV, WORKER_ENV, WorkerEngine, WorkerPlan
 
 CORES_ENV = "DLBENCH_HPO_CORES"
+#: Seconds between two looks at the study (the live table, work left) while workers run: each look reads
+#: every trial, beside the workers' own writes; a worker's exit is seen sooner (:func:`_until_one_exits`).
+POLL_S = 1.0
 
 
 def pinning(workers: int, gpus: int, cpus: Sequence[int]) -> list[dict[str, str]]:
@@ -77,7 +83,8 @@ class LocalEngine(WorkerEngine):
 
     def plan(self, worker_argv, workers):
         host = socket.gethostname()
-        return [WorkerPlan(tuple(worker_argv) + ("--index", str(i)), env | {WORKER_ENV: f"{host}:w{i}"}, f"{host}:w{i}")
+        return [WorkerPlan(tuple(worker_argv) + ("--index", str(i)),
+                           env | {WORKER_ENV: f"{host}:w{i}", STORAGE_CHECKED_ENV: "1"}, f"{host}:w{i}")
                 for i, env in enumerate(pinning(workers, self.gpus, self.cpus))]
 
     def run_workers(self, plans, study, work_left, on_dead, on_poll=None):
@@ -104,16 +111,24 @@ class LocalEngine(WorkerEngine):
                     if i not in running and more and (i not in idle or not running):
                         idle.discard(i)
                         # Ctrl-C reaches us only: we stop them; killed (SIGKILL), we leave none running
-                        running[i] = subprocess.Popen(list(plan.argv), env={**os.environ, **plan.env},
-                                                      start_new_session=True, preexec_fn=die_with_parent(signal.SIGTERM))
+                        running[i] = fork.start(plan.argv, plan.env)
                 if on_poll is not None:
                     on_poll()
                 if not running and not more:
                     return
-                time.sleep(0.5)
+                _until_one_exits(running.values(), POLL_S)
         except (Terminated, KeyboardInterrupt) as exc:
             _stop(running.values(), exc.signum if isinstance(exc, Terminated) else signal.SIGINT)
             raise
+
+
+def _until_one_exits(procs, timeout_s: float) -> None:
+    """Wait ``timeout_s``, or less when a worker exits meanwhile (the last trial's end is seen at once)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if any(proc.poll() is not None for proc in procs):
+            return
+        time.sleep(0.05)
 
 
 def _stop(procs, signum: int = signal.SIGTERM) -> None:

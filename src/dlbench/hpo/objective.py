@@ -18,7 +18,6 @@ from dlbench.hpo.space import suggest
 from dlbench.hpo.study import StudySpec
 from dlbench.hpo.trial import TrialSession, trial_tags
 from dlbench.record import finish, new_record
-from dlbench.spec import make_spec
 from dlbench.store import RunFilter
 
 
@@ -81,6 +80,8 @@ def run_trial(spec: StudySpec, trial, params: dict[str, Any], store, env: dict[s
     if spec.objective.kind == "command":
         return pipeline.execute(TrialSession(spec, trial, params, extra).resolved(), store, env)[0]
     # a catalogue workload's throughput: the trial is a ``train`` run (its record, tagged)
+    from dlbench.spec import make_spec  # pydantic: a command trial has no use for it
+
     obj = spec.objective
     fields = obj.fixed | params | {"workload": obj.workload}
     fields["tags"] = dict(fields.get("tags") or {}) | trial_tags(spec.name, trial.number)

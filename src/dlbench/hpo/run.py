@@ -21,10 +21,10 @@ import optuna
 from optuna.trial import TrialState
 
 from dlbench.config import load_yaml
-from dlbench.env import capture_env, host_load
+from dlbench.env import capture_env, host_load, prime_host_load
 from dlbench.errors import Terminated, UsageError
 from dlbench.hpo import storage as hpo_storage
-from dlbench.hpo._base import STORAGE_ENV, Pipeline, StudyRun, engine_class
+from dlbench.hpo._base import STORAGE_CHECKED_ENV, STORAGE_ENV, Pipeline, StudyRun, engine_class
 from dlbench.hpo.local import apply_pinning
 from dlbench.hpo.search import make_pruner, make_sampler, trial_budget
 from dlbench.hpo.study import StudySpec, parse_study
@@ -104,6 +104,7 @@ def run_study(spec: StudySpec | None, pipeline: Pipeline, db: str | None = None,
             on_poll=(lambda: on_poll(study, spec)) if on_poll else None, address=address, deadline=deadline))
     finally:
         engine.close()
+        store.close()
     return study
 
 
@@ -131,15 +132,19 @@ def work_left(study: optuna.Study, spec: StudySpec, deadline: float | None) -> b
 def run_worker(name: str, url: str | None, db: str | None, pipeline: Pipeline, index: int = 0,
                deadline: float | None = None) -> None:
     """One worker: take trials of study ``name`` one after the other until none is left."""
+    prime_host_load()  # the host's load over this worker's start: no sample of its own to wait for
     url = storage_url(url or os.environ.get(STORAGE_ENV), db)
     apply_pinning()
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # the engine shows progress, not each worker
     store = with_tensorboard(open_store(db), os.environ.get(TENSORBOARD_ENV))
-    spec = parse_study(hpo_storage.study_doc(hpo_storage.open_storage(url), name, display(url)), f"study {name}")
-    backend = hpo_storage.open_storage(url, spec.heartbeat_s, _dead_saver(spec, store))
+    checked = os.environ.get(STORAGE_CHECKED_ENV) == "1"  # by the driver, with this Optuna
+    spec = parse_study(hpo_storage.study_doc(hpo_storage.open_storage(url, checked=checked), name, display(url)),
+                       f"study {name}")
+    backend = hpo_storage.open_storage(url, spec.heartbeat_s, _dead_saver(spec, store), checked=True)
     study = optuna.load_study(study_name=name, storage=backend, pruner=make_pruner(spec))
     study.sampler = make_sampler(spec, index, _trials_before(study))
-    env = capture_env() | {"host_load": host_load()}  # the engine warned once about a busy host, not each worker
+    # a command trial runs in its own process: the worker needs no torch (seconds to import), only its version
+    env = capture_env(import_torch=spec.objective.kind != "command") | {"host_load": host_load(sample_s=0)}
     from dlbench.hpo.objective import TrialFailed, TrialObjective  # the run's machinery: only where trials run
 
     objective = TrialObjective(spec, store, env, pipeline)

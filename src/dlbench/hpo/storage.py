@@ -45,24 +45,46 @@ OnDead = Callable[[FrozenTrial, str], None]
 warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
 
 
-def open_storage(url: str, heartbeat_s: int = 30, on_dead: OnDead | None = None):
+def open_storage(url: str, heartbeat_s: int = 30, on_dead: OnDead | None = None, checked: bool = False):
     """The Optuna storage at ``url`` (a SQLAlchemy URL, or ``journal:PATH``); ``heartbeat_s`` 0: no heartbeat
-    (a process that runs no trial itself, e.g. the ray engine's driver)."""
+    (a process that runs no trial itself, e.g. the ray engine's driver). ``checked``: this process opened it
+    already, so its tables exist and match this Optuna (checking again reads every migration script: 0.1 s)."""
     if url.startswith(JOURNAL):
         return _journal(url.removeprefix(JOURNAL))
     retry = _Retry(on_dead)
     path = sqlite_path(url)
     try:
         with _init_lock(path):
+            # tables this process creates now match its Optuna: no check (it reads every migration script again)
+            fresh = path is not None and not checked and not _has_studies(path)
             storage = RDBStorage(url, engine_kwargs={"connect_args": {"timeout": BUSY_TIMEOUT_S}} if path else {},
                                  heartbeat_interval=heartbeat_s or None, grace_period=2 * heartbeat_s or None,
-                                 heartbeat_stale_trial_callback=retry)
-    except (sa.exc.SQLAlchemyError, ImportError, ValueError, OSError) as exc:
+                                 heartbeat_stale_trial_callback=retry, skip_compatibility_check=checked or fresh,
+                                 skip_table_creation=checked)
+    except (sa.exc.SQLAlchemyError, sqlite3.Error, ImportError, ValueError, OSError) as exc:
         raise UsageError(f"cannot open the study storage {display(url)} ({str(exc).splitlines()[0]}); give "
                          "--storage a writable SQLite file, a PostgreSQL URL or journal:PATH.") from None
     if path is not None:
         _immediate(storage.engine)
     return storage
+
+
+def _has_studies(path) -> bool:
+    """Whether the SQLite file at ``path`` holds Optuna's tables already (a missing file holds none)."""
+    if not path.is_file():
+        return False
+    with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S)) as conn:
+        return conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'studies'").fetchone() is not None
+
+
+def close_storage(study: optuna.Study) -> None:
+    """Close the database connections of ``study``'s storage now rather than at the interpreter's exit:
+    SQLite merges its write-ahead log into the file when the last one closes (a copy of the file alone is
+    then complete). The study can still be read (a read opens a connection again)."""
+    storage = getattr(study._storage, "_backend", study._storage)  # Optuna caches an RDBStorage in a wrapper
+    engine = getattr(storage, "engine", None)  # a journal file has none
+    if engine is not None:
+        engine.dispose()
 
 
 def open_for_reading(url: str):
