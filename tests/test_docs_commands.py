@@ -321,6 +321,8 @@ def test_documented_commands_run_as_shown(block, tmp_path, monkeypatch, capfd, r
             assert code == 0, f"{where}: exit {code} (-1: never answered on /metrics)\n{output[-3000:]}"
             continue
         code = main(argv[1:])
+        if code in (128 + signal.SIGINT, 128 + signal.SIGTERM):  # main turned Ctrl-C into an exit code: stop pytest too
+            raise KeyboardInterrupt(f"{where}: stopped by a signal")
         out, err = capfd.readouterr()
         if out_file:
             (tmp_path / out_file).write_text(out)
