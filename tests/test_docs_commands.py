@@ -4,12 +4,32 @@ Convention (also in docs/testing.md, "The documentation commands"):
 
 * Every line ``$ dlbench …`` in any fenced block of README.md or docs/**/*.md is **checked** (fast): its
   subcommand path must exist and every ``--option`` it names must be an option of that command.
-* Lines ``$ dlbench …`` in ```` ```console ```` blocks are also **run** (slow tier), in order, in a temp
-  directory with a fresh store (``DLBENCH_DB``); each must exit 0.
-* An HTML comment right before a console block adjusts it:
-  ``<!-- docs-test: replace "OLD" "NEW" -->`` (repeatable) substitutes text in its commands, e.g. to
-  shrink sizes; ``<!-- docs-test: skip REASON -->`` shows the block without running it (clusters, GPUs).
-* ``DLBENCH_DOCS_TINY_ARGS`` (default: a tiny LSTM) is what ``{tiny}`` in a ``replace`` expands to.
+* Every such line is also **run** (slow tier), whatever the block's language: the lines of a block in
+  order, in a temp directory with a fresh store (``DLBENCH_DB``); each must exit 0. They run in this
+  process (``dlbench.cli.app.main``): torch is imported once, not once a line. ``python`` on PATH is
+  the test's interpreter (a study's command, a launcher's ranks). ``> FILE`` after a command
+  writes its stdout to FILE; ``dlbench a; dlbench b`` is two commands.
+* HTML comments right before a block adjust it (each repeatable):
+
+  - ``<!-- docs-test: replace "OLD" "NEW" -->`` substitutes text in its commands (and in a ``file``
+    block's text), e.g. to shrink sizes. In NEW, ``{tiny}`` is ``DLBENCH_DOCS_TINY_ARGS`` (default: a
+    tiny LSTM), ``{run_id}`` the newest run in the block's store when the command runs, ``{port}`` a free
+    loopback port (one per block), ``{root}`` the repository (for paths such as ``tests/data/…``),
+    ``{job_id}`` the newest job dlbench submitted from the block;
+  - ``<!-- docs-test: skip REASON -->`` shows the block without running it; ``<!-- docs-test: skip-line
+    "TEXT" REASON -->`` only its commands containing TEXT. The reason names what this machine lacks (a
+    GPU, a multi-node cluster, a Kubernetes API, the network);
+  - ``<!-- docs-test: exit "TEXT" CODE[,CODE] -->``: the command containing TEXT must exit CODE (a
+    documented refusal or failure; several codes where a tiny run's noise decides, as a CI gate's verdict);
+  - ``<!-- docs-test: serve "TEXT" -->``: the command containing TEXT serves Prometheus metrics until
+    stopped: it runs as a process (``--host 127.0.0.1 --port PORT`` appended), must answer on
+    ``/metrics``, and must exit 0 on Ctrl-C (SIGINT);
+  - ``<!-- docs-test: setup "dlbench …" -->``: a command run before the block's own (what the reader's
+    store would hold already, e.g. runs for a report);
+  - ``<!-- docs-test: cluster slurm -->``: the block's commands submit to a real one-node Slurm started
+    for this file (``tests/launch/slurm_cluster.py``);
+  - ``<!-- docs-test: file NAME -->``: the block's text is written to NAME in the directory of every
+    block of the page that runs (a study or config file the commands read).
 """
 
 from __future__ import annotations
@@ -17,8 +37,12 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import signal
+import socket
 import subprocess
 import sys
+import time
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,8 +52,10 @@ ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 TINY = os.environ.get("DLBENCH_DOCS_TINY_ARGS", "-p seq_len=4 -p input_size=8 -p hidden_size=8 -b 4 --steps 2 --warmup 1 --threads 1")
 FENCE = re.compile(r"^(`{3,})(\w*)\s*$")
-DIRECTIVE = re.compile(r"<!--\s*docs-test:\s*(replace|skip)\s*(.*?)\s*-->")
+DIRECTIVE = re.compile(r"^\s*<!--\s*docs-test:\s*(replace|skip-line|skip|exit|serve|file|setup|cluster)\b\s*(.*?)\s*-->\s*$")
+QUOTED_THEN_REST = re.compile(r'"([^"]*)"\s*(.*)')
 SHELL_END = {"|", ">", ">>", "&&", ";", "||", "2>", "2>&1"}
+NEXT_COMMAND = re.compile(r";\s+(?=dlbench\s)")  # "dlbench jobs; dlbench jobs logs ID"
 
 
 @dataclass
@@ -37,49 +63,86 @@ class Block:
     page: Path
     line: int
     language: str
-    commands: list[str]
+    commands: list[str] = field(default_factory=list)
+    text: list[str] = field(default_factory=list)
     replacements: list[tuple[str, str]] = field(default_factory=list)
     skip: str | None = None
+    skip_lines: list[tuple[str, str]] = field(default_factory=list)
+    exits: list[tuple[str, set[int]]] = field(default_factory=list)
+    serves: list[str] = field(default_factory=list)
+    setup: list[str] = field(default_factory=list)
+    file: str | None = None
+    cluster: str | None = None
+
+    def expected_exit(self, command: str) -> set[int]:
+        return next((codes for text, codes in self.exits if text in command), {0})
+
+    def skipped_because(self, command: str) -> str | None:
+        return next((reason for text, reason in self.skip_lines if text in command), None)
+
+
+def _directive(kind: str, argument: str, pending: dict) -> None:
+    """Adds one ``docs-test`` directive to the settings of the block that follows."""
+    if kind == "skip":
+        pending["skip"] = argument or "marked skip"
+    elif kind in ("file", "cluster"):
+        pending[kind] = argument
+    elif kind == "replace":
+        old, new = shlex.split(argument)
+        pending.setdefault("replacements", []).append((old, new.replace("{tiny}", TINY)))
+    elif kind == "setup":
+        pending.setdefault("setup", []).append(shlex.split(argument)[0].replace("{tiny}", TINY))
+    else:  # skip-line "TEXT" REASON, exit "TEXT" CODE, serve "TEXT": the rest is prose, quotes and all
+        text, rest = QUOTED_THEN_REST.match(argument).groups()
+        if kind == "skip-line":
+            pending.setdefault("skip_lines", []).append((text, rest or "marked skip"))
+        elif kind == "exit":
+            pending.setdefault("exits", []).append((text, {int(code) for code in rest.split(",")}))
+        else:
+            pending.setdefault("serves", []).append(text)
 
 
 def blocks(page: Path) -> list[Block]:
     """The fenced blocks of ``page`` with their ``$ dlbench`` lines and the directives before them."""
-    out, pending, current = [], {"replacements": [], "skip": None}, None
+    out, pending, current = [], {}, None
     for number, line in enumerate(page.read_text().splitlines(), 1):
         fence = FENCE.match(line.strip())
         if current is None:
             directive = DIRECTIVE.search(line)
-            if directive and directive.group(1) == "skip":
-                pending["skip"] = directive.group(2) or "marked skip"
-            elif directive:
-                old, new = shlex.split(directive.group(2))
-                pending["replacements"].append((old, new.replace("{tiny}", TINY)))
+            if directive:
+                _directive(directive.group(1), directive.group(2), pending)
             elif fence:
-                current = Block(page, number, fence.group(2), [], **pending)
-                pending = {"replacements": [], "skip": None}
+                current, pending = Block(page, number, fence.group(2), **pending), {}
         elif fence and not fence.group(2):
             out.append(current)
             current = None
         elif current.commands and current.commands[-1].endswith("\\"):
             current.commands[-1] = current.commands[-1][:-1] + " " + line.strip()  # a continued line
-        elif line.lstrip().startswith("$ dlbench "):
-            current.commands.append(line.lstrip()[2:])
+        else:
+            current.text.append(line)
+            if line.lstrip().startswith("$ dlbench "):
+                current.commands.extend(NEXT_COMMAND.split(line.lstrip()[2:]))
     return out
 
 
-def words(command: str) -> list[str]:
-    """The command's arguments up to a comment, a pipe or a redirection."""
+def split_shell(command: str) -> tuple[list[str], str | None]:
+    """The command's arguments up to a comment, a pipe or a redirection, and the file of ``> FILE`` if any."""
     text = re.split(r"\s+#\s", command, maxsplit=1)[0]
     try:
         argv = shlex.split(text)
     except ValueError:  # an unbalanced quote in prose-like synopsis: plain words are enough to check
         argv = text.split()
     for i, word in enumerate(argv):
+        if word == ">" and i + 1 < len(argv):
+            return argv[:i], argv[i + 1]
         if word in SHELL_END or word.startswith((">", "2>")):
-            return argv[:i]
-        if word.endswith(";"):  # "dlbench jobs; dlbench jobs logs ID": the first command
-            return argv[:i] + [word[:-1]]
-    return argv
+            return argv[:i], None
+    return argv, None
+
+
+def words(command: str) -> list[str]:
+    """The command's arguments up to a comment, a pipe or a redirection."""
+    return split_shell(command)[0]
 
 
 def _click_app():
@@ -126,21 +189,143 @@ def test_the_checker_catches_drift():
     assert problems("dlbench run lstm --stepz 3", root) == ["'dlbench run' has no option '--stepz'"]
 
 
-def console_blocks() -> list[Block]:
-    return [b for page in PAGES for b in blocks(page) if b.language == "console" and b.commands]
+def test_the_runner_reads_directives_and_shell_words(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text('<!-- docs-test: replace "--steps 20" "{tiny}" -->\n<!-- docs-test: exit "shwo" 2 -->\n'
+                    '<!-- docs-test: skip-line "--nproc 8" needs 8 GPUs -->\n```text\n'
+                    "$ dlbench run lstm --steps 20 > out.txt   # a comment\n$ dlbench shwo; dlbench run x --nproc 8\n"
+                    "some output\n```\n")
+    [block] = blocks(page)
+    assert block.commands == ["dlbench run lstm --steps 20 > out.txt   # a comment", "dlbench shwo", "dlbench run x --nproc 8"]
+    assert block.replacements == [("--steps 20", TINY)]
+    assert (block.expected_exit("dlbench shwo"), block.expected_exit("dlbench run lstm")) == ({2}, {0})
+    assert block.skipped_because("dlbench run x --nproc 8") == "needs 8 GPUs" and block.skipped_because("dlbench shwo") is None
+    assert split_shell(block.commands[0]) == (["dlbench", "run", "lstm", "--steps", "20"], "out.txt")
+
+
+# ---- running the documented commands (slow tier) ----
+
+def runnable_blocks() -> list[Block]:
+    return [b for page in PAGES for b in blocks(page) if b.commands]
+
+
+def page_files(page: Path) -> dict[str, str]:
+    """The ``file`` blocks of ``page``: name → text, with the block's replacements applied."""
+    files = {}
+    for block in blocks(page):
+        if block.file:
+            text = "\n".join(block.text) + "\n"
+            for old, new in block.replacements:
+                text = text.replace(old, new)
+            files[block.file] = text
+    return files
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def newest_run_id(db: Path) -> str:
+    from dlbench.store import open_store
+
+    store = open_store(str(db), create=False)
+    try:
+        return max(store.query(), key=lambda run: run.created_at).id
+    finally:
+        store.close()
+
+
+def newest_job_id() -> str:
+    from dlbench.launch.registry import JobRegistry
+
+    return JobRegistry().entries()[-1]["job_id"]
+
+
+@pytest.fixture(scope="module")
+def slurm_here(tmp_path_factory):
+    """A real one-node Slurm (tests/launch/slurm_cluster.py) for the blocks marked ``cluster slurm``."""
+    from launch.slurm_cluster import started_or_skip
+
+    with started_or_skip(tmp_path_factory.mktemp("slurm")) as cluster:
+        yield cluster
+
+
+def serve_and_stop(argv: list[str], port: int, cwd: Path) -> tuple[int, str]:
+    """Runs a serving command as a process until its ``/metrics`` answers, then stops it with SIGINT."""
+    proc = subprocess.Popen([sys.executable, "-m", "dlbench", *argv, "--host", "127.0.0.1", "--port", str(port)],
+                            cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline, served = time.monotonic() + 120, False
+    try:
+        while not served and time.monotonic() < deadline and proc.poll() is None:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
+                    served = b"# TYPE" in answer.read()
+            except OSError:
+                time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)
+        output, _ = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    return (proc.returncode if served else -1), output
+
+
+def isolate(tmp_path: Path, monkeypatch) -> None:
+    """A reader's fresh machine in ``tmp_path``: store, home, no site config; ``python`` is this interpreter."""
+    for key, value in {"DLBENCH_DB": str(tmp_path / "runs.db"), "OMP_NUM_THREADS": "1", "HOME": str(tmp_path / "home"),
+                       "DLBENCH_SITE_CONFIG": str(tmp_path / "no-site-config.yaml"),
+                       "DLBENCH_JOBS_DIR": str(tmp_path / "jobs"),
+                       "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")])),
+                       "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]])}.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.chdir(tmp_path)
+
+
+def expanded(shown: str, block: Block, port: int, db: Path) -> str:
+    """The command as it runs: the block's replacements, then the placeholders filled in."""
+    command = shown
+    for old, new in block.replacements:
+        command = command.replace(old, new)
+    command = command.replace("{port}", str(port)).replace("{root}", str(ROOT))
+    if "{job_id}" in command:
+        command = command.replace("{job_id}", newest_job_id())
+    if "{run_id}" in command:
+        command = command.replace("{run_id}", newest_run_id(db))
+    return command
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("block", console_blocks(), ids=lambda b: f"{b.page.relative_to(ROOT)}:{b.line}")
-def test_console_blocks_run_as_shown(block, tmp_path):
+@pytest.mark.parametrize("block", runnable_blocks(), ids=lambda b: f"{b.page.relative_to(ROOT)}:{b.line}")
+def test_documented_commands_run_as_shown(block, tmp_path, monkeypatch, capfd, request):
     if block.skip:
         pytest.skip(f"{block.page.name}:{block.line}: {block.skip}")
-    env = dict(os.environ, DLBENCH_DB=str(tmp_path / "runs.db"), OMP_NUM_THREADS="1",
-               PYTHONPATH=str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    for command in block.commands:
-        for old, new in block.replacements:
-            command = command.replace(old, new)
-        argv = words(command)
-        proc = subprocess.run([sys.executable, "-m", "dlbench", *argv[1:]], cwd=tmp_path, env=env,
-                              capture_output=True, text=True, timeout=900)
-        assert proc.returncode == 0, f"{block.page.name}:{block.line}: {command}\n{proc.stderr[-3000:]}"
+    from dlbench.cli.app import main
+
+    isolate(tmp_path, monkeypatch)
+    if block.cluster == "slurm":
+        for key, value in request.getfixturevalue("slurm_here").env.items():
+            monkeypatch.setenv(key, value)
+    for name, text in page_files(block.page).items():
+        (tmp_path / name).write_text(text)
+    port, skipped = free_port(), []
+    for shown in block.setup + block.commands:
+        if block.skipped_because(shown):
+            skipped.append(block.skipped_because(shown))
+            continue
+        command = expanded(shown, block, port, tmp_path / "runs.db")
+        argv, out_file = split_shell(command)
+        where = f"{block.page.relative_to(ROOT)}:{block.line}: {command}"
+        if any(text in shown for text in block.serves):
+            code, output = serve_and_stop(argv[1:], free_port(), tmp_path)
+            assert code == 0, f"{where}: exit {code} (-1: never answered on /metrics)\n{output[-3000:]}"
+            continue
+        code = main(argv[1:])
+        if code in (128 + signal.SIGINT, 128 + signal.SIGTERM):  # main turned Ctrl-C into an exit code: stop pytest too
+            raise KeyboardInterrupt(f"{where}: stopped by a signal")
+        out, err = capfd.readouterr()
+        if out_file:
+            (tmp_path / out_file).write_text(out)
+        assert code in block.expected_exit(shown), f"{where}: exit {code}\n{err[-3000:]}\n{out[-2000:]}"
+    if len(skipped) == len(block.commands):
+        pytest.skip(f"{block.page.name}:{block.line}: " + "; ".join(dict.fromkeys(skipped)))

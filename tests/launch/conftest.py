@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from kube_double import Cluster, kubeconfig, serve
-from slurm_cluster import SlurmCluster, missing
+from slurm_cluster import started_or_skip
 
 import dlbench
 
@@ -19,14 +19,8 @@ SRC = str(Path(dlbench.__file__).resolve().parents[1])
 @pytest.fixture(scope="session")
 def slurm_cluster(tmp_path_factory):
     """munged + slurmctld + slurmd for this node; skipped (saying why) where the binaries are absent."""
-    why = missing()
-    if why:
-        pytest.skip(why)
-    cluster = SlurmCluster(tmp_path_factory.mktemp("slurm")).start()
-    try:
+    with started_or_skip(tmp_path_factory.mktemp("slurm")) as cluster:
         yield cluster
-    finally:
-        cluster.stop()
 
 
 @pytest.fixture

@@ -17,6 +17,8 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import psutil
@@ -80,6 +82,21 @@ MailProg=/bin/true
 NodeName={host} CPUs={cpus} RealMemory={memory_mb} State=UNKNOWN
 PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP
 """
+
+
+@contextmanager
+def started_or_skip(root: Path) -> Iterator[SlurmCluster]:
+    """A started cluster rooted in ``root``, stopped afterwards; a pytest skip, saying why, where none can start."""
+    import pytest  # only the tests' fixtures call this; running the module alone needs no pytest
+
+    why = missing()
+    if why:
+        pytest.skip(why)
+    cluster = SlurmCluster(root).start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
 
 
 class SlurmCluster:
