@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 from dlbench.store._base import RunFilter, RunSummary, Store
-from dlbench.store._engine import sqlite_path, writable
+from dlbench.store._paths import sqlite_path, writable
 
 __all__ = ["RunFilter", "RunSummary", "Store", "default_location", "open_store", "to_url"]
 

@@ -23,24 +23,12 @@ import sqlalchemy as sa
 from sqlalchemy.exc import SQLAlchemyError
 
 from dlbench.errors import UsageError
+from dlbench.store._paths import sqlite_path, writable
 
 #: Seconds a writer waits for another writer's lock before SQLite gives up (then the store retries).
 BUSY_TIMEOUT_S = 30.0
 
 WRITE = "dlbench_write"  # execution option: this connection's transactions take the write lock first
-
-
-def sqlite_path(url: str) -> Path | None:
-    """The file of a ``sqlite:///`` URL (None for other databases and in-memory SQLite)."""
-    if not url.startswith("sqlite:///"):
-        return None
-    path = url.removeprefix("sqlite:///").split("?", 1)[0].removeprefix("file:")
-    return None if path in ("", ":memory:") else Path(path)
-
-
-def writable(path: Path) -> bool:
-    """Whether this process may write the SQLite file ``path`` and create its journal files beside it."""
-    return os.access(path, os.W_OK) and os.access(path.parent, os.W_OK | os.X_OK)
 
 
 def create_engine(url: str, read_only: bool = False) -> sa.Engine:

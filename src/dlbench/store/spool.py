@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from dlbench.record import ID_PATTERN, record_problem, series_problem
-from dlbench.store._engine import sqlite_path
+from dlbench.store._paths import sqlite_path
 
 SUFFIX = ".json"
 QUARANTINE = "quarantine"  # spooled files that cannot be loaded (malformed), kept for a person to look at
