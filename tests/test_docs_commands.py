@@ -38,7 +38,6 @@ import os
 import re
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -47,6 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from launch.slurm_cluster import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
@@ -219,12 +219,6 @@ def page_files(page: Path) -> dict[str, str]:
                 text = text.replace(old, new)
             files[block.file] = text
     return files
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def newest_run_id(db: Path) -> str:

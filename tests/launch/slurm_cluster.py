@@ -37,7 +37,8 @@ def missing() -> str | None:
     return None
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port on loopback that nothing listens on now."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
@@ -124,7 +125,7 @@ class SlurmCluster:
         memory_mb = max(1024, psutil.virtual_memory().total // 2**20 - 512)
         self.conf.write_text(SLURM_CONF.format(
             host=host, cpus=os.cpu_count() or 1, memory_mb=memory_mb, root=root, state=root / "state",
-            spool=root / "spool", munge_socket=sock, ctld_port=_free_port(), d_port=_free_port()))
+            spool=root / "spool", munge_socket=sock, ctld_port=free_port(), d_port=free_port()))
         self._spawn([_sbin("slurmctld"), "-D", "-i", "-f", str(self.conf)])
         self._spawn([_sbin("slurmd"), "-D", "-f", str(self.conf)])
         self._wait(self._node_idle, timeout_s, "the Slurm node did not become idle")

@@ -6,15 +6,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-SHARED_DATA = Path(__file__).resolve().parents[1] / "data"  # the tests carry their own data
-MLPERF_LOGS = SHARED_DATA / "mlperf"
+TEST_DATA = Path(__file__).resolve().parents[1] / "data"  # the tests carry their own data
+MLPERF_LOGS = TEST_DATA / "mlperf"
 V06_NVIDIA = MLPERF_LOGS / "training_v0.6" / "NVIDIA" / "results" / "dgx1_ngc19.05_pytorch"
 V05_NVIDIA = MLPERF_LOGS / "training_v0.5" / "nvidia" / "results" / "dgx1_ngc18.11_mxnet"
 
 
 @pytest.fixture(scope="session")
 def shared_references():
-    return yaml.safe_load((SHARED_DATA / "references.yaml").read_text())
+    return yaml.safe_load((TEST_DATA / "references.yaml").read_text())
 
 
 @pytest.fixture(scope="session")
