@@ -1,6 +1,7 @@
 """``dlbench run --launcher slurm --nodes N`` on the namespace cluster (2 and 4 nodes): submitted from the
 login node, one torchrun agent per node (c10d rendezvous on the first node's address), each node's ranks
-and telemetry in the one record; nothing left running on any node."""
+and telemetry in the one record, each node marked in the job directory once its step started (what names a
+node that never starts its ranks); nothing left running on any node."""
 
 from __future__ import annotations
 
@@ -32,4 +33,6 @@ def test_a_multi_node_run_is_recorded_with_every_node(login, request):
     stored = open_store(db)
     assert stored.get(record["id"])["env"]["scheduler"]["nodelist"] == scheduler["nodelist"]
     assert len(stored.series(record["id"])) >= 2  # rank 0's node's series is the one stored
+    (marks,) = list((login.tmp / "home").rglob("nodes"))  # the job directory marks each node whose step started
+    assert sorted(p.name for p in marks.iterdir()) == nodes
     assert login.cluster.left_running() == []

@@ -114,7 +114,7 @@ class BatchLauncher(Launcher):
         job_id, workdir = entry["job_id"], Path(entry["workdir"])
         ranks = tuple(range(entry["run"]["world_size"]))
         try:
-            state, lost = self._watch(entry)
+            state, lost, silent = self._watch(entry)
         except (Terminated, KeyboardInterrupt) as exc:
             signum = exc.signum if isinstance(exc, Terminated) else signal.SIGINT
             info(f"dlbench: cancelling {self.name} job {job_id} …")
@@ -123,17 +123,19 @@ class BatchLauncher(Launcher):
             self._claim(entry, state)
             return Outcome(statuses=self.scheduler.reports(job_id, workdir), ranks_here=ranks, signal=signum)
         self._claim(entry, state)
-        return self.outcome(entry, state, lost)
+        return self.outcome(entry, state, lost, silent)
 
-    def outcome(self, entry: dict[str, Any], state: JobState, lost: str | None = None) -> Outcome:
+    def outcome(self, entry: dict[str, Any], state: JobState, lost: str | None = None,
+                silent: frozenset[int] = frozenset()) -> Outcome:
         """The outcome of ``entry``'s ended job from its ranks' reports and the scheduler's final state. ``lost``:
         dlbench cancelled the job itself because a rank failed ("") or a node was lost (what it saw) — a
-        failure of the run, not a stop the scheduler or the user asked for."""
+        failure of the run, not a stop the scheduler or the user asked for. ``silent``: ranks that will never
+        report (lost with their node, or never started): their reports are not waited for."""
         job_id, workdir = entry["job_id"], Path(entry["workdir"])
         ranks = tuple(range(entry["run"]["world_size"]))
         statuses = self.scheduler.reports(job_id, workdir)
         deadline = time.monotonic() + REPORT_LAG_S
-        while not set(ranks) <= set(statuses) and time.monotonic() < deadline:
+        while not set(ranks) - silent <= set(statuses) and time.monotonic() < deadline:
             time.sleep(1.0)
             statuses = self.scheduler.reports(job_id, workdir)
         outcome = Outcome(statuses=statuses, ranks_here=ranks, returncode=0 if state.state == "done" else 1,
@@ -153,9 +155,10 @@ class BatchLauncher(Launcher):
                                     + (f"; its output ends with: {last}" if last else ""))
         return outcome
 
-    def _watch(self, entry: dict[str, Any]) -> tuple[JobState, str | None]:
+    def _watch(self, entry: dict[str, Any]) -> tuple[JobState, str | None, frozenset[int]]:
         """Poll ``entry``'s job until it ends: (its final state, what dlbench saw go wrong when it cancelled the
-        job itself — a lost node, a node that never started its ranks — or None)."""
+        job itself — a lost node, a node that never started its ranks — or None, the ranks that will never
+        report)."""
         job_id = entry["job_id"]
         last, hopeless_since = None, None
         watch = RankWatch(self.scheduler, job_id, Path(entry["workdir"]), entry["run"])
@@ -167,17 +170,17 @@ class BatchLauncher(Launcher):
                 entry.update(state=state.state, reason=state.reason)
                 self.registry.save(entry)
             if state.finished:
-                return state, None
+                return state, None, frozenset()
             if state.state == UNKNOWN and set(range(entry["run"]["world_size"])) <= set(
                     self.scheduler.reports(job_id, Path(entry["workdir"]))):
-                return JobState(DONE, state.reason), None  # forgotten by the scheduler, but every rank reported
+                return JobState(DONE, state.reason), None, frozenset()  # forgotten by the scheduler, but every rank reported
             trouble = watch.trouble() if state.state == RUNNING else None
             if trouble is not None:  # end it now: the scheduler would wait for its own node-down detection
                 info(f"dlbench: {trouble or 'a rank failed'}; cancelling {self.name} job {job_id}")
                 self.scheduler.cancel(job_id)
                 lost = f"{trouble}; dlbench cancelled the job" if trouble else ""
                 # the live ranks record what they measured within seconds of SIGTERM; a dead node's never will
-                return self._settle(job_id, watch.all_reported, limit_s=2 * FAILED_GRACE_S), lost
+                return self._settle(job_id, watch.all_reported, limit_s=2 * FAILED_GRACE_S), lost, frozenset(watch.lost)
             why = self.scheduler.never_starts(state) if state.state == QUEUED else None
             hopeless_since = (hopeless_since or time.monotonic()) if why else None
             if why and time.monotonic() - hopeless_since > NEVER_STARTS_WAIT_S:
@@ -220,7 +223,7 @@ class RankWatch:
         self.lost_after_s = lost_after(self.timeout_s)
         self.running_since = time.monotonic()
         self.failed_since: float | None = None
-        self.lost: set[int] = set()  # the ranks found lost (they will never report)
+        self.lost: set[int] = set()  # the ranks found lost or never started (they will never report)
 
     def all_reported(self) -> bool:
         """Every rank but the lost ones has written its final report."""
@@ -250,6 +253,7 @@ class RankWatch:
             marked = {p.name for p in (self.workdir / NODES_DIR).glob("*")}
             allocated = self.scheduler.nodes(self.job_id)
             if (allocated and set(allocated) - marked) or (not allocated and not marked and not beats):
+                self.lost = set(range(self.world_size)) - set(beats)  # cancelled now: those never will start
                 return f"{self.not_started(beats)} within {self.timeout_s:.0f} s (--timeout) of the job's start"
         return None
 
