@@ -33,6 +33,10 @@ from dlbench.record import new_id
 
 #: Seconds between state polls (a scheduler query each; cheap for Slurm's controller and the API server).
 POLL_S = 2.0
+#: Seconds between state polls once every rank has reported (the job is ending, its end seconds away), for
+#: at most ENDING_S seconds (a job that goes on after its ranks, e.g. a slow epilog, is polled as usual).
+POLL_ENDING_S = 0.25
+ENDING_S = 10.0
 #: Seconds a job may stay queued with a hopeless reason before it is cancelled.
 NEVER_STARTS_WAIT_S = 30.0
 #: Seconds to wait for a cancelled job to end (its ranks record what they measured on SIGTERM).
@@ -188,7 +192,7 @@ class BatchLauncher(Launcher):
                 entry.update(state=CANCELLED, reason=why)
                 self.registry.claim(entry)  # nothing ran: nothing to collect
                 raise UsageError(f"{self.name} job {job_id} was cancelled after {NEVER_STARTS_WAIT_S:.0f} s queued: {why}")
-            time.sleep(POLL_S)
+            time.sleep(watch.poll_s(state))
 
     def _settle(self, job_id: str, enough: Callable[[], bool] | None = None, limit_s: float = STOP_WAIT_S) -> JobState:
         """Wait (at most ``limit_s``) until the cancelled job ended, or ``enough()``: every rank that can still
@@ -223,11 +227,21 @@ class RankWatch:
         self.lost_after_s = lost_after(self.timeout_s)
         self.running_since = time.monotonic()
         self.failed_since: float | None = None
+        self.reported_at: float | None = None  # when every rank had reported (the job is ending)
         self.lost: set[int] = set()  # the ranks found lost or never started (they will never report)
 
     def all_reported(self) -> bool:
         """Every rank but the lost ones has written its final report."""
         return set(range(self.world_size)) - self.lost <= set(self.scheduler.reports(self.job_id, self.workdir))
+
+    def poll_s(self, state: JobState) -> float:
+        """Seconds to the next state poll: :data:`POLL_ENDING_S` for a while once every rank has reported
+        (the job's end is seconds away: the run is recorded that much sooner), else :data:`POLL_S`."""
+        if state.state == RUNNING and self.all_reported():
+            self.reported_at = self.reported_at or time.monotonic()
+            if time.monotonic() - self.reported_at < ENDING_S:
+                return POLL_ENDING_S
+        return POLL_S
 
     def trouble(self) -> str | None:
         """None while all is well; a sentence naming the lost or never-started node(s); "" once a rank
