@@ -5,16 +5,18 @@ has reported is polled quickly until it ends. The same paths on a real Slurm: te
 
 from __future__ import annotations
 
+import importlib
 import json
 import time
 from pathlib import Path
 
-from dlbench.launch import batch_launcher
 from dlbench.launch._base import RANKS_DIR
 from dlbench.launch.batch import CANCELLED, RUNNING, JobState
 from dlbench.launch.batch_launcher import POLL_ENDING_S, POLL_S, REPORT_LAG_S, RankWatch
 from dlbench.launch.registry import JobRegistry
 from dlbench.launch.slurm import SlurmLauncher, SlurmScheduler
+
+batch_launcher = importlib.import_module("dlbench.launch.batch_launcher")  # the module, not the function
 
 
 def job_dir(tmp_path: Path, reported: list[int]) -> Path:

@@ -4,6 +4,7 @@ then ``dlbench jobs collect``. The runs are tiny (lstm, 2-3 steps; telemetry in 
 
 from __future__ import annotations
 
+import importlib
 import json
 import signal
 import socket
@@ -15,6 +16,8 @@ import time
 from dlbench.cli.app import main
 from dlbench.store import open_store
 
+#: The module (not the package's function of the same name): its bounds are shortened in one test.
+batch_launcher = importlib.import_module("dlbench.launch.batch_launcher")
 TINY = ["lstm", "-p", "seq_len=4", "-p", "input_size=8", "-p", "hidden_size=8", "-b", "4", "--warmup", "1",
         "--no-telemetry"]
 SLURM = ["--launcher", "slurm", "--nproc-per-node", "2"]
@@ -174,12 +177,13 @@ def test_an_unknown_partition_is_one_sentence_and_nothing_is_submitted(slurm, tm
     assert not (tmp_path / "jobs").exists()  # nothing in the jobs registry
 
 
-def test_a_job_that_can_never_start_is_cancelled_after_a_bounded_wait(slurm, tmp_path, capsys):
+def test_a_job_that_can_never_start_is_cancelled_after_a_bounded_wait(slurm, tmp_path, capsys, monkeypatch):
     """Two nodes on a one-node partition: Slurm queues it (PartitionConfig) forever; dlbench cancels it."""
+    monkeypatch.setattr(batch_launcher, "NEVER_STARTS_WAIT_S", 3.0)  # the bound (30 s), shortened for the test
     code, _, err = dlbench(capsys, "run", *TINY, *SLURM, "--nodes", "2", "--db", str(tmp_path / "runs.db"))
     assert code == 2, err
     last = err.strip().splitlines()[-1]
-    assert last.startswith("dlbench: error: slurm job ") and "was cancelled after 30 s queued: the request does not fit" in last
+    assert last.startswith("dlbench: error: slurm job ") and "was cancelled after 3 s queued: the request does not fit" in last
     assert squeue() == [] and open_store(str(tmp_path / "runs.db")).records() == []
 
 
