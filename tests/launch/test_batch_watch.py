@@ -49,8 +49,8 @@ def test_a_rank_that_may_still_report_is_waited_for(tmp_path, monkeypatch):
 def test_a_job_whose_ranks_all_reported_is_polled_quickly_for_a_while(tmp_path):
     workdir = job_dir(tmp_path, reported=[0])
     watch = RankWatch(SlurmScheduler(), "7", workdir, {"world_size": 2, "timeout_s": 60})
-    assert watch.poll_s(JobState(RUNNING)) == POLL_S  # rank 1 still runs
+    assert watch.trouble() is None and watch.poll_s(JobState(RUNNING)) == POLL_S  # rank 1 still runs
     (workdir / RANKS_DIR / "rank1.json").write_text(json.dumps({"status": "ok"}))
-    assert watch.poll_s(JobState(RUNNING)) == POLL_ENDING_S  # every rank reported: the job is ending
+    assert watch.trouble() is None and watch.poll_s(JobState(RUNNING)) == POLL_ENDING_S  # the job is ending
     watch.reported_at -= batch_launcher.ENDING_S  # ... but it goes on: polled as usual again
     assert watch.poll_s(JobState(RUNNING)) == POLL_S

@@ -228,6 +228,7 @@ class RankWatch:
         self.running_since = time.monotonic()
         self.failed_since: float | None = None
         self.reported_at: float | None = None  # when every rank had reported (the job is ending)
+        self.reported: set[int] = set()  # the ranks whose reports trouble() found last
         self.lost: set[int] = set()  # the ranks found lost or never started (they will never report)
 
     def all_reported(self) -> bool:
@@ -236,8 +237,9 @@ class RankWatch:
 
     def poll_s(self, state: JobState) -> float:
         """Seconds to the next state poll: :data:`POLL_ENDING_S` for a while once every rank has reported
-        (the job's end is seconds away: the run is recorded that much sooner), else :data:`POLL_S`."""
-        if state.state == RUNNING and self.all_reported():
+        (the job's end is seconds away: the run is recorded that much sooner), else :data:`POLL_S`. From the
+        reports :meth:`trouble` read this poll (no second read: a scheduler may read them from pod logs)."""
+        if state.state == RUNNING and set(range(self.world_size)) <= self.reported:
             self.reported_at = self.reported_at or time.monotonic()
             if time.monotonic() - self.reported_at < ENDING_S:
                 return POLL_ENDING_S
@@ -250,6 +252,7 @@ class RankWatch:
             return None  # one rank: its own report or the job's end says it all
         ranks = self.workdir / RANKS_DIR
         reports = self.scheduler.reports(self.job_id, self.workdir)
+        self.reported = set(reports)
         beats = read_heartbeats(ranks) if ranks.is_dir() else {}
         store_port = _store_port(beats)
         lost = lost_ranks(beats, set(reports), self.lost_after_s,
