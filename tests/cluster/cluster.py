@@ -146,6 +146,7 @@ class NamespaceCluster:
         self._host_links_before: set[str] = set()
         self._netem: str | None = None  # why a delay cannot be added ("" when it can); probed once
         self._healthy = True  # no link shaped, pulled or node killed since start() or heal()
+        self._pulled: set[str] = set()  # nodes whose link was pulled since start() or heal()
 
     # -- names and addresses ----------------------------------------------------------------------
 
@@ -316,6 +317,7 @@ class NamespaceCluster:
         """Pull ``node``'s cable at the switch: its traffic is dropped silently both ways (no error reaches
         either side; TCP retransmits into the void)."""
         self._healthy = False
+        self._pulled.add(node)
         _ip("-n", self.switch, "link", "set", self.port(node), "down")
 
     def link_up(self, node: str) -> None:
@@ -378,12 +380,25 @@ class NamespaceCluster:
         for node in self.nodes:
             self.link_up(node)
             self.shape(node, *self._link)
+        for node in sorted(self._pulled):
+            self._flush_jobs(node)
+        self._pulled.clear()
         dead = [n for n in self.nodes if f"slurmd-{n}" not in self._daemons or self._daemons[f"slurmd-{n}"].poll() is not None]
         for node in dead:
             self._start_slurmd(node)
         if dead:
             self._wait(lambda: set(dead) <= set(self.idle_nodes()), timeout_s, f"{', '.join(dead)} did not become idle again")
         self._healthy = True
+
+    def _flush_jobs(self, node: str, timeout_s: float = 60.0) -> None:
+        """End the jobs still on ``node`` now: a job cancelled while the node was cut off stays 'completing'
+        there until slurmctld retries the kill (a minute or more later). DOWN ends them, RESUME makes it idle."""
+        if not self.run(HEAD, ["squeue", "-h", "-w", node, "-o", "%i"], timeout_s=30).stdout.strip():
+            return
+        for state in ("State=DOWN", "State=RESUME"):
+            self.run(HEAD, ["scontrol", "update", f"NodeName={node}", state, "Reason=the test cluster healed it"],
+                     timeout_s=30, check=True)
+        self._wait(lambda: node in self.idle_nodes(), timeout_s, f"{node} did not become idle after its jobs were ended")
 
     @staticmethod
     def _kill_all(pids: Sequence[int]) -> None:

@@ -33,6 +33,10 @@ from dlbench.record import new_id
 
 #: Seconds between state polls (a scheduler query each; cheap for Slurm's controller and the API server).
 POLL_S = 2.0
+#: Seconds between state polls once every rank has reported (the job is ending, its end seconds away), for
+#: at most ENDING_S seconds (a job that goes on after its ranks, e.g. a slow epilog, is polled as usual).
+POLL_ENDING_S = 0.25
+ENDING_S = 10.0
 #: Seconds a job may stay queued with a hopeless reason before it is cancelled.
 NEVER_STARTS_WAIT_S = 30.0
 #: Seconds to wait for a cancelled job to end (its ranks record what they measured on SIGTERM).
@@ -114,7 +118,7 @@ class BatchLauncher(Launcher):
         job_id, workdir = entry["job_id"], Path(entry["workdir"])
         ranks = tuple(range(entry["run"]["world_size"]))
         try:
-            state, lost = self._watch(entry)
+            state, lost, silent = self._watch(entry)
         except (Terminated, KeyboardInterrupt) as exc:
             signum = exc.signum if isinstance(exc, Terminated) else signal.SIGINT
             info(f"dlbench: cancelling {self.name} job {job_id} …")
@@ -123,17 +127,19 @@ class BatchLauncher(Launcher):
             self._claim(entry, state)
             return Outcome(statuses=self.scheduler.reports(job_id, workdir), ranks_here=ranks, signal=signum)
         self._claim(entry, state)
-        return self.outcome(entry, state, lost)
+        return self.outcome(entry, state, lost, silent)
 
-    def outcome(self, entry: dict[str, Any], state: JobState, lost: str | None = None) -> Outcome:
+    def outcome(self, entry: dict[str, Any], state: JobState, lost: str | None = None,
+                silent: frozenset[int] = frozenset()) -> Outcome:
         """The outcome of ``entry``'s ended job from its ranks' reports and the scheduler's final state. ``lost``:
         dlbench cancelled the job itself because a rank failed ("") or a node was lost (what it saw) — a
-        failure of the run, not a stop the scheduler or the user asked for."""
+        failure of the run, not a stop the scheduler or the user asked for. ``silent``: ranks that will never
+        report (lost with their node, or never started): their reports are not waited for."""
         job_id, workdir = entry["job_id"], Path(entry["workdir"])
         ranks = tuple(range(entry["run"]["world_size"]))
         statuses = self.scheduler.reports(job_id, workdir)
         deadline = time.monotonic() + REPORT_LAG_S
-        while not set(ranks) <= set(statuses) and time.monotonic() < deadline:
+        while not set(ranks) - silent <= set(statuses) and time.monotonic() < deadline:
             time.sleep(1.0)
             statuses = self.scheduler.reports(job_id, workdir)
         outcome = Outcome(statuses=statuses, ranks_here=ranks, returncode=0 if state.state == "done" else 1,
@@ -153,9 +159,10 @@ class BatchLauncher(Launcher):
                                     + (f"; its output ends with: {last}" if last else ""))
         return outcome
 
-    def _watch(self, entry: dict[str, Any]) -> tuple[JobState, str | None]:
+    def _watch(self, entry: dict[str, Any]) -> tuple[JobState, str | None, frozenset[int]]:
         """Poll ``entry``'s job until it ends: (its final state, what dlbench saw go wrong when it cancelled the
-        job itself — a lost node, a node that never started its ranks — or None)."""
+        job itself — a lost node, a node that never started its ranks — or None, the ranks that will never
+        report)."""
         job_id = entry["job_id"]
         last, hopeless_since = None, None
         watch = RankWatch(self.scheduler, job_id, Path(entry["workdir"]), entry["run"])
@@ -167,17 +174,17 @@ class BatchLauncher(Launcher):
                 entry.update(state=state.state, reason=state.reason)
                 self.registry.save(entry)
             if state.finished:
-                return state, None
+                return state, None, frozenset()
             if state.state == UNKNOWN and set(range(entry["run"]["world_size"])) <= set(
                     self.scheduler.reports(job_id, Path(entry["workdir"]))):
-                return JobState(DONE, state.reason), None  # forgotten by the scheduler, but every rank reported
+                return JobState(DONE, state.reason), None, frozenset()  # forgotten by the scheduler, but every rank reported
             trouble = watch.trouble() if state.state == RUNNING else None
             if trouble is not None:  # end it now: the scheduler would wait for its own node-down detection
                 info(f"dlbench: {trouble or 'a rank failed'}; cancelling {self.name} job {job_id}")
                 self.scheduler.cancel(job_id)
                 lost = f"{trouble}; dlbench cancelled the job" if trouble else ""
                 # the live ranks record what they measured within seconds of SIGTERM; a dead node's never will
-                return self._settle(job_id, watch.all_reported, limit_s=2 * FAILED_GRACE_S), lost
+                return self._settle(job_id, watch.all_reported, limit_s=2 * FAILED_GRACE_S), lost, frozenset(watch.lost)
             why = self.scheduler.never_starts(state) if state.state == QUEUED else None
             hopeless_since = (hopeless_since or time.monotonic()) if why else None
             if why and time.monotonic() - hopeless_since > NEVER_STARTS_WAIT_S:
@@ -185,7 +192,7 @@ class BatchLauncher(Launcher):
                 entry.update(state=CANCELLED, reason=why)
                 self.registry.claim(entry)  # nothing ran: nothing to collect
                 raise UsageError(f"{self.name} job {job_id} was cancelled after {NEVER_STARTS_WAIT_S:.0f} s queued: {why}")
-            time.sleep(POLL_S)
+            time.sleep(watch.poll_s(state))
 
     def _settle(self, job_id: str, enough: Callable[[], bool] | None = None, limit_s: float = STOP_WAIT_S) -> JobState:
         """Wait (at most ``limit_s``) until the cancelled job ended, or ``enough()``: every rank that can still
@@ -220,11 +227,23 @@ class RankWatch:
         self.lost_after_s = lost_after(self.timeout_s)
         self.running_since = time.monotonic()
         self.failed_since: float | None = None
-        self.lost: set[int] = set()  # the ranks found lost (they will never report)
+        self.reported_at: float | None = None  # when every rank had reported (the job is ending)
+        self.reported: set[int] = set()  # the ranks whose reports trouble() found last
+        self.lost: set[int] = set()  # the ranks found lost or never started (they will never report)
 
     def all_reported(self) -> bool:
         """Every rank but the lost ones has written its final report."""
         return set(range(self.world_size)) - self.lost <= set(self.scheduler.reports(self.job_id, self.workdir))
+
+    def poll_s(self, state: JobState) -> float:
+        """Seconds to the next state poll: :data:`POLL_ENDING_S` for a while once every rank has reported
+        (the job's end is seconds away: the run is recorded that much sooner), else :data:`POLL_S`. From the
+        reports :meth:`trouble` read this poll (no second read: a scheduler may read them from pod logs)."""
+        if state.state == RUNNING and set(range(self.world_size)) <= self.reported:
+            self.reported_at = self.reported_at or time.monotonic()
+            if time.monotonic() - self.reported_at < ENDING_S:
+                return POLL_ENDING_S
+        return POLL_S
 
     def trouble(self) -> str | None:
         """None while all is well; a sentence naming the lost or never-started node(s); "" once a rank
@@ -233,6 +252,7 @@ class RankWatch:
             return None  # one rank: its own report or the job's end says it all
         ranks = self.workdir / RANKS_DIR
         reports = self.scheduler.reports(self.job_id, self.workdir)
+        self.reported = set(reports)
         beats = read_heartbeats(ranks) if ranks.is_dir() else {}
         store_port = _store_port(beats)
         lost = lost_ranks(beats, set(reports), self.lost_after_s,
@@ -250,6 +270,7 @@ class RankWatch:
             marked = {p.name for p in (self.workdir / NODES_DIR).glob("*")}
             allocated = self.scheduler.nodes(self.job_id)
             if (allocated and set(allocated) - marked) or (not allocated and not marked and not beats):
+                self.lost = set(range(self.world_size)) - set(beats)  # cancelled now: those never will start
                 return f"{self.not_started(beats)} within {self.timeout_s:.0f} s (--timeout) of the job's start"
         return None
 

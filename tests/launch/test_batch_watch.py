@@ -1,0 +1,56 @@
+"""How the batch launcher watches a job it submitted, on a real job directory (the scheduler's file side:
+its ranks' reports and heartbeats; no scheduler daemon is asked): a job dlbench cancelled because a node
+was lost is recorded without waiting for reports that rank can never write, and a job whose every rank
+has reported is polled quickly until it ends. The same paths on a real Slurm: tests/cluster/test_node_failures.py."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import time
+from pathlib import Path
+
+from dlbench.launch._base import RANKS_DIR
+from dlbench.launch.batch import CANCELLED, RUNNING, JobState
+from dlbench.launch.batch_launcher import POLL_ENDING_S, POLL_S, REPORT_LAG_S, RankWatch
+from dlbench.launch.registry import JobRegistry
+from dlbench.launch.slurm import SlurmLauncher, SlurmScheduler
+
+batch_launcher = importlib.import_module("dlbench.launch.batch_launcher")  # the module, not the function
+
+
+def job_dir(tmp_path: Path, reported: list[int]) -> Path:
+    ranks = tmp_path / "job" / RANKS_DIR
+    ranks.mkdir(parents=True)
+    for rank in reported:
+        (ranks / f"rank{rank}.json").write_text(json.dumps({"status": "failed", "error": "peer lost", "rank": rank}))
+    return tmp_path / "job"
+
+
+def test_a_lost_ranks_report_is_not_waited_for(tmp_path):
+    workdir = job_dir(tmp_path, reported=[0])
+    entry = {"job_id": "7", "workdir": str(workdir), "run": {"world_size": 2}}
+    launcher = SlurmLauncher(registry=JobRegistry(tmp_path / "jobs"))
+    started = time.monotonic()
+    outcome = launcher.outcome(entry, JobState(RUNNING), lost="node1 (rank 1) stopped answering", silent=frozenset({1}))
+    assert time.monotonic() - started < REPORT_LAG_S / 2  # rank 1 went down with its node: nothing to wait for
+    assert list(outcome.statuses) == [0] and outcome.lost == "node1 (rank 1) stopped answering"
+
+
+def test_a_rank_that_may_still_report_is_waited_for(tmp_path, monkeypatch):
+    monkeypatch.setattr(batch_launcher, "REPORT_LAG_S", 1.5)  # the shared filesystem's lag, shortened
+    workdir = job_dir(tmp_path, reported=[0])
+    entry = {"job_id": "7", "workdir": str(workdir), "run": {"world_size": 2}}
+    started = time.monotonic()
+    SlurmLauncher(registry=JobRegistry(tmp_path / "jobs")).outcome(entry, JobState(CANCELLED))
+    assert time.monotonic() - started >= 1.5
+
+
+def test_a_job_whose_ranks_all_reported_is_polled_quickly_for_a_while(tmp_path):
+    workdir = job_dir(tmp_path, reported=[0])
+    watch = RankWatch(SlurmScheduler(), "7", workdir, {"world_size": 2, "timeout_s": 60})
+    assert watch.trouble() is None and watch.poll_s(JobState(RUNNING)) == POLL_S  # rank 1 still runs
+    (workdir / RANKS_DIR / "rank1.json").write_text(json.dumps({"status": "ok"}))
+    assert watch.trouble() is None and watch.poll_s(JobState(RUNNING)) == POLL_ENDING_S  # the job is ending
+    watch.reported_at -= batch_launcher.ENDING_S  # ... but it goes on: polled as usual again
+    assert watch.poll_s(JobState(RUNNING)) == POLL_S
