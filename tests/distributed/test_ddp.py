@@ -56,9 +56,11 @@ def test_two_ranks_stay_in_sync_and_throughput_is_global(capsys, db):
     assert len(open_store(str(db)).series(record["id"])) == record["telemetry"]["samples"]
 
 
-def test_strong_scaling_splits_the_global_batch(capsys, db):
-    code, record = run_json(capsys, "run", "dcgan", "-p", "image_size=32", "-p", "features=4", "-p", "noise_dim=8",
-                            "-b", "8", "--steps", "2", "--warmup", "1", "--nproc", "2", "--scaling", "strong")
+@pytest.mark.slow
+def test_strong_scaling_splits_the_global_batch(one_job):
+    # made in the one 2-rank job of conftest.py (one_job.py), as `dlbench run DCGAN_STRONG --json`
+    _, ended = one_job
+    code, record = ended["dcgan strong"]
     assert code == 0, record["error"]
     assert record["spec"]["batch_size"] == 4 and record["result"]["global_batch_size"] == 8
     # two optimizers and two DDP-wrapped networks, still in sync

@@ -5,8 +5,8 @@ match the single-process run's. The tolerance, 1e-4 relative, allows for float32
 order (sharded all-reduces, split matmuls); a wrong gradient (missing average, a micro-batch counted
 twice) moves the loss by far more.
 
-The layouts run as ``dlbench run … --json`` in one torchrun job of 2 ranks (``runs_in_one_group.py``):
-each run joins that job as a user's script under torchrun would, forms its own process group and
+The layouts run as ``dlbench run … --json`` in one torchrun job of 2 ranks (``one_job.py``,
+the ``one_job`` fixture of conftest.py): each run joins that job as a user's script under torchrun would, forms its own process group and
 records its run (rank 0), while the job's start-up (torchrun and two interpreters importing torch, most
 of a tiny run's time) is paid once instead of once per layout. One layout still goes the whole way
 through ``--nproc 2`` (dlbench starting torchrun, the job document, the ranks' reports): that path is
@@ -16,41 +16,15 @@ the same for every layout (the ranks resolve the layout from the job document as
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from one_job import LAYOUTS, THROUGH_THE_LAUNCHER, TIED_LAYOUTS, TINY_LLM, layout_id
 
 from dlbench.cli.app import main
 from dlbench.store import open_store
 
-HERE = Path(__file__).parent
-TINY = ["llm", "-p", "preset=tiny", "-p", "tied=false", "-b", "8", "--scaling", "strong", "--steps", "2",
-        "--warmup", "1", "--threads", "1", "--no-telemetry"]
-TIED = [a if a != "tied=false" else "tied=true" for a in TINY]
 LOSS_RTOL = 1e-4
-LAYOUTS = [
-    ["--parallel", "ddp"],
-    ["--parallel", "fsdp"],
-    ["--parallel", "tp"],
-    ["--parallel", "pp"],
-    ["--parallel", "fsdp+tp", "--tp", "2"],
-    ["--parallel", "pp", "--pp-schedule", "1f1b", "--microbatches", "4", "--ac", "full"],
-    ["--parallel", "fsdp", "--ac", "selective", "--no-reshard-after-forward"],
-]
-#: The layout that goes through ``--nproc 2`` (dlbench's own torchrun launch); the others share one job.
-THROUGH_THE_LAUNCHER = LAYOUTS[5]
-TIED_LAYOUTS = ["ddp", "fsdp"]
-
-
-def layout_id(argv: list[str]) -> str:
-    return " ".join(argv[1:])
-
-
-def tied_argv(parallel: str) -> list[str]:
-    return [*TIED, "--nproc", "2", "--parallel", parallel, "--optimizer", "adam"]
 
 
 @pytest.fixture
@@ -88,25 +62,6 @@ def tied_single_process_loss():
     return one_process_loss("true", "adam")
 
 
-@pytest.fixture(scope="module")
-def one_group(tmp_path_factory):
-    """Every layout but one, and the tied runs, as ``dlbench run`` in one 2-rank torchrun job: the store and
-    ``{argv id: (exit code, the --json record)}``."""
-    where = tmp_path_factory.mktemp("layouts")
-    runs = {layout_id(layout): [*TINY, "--nproc", "2", *layout] for layout in LAYOUTS if layout != THROUGH_THE_LAUNCHER}
-    runs |= {f"tied {parallel}": tied_argv(parallel) for parallel in TIED_LAYOUTS}
-    (where / "runs.json").write_text(json.dumps(list(runs.values())))
-    db = where / "runs.db"
-    proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-         str(HERE / "runs_in_one_group.py"), str(where / "runs.json"), str(where / "out.json")],
-        capture_output=True, text=True, timeout=900, cwd=where,
-        env=dict(os.environ, DLBENCH_DB=str(db), OMP_NUM_THREADS="1"))
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    ended = json.loads((where / "out.json").read_text())
-    return db, {name: (run["code"], json.loads(run["stdout"])) for name, run in zip(runs, ended, strict=True)}
-
-
 def check_layout(record: dict, layout: list[str], single_process_loss: float, db: Path) -> None:
     """What every layout's run must show: the one-process loss, its layout, global figures, the store."""
     spec, result = record["spec"], record["result"]
@@ -128,8 +83,8 @@ def check_layout(record: dict, layout: list[str], single_process_loss: float, db
 
 @pytest.mark.slow
 @pytest.mark.parametrize("layout", [layout for layout in LAYOUTS if layout != THROUGH_THE_LAUNCHER], ids=layout_id)
-def test_every_layout_trains_the_same_model(one_group, single_process_loss, layout):
-    db, ended = one_group
+def test_every_layout_trains_the_same_model(one_job, single_process_loss, layout):
+    db, ended = one_job
     code, record = ended[layout_id(layout)]
     assert code == 0, record["error"]
     assert record["spec"]["joined"] is True  # each run joined the job's 2 ranks
@@ -138,7 +93,7 @@ def test_every_layout_trains_the_same_model(one_group, single_process_loss, layo
 
 @pytest.mark.slow
 def test_a_layout_trains_the_same_model_through_the_launcher(capsys, db, single_process_loss):
-    code, record = run_json(capsys, *TINY, "--nproc", "2", *THROUGH_THE_LAUNCHER)
+    code, record = run_json(capsys, *TINY_LLM, "--nproc", "2", *THROUGH_THE_LAUNCHER)
     assert code == 0, record["error"]
     assert (record["spec"]["launcher"], record["spec"]["joined"]) == ("torchrun", False)  # dlbench started the ranks
     check_layout(record, THROUGH_THE_LAUNCHER, single_process_loss, db)
@@ -146,10 +101,10 @@ def test_a_layout_trains_the_same_model_through_the_launcher(capsys, db, single_
 
 @pytest.mark.slow
 @pytest.mark.parametrize("parallel", TIED_LAYOUTS)
-def test_tied_embeddings_train_the_same_model(one_group, tied_single_process_loss, parallel):
+def test_tied_embeddings_train_the_same_model(one_job, tied_single_process_loss, parallel):
     # tied, the lookup's gradient is sparse and summed into the output projection's (catalog.llama): the
     # shared weight's dense gradient must reach DDP's all-reduce and FSDP's reduce-scatter unchanged
-    _, ended = one_group
+    _, ended = one_job
     code, record = ended[f"tied {parallel}"]
     assert code == 0, record["error"]
     assert record["result"]["final_loss"] == pytest.approx(tied_single_process_loss, rel=LOSS_RTOL)
