@@ -17,16 +17,16 @@ HERE = Path(__file__).parent
 @pytest.fixture(scope="session")
 def one_job(tmp_path_factory):
     """The runs of :func:`one_job_runs` made in one 2-rank torchrun job: the store they were saved to and
-    ``{name: (exit code, the --json record)}``."""
+    ``{name: [rank 0's {"code": EXIT, "stdout": TEXT}, rank 1's]}``."""
     where = tmp_path_factory.mktemp("one-job")
     runs = one_job_runs()
     (where / "runs.json").write_text(json.dumps(list(runs.values())))
     db = where / "runs.db"
     proc = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-         str(HERE / "one_job.py"), str(where / "runs.json"), str(where / "out.json")],
+         str(HERE / "one_job.py"), str(where / "runs.json"), str(where)],
         capture_output=True, text=True, timeout=900, cwd=where,
         env=dict(os.environ, DLBENCH_DB=str(db), OMP_NUM_THREADS="1"))
     assert proc.returncode == 0, proc.stderr[-3000:]
-    ended = json.loads((where / "out.json").read_text())
-    return db, {name: (run["code"], json.loads(run["stdout"])) for name, run in zip(runs, ended, strict=True)}
+    ended = [json.loads((where / f"rank{rank}.json").read_text()) for rank in (0, 1)]
+    return db, {name: list(ranks) for name, *ranks in zip(runs, *ended, strict=True)}

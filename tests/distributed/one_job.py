@@ -1,13 +1,13 @@
 """Runs of 2 gloo ranks that several test modules here check, made in one torchrun job per session
 (the ``one_job`` fixture of conftest.py); this file is also what each rank of that job runs::
 
-    python -m torch.distributed.run --standalone --nproc-per-node 2 one_job.py RUNS.json OUT.json
+    python -m torch.distributed.run --standalone --nproc-per-node 2 one_job.py RUNS.json OUT_DIR
 
-RUNS.json is a list of argument lists (``["llm", "--parallel", "fsdp", …]``). Every rank calls
-``dlbench run ARGS --json`` for each in the same order, as a user's script under torchrun would (the run
-joins the outside launcher's job: ``dlbench.api.resolve.joined_launch``), so each run forms and leaves
-its own process group and records itself (rank 0); rank 0 writes ``[{"code": EXIT, "stdout": TEXT}, …]``
-to OUT.json.
+RUNS.json is a list of argument lists (``["llm", "--parallel", "fsdp", …, "--json"]``). Every rank calls
+``dlbench run ARGS`` for each in the same order, as a user's script under torchrun would (the run joins
+the outside launcher's job: ``dlbench.api.resolve.joined_launch``), so each run forms and leaves its own
+process group and records itself (rank 0); rank R writes ``[{"code": EXIT, "stdout": TEXT}, …]`` to
+``OUT_DIR/rank<R>.json``.
 
 Why: a 2-rank job's start-up (torchrun and two interpreters importing torch) costs ~10 s of CPU, more
 than a tiny run itself; these runs pay it once. What only dlbench's own launch shows (``--nproc 2``
@@ -52,13 +52,23 @@ def layout_id(argv: list[str]) -> str:
     return " ".join(argv[1:])
 
 
+TINY_LSTM = ["lstm", "-p", "seq_len=4", "-p", "input_size=8", "-p", "hidden_size=8", "-b", "4", "--steps", "4", "--warmup", "1"]
+
+
 def one_job_runs() -> dict[str, list[str]]:
     """name → ``dlbench run`` arguments of every run the job makes."""
-    runs = {layout_id(layout): [*TINY_LLM, "--nproc", "2", *layout] for layout in LAYOUTS if layout != THROUGH_THE_LAUNCHER}
+    runs = {layout_id(layout): [*TINY_LLM, "--nproc", "2", *layout, "--json"]
+            for layout in LAYOUTS if layout != THROUGH_THE_LAUNCHER}
     tied = [a if a != "tied=false" else "tied=true" for a in TINY_LLM]
-    runs |= {f"tied {parallel}": [*tied, "--nproc", "2", "--parallel", parallel, "--optimizer", "adam"]
+    runs |= {f"tied {parallel}": [*tied, "--nproc", "2", "--parallel", parallel, "--optimizer", "adam", "--json"]
              for parallel in TIED_LAYOUTS}
-    return runs | {"dcgan strong": DCGAN_STRONG}
+    # as a user types it under torchrun: the table on stdout, not --json
+    return runs | {"dcgan strong": [*DCGAN_STRONG, "--json"], "lstm tagged": [*TINY_LSTM, "--tag", "via=torchrun"]}
+
+
+def rank0_record(ranks: list[dict]) -> tuple[int, dict]:
+    """Rank 0's exit code and ``--json`` record of one run of the job."""
+    return ranks[0]["code"], json.loads(ranks[0]["stdout"])
 
 
 def free_port() -> int:
@@ -76,7 +86,7 @@ def use_a_store_of_its_own(index: int, torchrun_store) -> None:
     os.environ["TORCHELASTIC_USE_AGENT_STORE"] = "False"
 
 
-def main(runs_path: str, out_path: str) -> int:
+def main(runs_path: str, out_dir: str) -> int:
     from torch.distributed import TCPStore
 
     from dlbench.cli.app import main as dlbench
@@ -88,10 +98,9 @@ def main(runs_path: str, out_path: str) -> int:
         use_a_store_of_its_own(index, torchrun_store)
         stdout = io.StringIO()
         with contextlib.redirect_stdout(stdout):
-            code = dlbench(["run", *argv, "--json"])
+            code = dlbench(["run", *argv])
         results.append({"code": code, "stdout": stdout.getvalue()})
-    if os.environ.get("RANK") == "0":
-        Path(out_path).write_text(json.dumps(results))
+    (Path(out_dir) / f"rank{os.environ['RANK']}.json").write_text(json.dumps(results))
     return 0
 
 

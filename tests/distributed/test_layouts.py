@@ -19,7 +19,7 @@ import json
 from pathlib import Path
 
 import pytest
-from one_job import LAYOUTS, THROUGH_THE_LAUNCHER, TIED_LAYOUTS, TINY_LLM, layout_id
+from one_job import LAYOUTS, THROUGH_THE_LAUNCHER, TIED_LAYOUTS, TINY_LLM, layout_id, rank0_record
 
 from dlbench.cli.app import main
 from dlbench.store import open_store
@@ -85,7 +85,7 @@ def check_layout(record: dict, layout: list[str], single_process_loss: float, db
 @pytest.mark.parametrize("layout", [layout for layout in LAYOUTS if layout != THROUGH_THE_LAUNCHER], ids=layout_id)
 def test_every_layout_trains_the_same_model(one_job, single_process_loss, layout):
     db, ended = one_job
-    code, record = ended[layout_id(layout)]
+    code, record = rank0_record(ended[layout_id(layout)])
     assert code == 0, record["error"]
     assert record["spec"]["joined"] is True  # each run joined the job's 2 ranks
     check_layout(record, layout, single_process_loss, db)
@@ -105,7 +105,7 @@ def test_tied_embeddings_train_the_same_model(one_job, tied_single_process_loss,
     # tied, the lookup's gradient is sparse and summed into the output projection's (catalog.llama): the
     # shared weight's dense gradient must reach DDP's all-reduce and FSDP's reduce-scatter unchanged
     _, ended = one_job
-    code, record = ended[f"tied {parallel}"]
+    code, record = rank0_record(ended[f"tied {parallel}"])
     assert code == 0, record["error"]
     assert record["result"]["final_loss"] == pytest.approx(tied_single_process_loss, rel=LOSS_RTOL)
 
