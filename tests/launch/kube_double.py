@@ -15,6 +15,7 @@ the kubelet does: SIGTERM, SIGKILL after the 30 s grace, the pod (and its log) g
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -242,7 +243,9 @@ class ApiError(Exception):
                 "reason": self.reason, "code": self.code}
 
 
+@functools.cache  # 600 kB of YAML: 1.75 s of CPU to parse; read-only for its users (served, validated against)
 def crd() -> dict[str, Any]:
+    """The Kubeflow training operator's PyTorchJob CRD bundled with dlbench, as the API server serves it."""
     return yaml.safe_load(resources.files("dlbench.data").joinpath("kubeflow/pytorchjob-crd.yaml").read_text())
 
 
