@@ -338,7 +338,8 @@ def serve(cluster: Cluster) -> tuple[ThreadingHTTPServer, str]:
     """Start the double on a free 127.0.0.1 port; returns the server and its URL."""
     handler = type("BoundHandler", (Handler,), {"cluster": cluster})
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    # a short poll: shutdown() at each test's end waits for it (the default, 0.5 s, was half a second a test)
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     return server, f"http://127.0.0.1:{server.server_address[1]}"
 
 
