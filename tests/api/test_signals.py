@@ -105,17 +105,18 @@ def free_port() -> int:
 
 def test_a_node_that_never_joins_ends_the_run_as_failed_within_timeout_plus_60_s(tmp_path, left_running):
     """The bound dlbench promises for a lost node (docs/guide/distributed.md): a quiet machine ends ~5 s after the
-    timeout; a loaded one (a parallel test run) has taken 46 s from the launch."""
+    timeout; a loaded one (a parallel test run) has taken 46 s from the launch (with --timeout 20). The
+    timeout is short: what it bounds is the same at any length, and the run waits it out in full."""
     endpoint = f"127.0.0.1:{free_port()}"
     proc, db = start(tmp_path, "run", *TINY, "--steps", "3", "--nnodes", "2", "--node-rank", "0",
-                             "--rdzv-endpoint", endpoint, "--timeout", "20")
+                             "--rdzv-endpoint", endpoint, "--timeout", "5")
     # timed from the launch (the run's work directory appears), not from dlbench's own start-up
     wait_for(lambda: any((tmp_path / "tmp").glob("dlbench-run-*")), 120, "the launch")
     started = time.monotonic()
     _, err = proc.communicate(timeout=120)
     took = time.monotonic() - started
     assert proc.returncode == 1, err[-2000:]
-    assert took < 20 + 60
+    assert took < 5 + 60
     assert left_running() == []
     (record,) = open_store(str(db)).records()
     assert record["status"] == "failed"

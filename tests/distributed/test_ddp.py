@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
+from one_job import rank0_record
 
 from dlbench.cli.app import main
 from dlbench.store import open_store
@@ -56,9 +57,11 @@ def test_two_ranks_stay_in_sync_and_throughput_is_global(capsys, db):
     assert len(open_store(str(db)).series(record["id"])) == record["telemetry"]["samples"]
 
 
-def test_strong_scaling_splits_the_global_batch(capsys, db):
-    code, record = run_json(capsys, "run", "dcgan", "-p", "image_size=32", "-p", "features=4", "-p", "noise_dim=8",
-                            "-b", "8", "--steps", "2", "--warmup", "1", "--nproc", "2", "--scaling", "strong")
+@pytest.mark.slow
+def test_strong_scaling_splits_the_global_batch(one_job):
+    # made in the one 2-rank job of conftest.py (one_job.py), as `dlbench run DCGAN_STRONG --json`
+    _, ended = one_job
+    code, record = rank0_record(ended["dcgan strong"])
     assert code == 0, record["error"]
     assert record["spec"]["batch_size"] == 4 and record["result"]["global_batch_size"] == 8
     # two optimizers and two DDP-wrapped networks, still in sync
@@ -87,16 +90,17 @@ def test_a_failing_rank_ends_the_run_with_a_failed_record(capsys, db, faulty, fa
 
 
 
-def test_joins_an_outside_torchrun_and_rank_0_records(tmp_path):
-    db = tmp_path / "runs.db"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-           "-m", "dlbench", "run", "lstm", *TINY, "--db", str(db), "--tag", "via=torchrun"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=dict(os.environ, OMP_NUM_THREADS="1"))
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.count("dlbench results") == 1  # rank 0 alone reports
-    (record,) = open_store(str(db)).records()  # one record for the job, written by rank 0
+@pytest.mark.slow
+def test_joins_an_outside_torchrun_and_rank_0_records(one_job):
+    # `dlbench run lstm … --tag via=torchrun` on each rank of one outside torchrun job (one_job.py)
+    db, ended = one_job
+    ranks = ended["lstm tagged"]
+    assert [r["code"] for r in ranks] == [0, 0]
+    assert sum(r["stdout"].count("dlbench results") for r in ranks) == 1  # rank 0 alone reports
+    assert "dlbench results" in ranks[0]["stdout"]
+    (record,) = [r for r in open_store(str(db)).records() if r["spec"]["tags"] == {"via": "torchrun"}]  # rank 0's
     assert record["spec"]["launcher"] == "torchrun" and record["spec"]["world_size"] == 2
-    assert record["spec"]["tags"] == {"via": "torchrun"}
+    assert record["spec"]["joined"] is True
     assert len(record["result"]["per_rank"]) == 2
 
 

@@ -4,19 +4,26 @@ Same seed, same global batch, same initial weights: after a few SGD steps the lo
 match the single-process run's. The tolerance, 1e-4 relative, allows for float32 sums taken in another
 order (sharded all-reduces, split matmuls); a wrong gradient (missing average, a micro-batch counted
 twice) moves the loss by far more.
+
+The layouts run as ``dlbench run … --json`` in one torchrun job of 2 ranks (``one_job.py``,
+the ``one_job`` fixture of conftest.py): each run joins that job as a user's script under torchrun would, forms its own process group and
+records its run (rank 0), while the job's start-up (torchrun and two interpreters importing torch, most
+of a tiny run's time) is paid once instead of once per layout. One layout still goes the whole way
+through ``--nproc 2`` (dlbench starting torchrun, the job document, the ranks' reports): that path is
+the same for every layout (the ranks resolve the layout from the job document as a joined run does).
 """
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
+from one_job import LAYOUTS, THROUGH_THE_LAUNCHER, TIED_LAYOUTS, TINY_LLM, layout_id, rank0_record
 
 from dlbench.cli.app import main
 from dlbench.store import open_store
 
-TINY = ["llm", "-p", "preset=tiny", "-p", "tied=false", "-b", "8", "--scaling", "strong", "--steps", "2",
-        "--warmup", "1", "--threads", "1", "--no-telemetry"]
 LOSS_RTOL = 1e-4
 
 
@@ -50,19 +57,13 @@ def single_process_loss():
     return one_process_loss("false")
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("layout", [
-    ["--parallel", "ddp"],
-    ["--parallel", "fsdp"],
-    ["--parallel", "tp"],
-    ["--parallel", "pp"],
-    ["--parallel", "fsdp+tp", "--tp", "2"],
-    ["--parallel", "pp", "--pp-schedule", "1f1b", "--microbatches", "4", "--ac", "full"],
-    ["--parallel", "fsdp", "--ac", "selective", "--no-reshard-after-forward"],
-], ids=lambda argv: " ".join(argv[1:]))
-def test_every_layout_trains_the_same_model(capsys, db, single_process_loss, layout):
-    code, record = run_json(capsys, *TINY, "--nproc", "2", *layout)
-    assert code == 0, record["error"]
+@pytest.fixture(scope="module")
+def tied_single_process_loss():
+    return one_process_loss("true", "adam")
+
+
+def check_layout(record: dict, layout: list[str], single_process_loss: float, db: Path) -> None:
+    """What every layout's run must show: the one-process loss, its layout, global figures, the store."""
     spec, result = record["spec"], record["result"]
     assert result["final_loss"] == pytest.approx(single_process_loss, rel=LOSS_RTOL)
     described = spec["layout"]
@@ -81,14 +82,32 @@ def test_every_layout_trains_the_same_model(capsys, db, single_process_loss, lay
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("parallel", ["ddp", "fsdp"])
-def test_tied_embeddings_train_the_same_model(capsys, db, parallel):
+@pytest.mark.parametrize("layout", [layout for layout in LAYOUTS if layout != THROUGH_THE_LAUNCHER], ids=layout_id)
+def test_every_layout_trains_the_same_model(one_job, single_process_loss, layout):
+    db, ended = one_job
+    code, record = rank0_record(ended[layout_id(layout)])
+    assert code == 0, record["error"]
+    assert record["spec"]["joined"] is True  # each run joined the job's 2 ranks
+    check_layout(record, layout, single_process_loss, db)
+
+
+@pytest.mark.slow
+def test_a_layout_trains_the_same_model_through_the_launcher(capsys, db, single_process_loss):
+    code, record = run_json(capsys, *TINY_LLM, "--nproc", "2", *THROUGH_THE_LAUNCHER)
+    assert code == 0, record["error"]
+    assert (record["spec"]["launcher"], record["spec"]["joined"]) == ("torchrun", False)  # dlbench started the ranks
+    check_layout(record, THROUGH_THE_LAUNCHER, single_process_loss, db)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("parallel", TIED_LAYOUTS)
+def test_tied_embeddings_train_the_same_model(one_job, tied_single_process_loss, parallel):
     # tied, the lookup's gradient is sparse and summed into the output projection's (catalog.llama): the
     # shared weight's dense gradient must reach DDP's all-reduce and FSDP's reduce-scatter unchanged
-    argv = [a if a != "tied=false" else "tied=true" for a in TINY]
-    code, record = run_json(capsys, *argv, "--nproc", "2", "--parallel", parallel, "--optimizer", "adam")
+    _, ended = one_job
+    code, record = rank0_record(ended[f"tied {parallel}"])
     assert code == 0, record["error"]
-    assert record["result"]["final_loss"] == pytest.approx(one_process_loss("true", "adam"), rel=LOSS_RTOL)
+    assert record["result"]["final_loss"] == pytest.approx(tied_single_process_loss, rel=LOSS_RTOL)
 
 
 @pytest.mark.parametrize("argv, fragment", [

@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import copy
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
+from kube_double import crd
 from kube_pods import k8s_run
 
 from dlbench.errors import UsageError
@@ -56,8 +56,7 @@ def pod_templates(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def crd_schema() -> dict[str, Any]:
-    text = resources.files("dlbench.data").joinpath("kubeflow/pytorchjob-crd.yaml").read_text()
-    (version,) = [v for v in yaml.safe_load(text)["spec"]["versions"] if v["name"] == "v1"]
+    (version,) = [v for v in crd()["spec"]["versions"] if v["name"] == "v1"]  # parsed once (kube_double.crd)
     return version["schema"]["openAPIV3Schema"]
 
 

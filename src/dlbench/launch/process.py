@@ -156,7 +156,10 @@ def _watch(proc: subprocess.Popen, tree: ProcessTree, plan: LaunchPlan, out_dir:
             outcome.timed_out = True
             tree.kill()
             return
-        time.sleep(POLL_S if waiting_start else POLL_RUNNING_S)
+        try:  # wakes as soon as the run ends (a sleep would add up to a poll to every run)
+            proc.wait(timeout=POLL_S if waiting_start else POLL_RUNNING_S)
+        except subprocess.TimeoutExpired:
+            pass
 
 
 def _start_failure(plan: LaunchPlan, joined: set[int], waited_s: float) -> str:
