@@ -34,6 +34,7 @@ HEAVY_FIXTURES = {
     "short_run": "an MLPerf resnet run checked by the official checker (tests/mlperf/test_mlperf_check.py)",
     "cluster2": "a 2-node Slurm cluster of network namespaces (tests/cluster/cluster.py)",
     "cluster4": "a 4-node Slurm cluster of network namespaces (tests/cluster/cluster.py)",
+    "one_job": "one 2-rank torchrun job making the layout and scaling runs (tests/distributed/one_job.py)",
 }
 
 #: What, in the source of a test, of a fixture it uses or of a helper in tests/ it calls (two calls deep),
