@@ -1,7 +1,10 @@
-"""Helpers for the HPO tests: study files around tests/hpo/objective.py and the CLI in a subprocess."""
+"""Helpers for the HPO tests: study files around tests/hpo/objective.py, the CLI in a subprocess, and the one
+local Ray of the session that every test of the ray engine joins."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import subprocess
 import sys
@@ -17,10 +20,38 @@ def cli_env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
 
 
+@pytest.fixture(scope="session")
+def ray_address():
+    """One local Ray (2 CPUs, bound to 127.0.0.1) for the whole session, started as ``dlbench hpo run --engine
+    ray`` starts one (:meth:`RayEngine.start`: dlbench's raised start-up timeouts, tried again within them, so
+    a loaded machine starts it); every ray test's study joins it with ``--address``, as a user's cluster.
+    Stopped, with every process it started, at the end of the session."""
+    ray = pytest.importorskip("ray", reason="the ray engine needs pip install 'dlbench[ray]' (Ray with Tune)")
+    pytest.importorskip("ray.tune", reason="Ray is installed without Tune; the ray engine needs pip install "
+                        "'dlbench[ray]'")
+    from dlbench.hpo.ray_engine import RayEngine
+    from dlbench.hpo.study import parse_study
+
+    engine, environ = RayEngine(), dict(os.environ)
+    doc = {"name": "ray-session", "objective": {"command": ["true"]}, "workers": 2,
+           "space": {"x": {"type": "float", "low": 0.0, "high": 1.0}}}
+    try:
+        engine.start(parse_study(doc, "the test session's Ray"), None)
+    finally:  # its start-up timeouts were for the processes it started: the tests' own commands choose theirs
+        os.environ.clear()
+        os.environ.update(environ)
+    try:
+        yield ray.get_runtime_context().gcs_address
+    finally:
+        engine.close()
+
+
 @pytest.fixture
 def hpo(tmp_path):
     """``hpo(doc, *args)`` writes the study file and runs ``dlbench hpo run`` on a fresh store; returns
-    (completed process, store path). ``hpo.cli(*args)`` runs any dlbench command on that store."""
+    (completed process, store path). ``hpo.cli(*args)`` runs any dlbench command on that store;
+    ``hpo.query(*args)`` runs one in this process (no new interpreter: for the commands that only read, such
+    as ``hpo status``/``best``/``list``, where the new process is not what a test proves)."""
     db = tmp_path / "runs.db"
 
     def cli(*args, timeout=240):
@@ -39,6 +70,14 @@ def hpo(tmp_path):
         return subprocess.Popen([sys.executable, "-m", "dlbench", *args, "--db", str(db)], stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, env=cli_env(), cwd=tmp_path)
 
-    run.cli, run.db, run.tmp, run.write, run.popen = cli, db, tmp_path, write, popen
+    def query(*args):
+        from dlbench.cli.app import main
+
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = main([*args, "--db", str(db)])
+        return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
+
+    run.cli, run.db, run.tmp, run.write, run.popen, run.query = cli, db, tmp_path, write, popen, query
     return run
 

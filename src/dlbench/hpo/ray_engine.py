@@ -50,6 +50,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import optuna
+import psutil
 import ray
 from optuna.trial import TrialState
 from ray import tune
@@ -125,6 +126,7 @@ class RayEngine(Engine):
         os.environ.update(start_timeouts(timeout_s))  # read by the processes ray.init starts
         deadline = time.monotonic() + timeout_s
         while True:  # Ray waits a fixed 30 s for its node to register: on a loaded machine, try again
+            before = {p.pid for p in psutil.Process().children(recursive=True)}
             try:  # a local Ray bound to this host only, or the cluster at ``address``
                 with contextlib.redirect_stderr(io.StringIO()) as said:
                     ray.init(address=address, num_cpus=None if address else spec.workers, include_dashboard=False,
@@ -133,6 +135,7 @@ class RayEngine(Engine):
                 break
             except Exception as exc:  # noqa: BLE001 - Ray raises many kinds; each is one sentence here
                 ray.shutdown()
+                _end_processes_since(before)
                 if time.monotonic() < deadline:
                     continue
                 where = f"the Ray cluster at {address}" if address else f"a local Ray (given {timeout_s:g} s)"
@@ -142,6 +145,7 @@ class RayEngine(Engine):
         self.started = True
 
     def close(self) -> None:
+        """Leave Ray: a local one this engine started stops, with every process it started."""
         if self.started:
             ray.shutdown()
             self.started = False
@@ -168,6 +172,17 @@ class RayEngine(Engine):
             requeue_interrupted(spec, study, store, caught["signum"], queue_again=spec.pruner != "pbt")
             raise Terminated(caught["signum"])
         end_unfinished(spec, study, store)
+
+
+def _end_processes_since(before: set[int]) -> None:
+    """End the processes a failed ``ray.init`` left (its GCS, raylet, dashboard, monitors): ``ray.shutdown``
+    knows a node only once it started, so each failed try would leave them beside the next, taking the CPU
+    the next try needs, until this process exits."""
+    started = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
+    for proc in started:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+    psutil.wait_procs(started, timeout=10)
 
 
 def _fit(spec: StudySpec, tuning: dict[str, Any], flag, samples: int, stopper, db: str, pipeline, on_poll) -> None:
