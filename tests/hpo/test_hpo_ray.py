@@ -5,10 +5,13 @@ proves in test_engine_conformance.py."""
 
 from __future__ import annotations
 
+import os
 import signal
+import subprocess
 import sys
 from pathlib import Path
 
+import psutil
 import pytest
 from optuna.trial import TrialState
 
@@ -125,3 +128,24 @@ def test_pbt_command_that_breaks_the_checkpoint_contract_fails_with_the_reason(t
     assert [p.name for p in tmp_path.iterdir()] == ["2"] and bridge.latest == (2, tmp_path / "2")  # older ones go
     with pytest.raises(RunFailed, match=r"printed FoM\[3\] but wrote no checkpoint"):
         bridge.report(7.0, 3)
+
+
+def test_a_failed_start_try_leaves_none_of_its_processes():
+    """Ray's shutdown knows a node only once it started: the engine ends what a failed try started itself —
+    here a process and the child it left to init, as a crashed raylet leaves its agents — found by the try's
+    mark in their environment; a process without the mark stays."""
+    from dlbench.hpo.ray_engine import START_TRY_ENV, end_start_try
+
+    mark = {**os.environ, START_TRY_ENV: "try-1"}
+    kept = subprocess.Popen(["sleep", "60"], env={**mark, START_TRY_ENV: "another-try"})
+    tried = subprocess.Popen(["sh", "-c", "sleep 60 & echo $!"], env=mark, stdout=subprocess.PIPE, text=True)
+    try:
+        orphan = psutil.Process(int(tried.stdout.readline()))
+        tried.wait(30)  # its child lives on, a child of init now
+        end_start_try("try-1")
+        assert wait_for(lambda: not orphan.is_running() or orphan.status() == psutil.STATUS_ZOMBIE, 10)
+        assert kept.poll() is None
+    finally:
+        kept.kill()
+        kept.wait()
+        tried.stdout.close()

@@ -114,13 +114,16 @@ def test_a_dead_worker_fails_its_trial_which_is_retried_once(hpo):
 
 
 def test_a_study_whose_processes_all_died_is_recovered_by_the_heartbeat(hpo, left_running):
-    doc = {"name": "crash", "objective": command("--epochs", "20", "--sleep", "0.5"), "sampler": "random",
-           "trials": 1, "workers": 1, "heartbeat_s": 1, "space": SPACE}
+    hold = hpo.tmp / "hold"
+    hold.touch()  # while it exists the trial takes 0.5 s an epoch: the kill finds it mid-run
+    doc = {"name": "crash", "objective": command("--epochs", "20", "--sleep", "0.5", "--hold", str(hold)),
+           "sampler": "random", "trials": 1, "workers": 1, "heartbeat_s": 1, "space": SPACE}
     proc = hpo.popen("hpo", "run", "--config", hpo.write(doc))
     assert wait_for(lambda: hpo.db.exists() and _running_with_epochs(hpo.db, "crash"))
     for p in left_running():  # the node went down: engine, worker and trial killed at once, nothing recorded
         p.kill()
     proc.wait(30)
+    hold.unlink()  # the retry runs at once
     [stale] = load(hpo.db, "crash").get_trials()
     assert stale.state == TrialState.RUNNING
     out = hpo.cli("hpo", "run", "--resume", "crash")
