@@ -20,15 +20,29 @@ def cli_env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
 
 
-@pytest.fixture(scope="session")
+HPO_TESTS = Path(__file__).resolve().parent
+#: The one local Ray of the session (its engine), or why it did not start (the next test is not kept waiting).
+_RAY: dict = {}
+
+
+@pytest.fixture
 def ray_address():
-    """One local Ray (2 CPUs, bound to 127.0.0.1) for the whole session, started as ``dlbench hpo run --engine
-    ray`` starts one (:meth:`RayEngine.start`: dlbench's raised start-up timeouts, tried again within them, so
-    a loaded machine starts it); every ray test's study joins it with ``--address``, as a user's cluster.
-    Stopped, with every process it started, at the end of the session."""
+    """One local Ray (2 CPUs, bound to 127.0.0.1) for every ray test of the session, started as ``dlbench hpo
+    run --engine ray`` starts one (:meth:`RayEngine.start`: dlbench's raised start-up timeouts, tried again
+    within them, so a loaded machine starts it); each study joins it with ``--address``, as a user's cluster.
+    It stops, with every process it started, after the last test of tests/hpo (:func:`pytest_runtest_teardown`),
+    so the rest of the suite does not share the machine with an idle Ray."""
     ray = pytest.importorskip("ray", reason="the ray engine needs pip install 'dlbench[ray]' (Ray with Tune)")
     pytest.importorskip("ray.tune", reason="Ray is installed without Tune; the ray engine needs pip install "
                         "'dlbench[ray]'")
+    if not _RAY:
+        _RAY.update(_start_ray())
+    if "failed" in _RAY:
+        raise _RAY["failed"]
+    return ray.get_runtime_context().gcs_address
+
+
+def _start_ray() -> dict:
     from dlbench.hpo.ray_engine import RayEngine
     from dlbench.hpo.study import parse_study
 
@@ -37,13 +51,18 @@ def ray_address():
            "space": {"x": {"type": "float", "low": 0.0, "high": 1.0}}}
     try:
         engine.start(parse_study(doc, "the test session's Ray"), None)
+    except Exception as exc:
+        return {"failed": exc}
     finally:  # its start-up timeouts were for the processes it started: the tests' own commands choose theirs
         os.environ.clear()
         os.environ.update(environ)
-    try:
-        yield ray.get_runtime_context().gcs_address
-    finally:
-        engine.close()
+    return {"engine": engine}
+
+
+def pytest_runtest_teardown(item, nextitem):
+    """After the last test of tests/hpo (the only ones that use it), the session's Ray stops."""
+    if "engine" in _RAY and (nextitem is None or HPO_TESTS not in nextitem.path.parents):
+        _RAY.pop("engine").close()  # a later ray test (another order of the files) starts it again
 
 
 @pytest.fixture

@@ -143,12 +143,12 @@ def _running_with_epochs(url: str, name: str) -> int:
 def test_sigterm_stops_cleanly_and_resume_carries_on(hpo, engine, left_running):
     fields, args, url = engine
     marker, hold = str(hpo.tmp / "conformance-stop-marker"), hpo.tmp / "hold"
-    hold.touch()  # while it exists the trials take 1.5 s an epoch: the signal finds both mid-run
+    hold.touch()  # while it exists the trials take 1.5 s an epoch: the signal finds them mid-run
     doc = study("conf-stop", "--epochs", "10", "--sleep", "1.5", "--marker", marker, "--hold", str(hold),
                 trials=3, workers=2) | fields
     proc = hpo.popen("hpo", "run", "--config", hpo.write(doc), *args)
     try:
-        assert wait_for(lambda: _running_with_epochs(url, "conf-stop") == 2, 300), "no two trials got going"
+        assert wait_for(lambda: _running_with_epochs(url, "conf-stop") >= 1, 300), "no trial got going"
     finally:
         proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=180)
@@ -157,10 +157,12 @@ def test_sigterm_stops_cleanly_and_resume_carries_on(hpo, engine, left_running):
     assert wait_for(lambda: not _processes_with(marker), 30)  # every trial's command is gone
     assert wait_for(lambda: left_running() == [], 30)  # and every process the study started
     assert "Traceback" not in err
-    aborted = [r for r in records(hpo.db, "conf-stop") if r["status"] == "aborted"]
-    assert len(aborted) == 2 and all("stopped by SIGTERM" in r["error"] for r in aborted)
-    assert all(0 < r["result"]["epochs"] < 10 for r in aborted)  # stopped mid-run, its epochs kept
     so_far = trials(url, "conf-stop")
+    assert not [t.number for t in so_far if t.state == TrialState.RUNNING]  # every running trial was stopped
+    aborted = [r for r in records(hpo.db, "conf-stop") if r["status"] == "aborted"]
+    assert aborted and all("stopped by SIGTERM" in r["error"] for r in aborted)
+    epochs = [r["result"].get("epochs") or 0 for r in aborted]
+    assert all(e < 10 for e in epochs) and any(e > 0 for e in epochs)  # stopped mid-run, its epochs kept
     failed = {t.number: t.params for t in so_far if t.state == TrialState.FAIL}
     assert failed == {int(r["spec"]["tags"]["hpo_trial"]): r["spec"]["params"] for r in aborted}
     queued = [t for t in so_far if t.state == TrialState.WAITING]  # queued again with the same parameters
@@ -171,15 +173,16 @@ def test_sigterm_stops_cleanly_and_resume_carries_on(hpo, engine, left_running):
     out = hpo.cli("hpo", "run", "--resume", "conf-stop", "--json", *storage,
                   *args[2:] if args[:2] == ["--engine", "ray"] else [], timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert json.loads(out.stdout)["counts"] == {"ok": 3, "failed": 2}
+    stopped = len(failed)
+    assert json.loads(out.stdout)["counts"] == {"ok": 3, "failed": stopped}
     after = trials(url, "conf-stop")
     done = [t for t in after if t.state == TrialState.COMPLETE]
-    assert len(done) == 3  # exactly the budget: the two interrupted ones again and one more
+    assert len(done) == 3  # exactly the budget: the interrupted ones again, then the rest
     assert sorted(t.params["x"] for t in done if "failed_trial" in t.system_attrs) == sorted(p["x"] for p in failed.values())
-    assert sorted(t.number for t in after) == list(range(5))
+    assert sorted(t.number for t in after) == list(range(3 + stopped))
     saved = records(hpo.db, "conf-stop")
-    assert sorted(int(r["spec"]["tags"]["hpo_trial"]) for r in saved) == list(range(5))  # one record each, none twice
-    assert sorted(r["status"] for r in saved) == ["aborted", "aborted", "ok", "ok", "ok"]
+    assert sorted(int(r["spec"]["tags"]["hpo_trial"]) for r in saved) == list(range(3 + stopped))  # one each
+    assert sorted(r["status"] for r in saved) == ["aborted"] * stopped + ["ok"] * 3
 
 
 def _processes_with(marker: str) -> list[psutil.Process]:
