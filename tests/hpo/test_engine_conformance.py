@@ -196,15 +196,16 @@ def _processes_with(marker: str) -> list[psutil.Process]:
     return found
 
 
-def test_a_ray_that_will_not_start_is_one_sentence_and_leaves_no_study(hpo):
+def test_a_ray_that_will_not_start_is_one_sentence_and_leaves_no_study(hpo, left_running):
     """Ray's start-up timeouts come from dlbench (DLBENCH_RAY_START_TIMEOUT_S); one too short for this machine
-    makes Ray fail to start: one sentence, exit 1, no study left behind, so the same command simply runs again."""
+    makes Ray fail to start: one sentence, exit 1, no study left behind, so the same command simply runs again,
+    and no process of the failed tries left running (the agents a crashed raylet leaves to init too)."""
     pytest.importorskip("ray.tune", reason="the ray engine needs pip install 'dlbench[ray]'")
     doc = study("ray-nostart", "--epochs", "1", engine="ray")
     env_before = dict(os.environ)
     try:
         os.environ["DLBENCH_RAY_START_TIMEOUT_S"] = "abc"
-        out = hpo.cli("hpo", "run", "--config", hpo.write(doc), timeout=900)  # importing Ray Tune takes a while
+        out = hpo.query("hpo", "run", "--config", hpo.write(doc))  # refused before Ray or the study: in this process
         assert out.returncode == 2 and "DLBENCH_RAY_START_TIMEOUT_S='abc' must be a number" in out.stderr
         os.environ["DLBENCH_RAY_START_TIMEOUT_S"] = "1"
         out = hpo.cli("hpo", "run", "--config", hpo.write(doc), timeout=900)
@@ -215,6 +216,7 @@ def test_a_ray_that_will_not_start_is_one_sentence_and_leaves_no_study(hpo):
     if out.returncode == 0:  # a quiet machine can start Ray within the second: the failure cannot be provoked here
         pytest.skip("Ray started within DLBENCH_RAY_START_TIMEOUT_S=1 on this machine")
     assert out.returncode == 1, out.stderr[-3000:]
+    assert wait_for(lambda: left_running() == [], 30), [p.cmdline()[:3] for p in left_running()]
     assert "Traceback" not in out.stderr and "did not start" in lines[-1] and "no study was created" in lines[-1]
     listed = hpo.query("hpo", "list", "--json")
     assert listed.returncode == 0 and json.loads(listed.stdout) == []  # nothing to --resume: run it again

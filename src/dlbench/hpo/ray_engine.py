@@ -123,9 +123,9 @@ class RayEngine(Engine):
         self.started = False
 
     def start(self, spec: StudySpec, address: str | None) -> None:
+        timeout_s = start_timeout_s()  # a bad setting is refused even where a Ray is up already
         if ray.is_initialized():
             return
-        timeout_s = start_timeout_s()
         os.environ.update(start_timeouts(timeout_s))  # read by the processes ray.init starts
         deadline = time.monotonic() + timeout_s
         while True:  # Ray waits a fixed 30 s for its node to register: on a loaded machine, try again
