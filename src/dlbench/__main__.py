@@ -1,3 +1,3 @@
-from dlbench.cli.app import main
+from dlbench.cli.entry import main
 
 main()

@@ -4,6 +4,7 @@ imported; nothing here is timed."""
 
 import functools
 import json
+import os
 import subprocess
 import sys
 
@@ -11,9 +12,11 @@ import pytest
 
 
 @functools.cache  # one fresh interpreter per command for the whole session (several tests read the same one)
-def imported_modules(*args: str) -> tuple[frozenset[str], str]:
-    out = subprocess.run([sys.executable, "-X", "importtime", "-m", "dlbench", *args],
-                         capture_output=True, text=True, timeout=120)
+def imported_modules(*args: str, code: str | None = None) -> tuple[frozenset[str], str]:
+    """The modules ``python -m dlbench ARGS`` (or ``python -c CODE``) imports, and what it printed."""
+    command = ["-c", code] if code else ["-m", "dlbench", *args]
+    out = subprocess.run([sys.executable, "-X", "importtime", *command], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "COLUMNS": "100"})
     assert out.returncode == 0, out.stderr[-2000:]
     modules = frozenset(line.split("|")[-1].strip() for line in out.stderr.splitlines() if line.startswith("import time:"))
     return modules, out.stdout
@@ -23,7 +26,7 @@ def imported_modules(*args: str) -> tuple[frozenset[str], str]:
                                   ["mlperf", "list"], ["mlperf", "list", "--json"]])
 def test_no_torch_imported(args):
     modules, _ = imported_modules(*args)
-    assert "dlbench.cli.app" in modules  # the probe sees dlbench's own imports
+    assert "dlbench.cli.entry" in modules  # the probe sees dlbench's own imports
     heavy = sorted(m for m in modules if m.split(".")[0] in ("torch", "torchvision", "matplotlib"))
     assert heavy == [], f"dlbench {' '.join(args)} imported {heavy[:5]}"
 
@@ -67,9 +70,35 @@ def test_a_plain_run_loads_only_what_it_runs(tmp_path):
     assert loaded == [], f"dlbench run imported {loaded[:8]}"
 
 
-def test_help_does_not_import_pydantic_or_sqlalchemy():
+#: Builds the whole command tree, as every command but the root's help does before it runs.
+COMMAND_TREE = "import typer.main, dlbench.cli.app; typer.main.get_command(dlbench.cli.app.app)"
+
+
+def test_the_command_tree_does_not_import_pydantic_or_sqlalchemy():
     """pydantic (the run specs) and SQLAlchemy (the store's engine) cost ~0.2 s and ~0.3 s against a ~0.3 s
     start-up: only commands that build runs or open a store import them."""
-    modules, _ = imported_modules("--help")
+    _, printed = imported_modules(code=COMMAND_TREE + "; import sys; print(*sys.modules)")
+    modules = set(printed.split())  # sys.modules: importtime does not see importlib.import_module's own module
+    assert "dlbench.cli.io" in modules  # the probe sees the command modules
     assert "pydantic" not in modules and "dlbench.spec" not in modules
     assert "sqlalchemy" not in modules and "dlbench.store._engine" not in modules
+
+
+def test_the_root_help_answers_from_its_table_and_says_what_typer_would():
+    """``dlbench --help`` imports neither typer nor a command module (~0.05 s), yet prints what typer prints
+    for the same command tree: the same commands in the same order, with the same summaries and layout."""
+    modules, fast = imported_modules("--help")
+    assert not any(m.split(".")[0] in ("typer", "click", "rich") for m in modules)
+    assert not any(m.startswith("dlbench.cli.") and m not in ("dlbench.cli.entry", "dlbench.cli._commands")
+                   for m in modules)
+    _, rendered = imported_modules(code="import sys; from dlbench.cli.app import main; main(['--help'])")
+    assert fast.splitlines() == [line.rstrip() for line in rendered.splitlines()]
+    listed = [line.split()[1] for line in fast.splitlines() if line.startswith("│ ") and line[2].isalpha()]
+    _, tree = imported_modules(code=COMMAND_TREE + "; print(*typer.main.get_command(dlbench.cli.app.app).commands)")
+    assert listed == tree.split()
+
+
+def test_dlbench_alone_prints_the_help_and_exits_2():
+    out = subprocess.run([sys.executable, "-m", "dlbench"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and out.stdout == ""
+    assert "Usage: dlbench [OPTIONS] COMMAND [ARGS]..." in out.stderr and "│ hpo " in out.stderr

@@ -5,6 +5,7 @@ Nothing here imports torch: ``dlbench --help`` must stay fast.
 
 from __future__ import annotations
 
+import importlib
 import os
 import signal
 import sys
@@ -14,31 +15,13 @@ import typer.main
 
 from dlbench import __version__
 from dlbench.api.signals import stop_on_signals
-from dlbench.cli import (
-    advise,
-    catalog,
-    hpo,
-    io,
-    jobs,
-    mlperf,
-    monitor,
-    plot,
-    report,
-    results,
-    run,
-    scale,
-    store,
-    tensorboard,
-)
+from dlbench.cli._commands import COMMANDS, ROOT_HELP
 from dlbench.cli._help import plain_type_labels
 from dlbench.errors import NOT_SAVED_EXIT_CODE, BenchmarkFailed, RecordNotSaved, Terminated, UsageError
 
 app = typer.Typer(
     name="dlbench",
-    help="Deep-learning benchmarks for GPU clusters: honest throughput, a results store, comparisons.\n\n"
-    "Start with 'dlbench suite' (a quick suite on this machine) or 'dlbench run resnet50'. "
-    "Exit codes: 0 success, 1 a benchmark failed (it is recorded), 2 bad usage or input. "
-    "Add --debug to any command for a traceback.",
+    help=ROOT_HELP,
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -59,27 +42,17 @@ def _root(
     """dlbench root command."""
 
 
-app.command("list")(catalog.list_workloads)
-app.command("run")(run.run)
-app.command("suite")(run.suite)
-app.command("results")(results.results)
-app.command("show")(results.show)
-app.command("compare")(results.compare)
-app.command("env")(catalog.env)
-app.command("monitor")(monitor.monitor)
-app.add_typer(plot.plot_app, name="plot")
-app.add_typer(mlperf.mlperf_app, name="mlperf")
-app.command("scale")(scale.scale)
-app.command("comm")(scale.comm)
-app.add_typer(store.store_app, name="store")
-app.command("report")(report.report)
-app.command("trend")(report.trend)
-app.command("regress")(report.regress)
-app.add_typer(hpo.hpo_app, name="hpo")
-app.add_typer(jobs.jobs_app, name="jobs")
-app.command("advise")(advise.advise)
-app.add_typer(tensorboard.tensorboard_app, name="tensorboard")
-app.add_typer(io.io_app, name="io")
+def _register(name: str, target: str, summary: str) -> None:
+    module, attribute = target.split(":")
+    command = getattr(importlib.import_module(module), attribute)
+    if isinstance(command, typer.Typer):
+        app.add_typer(command, name=name, short_help=summary)
+    else:
+        app.command(name, short_help=summary)(command)
+
+
+for _command in COMMANDS:
+    _register(*_command)
 
 
 def _is_parser_error(exc: Exception) -> bool:
