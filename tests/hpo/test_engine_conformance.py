@@ -45,7 +45,9 @@ def slurm_daemons(tmp_path_factory):
         cluster.stop()
 
 
-@pytest.fixture(params=sorted(ENGINES))
+# under pytest-xdist the ray cases run on the worker of test_hpo_ray.py's tests, which has the Ray up already
+@pytest.fixture(params=[pytest.param(name, marks=pytest.mark.xdist_group("ray_address")) if name == "ray" else name
+                        for name in sorted(ENGINES)])
 def engine(request, hpo, monkeypatch):
     """How a study runs on engine ``request.param``: (study file fields, ``hpo run`` arguments, storage URL)."""
     name = request.param
