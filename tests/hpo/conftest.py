@@ -39,9 +39,7 @@ def ray_address():
         _RAY.update(_start_ray())
     if "failed" in _RAY:
         raise _RAY["failed"]
-    # the node is bound to 127.0.0.1 (RayEngine.start): a driver joining at the host's other address looks for
-    # a node of that address and finds none (seen: an ``hpo run --address`` waiting minutes without joining)
-    return "127.0.0.1:" + ray.get_runtime_context().gcs_address.rsplit(":", 1)[1]
+    return ray.get_runtime_context().gcs_address
 
 
 def _start_ray() -> dict:
