@@ -21,8 +21,7 @@ TESTS = Path(__file__).resolve().parent
 HEAVY_FIXTURES = {
     "slurm_cluster": "a real one-node Slurm: munged, slurmctld, slurmd (tests/launch/slurm_cluster.py)",
     "kube": "the Kubernetes API-server double; its pods are local processes (tests/launch/kube_double.py)",
-    "ray_address": "a local Ray cluster (tests/hpo/test_hpo_ray.py)",
-    "ray_cluster": "a local Ray cluster (tests/hpo/test_engine_conformance.py)",
+    "ray_address": "the session's one local Ray cluster, up while tests/hpo runs (tests/hpo/conftest.py)",
     "slurm_daemons": "a real one-node Slurm for the HPO engine conformance suite (tests/hpo/test_engine_conformance.py)",
     "kernel_env": "a Jupyter kernel running the example notebooks (tests/examples)",
     "chromium": "headless Chromium rendering the report (tests/report/test_browser.py)",

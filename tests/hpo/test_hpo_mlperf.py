@@ -35,7 +35,7 @@ def test_quality_trials_report_every_epoch_and_bad_ones_are_pruned(hpo):
     assert pruned, [r["status"] for r in records.values()]
     assert all(r["result"]["epochs"] < 3 and "pruned by the asha pruner after epoch" in r["error"] for r in pruned)
     assert all(r["spec"]["tags"]["hpo_study"] == "mlq" for r in records.values())
-    best = hpo.cli("hpo", "best", "mlq", "--json")
+    best = hpo.query("hpo", "best", "mlq", "--json")
     assert '"base_lr": 0.1' in best.stdout
     # each trial left its MLPerf result log, which says which learning rate it ran with
     log = (hpo.tmp / "trials" / f"trial-{good['spec']['trial']}").rglob("result_0.txt")

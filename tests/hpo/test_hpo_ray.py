@@ -1,12 +1,13 @@
-"""The ray engine against a real local Ray (started once for this module, 2 CPUs, stopped at the end):
-trials are Tune actors running tests/hpo/objective.py, Tune's ASHA stops the bad ones, every trial is a
-run record and the study (in the store's database) has the best; SIGTERM and --resume; PBT over
-tests/hpo/pbt_objective.py (a command that checkpoints)."""
+"""What only the ray engine does, against a real local Ray (the session's, ``ray_address`` in conftest.py: 2
+CPUs): Tune's time budget, and PBT over tests/hpo/pbt_objective.py (a command that checkpoints). What every
+engine does — N trials N records, ASHA's pruned trials, a failing trial, SIGTERM and --resume — the ray engine
+proves in test_engine_conformance.py."""
 
 from __future__ import annotations
 
-import json
+import os
 import signal
+import subprocess
 import sys
 from pathlib import Path
 
@@ -18,51 +19,8 @@ ray = pytest.importorskip("ray", reason="Ray cannot be installed here (no ray[tu
                           "architecture); the ray engine needs pip install 'dlbench[ray]'")
 pytest.importorskip("ray.tune", reason="Ray is installed without Tune; the ray engine needs pip install 'dlbench[ray]'")
 
-from test_hpo_study import command, records_of, status
+from test_hpo_study import command, records_of
 from test_hpo_workers import load, wait_for
-
-
-@pytest.fixture(scope="module")
-def ray_address():
-    """A local Ray (2 CPUs, no dashboard) started once for the module, as a user's existing cluster; the
-    studies' drivers connect to it with --address. ray.shutdown() stops every process it started."""
-    for attempt in (1, 2):  # on a busy shared machine Ray's agents can miss their start-up deadline once
-        try:
-            ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-            break
-        except Exception:
-            ray.shutdown()
-            if attempt == 2:
-                raise
-    try:
-        yield ray.get_runtime_context().gcs_address
-    finally:
-        ray.shutdown()
-
-
-def test_ray_engine_records_every_trial_and_asha_stops_the_bad_ones(hpo, ray_address):
-    # one trial at a time, so the grid's order (seed 0) alone decides what ASHA compares: any order but
-    # "each trial better than all before it" has a trial below the median of its rung, which ASHA stops
-    doc = {"name": "ray-asha", "objective": command("--epochs", "4"), "sampler": "grid", "pruner": "asha",
-           "pruner_options": {"min_resource": 1, "reduction_factor": 2, "max_resource": 4}, "workers": 1,
-           "space": {"x": {"type": "categorical", "choices": [0.3, 2.0, 3.0, 4.0]}}}
-    out, db = hpo(doc, "--engine", "ray", "--address", ray_address)
-    assert out.returncode == 0, out.stderr
-    records = records_of(db, "ray-asha")
-    assert len(records) == 4 and {r["status"] for r in records} <= {"ok", "pruned"}
-    pruned = [r for r in records if r["status"] == "pruned"]
-    assert pruned, [(r["spec"]["params"], r["status"]) for r in records]
-    assert all(r["result"]["epochs"] < 4 for r in pruned) and all("pruned by the asha pruner" in r["error"] for r in pruned)
-    assert all(r["result"]["epochs"] == 4 for r in records if r["status"] == "ok")
-    by_x = {r["spec"]["params"]["x"]: r for r in records}
-    assert by_x[0.3]["status"] == "ok"  # the best point is never stopped
-    doc_status = status(hpo, "ray-asha")  # the Optuna study agrees with the records, trial by trial
-    assert doc_status["counts"] == {"ok": 4 - len(pruned), "pruned": len(pruned)}
-    states = {t["trial"]: t["state"] for t in doc_status["trials"]}
-    assert {int(r["spec"]["tags"]["hpo_trial"]): r["status"] for r in records} == states
-    best = json.loads(hpo.cli("hpo", "best", "ray-asha", "--json").stdout)
-    assert best["params"] == {"x": 0.3} and best["value"] == pytest.approx(by_x[0.3]["result"]["value"])
-    assert best["record"] == by_x[0.3]["id"]
 
 
 def test_a_time_budget_that_runs_out_leaves_no_trial_running(hpo, ray_address):
@@ -78,71 +36,11 @@ def test_a_time_budget_that_runs_out_leaves_no_trial_running(hpo, ray_address):
     assert len(records_of(db, "ray-budget")) == len(states)  # every trial has its record
 
 
-def test_a_failing_trial_fails_and_the_study_goes_on(hpo, ray_address):
-    doc = {"name": "ray-bad", "objective": command("--epochs", "1"), "sampler": "grid", "workers": 2,
-           "space": {"mode": {"type": "categorical", "choices": ["ok", "exit3"]}}}
-    out, db = hpo(doc, "--engine", "ray", "--address", ray_address, "--json")
-    assert out.returncode == 0, out.stderr
-    assert json.loads(out.stdout)["counts"] == {"ok": 1, "failed": 1}  # stdout: the one JSON document
-    by_mode = {r["spec"]["params"]["mode"]: r for r in records_of(db, "ray-bad")}
-    assert by_mode["ok"]["status"] == "ok" and by_mode["exit3"]["status"] == "failed"
-    assert "exited with code 3" in by_mode["exit3"]["error"]
-    assert status(hpo, "ray-bad")["counts"] == {"ok": 1, "failed": 1}
-
-
-def _commands_with(marker: str) -> list[psutil.Process]:
-    """Live objective processes whose command line carries ``marker`` (Ray's workers, which start them,
-    were started before the test: they do not carry the left_running marker)."""
-    found = []
-    for proc in psutil.process_iter():
-        try:
-            if marker in proc.cmdline():
-                found.append(proc)
-        except psutil.Error:
-            continue
-    return found
-
-
 def _running_with_epochs(db, name: str, n: int) -> bool:
     try:
         return sum(t.state == TrialState.RUNNING and bool(t.intermediate_values) for t in load(db, name).get_trials()) >= n
     except KeyError:  # the study is not created yet
         return False
-
-
-def test_sigterm_stops_a_ray_study_cleanly_and_resume_finishes_its_budget(hpo, ray_address):
-    marker = str(hpo.tmp / "ray-stop-marker")
-    doc = {"name": "ray-stop", "objective": command("--epochs", "12", "--sleep", "0.4", "--marker", marker),
-           "sampler": "random", "trials": 3, "workers": 2, "space": {"x": {"type": "float", "low": 0.0, "high": 1.0}}}
-    proc = hpo.popen("hpo", "run", "--config", hpo.write(doc), "--engine", "ray", "--address", ray_address)
-    assert wait_for(lambda: hpo.db.exists() and _running_with_epochs(hpo.db, "ray-stop", 2), 180)
-    proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 128 + signal.SIGTERM, err
-    assert wait_for(lambda: _commands_with(marker) == [], 10)  # every trial's command is gone
-
-    aborted = [r for r in records_of(hpo.db, "ray-stop") if r["status"] == "aborted"]
-    assert len(aborted) == 2 and all("stopped by SIGTERM" in r["error"] for r in aborted)
-    assert all(0 < r["result"]["epochs"] < 12 for r in aborted)  # stopped mid-run, its epochs kept
-    trials = load(hpo.db, "ray-stop").get_trials()
-    failed = {t.number: t.params for t in trials if t.state == TrialState.FAIL}
-    assert failed == {int(r["spec"]["tags"]["hpo_trial"]): r["spec"]["params"] for r in aborted}
-    queued = [t for t in trials if t.state == TrialState.WAITING]  # queued again with the same parameters
-    assert sorted(t.system_attrs["failed_trial"] for t in queued) == sorted(failed)
-    assert all(t.params == failed[t.system_attrs["failed_trial"]] for t in queued)
-
-    out = hpo.cli("hpo", "run", "--resume", "ray-stop", "--address", ray_address, "--json")
-    assert out.returncode == 0, out.stderr
-    trials = load(hpo.db, "ray-stop").get_trials()
-    done = [t for t in trials if t.state == TrialState.COMPLETE]
-    assert len(done) == 3  # exactly the budget: the two interrupted ones again and one more
-    assert sorted(t.params["x"] for t in done if "failed_trial" in t.system_attrs) == sorted(p["x"] for p in failed.values())
-    assert sorted(t.number for t in trials) == list(range(len(trials))) == list(range(5))
-    records = records_of(hpo.db, "ray-stop")
-    numbers = [int(r["spec"]["tags"]["hpo_trial"]) for r in records]
-    assert sorted(numbers) == list(range(5))  # every trial one run record, none twice
-    assert sorted(r["status"] for r in records) == ["aborted", "aborted", "ok", "ok", "ok"]
-    assert json.loads(out.stdout)["counts"] == {"ok": 3, "failed": 2}
 
 
 PBT_OBJECTIVE = str(Path(__file__).with_name("pbt_objective.py"))
@@ -230,3 +128,24 @@ def test_pbt_command_that_breaks_the_checkpoint_contract_fails_with_the_reason(t
     assert [p.name for p in tmp_path.iterdir()] == ["2"] and bridge.latest == (2, tmp_path / "2")  # older ones go
     with pytest.raises(RunFailed, match=r"printed FoM\[3\] but wrote no checkpoint"):
         bridge.report(7.0, 3)
+
+
+def test_a_failed_start_try_leaves_none_of_its_processes():
+    """Ray's shutdown knows a node only once it started: the engine ends what a failed try started itself —
+    here a process and the child it left to init, as a crashed raylet leaves its agents — found by the try's
+    mark in their environment; a process without the mark stays."""
+    from dlbench.hpo.ray_engine import START_TRY_ENV, end_start_try
+
+    mark = {**os.environ, START_TRY_ENV: "try-1"}
+    kept = subprocess.Popen(["sleep", "60"], env={**mark, START_TRY_ENV: "another-try"})
+    tried = subprocess.Popen(["sh", "-c", "sleep 60 & echo $!"], env=mark, stdout=subprocess.PIPE, text=True)
+    try:
+        orphan = psutil.Process(int(tried.stdout.readline()))
+        tried.wait(30)  # its child lives on, a child of init now
+        end_start_try("try-1")
+        assert wait_for(lambda: not orphan.is_running() or orphan.status() == psutil.STATUS_ZOMBIE, 10)
+        assert kept.poll() is None
+    finally:
+        kept.kill()
+        kept.wait()
+        tried.stdout.close()

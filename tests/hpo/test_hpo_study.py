@@ -27,7 +27,7 @@ def records_of(db, study):
 
 
 def status(hpo, name):
-    out = hpo.cli("hpo", "status", name, "--json")
+    out = hpo.query("hpo", "status", name, "--json")
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)
 
@@ -44,7 +44,7 @@ def test_grid_search_visits_every_point_and_records_every_trial(hpo):
     records = records_of(db, "grid")
     assert [r["status"] for r in records] == ["ok"] * 6
     assert {r["result"]["value"] for r in records} == {t["latest"] for t in doc_status["trials"]}
-    best = hpo.cli("hpo", "best", "grid", "--json")
+    best = hpo.query("hpo", "best", "grid", "--json")
     assert json.loads(best.stdout)["params"] == {"x": 0.3, "y": 2}
 
 
@@ -75,7 +75,7 @@ def test_failing_trials_fail_with_the_reason_and_the_study_goes_on(hpo):
     assert "exited with code 3" in by_mode["exit3"]["error"]
     assert {by_mode[m]["status"] for m in ("garbage", "nofom", "exit3")} == {"failed"}
     garbage = by_mode["garbage"]["spec"]["trial"]
-    assert f"trial {garbage} failed: the command printed a FoM line" in hpo.cli("hpo", "status", "bad").stdout
+    assert f"trial {garbage} failed: the command printed a FoM line" in hpo.query("hpo", "status", "bad").stdout
 
 
 @pytest.mark.parametrize("doc, words", [
@@ -91,7 +91,7 @@ def test_failing_trials_fail_with_the_reason_and_the_study_goes_on(hpo):
       "space": {"base_lr": {"type": "float", "low": 0.01, "high": 1}}}, "which mlperf task 'resnet' cannot"),
 ])
 def test_study_level_mistakes_exit_2_with_one_sentence(hpo, doc, words):
-    out, _ = hpo(doc)
+    out = hpo.query("hpo", "run", "--config", hpo.write(doc))  # refused before any trial: in this process
     assert out.returncode == 2
     assert words in out.stderr and "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1
 
@@ -105,9 +105,9 @@ def test_a_study_name_in_use_is_refused_and_resumed_explicitly(hpo):
     more = hpo.cli("hpo", "run", "--resume", "twice")
     assert more.returncode == 0  # nothing left to do: the budget is spent
     assert len(status(hpo, "twice")["trials"]) == 1
-    listed = json.loads(hpo.cli("hpo", "list", "--json").stdout)
+    listed = json.loads(hpo.query("hpo", "list", "--json").stdout)
     assert [s["name"] for s in listed] == ["twice"]
-    unknown = hpo.cli("hpo", "status", "nope")
+    unknown = hpo.query("hpo", "status", "nope")
     assert unknown.returncode == 2 and "there is no study 'nope'" in unknown.stderr and "Traceback" not in unknown.stderr
 
 
@@ -120,12 +120,12 @@ def test_workload_throughput_study_records_train_runs_and_plots(hpo):
     assert out.returncode == 0, out.stderr
     records = records_of(db, "tput")
     assert {r["spec"]["batch_size"] for r in records} == {2, 4} and all(r["status"] == "ok" for r in records)
-    best = json.loads(hpo.cli("hpo", "best", "tput", "--json").stdout)
+    best = json.loads(hpo.query("hpo", "best", "tput", "--json").stdout)
     fastest = max(records, key=lambda r: r["result"]["samples_per_s"])
     assert best["value"] == pytest.approx(fastest["result"]["samples_per_s"])  # maximised by default
-    plots = hpo.cli("hpo", "plot", "tput", "--out", str(hpo.tmp / "plots"))
+    plots = hpo.query("hpo", "plot", "tput", "--out", str(hpo.tmp / "plots"))
     assert plots.returncode == 0, plots.stderr
     assert (hpo.tmp / "plots" / "tput-history.png").stat().st_size > 1000
-    compare = hpo.cli("hpo", "compare", "tput", "--out", str(hpo.tmp / "cmp.png"), "--json")
+    compare = hpo.query("hpo", "compare", "tput", "--out", str(hpo.tmp / "cmp.png"), "--json")
     assert compare.returncode == 0 and (hpo.tmp / "cmp.png").stat().st_size > 1000
     assert json.loads(compare.stdout)["tput"][-1]["best"] == pytest.approx(best["value"])

@@ -46,10 +46,12 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import optuna
+import psutil
 import ray
 from optuna.trial import TrialState
 from ray import tune
@@ -81,6 +83,8 @@ from dlbench.hpo.study import StudySpec
 #: the environment variable of the same name.
 START_TIMEOUT_ENV = "DLBENCH_RAY_START_TIMEOUT_S"
 START_TIMEOUT_S = 180.0
+#: Set, to a new token, in the environment of each try to start a local Ray (see :func:`end_start_try`).
+START_TRY_ENV = "DLBENCH_RAY_START_TRY"
 
 
 def start_timeouts(seconds: float) -> dict[str, str]:
@@ -119,12 +123,13 @@ class RayEngine(Engine):
         self.started = False
 
     def start(self, spec: StudySpec, address: str | None) -> None:
+        timeout_s = start_timeout_s()  # a bad setting is refused even where a Ray is up already
         if ray.is_initialized():
             return
-        timeout_s = start_timeout_s()
         os.environ.update(start_timeouts(timeout_s))  # read by the processes ray.init starts
         deadline = time.monotonic() + timeout_s
         while True:  # Ray waits a fixed 30 s for its node to register: on a loaded machine, try again
+            os.environ[START_TRY_ENV] = uuid.uuid4().hex  # Ray's processes inherit it: a failed try's are found
             try:  # a local Ray bound to this host only, or the cluster at ``address``
                 with contextlib.redirect_stderr(io.StringIO()) as said:
                     ray.init(address=address, num_cpus=None if address else spec.workers, include_dashboard=False,
@@ -133,15 +138,19 @@ class RayEngine(Engine):
                 break
             except Exception as exc:  # noqa: BLE001 - Ray raises many kinds; each is one sentence here
                 ray.shutdown()
+                end_start_try(os.environ[START_TRY_ENV])
                 if time.monotonic() < deadline:
                     continue
                 where = f"the Ray cluster at {address}" if address else f"a local Ray (given {timeout_s:g} s)"
                 first = (str(exc).strip().splitlines() or said.getvalue().strip().splitlines() or ["no message"])[0]
                 raise BenchmarkFailed(f"{where} did not start ({first[:300]}); no study was created: on a busy "
                                       f"machine raise {START_TIMEOUT_ENV} and run the same command again.") from None
+            finally:
+                os.environ.pop(START_TRY_ENV, None)
         self.started = True
 
     def close(self) -> None:
+        """Leave Ray: a local one this engine started stops, with every process it started."""
         if self.started:
             ray.shutdown()
             self.started = False
@@ -168,6 +177,20 @@ class RayEngine(Engine):
             requeue_interrupted(spec, study, store, caught["signum"], queue_again=spec.pruner != "pbt")
             raise Terminated(caught["signum"])
         end_unfinished(spec, study, store)
+
+
+def end_start_try(token: str) -> None:
+    """End every process of a failed start try (its GCS, raylet, dashboard, monitors, and the agents a crashed
+    raylet left to init): ``ray.shutdown`` knows a node only once it started, so each failed try would leave
+    them beside the next, taking the CPU the next try needs. They are found by :data:`START_TRY_ENV` in
+    their environment, which only that try's processes carry."""
+    tried = []
+    for proc in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):
+            if proc.pid != os.getpid() and proc.environ().get(START_TRY_ENV) == token:
+                proc.kill()
+                tried.append(proc)
+    psutil.wait_procs(tried, timeout=10)
 
 
 def _fit(spec: StudySpec, tuning: dict[str, Any], flag, samples: int, stopper, db: str, pipeline, on_poll) -> None:
