@@ -46,7 +46,7 @@ def _start_ray() -> dict:
     from dlbench.hpo.ray_engine import RayEngine
     from dlbench.hpo.study import parse_study
 
-    engine, environ = RayEngine(), dict(os.environ)
+    engine, timeout_set = RayEngine(), "DLBENCH_RAY_START_TIMEOUT_S" in os.environ
     doc = {"name": "ray-session", "objective": {"command": ["true"]}, "workers": 2,
            "space": {"x": {"type": "float", "low": 0.0, "high": 1.0}}}
     # every ray test waits on this one start: on a loaded machine Ray's raylet gives up on its agents after a
@@ -56,16 +56,23 @@ def _start_ray() -> dict:
         engine.start(parse_study(doc, "the test session's Ray"), None)
     except Exception as exc:
         return {"failed": exc}
-    finally:  # its start-up timeouts were for the processes it started: the tests' own commands choose theirs
-        os.environ.clear()
-        os.environ.update(environ)
+    finally:  # that timeout was for this start: the tests' own commands choose theirs. What Ray itself set
+        # in the environment stays (RAY_AUTH_MODE=token: without it a study's driver cannot join this Ray)
+        if not timeout_set:
+            os.environ.pop("DLBENCH_RAY_START_TIMEOUT_S", None)
     return {"engine": engine}
+
+
+def stop_session_ray() -> None:
+    """Stop the session's Ray, if it is up (a later ray test starts it again)."""
+    if "engine" in _RAY:
+        _RAY.pop("engine").close()
 
 
 def pytest_runtest_teardown(item, nextitem):
     """After the last test of tests/hpo (the only ones that use it), the session's Ray stops."""
-    if "engine" in _RAY and (nextitem is None or HPO_TESTS not in nextitem.path.parents):
-        _RAY.pop("engine").close()  # a later ray test (another order of the files) starts it again
+    if nextitem is None or HPO_TESTS not in nextitem.path.parents:
+        stop_session_ray()
 
 
 @pytest.fixture

@@ -15,6 +15,7 @@ from pathlib import Path
 import optuna
 import psutil
 import pytest
+from conftest import stop_session_ray
 from optuna.trial import TrialState
 from test_hpo_workers import wait_for
 
@@ -203,6 +204,7 @@ def test_a_ray_that_will_not_start_is_one_sentence_and_leaves_no_study(hpo, left
     makes Ray fail to start: one sentence, exit 1, no study left behind, so the same command simply runs again,
     and no process of the failed tries left running (the agents a crashed raylet leaves to init too)."""
     pytest.importorskip("ray.tune", reason="the ray engine needs pip install 'dlbench[ray]'")
+    stop_session_ray()  # a study without --address would join the session's Ray on this machine, not start one
     doc = study("ray-nostart", "--epochs", "1", engine="ray")
     env_before = dict(os.environ)
     try:
