@@ -29,9 +29,8 @@ HEAVY_FIXTURES = {
     "monitor_and_prometheus": "a real Prometheus scraping the exporter (tests/telemetry)",
     "real_db": "real runs, two of them over two ranks, for the report tests (tests/report/conftest.py)",
     "live": "a real run written live to TensorBoard (tests/report/test_tensorboard.py)",
-    "every_task_once": "an MLPerf time-to-train run of every task (tests/mlperf/test_mlperf_tasks.py)",
-    "two_short_runs": "two MLPerf resnet runs (tests/mlperf/test_mlperf_runner.py)",
-    "short_run": "an MLPerf resnet run checked by the official checker (tests/mlperf/test_mlperf_check.py)",
+    "every_task_once": "an MLPerf time-to-train run of every task (tests/mlperf/conftest.py)",
+    "aborted_resnet_runs": "two MLPerf resnet runs of one epoch (tests/mlperf/conftest.py)",
     "cluster2": "a 2-node Slurm cluster of network namespaces (tests/cluster/cluster.py)",
     "cluster4": "a 4-node Slurm cluster of network namespaces (tests/cluster/cluster.py)",
 }
