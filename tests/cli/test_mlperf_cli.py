@@ -82,17 +82,17 @@ def test_check_a_real_v06_folder(capsys):
     assert [r["status"] for r in results] == ["pass"] * 5
 
 
-@pytest.mark.slow  # an MLPerf resnet epoch trained on the CPU
+@pytest.mark.slow  # an MLPerf gnmt epoch on the CPU (8 s against a resnet epoch's 11 s here, quiet)
 def test_run_stores_records_and_exits_1_when_the_target_is_missed(capsys, tmp_path):
     db = tmp_path / "runs.db"
-    code, records, err = run_json(capsys, "mlperf", "run", "resnet", "--max-epochs", "1", "--runs", "1", "--out",
+    code, records, err = run_json(capsys, "mlperf", "run", "gnmt", "--max-epochs", "1", "--runs", "1", "--out",
                                   str(tmp_path / "out"), "--system", "ci", "--threads", "1", "--db", str(db))
     assert code == 1
     assert [r["status"] for r in records] == ["aborted"]
     assert "1 of 1 run(s) did not reach the target" in err and "run 0 epoch 1: quality" in err
-    assert (tmp_path / "out" / "results" / "ci" / "resnet" / "result_0.txt").exists()
+    assert (tmp_path / "out" / "results" / "ci" / "gnmt" / "result_0.txt").exists()
     code, rows, _ = run_json(capsys, "results", "--db", str(db))
-    assert [(r["workload"], r["status"], r["mode"]) for r in rows] == [("mlperf/resnet", "aborted", "time_to_train")]
+    assert [(r["workload"], r["status"], r["mode"]) for r in rows] == [("mlperf/gnmt", "aborted", "time_to_train")]
 
 
 def test_run_user_mistakes_exit_2_without_traceback(tmp_path, capsys):

@@ -1,5 +1,5 @@
-"""The example notebooks run, cell by cell, in a real Jupyter kernel of this Python (nbclient), tiny
-(``DLBENCH_EXAMPLES_TINY=1``) against a store in a temp dir (``DLBENCH_DB``); the tests read their outputs.
+"""The example notebooks run, cell by cell, in a real Jupyter kernel of this Python (nbclient), as written
+(the sizes a reader runs) against a store in a temp dir (``DLBENCH_DB``); the tests read their outputs.
 
 The kernel is this interpreter's own: a kernelspec written to a temp ``JUPYTER_PATH`` runs
 ``sys.executable -m ipykernel_launcher``, so a fresh venv (as ``.ci/run`` makes) needs no registered kernel.
@@ -39,7 +39,6 @@ def kernel_env(tmp_path, monkeypatch):
     monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
     monkeypatch.setenv("PYTHONPATH", str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""))
     monkeypatch.setenv("DLBENCH_DB", str(tmp_path / "runs.db"))
-    monkeypatch.setenv("DLBENCH_EXAMPLES_TINY", "1")
     monkeypatch.setenv("DLBENCH_TB_DIR", str(tmp_path / "tb"))
     monkeypatch.setenv("MPLBACKEND", "module://matplotlib_inline.backend_inline")
     return tmp_path
@@ -99,26 +98,14 @@ def check_first_benchmark(book, db: Path, steps: int) -> None:
 
 
 def test_first_benchmark(kernel_env):
-    book = execute("01_first_benchmark.ipynb", kernel_env)
-    check_first_benchmark(book, kernel_env / "runs.db", steps=3)
-
-
-def test_first_benchmark_at_its_real_sizes(kernel_env, monkeypatch):
-    """What a reader runs (hidden size 256, 20 steps, device auto), not only CI's tiny sizes: on a CPU
-    without native bf16 the bf16 run fails there (oneDNN has no bf16 LSTM) and the notebook must cope."""
-    monkeypatch.delenv("DLBENCH_EXAMPLES_TINY")
+    """What a reader runs (hidden size 256, 20 steps, device auto): on a CPU without native bf16 the bf16
+    run fails there (oneDNN has no bf16 LSTM) and the notebook must cope."""
     book = execute("01_first_benchmark.ipynb", kernel_env)
     check_first_benchmark(book, kernel_env / "runs.db", steps=20)
 
 
 def test_scaling_study(kernel_env):
-    book = execute("02_scaling_study.ipynb", kernel_env)
-    check_scaling_study(book, kernel_env / "runs.db")
-
-
-def test_scaling_study_at_its_real_sizes(kernel_env, monkeypatch):
     """What a reader runs: hidden size 256, 20 steps, device auto, 1 and 2 processes."""
-    monkeypatch.delenv("DLBENCH_EXAMPLES_TINY")
     book = execute("02_scaling_study.ipynb", kernel_env)
     check_scaling_study(book, kernel_env / "runs.db")
     assert {r["spec"]["params"]["hidden_size"] for r in stored(kernel_env / "runs.db")} == {256}
@@ -134,14 +121,8 @@ def check_scaling_study(book, db: Path) -> None:
 
 
 def test_advice_and_telemetry(kernel_env):
-    book = execute("03_advice_and_telemetry.ipynb", kernel_env)
-    check_advice_and_telemetry(book, kernel_env / "runs.db")
-
-
-def test_advice_and_telemetry_at_its_real_sizes(kernel_env, monkeypatch):
     """What a reader runs: every knob, hidden size 256, the notebook's own budget (the search stops there
     and says what it did not try)."""
-    monkeypatch.delenv("DLBENCH_EXAMPLES_TINY")
     book = execute("03_advice_and_telemetry.ipynb", kernel_env)
     check_advice_and_telemetry(book, kernel_env / "runs.db")
 

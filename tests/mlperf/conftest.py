@@ -1,5 +1,6 @@
-"""Shared helpers: the real MLPerf logs in tests/data (copied unmodified, Apache-2.0), and result logs
-written with mllog."""
+"""Shared helpers: the real MLPerf logs in tests/data (copied unmodified, Apache-2.0), result logs
+written with mllog, and the MLPerf runs this folder's tests share (whole epochs of training on the CPU
+cost tens of seconds each, so each is trained once per session and read by every test that needs it)."""
 
 from pathlib import Path
 
@@ -10,6 +11,46 @@ TEST_DATA = Path(__file__).resolve().parents[1] / "data"  # the tests carry thei
 MLPERF_LOGS = TEST_DATA / "mlperf"
 V06_NVIDIA = MLPERF_LOGS / "training_v0.6" / "NVIDIA" / "results" / "dgx1_ngc19.05_pytorch"
 V05_NVIDIA = MLPERF_LOGS / "training_v0.5" / "nvidia" / "results" / "dgx1_ngc18.11_mxnet"
+
+#: The environment the shared aborted runs describe (so the system description's fields are known).
+ENV = {"hostname": "node7.example.org", "cpu": {"model": "Test CPU", "logical_cores": 2, "physical_cores": 2},
+       "gpus": [], "torch": {"version": "2.x"}, "platform": {"platform": "Linux"}}
+
+
+@pytest.fixture(scope="session")
+def aborted_resnet_runs(tmp_path_factory):
+    """Two runs of resnet limited to one epoch (seeds 40 and 41, tag site=ci) into ``root/out``, stored
+    in ``root/runs.db``: neither reaches 95% top-1, so both abort. Read by the runner's tests (layout,
+    events, records, score) and the checker's (a compliant log of an aborted run); don't write into it."""
+    from dlbench.api.mlperf import run_task
+    from dlbench.mlperf.runner import RunOptions
+    from dlbench.store import open_store
+
+    root = tmp_path_factory.mktemp("runner")
+    store = open_store(str(root / "runs.db"))
+    records = run_task("resnet", root / "out", RunOptions(runs=2, max_epochs=1, seed=40, tags={"site": "ci"}, threads=1),
+                       store=store, env=ENV)
+    yield root, records, store
+    store.close()
+
+
+@pytest.fixture(scope="session")
+def every_task_once(tmp_path_factory):
+    """Every task trained once with seed 0 into one results folder, each to its target (the slow part of
+    tests/mlperf): ``(out, records by task, stored specs)``. Read by the task, checker, score and energy
+    tests; a test that changes a log copies it first."""
+    from dlbench.api.mlperf import run_task
+    from dlbench.mlperf import tasks
+    from dlbench.mlperf.runner import RunOptions
+    from dlbench.store import open_store
+
+    root = tmp_path_factory.mktemp("ttt")
+    store = open_store(str(root / "runs.db"))
+    records = {name: run_task(name, root / "out", RunOptions(runs=1, system="ci", threads=1), store=store)[0]
+               for name in tasks.names()}
+    stored = store.query()
+    store.close()
+    return root / "out", records, stored
 
 
 @pytest.fixture(scope="session")

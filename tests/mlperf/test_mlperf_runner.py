@@ -9,24 +9,13 @@ from dlbench.errors import UsageError
 from dlbench.mlperf.parse import parse_file
 from dlbench.mlperf.runner import RunOptions
 from dlbench.mlperf.score import score_folder
-from dlbench.store import RunFilter, open_store
+from dlbench.store import RunFilter
 
-ENV = {"hostname": "node7.example.org", "cpu": {"model": "Test CPU", "logical_cores": 2, "physical_cores": 2},
-       "gpus": [], "torch": {"version": "2.x"}, "platform": {"platform": "Linux"}}
-
-
-@pytest.fixture(scope="module")
-def two_short_runs(tmp_path_factory):
-    """Two runs of resnet limited to one epoch: neither reaches 95% top-1, so both abort."""
-    root = tmp_path_factory.mktemp("runner")
-    store = open_store(str(root / "runs.db"))
-    records = run_task("resnet", root / "out", RunOptions(runs=2, max_epochs=1, seed=40, tags={"site": "ci"}, threads=1),
-                       store=store, env=ENV)
-    return root, records, store
+ENV = {"hostname": "box"}  # the shared aborted runs (tests/mlperf/conftest.py) describe node7.example.org
 
 
-def test_results_folder_layout(two_short_runs):
-    root, _, _ = two_short_runs
+def test_results_folder_layout(aborted_resnet_runs):
+    root, _, _ = aborted_resnet_runs
     out = root / "out"
     assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()) == [
         "results/node7_cpu/resnet/result_0.txt", "results/node7_cpu/resnet/result_1.txt", "systems/node7_cpu.json"]
@@ -35,16 +24,16 @@ def test_results_folder_layout(two_short_runs):
     assert system["division"] == "open" and system["dlbench_env"]["hostname"] == "node7.example.org"
 
 
-def test_system_description_passes_mlcommons_checker(two_short_runs):
+def test_system_description_passes_mlcommons_checker(aborted_resnet_runs):
     from mlperf_logging.system_desc_checker.system_desc_checker import check_system_desc
 
-    root, _, _ = two_short_runs
+    root, _, _ = aborted_resnet_runs
     valid, name, _, _ = check_system_desc(str(root / "out" / "systems" / "node7_cpu.json"), "training", "4.1.0")
     assert valid and name == "node7_cpu"
 
 
-def test_mllog_events_of_an_aborted_run(two_short_runs):
-    _, records, _ = two_short_runs
+def test_mllog_events_of_an_aborted_run(aborted_resnet_runs):
+    _, records, _ = aborted_resnet_runs
     log = parse_file(records[1]["spec"]["result_file"])
     keys = [e.key for e in log.events]
     assert keys[:7] == ["submission_benchmark", "submission_org", "submission_division", "submission_status",
@@ -71,8 +60,8 @@ def test_run_scale_from_the_launcher():
     assert run_scale("cpu", 2, {"LOCAL_WORLD_SIZE": "2"}) == (1, 0)
 
 
-def test_run_records_are_stored(two_short_runs):
-    _, records, store = two_short_runs
+def test_run_records_are_stored(aborted_resnet_runs):
+    _, records, store = aborted_resnet_runs
     assert [r["status"] for r in records] == ["aborted", "aborted"]
     assert [r["spec"]["seed"] for r in records] == [40, 41]
     stored = store.records(RunFilter(tags={"site": "ci"}))
@@ -86,24 +75,23 @@ def test_run_records_are_stored(two_short_runs):
     assert "not reached in 1 epochs" in record["error"]
 
 
-def test_aborted_runs_score_as_failures(two_short_runs):
-    root, _, _ = two_short_runs
+def test_aborted_runs_score_as_failures(aborted_resnet_runs):
+    root, _, _ = aborted_resnet_runs
     [entry] = score_folder(root / "out")
     assert entry["failed_runs"] == 2 and entry["status"] == "invalid"
 
 
-@pytest.mark.slow  # two gnmt MLPerf runs on the CPU
-def test_numbering_continues_in_an_existing_folder(tmp_path):
+@pytest.mark.slow  # a gnmt MLPerf run on the CPU
+def test_numbering_continues_in_an_existing_folder(tmp_path, write_run):
     import torch
 
+    write_run(tmp_path / "results" / "box" / "gnmt" / "result_0.txt", benchmark="gnmt")  # an earlier run's log
     before = torch.get_num_threads()
-    options = RunOptions(runs=1, max_epochs=1, system="box", threads=1)
-    first = run_task("gnmt", tmp_path, options, env=ENV)
-    second = run_task("gnmt", tmp_path, options, env=ENV)
+    [record] = run_task("gnmt", tmp_path, RunOptions(runs=1, max_epochs=1, system="box", threads=1), env=ENV)
     assert torch.get_num_threads() == before  # --threads applies to the runs only
-    assert first[0]["spec"]["threads"] == 1
-    assert [r["spec"]["result_index"] for r in first + second] == [0, 1]
-    assert [r["spec"]["seed"] for r in first + second] == [0, 1]
+    assert record["spec"]["threads"] == 1
+    assert (record["spec"]["result_index"], record["spec"]["seed"]) == (1, 1)  # seed 0 + its index
+    assert record["spec"]["result_file"] == str(tmp_path / "results" / "box" / "gnmt" / "result_1.txt")
     assert (tmp_path / "results" / "box" / "gnmt" / "result_1.txt").exists()
 
 
@@ -127,7 +115,7 @@ import torch.distributed as dist
 dist.init_process_group("gloo", init_method="env://")
 from dlbench.api.mlperf import run_task
 from dlbench.mlperf.runner import RunOptions
-[record] = run_task("resnet", sys.argv[1], RunOptions(runs=1, max_epochs=2, system="ddp", threads=1),
+[record] = run_task("gnmt", sys.argv[1], RunOptions(runs=1, max_epochs=2, system="ddp", threads=1),
                     env={"hostname": "ddp"})
 result = record["result"]
 print(json.dumps({"rank": dist.get_rank(), "status": record["status"], "epochs": result["epochs"],
@@ -160,7 +148,7 @@ def test_two_process_gloo_run_logs_from_rank_zero_only(tmp_path):
     assert reports[0]["epochs"] == reports[1]["epochs"] and reports[0]["status"] == reports[1]["status"]
     assert reports[0]["quality"] is not None and reports[1]["quality"] is None  # rank 0 evaluates
     files = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if p.is_file())
-    assert files == ["results/ddp/resnet/result_0.txt", "systems/ddp.json"]
+    assert files == ["results/ddp/gnmt/result_0.txt", "systems/ddp.json"]
     log = parse_file(tmp_path / files[0])
     assert log.first("global_batch_size").value == 128  # 64 per rank x 2
     assert len(log.all("run_start")) == 1 and len(log.all("eval_accuracy")) == reports[0]["epochs"]

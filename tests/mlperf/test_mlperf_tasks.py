@@ -14,7 +14,6 @@ from dlbench.mlperf.parse import parse_file
 from dlbench.mlperf.runner import RunOptions
 from dlbench.mlperf.score import score_folder
 from dlbench.mlperf.tasks.metrics import COCO_IOU_THRESHOLDS, mean_average_precision
-from dlbench.store import open_store
 
 ALL = tasks.names()
 
@@ -93,19 +92,6 @@ def test_mask_map_is_one_for_exact_masks_and_drops_for_shifted_ones():
     assert torch.allclose(mask_iou(masks[0], masks[0]).diag(), torch.ones(len(masks[0])))
 
 
-@pytest.mark.slow  # a Mask R-CNN epoch on the CPU
-def test_maskrcnn_logs_box_and_mask_map_and_passes_the_checker(tmp_path, one_thread):
-    """One epoch of Mask R-CNN: eval_accuracy is {"BBOX", "SEGM"} as MLPerf logs it, the log is
-    compliant, and the run has not reached its targets (aborted)."""
-    [record] = run_task("maskrcnn", tmp_path, RunOptions(runs=1, max_epochs=1, system="ci", threads=1), env={"hostname": "ci"})
-    log = parse_file(record["spec"]["result_file"])
-    value = log.first("eval_accuracy").value
-    assert set(value) == {"BBOX", "SEGM"} and value["BBOX"] == record["result"]["quality"]
-    assert record["status"] == "aborted" and 0 <= value["SEGM"] < 0.5
-    [result] = check_folder(tmp_path)
-    assert (result["usage"], result["status"]) == ("training", "pass"), result["messages"]
-
-
 def test_translation_corpus_is_reordered_and_ambiguous():
     from dlbench.mlperf.tasks.translation import Corpus
 
@@ -157,17 +143,6 @@ def test_resnet_reads_an_image_folder(tmp_path):
     assert log.first("train_samples").value == 64 and log.first("eval_samples").value == 32
 
 
-@pytest.fixture(scope="module")
-def every_task_once(tmp_path_factory):
-    """Every task trained once with seed 0 into one results folder (the slow part of this file)."""
-    root = tmp_path_factory.mktemp("ttt")
-    store = open_store(str(root / "runs.db"))
-    records = {name: run_task(name, root / "out", RunOptions(runs=1, system="ci", threads=1), store=store)[0] for name in ALL}
-    stored = store.query()
-    store.close()
-    return root / "out", records, stored
-
-
 @pytest.mark.slow
 def test_every_task_reaches_its_target_with_a_fixed_seed(every_task_once):
     _, records, stored = every_task_once
@@ -175,7 +150,8 @@ def test_every_task_reaches_its_target_with_a_fixed_seed(every_task_once):
         result = record["result"]
         assert record["status"] == "ok", (name, record["error"], result and result["quality_history"])
         last = parse_file(record["spec"]["result_file"]).all(tasks.get_class(name).eval_key)[-1].value
-        if name == "maskrcnn":  # both of Mask R-CNN's targets, as logged
+        if name == "maskrcnn":  # both of Mask R-CNN's targets, logged as MLPerf does: {"BBOX", "SEGM"}
+            assert set(last) == {"BBOX", "SEGM"} and last["BBOX"] == result["quality"]
             assert last["BBOX"] >= 0.5 and last["SEGM"] >= 0.5
         else:
             assert tasks.get_class(name)().reached(result["quality"])
