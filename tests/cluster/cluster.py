@@ -380,12 +380,12 @@ class NamespaceCluster:
         for node in self.nodes:
             self.link_up(node)
             self.shape(node, *self._link)
-        for node in sorted(self._pulled):
-            self._flush_jobs(node)
-        self._pulled.clear()
         dead = [n for n in self.nodes if f"slurmd-{n}" not in self._daemons or self._daemons[f"slurmd-{n}"].poll() is not None]
         for node in dead:
             self._start_slurmd(node)
+        for node in sorted(self._pulled):  # after the restarts: a node is made idle only by its own slurmd
+            self._flush_jobs(node)
+        self._pulled.clear()
         if dead:
             self._wait(lambda: set(dead) <= set(self.idle_nodes()), timeout_s, f"{', '.join(dead)} did not become idle again")
         self._healthy = True
