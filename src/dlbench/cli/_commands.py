@@ -7,6 +7,8 @@ command's ``--help`` shows its docstring; the line here is its summary in the li
 
 from __future__ import annotations
 
+import textwrap
+
 ROOT_HELP = (
     "Deep-learning benchmarks for GPU clusters: honest throughput, a results store, comparisons.\n\n"
     "Start with 'dlbench suite' (a quick suite on this machine) or 'dlbench run resnet50'. "
@@ -93,6 +95,4 @@ def _panel(title: str, rows: list[tuple[str, str]], width: int) -> list[str]:
 
 
 def _wrap(text: str, width: int) -> list[str]:
-    import textwrap
-
     return textwrap.wrap(text, width, break_on_hyphens=False) or [""]

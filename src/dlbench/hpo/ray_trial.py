@@ -102,8 +102,7 @@ class RayTrial(tune.Trainable):
 
     def setup(self, config: dict, doc: dict | None = None, db: str | None = None, stop=None, pipeline=None) -> None:
         self.spec: StudySpec = parse_study(doc, f"study {doc['name']}")
-        # a command trial runs in its own process: the actor needs no torch (seconds to import), only its version
-        env = capture_env(import_torch=self.spec.objective.kind != "command")
+        env = capture_env(import_torch=self.spec.objective.trains_in_process)
         self.db, self.stop_flag, self.env, self.pipeline = db, stop, env, pipeline
         self.current, self.thread, self.bridge, self.waiting = dict(config), None, None, False
 

@@ -143,8 +143,7 @@ def run_worker(name: str, url: str | None, db: str | None, pipeline: Pipeline, i
     backend = hpo_storage.open_storage(url, spec.heartbeat_s, _dead_saver(spec, store), checked=True)
     study = optuna.load_study(study_name=name, storage=backend, pruner=make_pruner(spec))
     study.sampler = make_sampler(spec, index, _trials_before(study))
-    # a command trial runs in its own process: the worker needs no torch (seconds to import), only its version
-    env = capture_env(import_torch=spec.objective.kind != "command") | {"host_load": host_load(sample_s=0)}
+    env = capture_env(import_torch=spec.objective.trains_in_process) | {"host_load": host_load(sample_s=0)}
     from dlbench.hpo.objective import TrialFailed, TrialObjective  # the run's machinery: only where trials run
 
     objective = TrialObjective(spec, store, env, pipeline)

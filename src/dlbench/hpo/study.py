@@ -77,6 +77,12 @@ class Objective:
     goal: str = "quality"
     out: str | None = None
 
+    @property
+    def trains_in_process(self) -> bool:
+        """Whether the process that runs a trial trains in it (and so needs torch): a command trial runs in
+        a process of its own, so its worker or actor needs only torch's version (seconds less to start)."""
+        return self.kind != "command"
+
     def as_doc(self) -> dict[str, Any]:
         """The objective as the study file gives it."""
         if self.kind == "command":
