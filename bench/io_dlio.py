@@ -1,7 +1,7 @@
 """`dlbench io read` against dlio_benchmark (the engine under MLPerf Storage): one workload, same shape.
 
     python bench/io_dlio.py DIR [--files 256] [--sample-mib 1] [--batch 4] [--workers 2] [--compute-ms 20]
-                                [--repeats 3] [--dlio /work/venv-dlio/bin/dlio_benchmark]
+                                [--repeats 3] [--dlio PATH-TO/dlio_benchmark]
 
 Both read FILES npz files of one SAMPLE_MIB MiB sample each, one epoch, through a PyTorch DataLoader with
 WORKERS workers, BATCH samples per batch, COMPUTE_MS of emulated compute (a sleep) per batch, cold cache
@@ -74,7 +74,8 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--compute-ms", type=float, default=20.0)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--dlio", default="/work/venv-dlio/bin/dlio_benchmark")
+    parser.add_argument("--dlio", default="dlio_benchmark",
+                        help="the dlio_benchmark executable (a venv of its own: its pins clash with dlbench's)")
     args = parser.parse_args()
     ours, theirs = args.dir / "dlbench", args.dir / "dlio" / "data"
     if not (ours / "dlbench-dataset.json").exists():
