@@ -85,7 +85,11 @@ def test_prometheus_scrapes_dcgm_and_dlbench_series(monitor_and_prometheus):
     assert run[0]["metric"]["run_id"] == "run7" and float(run[0]["value"][1]) == 321.0
     assert float(query(base, "dlbench_nvml_up")[0]["value"][1]) == 1.0
     assert float(query(base, 'up{job="dlbench"}')[0]["value"][1]) == 1.0
-    # the energy counter (untyped, dcgm's name) works with PromQL's counter functions: irate of the
-    # last two scrapes; simulated GPU 0 draws 300 W = 300,000 mJ/s
-    energy = wait_for_series(base, 'irate(DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{gpu="0"}[10s])', 1, procs)
+    # the energy counter (untyped, dcgm's name) works with PromQL's counter functions; simulated GPU 0 draws
+    # 300 W = 300,000 mJ/s. Over ten scrapes: the exporter reads NVML when a scrape arrives, a moment after
+    # the timestamp Prometheus gives it, so on a busy machine irate's two scrapes alone can be off by half.
+    # rate() divides by its whole window: wait until the scrapes cover it
+    counter = 'DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{gpu="0"}'
+    wait_for_series(base, f"count_over_time({counter}[30s]) >= 12", 1, procs)
+    energy = query(base, f"rate({counter}[10s])")
     assert float(energy[0]["value"][1]) == pytest.approx(300_000, rel=0.1)
