@@ -45,6 +45,7 @@ HEAVY_SOURCE = {
 }
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook, which reads the groups
 def pytest_collection_modifyitems(config, items):
     """Mark ``slow`` every test that uses a heavy fixture or whose code starts heavy processes; under
     pytest-xdist (``-n 2 --dist loadgroup``), keep the tests of one heavy fixture on one worker."""
@@ -54,6 +55,19 @@ def pytest_collection_modifyitems(config, items):
         group = xdist_group(item)
         if group:
             item.add_marker(pytest.mark.xdist_group(group))
+            if getattr(config.option, "loadgroup", False):  # a pytest-xdist worker under --dist loadgroup
+                _suffix_group(item, group)
+
+
+def _suffix_group(item, group: str) -> None:
+    """Give ``item`` the ``@group`` node-id suffix by which xdist's loadgroup scheduler keeps a group on one
+    worker. xdist 3.8 writes it into ``item._nodeid``, which pytest 9.2 no longer reads (its node ids are
+    structured: pytest-dev/pytest-xdist#1386), so every group was silently spread over the workers."""
+    nodeid = f"{item.nodeid}@{group}"
+    if isinstance(getattr(item, "_id", None), str) or not hasattr(item, "_id"):
+        item._nodeid = nodeid  # pytest before 9.2
+    else:
+        item._id = type(item._id).parse(nodeid)
 
 
 def xdist_group(item) -> str | None:

@@ -392,12 +392,13 @@ class NamespaceCluster:
 
     def _flush_jobs(self, node: str, timeout_s: float = 60.0) -> None:
         """End the jobs still on ``node`` now: a job cancelled while the node was cut off stays 'completing'
-        there until slurmctld retries the kill (a minute or more later). DOWN ends them, RESUME makes it idle."""
+        there until slurmctld retries the kill (a minute or more later). DOWN ends them, RESUME makes it idle
+        (which may be refused: a slurmd registering meanwhile returns the node by itself, ReturnToService=2)."""
         if not self.run(HEAD, ["squeue", "-h", "-w", node, "-o", "%i"], timeout_s=30).stdout.strip():
             return
-        for state in ("State=DOWN", "State=RESUME"):
+        for state, check in (("State=DOWN", True), ("State=RESUME", False)):
             self.run(HEAD, ["scontrol", "update", f"NodeName={node}", state, "Reason=the test cluster healed it"],
-                     timeout_s=30, check=True)
+                     timeout_s=30, check=check)
         self._wait(lambda: node in self.idle_nodes(), timeout_s, f"{node} did not become idle after its jobs were ended")
 
     @staticmethod
