@@ -45,6 +45,15 @@ HEAVY_SOURCE = {
 }
 
 
+def pytest_configure(config):
+    """Under ``--dist loadgroup``, hand out the work in the suite's own order, not largest group first: most
+    groups mostly wait (on Slurm, Ray, a node's timeout), so one worker waits through a group while the other
+    runs the single tests beside it; sorted, both waited through groups at once, the CPU half idle (the
+    suite took 40 min over two workers instead of about 30)."""
+    if getattr(config.option, "dist", "no") == "loadgroup":
+        config.option.loadscopereorder = False
+
+
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook, which reads the groups
 def pytest_collection_modifyitems(config, items):
     """Mark ``slow`` every test that uses a heavy fixture or whose code starts heavy processes; under
