@@ -45,11 +45,16 @@ HEAVY_SOURCE = {
 }
 
 
+#: Heavy fixtures whose tests mostly wait (on Slurm's scheduling and polls, on Ray, on a node's timeout): under
+#: ``--dist loadgroup`` they form one group, handed out first, so one worker waits through them while the
+#: other runs the rest of the suite beside them (two workers waiting at once leave the CPU half idle).
+WAITING = {"slurm_cluster", "slurm_daemons", "cluster2", "cluster4", "ray_address"}
+WAITING_GROUP = "waiting"
+
+
 def pytest_configure(config):
-    """Under ``--dist loadgroup``, hand out the work in the suite's own order, not largest group first: most
-    groups mostly wait (on Slurm, Ray, a node's timeout), so one worker waits through a group while the other
-    runs the single tests beside it; sorted, both waited through groups at once, the CPU half idle (the
-    suite took 40 min over two workers instead of about 30)."""
+    """Under ``--dist loadgroup``, hand out the work in the order of the collection (below: the waiting group
+    first, then the suite's order), not largest group first."""
     if getattr(config.option, "dist", "no") == "loadgroup":
         config.option.loadscopereorder = False
 
@@ -57,15 +62,22 @@ def pytest_configure(config):
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook, which reads the groups
 def pytest_collection_modifyitems(config, items):
     """Mark ``slow`` every test that uses a heavy fixture or whose code starts heavy processes; under
-    pytest-xdist (``-n 2 --dist loadgroup``), keep the tests of one heavy fixture on one worker."""
+    pytest-xdist (``-n 2 --dist loadgroup``), keep the tests of one heavy fixture on one worker, the waiting
+    group first."""
+    loadgroup = getattr(config.option, "loadgroup", False)  # a pytest-xdist worker under --dist loadgroup
+    waiting = set()
     for item in items:
         if item.get_closest_marker("slow") is None and heavy_reason(item):
             item.add_marker(pytest.mark.slow)
         group = xdist_group(item)
         if group:
             item.add_marker(pytest.mark.xdist_group(group))
-            if getattr(config.option, "loadgroup", False):  # a pytest-xdist worker under --dist loadgroup
+            if loadgroup:
                 _suffix_group(item, group)
+        if group == WAITING_GROUP:
+            waiting.add(item.nodeid)
+    if loadgroup:
+        items.sort(key=lambda item: item.nodeid not in waiting)  # stable: otherwise the suite's order
 
 
 def _suffix_group(item, group: str) -> None:
@@ -80,12 +92,16 @@ def _suffix_group(item, group: str) -> None:
 
 
 def xdist_group(item) -> str | None:
-    """The worker group of ``item``: the heavy fixture it shares with other tests (built once per worker,
-    so its tests stay together), or the one PostgreSQL database the ``postgres`` tests empty and fill."""
+    """The worker group of ``item``: the heavy fixture it shares with other tests (built once per worker, so
+    its tests stay together; a fixture asked for by name at run time is named by an ``xdist_group`` mark
+    on its parameter), ``WAITING_GROUP`` for those in ``WAITING``, or "postgres" for the one PostgreSQL
+    database the ``postgres`` tests empty and fill."""
     if item.get_closest_marker("postgres") is not None:
         return "postgres"
+    marked = next(item.iter_markers("xdist_group"), None)  # a parameter's (the closest), not one added here
     names = set(getattr(item, "fixturenames", ()))
-    return next((name for name in HEAVY_FIXTURES if name in names), None)
+    name = marked.args[0] if marked and marked.args else next((n for n in HEAVY_FIXTURES if n in names), None)
+    return WAITING_GROUP if name in WAITING else name
 
 
 def heavy_reason(item) -> str | None:

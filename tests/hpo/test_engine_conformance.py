@@ -46,8 +46,12 @@ def slurm_daemons(tmp_path_factory):
         cluster.stop()
 
 
-# under pytest-xdist the ray cases run on the worker of test_hpo_ray.py's tests, which has the Ray up already
-@pytest.fixture(params=[pytest.param(name, marks=pytest.mark.xdist_group("ray_address")) if name == "ray" else name
+#: The session fixture a case asks for by name: under pytest-xdist its case runs in that fixture's group
+#: (tests/conftest.py), on the worker that has the Ray or the Slurm up already.
+SERVICES = {"ray": "ray_address", "slurm": "slurm_daemons"}
+
+
+@pytest.fixture(params=[pytest.param(name, marks=pytest.mark.xdist_group(SERVICES[name])) if name in SERVICES else name
                         for name in sorted(ENGINES)])
 def engine(request, hpo, monkeypatch):
     """How a study runs on engine ``request.param``: (study file fields, ``hpo run`` arguments, storage URL)."""

@@ -52,7 +52,17 @@ SERVICES = {"slurm": "slurm", "k8s": "kube"}
 SLOW = {"torchrun", *SERVICES}
 
 
-@pytest.fixture(params=[pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n for n in sorted(LAUNCHERS)])
+#: The heavy fixture (tests/conftest.py) each service's fixture starts: its worker group under pytest-xdist.
+GROUPS = {"slurm": "slurm_cluster", "k8s": "kube"}
+
+
+def _param(name: str):
+    marks = [pytest.mark.slow] if name in SLOW else []
+    marks += [pytest.mark.xdist_group(GROUPS[name])] if name in GROUPS else []
+    return pytest.param(name, marks=marks)
+
+
+@pytest.fixture(params=[_param(n) for n in sorted(LAUNCHERS)])
 def name(request) -> str:
     if request.param in SERVICES:
         request.getfixturevalue(SERVICES[request.param])
