@@ -8,7 +8,7 @@ import inspect
 import os
 import re
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psutil
@@ -177,9 +177,15 @@ def processes_with(marker: str) -> list[psutil.Process]:
 
 
 @pytest.fixture
-def left_running(monkeypatch) -> Callable[[], list[psutil.Process]]:
+def left_running(monkeypatch) -> Iterator[Callable[[], list[psutil.Process]]]:
     """Marks every process started from here on (children inherit the environment); call the result
-    to list those still running — a run that ended must leave none."""
+    to list those still running — a run that ended must leave none. Whatever still runs when the test
+    ends (a test that failed before its run ended) is killed then, so it cannot load the tests after it."""
     marker = uuid.uuid4().hex
     monkeypatch.setenv("DLBENCH_TEST_MARKER", marker)
-    return lambda: processes_with(marker)
+    yield lambda: processes_with(marker)
+    for proc in processes_with(marker):
+        try:
+            proc.kill()
+        except psutil.Error:
+            continue

@@ -89,7 +89,12 @@ def test_a_signal_to_a_two_rank_run_stops_every_process_and_records_it(tmp_path,
     proc, db = start(tmp_path, "run", *TINY, "--steps", "1000000", "--nproc", "2")
     wait_for(lambda: ranks_joined(tmp_path, 2), 120, "both ranks to join")
     assert len(left_running()) >= 4  # dlbench, torchrun, two workers
-    time.sleep(10)  # warmup and FLOP count done, measured steps under way (a loaded 2-core CPU is slow)
+    # warmup and FLOP count done, measured steps under way: 8 s of CPU for each rank after joining (10 s of
+    # wall time was once not enough on a loaded 2-core machine)
+    ranks = [p for p in left_running() if "dlbench.api.worker" in " ".join(p.cmdline()) and "RANK" in p.environ()]
+    assert len(ranks) == 2
+    start_cpu = {p.pid: sum(p.cpu_times()[:2]) for p in ranks}
+    wait_for(lambda: all(sum(p.cpu_times()[:2]) - start_cpu[p.pid] >= 8 for p in ranks), 180, "the ranks to compute")
     record, err, took = stop_and_check(proc, left_running, signum, db)
     assert took < 10
     assert record["status"] == "aborted" and record["spec"]["world_size"] == 2
