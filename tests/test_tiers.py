@@ -31,8 +31,8 @@ def cluster2():
 
 
 @pytest.fixture(scope="session")
-def slurm_cluster():
-    return _built("slurm_cluster")
+def cluster4():
+    return _built("cluster4")
 '''
 USES = "def test_{i}(real_db):\n    assert real_db == 42\n\n"
 PLAIN = "def test_plain_{i}():\n    assert 1 + {i} > {i}\n\n"
@@ -43,7 +43,7 @@ def small_suite(root: Path) -> Path:
     (root / "conftest.py").write_text((TESTS / "conftest.py").read_text() + FIXTURE)
     (root / "test_a.py").write_text("".join(USES.format(i=i) + PLAIN.format(i=i) for i in range(6)))
     (root / "test_b.py").write_text("".join(USES.format(i=i) + PLAIN.format(i=i) for i in range(6, 12)))
-    (root / "test_c.py").write_text("".join(WAITS.format(i=i, fixture=("cluster2", "slurm_cluster")[i % 2])
+    (root / "test_c.py").write_text("".join(WAITS.format(i=i, fixture=("cluster2", "cluster4")[i % 2])
                                             for i in range(4)))
     return root
 
@@ -75,4 +75,4 @@ def test_a_heavy_fixtures_tests_share_one_worker_which_builds_it_once(tmp_path):
     (waiter, _), = waits
     assert [test for worker, test, _ in ran if worker == waiter][:4] == [f"test_c.py::test_waits_{i}" for i in range(4)]
     builds = sorted(line.split() for line in (tmp_path / "builds.txt").read_text().splitlines())
-    assert builds == [["cluster2", waiter], ["real_db", next(iter(real_db))[0]], ["slurm_cluster", waiter]]
+    assert builds == [["cluster2", waiter], ["cluster4", waiter], ["real_db", next(iter(real_db))[0]]]
