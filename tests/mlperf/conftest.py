@@ -54,7 +54,8 @@ def every_task_once(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def shared_references():
+def published_references():
+    """The published MLPerf figures the tests compare with, carried in tests/data/references.yaml."""
     return yaml.safe_load((TEST_DATA / "references.yaml").read_text())
 
 

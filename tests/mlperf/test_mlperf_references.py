@@ -8,12 +8,12 @@ from dlbench.mlperf.references import get_reference, load_references, parse_refe
 from dlbench.mlperf.score import score_folder
 
 
-def test_shipped_references_match_the_shared_figures(shared_references):
+def test_shipped_references_match_the_published_figures(published_references):
     refs = load_references()
-    for name, body in shared_references["mlperf_training"]["results"].items():
+    for name, body in published_references["mlperf_training"]["results"].items():
         assert refs[name].minutes == body["minutes"]
         assert refs[name].source == body["source"]
-    for benchmark, systems in shared_references["mlperf_hpc_v0.7"]["results_minutes"].items():
+    for benchmark, systems in published_references["mlperf_hpc_v0.7"]["results_minutes"].items():
         for name, minutes in systems.items():
             assert refs[name].minutes[benchmark] == minutes
     assert refs["cori-gpu-64xV100-closed"].minutes == {"cosmoflow": 364.73, "deepcam": 139.29}

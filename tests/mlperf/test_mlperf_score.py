@@ -14,9 +14,9 @@ from dlbench.mlperf.score import (
 )
 
 
-def test_real_logs_reproduce_the_published_scores(real_logs, shared_references):
+def test_real_logs_reproduce_the_published_scores(real_logs, published_references):
     """NVIDIA's DGX-1 submissions, all three formats' worth of history: v0.6 (:::MLL) and v0.5."""
-    published = shared_references["mlperf_training"]["results"]
+    published = published_references["mlperf_training"]["results"]
     entries = {(e["system"], e["benchmark"]): e for e in score_folder(real_logs)}
     expected = {
         ("dgx1_ngc19.05_pytorch", "ssd"): published["dgx1-v0.6"]["minutes"]["ssd"],
