@@ -86,10 +86,10 @@ def _suffix_group(item, group: str) -> None:
     worker. xdist 3.8 writes it into ``item._nodeid``, which pytest 9.2 no longer reads (its node ids are
     structured: pytest-dev/pytest-xdist#1386), so every group was silently spread over the workers."""
     nodeid = f"{item.nodeid}@{group}"
-    if isinstance(getattr(item, "_id", None), str) or not hasattr(item, "_id"):
-        item._nodeid = nodeid  # pytest before 9.2
-    else:
+    if hasattr(item, "_id"):  # pytest 9.2: a structured NodeId
         item._id = type(item._id).parse(nodeid)
+    else:
+        item._nodeid = nodeid
 
 
 def xdist_group(item) -> str | None:

@@ -57,9 +57,9 @@ def engine(request, hpo, monkeypatch):
     """How a study runs on engine ``request.param``: (study file fields, ``hpo run`` arguments, storage URL)."""
     name = request.param
     if name == "ray":
-        return {}, ["--engine", "ray", "--address", request.getfixturevalue("ray_address")], f"sqlite:///{hpo.db}"
+        return {}, ["--engine", "ray", "--address", request.getfixturevalue(SERVICES["ray"])], f"sqlite:///{hpo.db}"
     if name == "slurm":
-        cluster = request.getfixturevalue("slurm_daemons")
+        cluster = request.getfixturevalue(SERVICES["slurm"])
         for key, value in cluster.env.items():
             monkeypatch.setenv(key, value)
         monkeypatch.setenv("HOME", str(hpo.tmp / "home"))
