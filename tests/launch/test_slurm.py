@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import re
 import signal
 import socket
@@ -14,7 +15,16 @@ import sys
 import threading
 import time
 
+import pytest
+
+from dlbench.api.pipeline import execute
+from dlbench.api.resolve import resolve_batch
+from dlbench.api.signals import stop_on_signals
 from dlbench.cli.app import main
+from dlbench.errors import Terminated
+from dlbench.launch import launcher_class
+from dlbench.launch.slurm import SlurmScheduler
+from dlbench.spec import LaunchSettings, RunSpec
 from dlbench.store import open_store
 
 #: The module (not the package's function of the same name): its bounds are shortened in one test.
@@ -80,6 +90,35 @@ def test_a_cancelled_job_is_recorded_aborted(slurm, tmp_path, capsys):
     code, out, err = dlbench(capsys, "jobs", "--json")
     (row,) = json.loads(out)
     assert row["state"] == "cancelled" and row["collected"]
+
+
+def test_a_signal_while_the_job_is_submitted_cancels_the_job_it_became(slurm, tmp_path):
+    """SIGTERM after sbatch took the job but before dlbench read its id: the submission ends first (it runs
+    in a thread of its own), then the job is cancelled and the run recorded aborted; no job is left queued."""
+    taken = threading.Event()
+
+    class SlowAnswer(SlurmScheduler):
+        def submit(self, plan, workdir):
+            job_id = super().submit(plan, workdir)
+            taken.set()
+            time.sleep(3)  # the answer is on its way: the signal comes now
+            return job_id
+
+    def stop_when_taken():
+        if taken.wait(120):
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    killer = threading.Thread(target=stop_when_taken, daemon=True)
+    killer.start()
+    store = open_store(str(tmp_path / "runs.db"))
+    run = resolve_batch(RunSpec(workload="lstm", params={"seq_len": 4, "input_size": 8, "hidden_size": 8}, batch_size=4,
+                                steps=100_000_000, warmup=1, telemetry=False, nproc=2), LaunchSettings(), "slurm")
+    with pytest.raises(Terminated), stop_on_signals():
+        execute(run, store, env={}, launcher=launcher_class("slurm")(scheduler=SlowAnswer()))
+    killer.join()
+    (record,) = store.records()
+    assert record["status"] == "aborted" and record["error"].startswith("stopped by SIGTERM"), record["error"]
+    assert squeue() == [] and slurm.left_running() == []
 
 
 def test_a_job_that_hits_its_time_limit_is_recorded_aborted_with_its_steps(slurm, tmp_path, capsys):

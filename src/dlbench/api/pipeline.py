@@ -54,7 +54,6 @@ def execute(run: ResolvedRun, store=None, env: dict[str, Any] | None = None, on_
     show_output = show_output or os.environ.get("DLBENCH_DEBUG") == "1"
     launcher = launcher or get_launcher(run.launcher, show_output=show_output)
     records = job.records(run, env or {})
-    launcher.prepare(run, records)  # a batch launcher checks the scheduler here: nothing submitted yet
     owner = run.is_main
     telemetry = job.telemetry(run, records[0]) if owner else NoTelemetry()
     progress = Progress()
@@ -62,9 +61,12 @@ def execute(run: ResolvedRun, store=None, env: dict[str, Any] | None = None, on_
         # no signal handlers here: a library call leaves the caller's (pytest's, a notebook's) in place and
         # a Ctrl-C arrives as KeyboardInterrupt; the CLI entry point (or a caller that opts in with
         # dlbench.api.signals.stop_on_signals) turns SIGTERM/SIGHUP into Terminated around the whole command
-        with _workdir(launcher, run) as workdir:
-            with Recording(records, store if owner else None, progress, telemetry,
-                           recorded=lambda ended: job.recorded(run, ended)) as recording, telemetry:
+        with Recording(records, store if owner else None, progress, telemetry,
+                       recorded=lambda ended: job.recorded(run, ended)) as recording, telemetry:
+            # a batch launcher checks the scheduler here, before its job directory exists: its UsageError records
+            # nothing (nothing ran); a signal meanwhile records the run aborted, as one in a local run's set-up does
+            launcher.prepare(run, records)
+            with _workdir(launcher, run) as workdir:
                 plan = launcher.plan(run, workdir)
                 outcome = launcher.execute(plan, workdir, lambda: job.run_here(run, progress, telemetry.wrap(on_step)))
                 recording.end(job.endings(run, job.result_of(run, adopt_job_env(records, outcome, telemetry))))

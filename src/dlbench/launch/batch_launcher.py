@@ -3,7 +3,8 @@
 ::
 
     prepare (check the scheduler; remember the records) → plan = scheduler.render (pure)
-    → execute: write the plan's files into the job directory → submit once → registry entry
+    → execute: write the plan's files into the job directory → submit once → registry entry (a signal meanwhile
+      waits for both, then cancels the job: see below)
       → --no-wait: raise Submitted (nothing recorded now; 'dlbench jobs collect' later)
       → wait: poll the state (queued → running → done on stderr, with the scheduler's reason)
         · queued with a reason that means "never" for NEVER_STARTS_WAIT_S: cancel, one sentence, exit 2
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -86,12 +88,43 @@ class BatchLauncher(Launcher):
             raise RuntimeError("BatchLauncher.execute needs prepare(run, records) first (the run pipeline calls it)")
         run, records = self._pending
         write_files(plan, workdir)
-        job_id = self.scheduler.submit(plan, workdir)  # once: a retry after an error is the user's decision
-        entry = self.last_entry = self.registry.add(self.name, job_id, workdir, run, records)
+        entry, stop = self._submit(plan, workdir, run, records)
+        job_id = entry["job_id"]
         info(f"dlbench: submitted {self.name} job {job_id} (job directory {workdir})")
+        if stop is not None:  # a signal came while the scheduler took the job: it is the scheduler's now, stop it
+            return self._stop(entry, stop)
         if not run.settings.wait:
             raise Submitted(job_id, self.name)
         return self.wait(entry)
+
+    def _submit(self, plan: LaunchPlan, workdir: Path, run: ResolvedRun,
+                records: list[dict[str, Any]]) -> tuple[dict[str, Any], int | None]:
+        """Submit once (a retry after an error is the user's decision) and add the registry entry: (the entry, the
+        signal that arrived meanwhile or None). The submission runs in a thread of its own, so a SIGTERM or Ctrl-C
+        (raised in the main thread) cannot cut it between the scheduler taking the job and dlbench knowing its id —
+        a job nobody would cancel. The main thread waits for it and reports the signal."""
+        done: dict[str, Any] = {}
+        finished = threading.Event()  # not Thread.join: one interrupted by a signal can leave is_alive() wrong
+
+        def submit() -> None:
+            try:
+                job_id = self.scheduler.submit(plan, workdir)
+                done["entry"] = self.last_entry = self.registry.add(self.name, job_id, workdir, run, records)
+            except BaseException as exc:  # noqa: BLE001 - handed to the main thread as is
+                done["error"] = exc
+            finally:
+                finished.set()
+
+        threading.Thread(target=submit, name="dlbench-submit", daemon=True).start()
+        stop = None
+        while not finished.is_set():
+            try:
+                finished.wait()
+            except (Terminated, KeyboardInterrupt) as exc:
+                stop = stop or (exc.signum if isinstance(exc, Terminated) else signal.SIGINT)
+        if "error" in done:
+            raise done["error"]
+        return done["entry"], stop
 
     # -- job arrays ---------------------------------------------------------------------------------
 
@@ -115,19 +148,22 @@ class BatchLauncher(Launcher):
 
     def wait(self, entry: dict[str, Any]) -> Outcome:
         """Wait for ``entry``'s job to end and return its outcome; claims the entry (see the registry)."""
-        job_id, workdir = entry["job_id"], Path(entry["workdir"])
-        ranks = tuple(range(entry["run"]["world_size"]))
         try:
             state, lost, silent = self._watch(entry)
         except (Terminated, KeyboardInterrupt) as exc:
-            signum = exc.signum if isinstance(exc, Terminated) else signal.SIGINT
-            info(f"dlbench: cancelling {self.name} job {job_id} …")
-            self.scheduler.cancel(job_id)
-            state = self._settle(job_id)
-            self._claim(entry, state)
-            return Outcome(statuses=self.scheduler.reports(job_id, workdir), ranks_here=ranks, signal=signum)
+            return self._stop(entry, exc.signum if isinstance(exc, Terminated) else signal.SIGINT)
         self._claim(entry, state)
         return self.outcome(entry, state, lost, silent)
+
+    def _stop(self, entry: dict[str, Any], signum: int) -> Outcome:
+        """A signal stopped dlbench: cancel ``entry``'s job, wait (bounded) for what its ranks measured, claim it."""
+        job_id, workdir = entry["job_id"], Path(entry["workdir"])
+        info(f"dlbench: cancelling {self.name} job {job_id} …")
+        self.scheduler.cancel(job_id)
+        state = self._settle(job_id)
+        self._claim(entry, state)
+        return Outcome(statuses=self.scheduler.reports(job_id, workdir), ranks_here=tuple(range(entry["run"]["world_size"])),
+                       signal=signum)
 
     def outcome(self, entry: dict[str, Any], state: JobState, lost: str | None = None,
                 silent: frozenset[int] = frozenset()) -> Outcome:
