@@ -53,6 +53,11 @@ def ranks_joined(tmp_path: Path, n: int) -> bool:
     return len(list((tmp_path / "tmp").glob("dlbench-run-*/ranks/joined*"))) >= n
 
 
+#: Seconds a run may take to stop after the signal: well within the 30 s before a scheduler's SIGKILL. A single-process
+#: run stops in about 1.5 s on a quiet 2-core machine; 10.2 s was seen at load 7 (both xdist workers busy).
+STOPS_WITHIN_S = 20
+
+
 def stop_and_check(proc: subprocess.Popen, left_running, signum: int, db: Path) -> tuple[dict, str, float]:
     """Send ``signum``, wait for the end; assert nothing is left running; return the record, stderr and time."""
     sent = time.monotonic()
@@ -73,7 +78,7 @@ def test_a_signal_to_a_single_process_run_records_it_aborted_with_its_steps(tmp_
     wait_for(lambda: measuring(tmp_path / "metrics"), 120, "the measured steps to start")
     time.sleep(1)
     record, err, took = stop_and_check(proc, left_running, signum, db)
-    assert took < 10
+    assert took < STOPS_WITHIN_S
     name = signal.Signals(signum).name
     assert record["status"] == "aborted"
     assert record["error"].startswith(f"stopped by {name} after ")
@@ -96,7 +101,7 @@ def test_a_signal_to_a_two_rank_run_stops_every_process_and_records_it(tmp_path,
     start_cpu = {p.pid: sum(p.cpu_times()[:2]) for p in ranks}
     wait_for(lambda: all(sum(p.cpu_times()[:2]) - start_cpu[p.pid] >= 8 for p in ranks), 180, "the ranks to compute")
     record, err, took = stop_and_check(proc, left_running, signum, db)
-    assert took < 10
+    assert took < STOPS_WITHIN_S
     assert record["status"] == "aborted" and record["spec"]["world_size"] == 2
     assert record["error"].startswith(f"stopped by {signal.Signals(signum).name}")
     assert record["result"]["steps"] > 0  # rank 0 reported the steps it measured

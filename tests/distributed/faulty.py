@@ -1,4 +1,6 @@
-"""A tiny workload that misbehaves on one rank at one step, for the fault tests.
+"""A tiny workload that misbehaves on one rank at one step, for the fault tests; or, with ``pace_s``, whose
+every step waits first — a run that goes on until a signal or a scheduler stops it without keeping a core busy
+meanwhile (the suite's two workers share two cores).
 
 Registered through DLBENCH_WORKLOADS so that ranks launched in subprocesses can import it.
 """
@@ -22,6 +24,7 @@ class Faulty(Workload):
         "fault": Param("none", "none | crash | kill | hang", choices=("none", "crash", "kill", "hang")),
         "rank": Param(1, "the rank that misbehaves"),
         "at_call": Param(3, "the loss() call at which it misbehaves"),
+        "pace_s": Param(0.0, "seconds each step waits before it computes (the CPU idle meanwhile)", minimum=0.0),
     }
 
     def __init__(self, **params):
@@ -36,6 +39,7 @@ class Faulty(Workload):
 
     def loss(self, model, batch):
         self.calls += 1
+        time.sleep(self.params["pace_s"])
         if self.calls == self.params["at_call"] and int(os.environ.get("RANK", "0")) == self.params["rank"]:
             fault = self.params["fault"]
             if fault == "crash":

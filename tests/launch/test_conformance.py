@@ -122,9 +122,9 @@ def test_a_crash_is_recorded_failed_with_its_cause(name, tmp_path, faulty):
     assert store.get(record["id"])["status"] == "failed"
 
 
-def test_sigterm_records_aborted_and_leaves_no_process(name, tmp_path, left_running):
+def test_sigterm_records_aborted_and_leaves_no_process(name, tmp_path, left_running, faulty):
     store = open_store(str(tmp_path / "runs.db"))
-    run = CASES[name](steps=10_000_000)
+    run = CASES[name](steps=10_000_000, workload="faulty", params={"pace_s": 0.05})  # paced: no core kept busy
     timer = threading.Timer(8.0, os.kill, (os.getpid(), signal.SIGTERM))
     timer.start()
     try:  # the library leaves signals to its caller: this one opts in, as the CLI does

@@ -57,11 +57,11 @@ def test_no_wait_then_jobs_logs_and_collect(kube, tmp_path, capsys, left_running
 
 
 @pytest.mark.slow
-def test_jobs_cancel_records_the_steps_the_pods_measured(kube, tmp_path, capsys, left_running):
+def test_jobs_cancel_records_the_steps_the_pods_measured(kube, tmp_path, capsys, left_running, faulty):
     """A cancelled pod's log goes with it: the ranks record on SIGTERM, the pod prints the reports and
     lingers, and ``dlbench jobs cancel`` reads them while the pods stop — the record keeps its steps."""
     db = str(tmp_path / "runs.db")
-    long_run = [a if a != "3" else "100000000" for a in TINY]  # --steps 100000000
+    long_run = ["faulty", "-p", "pace_s=0.05", "-b", "4", "--warmup", "1", "--threads", "1", "--steps", "100000000"]  # paced: idle cores
     code, out, err = cli(capsys, "run", *long_run, "--launcher", "k8s", "--image", "dlbench:test", "--nodes", "2",
                          "--no-wait", "--json", "--db", db)
     assert code == 0, err

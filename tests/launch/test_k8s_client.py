@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from kube_double import kubeconfig
-from kube_pods import free_port, k8s_run
+from kube_pods import PACED, free_port, k8s_run
 
 from dlbench.api.pipeline import execute
 from dlbench.errors import UsageError
@@ -83,9 +83,9 @@ def test_a_crashing_rank_fails_the_job_with_its_cause(kube, faulty, tmp_path, le
 
 
 @pytest.mark.slow
-def test_cancel_deletes_the_job_and_stops_its_processes(kube, tmp_path, left_running):
+def test_cancel_deletes_the_job_and_stops_its_processes(kube, tmp_path, left_running, faulty):
     scheduler = KubeScheduler()
-    job_id = submit(scheduler, k8s_run({"steps": 10_000_000}, nodes=2, operator="job"), tmp_path / "job")
+    job_id = submit(scheduler, k8s_run(PACED, nodes=2, operator="job"), tmp_path / "job")
     wait(scheduler, job_id, until=lambda s: s.state == "running")
     assert len(left_running()) >= 2  # the pods' processes run
     scheduler.cancel(job_id)
@@ -110,9 +110,9 @@ def test_a_node_selector_matching_no_node_keeps_the_job_queued_saying_why(kube, 
 
 
 @pytest.mark.slow
-def test_the_time_limit_ends_the_job_as_timeout(kube, tmp_path, left_running):
+def test_the_time_limit_ends_the_job_as_timeout(kube, tmp_path, left_running, faulty):
     scheduler = KubeScheduler()
-    job_id = submit(scheduler, k8s_run({"steps": 10_000_000}, operator="pytorchjob", time="0:01"), tmp_path / "job")
+    job_id = submit(scheduler, k8s_run(PACED, operator="pytorchjob", time="0:01"), tmp_path / "job")
     state = wait(scheduler, job_id)
     assert state.state == TIMEOUT and "active longer than specified deadline" in state.reason
     assert left_running() == []

@@ -32,6 +32,8 @@ batch_launcher = importlib.import_module("dlbench.launch.batch_launcher")
 TINY = ["lstm", "-p", "seq_len=4", "-p", "input_size=8", "-p", "hidden_size=8", "-b", "4", "--warmup", "1",
         "--no-telemetry"]
 SLURM = ["--launcher", "slurm", "--nproc-per-node", "2"]
+#: A run that goes on until it is stopped, its steps paced (tests/distributed/faulty.py: needs the ``faulty`` fixture).
+PACED = ["faulty", "-p", "fault=none", "-p", "pace_s=0.05", "-b", "4", "--warmup", "1", "--no-telemetry", "--steps", "100000000"]
 
 
 def dlbench(capsys, *argv: str) -> tuple[int, str, str]:
@@ -74,9 +76,9 @@ def test_a_2_task_ddp_run_is_submitted_waited_for_and_stored_with_the_job_id(slu
     assert len(series) == telemetry["samples"] and series[-1]["mark"] == "end" and series[0]["host"]
 
 
-def test_a_cancelled_job_is_recorded_aborted(slurm, tmp_path, capsys):
+def test_a_cancelled_job_is_recorded_aborted(slurm, tmp_path, capsys, faulty):
     db = str(tmp_path / "runs.db")
-    code, out, err = dlbench(capsys, "run", *TINY, "--steps", "100000000", *SLURM, "--db", db, "--no-wait", "--json")
+    code, out, err = dlbench(capsys, "run", *PACED, *SLURM, "--db", db, "--no-wait", "--json")
     assert code == 0, err
     (job,) = json.loads(out)["submitted"]
     wait_running(job["job_id"])
@@ -92,7 +94,7 @@ def test_a_cancelled_job_is_recorded_aborted(slurm, tmp_path, capsys):
     assert row["state"] == "cancelled" and row["collected"]
 
 
-def test_a_signal_while_the_job_is_submitted_cancels_the_job_it_became(slurm, tmp_path):
+def test_a_signal_while_the_job_is_submitted_cancels_the_job_it_became(slurm, tmp_path, faulty):
     """SIGTERM after sbatch took the job but before dlbench read its id: the submission ends first (it runs
     in a thread of its own), then the job is cancelled and the run recorded aborted; no job is left queued."""
     taken = threading.Event()
@@ -111,8 +113,8 @@ def test_a_signal_while_the_job_is_submitted_cancels_the_job_it_became(slurm, tm
     killer = threading.Thread(target=stop_when_taken, daemon=True)
     killer.start()
     store = open_store(str(tmp_path / "runs.db"))
-    run = resolve_batch(RunSpec(workload="lstm", params={"seq_len": 4, "input_size": 8, "hidden_size": 8}, batch_size=4,
-                                steps=100_000_000, warmup=1, telemetry=False, nproc=2), LaunchSettings(), "slurm")
+    run = resolve_batch(RunSpec(workload="faulty", params={"pace_s": 0.05}, batch_size=4, steps=100_000_000, warmup=1,
+                                telemetry=False, nproc=2), LaunchSettings(), "slurm")
     with pytest.raises(Terminated), stop_on_signals():
         execute(run, store, env={}, launcher=launcher_class("slurm")(scheduler=SlowAnswer()))
     killer.join()
@@ -121,13 +123,13 @@ def test_a_signal_while_the_job_is_submitted_cancels_the_job_it_became(slurm, tm
     assert squeue() == [] and slurm.left_running() == []
 
 
-def test_a_job_that_hits_its_time_limit_is_recorded_aborted_with_its_steps(slurm, tmp_path, capsys):
+def test_a_job_that_hits_its_time_limit_is_recorded_aborted_with_its_steps(slurm, tmp_path, capsys, faulty):
     """--time 2 (minutes) with a 30 s signal lead: SIGTERM reaches the ranks before the limit. Slurm sends it
     on its periodic check, up to half a minute earlier than asked: 60-90 s into the job, when the ranks are
     measuring even on a loaded machine (with --time 1 it came 34 s in, before the first measured step,
     at load 11: torch, the rendezvous and the first step took longer)."""
     db = str(tmp_path / "runs.db")
-    code, out, err = dlbench(capsys, "run", *TINY, "--steps", "100000000", *SLURM, "--time", "2",
+    code, out, err = dlbench(capsys, "run", *PACED, *SLURM, "--time", "2",
                              "--signal-lead", "30", "--db", db, "--json")
     assert code == 1, err
     record = json.loads(out)
@@ -191,10 +193,10 @@ def test_no_wait_then_collect_stores_the_records_once(slurm, tmp_path, capsys):
     assert code == 0 and "DLBENCH-RANK-REPORT" in out
 
 
-def test_a_signal_while_waiting_cancels_the_job_and_records_it_aborted(slurm, tmp_path):
+def test_a_signal_while_waiting_cancels_the_job_and_records_it_aborted(slurm, tmp_path, faulty):
     """Ctrl-C / SIGTERM to the waiting dlbench: the job is cancelled, not left running on the cluster."""
     db = str(tmp_path / "runs.db")
-    proc = subprocess.Popen([sys.executable, "-m", "dlbench", "run", *TINY, "--steps", "100000000", *SLURM,
+    proc = subprocess.Popen([sys.executable, "-m", "dlbench", "run", *PACED, *SLURM,
                              "--db", db], stderr=subprocess.PIPE, text=True)
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)

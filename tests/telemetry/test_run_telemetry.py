@@ -34,6 +34,29 @@ def run_json(capsys, *argv):
     return code, (json.loads(captured.out) if captured.out.strip() else None), captured.err
 
 
+class SlowSource:
+    """A host reading that takes a while, as NVML on a busy node can: the sampler's thread is often mid-sample."""
+
+    name = "slow"
+
+    def sample(self):
+        time.sleep(0.002)
+        return {"value": 1}
+
+    def close(self):
+        return None
+
+
+def test_the_end_sample_is_the_last_of_the_series_however_fast_the_sampler_ticks():
+    """The session stops its sampler's thread before it takes the end sample: a tick after it would come later
+    in the series than the end of the run (seen once as a stored series whose last row was not the end)."""
+    for _ in range(100):
+        session = RunTelemetry(TrainingState(run_id="r", workload="w"), [SlowSource()], interval_s=0.001)
+        with session:
+            time.sleep(0.003)
+        assert session.sampler.series[-1].get("mark") == "end"
+
+
 def test_run_record_has_a_telemetry_summary_and_a_stored_series(capsys, env):
     code, record, _ = run_json(capsys, "run", *TINY_LSTM, "--telemetry-interval", "0.05")
     assert code == 0

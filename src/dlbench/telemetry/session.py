@@ -122,9 +122,9 @@ class RunTelemetry:
         return chained
 
     def __exit__(self, exc_type, exc, tb) -> None:
+        self.sampler.stop()  # first: a tick of the sampler's thread after the end sample would follow it in the series
         sample = self.sampler.sample_now("end")
         self._end_t_s = sample["t_s"]
-        self.sampler.stop()
         gpu = next((s for s in self.sources if s.name == "gpus"), None)
         self._gpu_health = gpu.health() if gpu is not None else {"up": False, "error": "not queried (CPU run)"}
         self.state.phase = "done" if exc_type is None else "failed"
