@@ -34,11 +34,6 @@ TINY = {"workload": "lstm", "params": {"seq_len": 4, "input_size": 8, "hidden_si
 IMAGE = "ghcr.io/example/dlbench:0.1"
 
 
-#: A run that goes on until it is stopped, its steps paced so the pods keep no core busy meanwhile
-#: (tests/distributed/faulty.py: needs the ``faulty`` fixture).
-PACED = {"workload": "faulty", "params": {"pace_s": 0.05}, "steps": 10_000_000}
-
-
 def k8s_run(spec: dict[str, Any] | None = None, **settings):
     """A tiny CPU run resolved for the k8s launcher with ``settings`` (LaunchSettings fields)."""
     return resolve_batch(RunSpec(**(TINY | (spec or {}))), LaunchSettings(**({"image": IMAGE} | settings)), "k8s")

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from paced import PACED
 
 from dlbench.api.pipeline import execute
 from dlbench.api.resolve import resolve_batch, resolve_train
@@ -124,7 +125,7 @@ def test_a_crash_is_recorded_failed_with_its_cause(name, tmp_path, faulty):
 
 def test_sigterm_records_aborted_and_leaves_no_process(name, tmp_path, left_running, faulty):
     store = open_store(str(tmp_path / "runs.db"))
-    run = CASES[name](steps=10_000_000, workload="faulty", params={"pace_s": 0.05})  # paced: no core kept busy
+    run = CASES[name](**PACED)
     timer = threading.Timer(8.0, os.kill, (os.getpid(), signal.SIGTERM))
     timer.start()
     try:  # the library leaves signals to its caller: this one opts in, as the CLI does

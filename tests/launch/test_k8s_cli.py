@@ -8,6 +8,7 @@ import json
 import time
 
 import pytest
+from paced import PACED_ARGS
 
 from dlbench.cli.app import main
 from dlbench.store import open_store
@@ -61,7 +62,7 @@ def test_jobs_cancel_records_the_steps_the_pods_measured(kube, tmp_path, capsys,
     """A cancelled pod's log goes with it: the ranks record on SIGTERM, the pod prints the reports and
     lingers, and ``dlbench jobs cancel`` reads them while the pods stop — the record keeps its steps."""
     db = str(tmp_path / "runs.db")
-    long_run = ["faulty", "-p", "pace_s=0.05", "-b", "4", "--warmup", "1", "--threads", "1", "--steps", "100000000"]  # paced: idle cores
+    long_run = [*PACED_ARGS, "--threads", "1"]
     code, out, err = cli(capsys, "run", *long_run, "--launcher", "k8s", "--image", "dlbench:test", "--nodes", "2",
                          "--no-wait", "--json", "--db", db)
     assert code == 0, err

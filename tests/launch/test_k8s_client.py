@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 from kube_double import kubeconfig
-from kube_pods import PACED, free_port, k8s_run
+from kube_pods import free_port, k8s_run
+from paced import PACED
 
 from dlbench.api.pipeline import execute
 from dlbench.errors import UsageError

@@ -16,6 +16,7 @@ import threading
 import time
 
 import pytest
+from paced import PACED as PACED_SPEC, PACED_ARGS
 
 from dlbench.api.pipeline import execute
 from dlbench.api.resolve import resolve_batch
@@ -32,8 +33,7 @@ batch_launcher = importlib.import_module("dlbench.launch.batch_launcher")
 TINY = ["lstm", "-p", "seq_len=4", "-p", "input_size=8", "-p", "hidden_size=8", "-b", "4", "--warmup", "1",
         "--no-telemetry"]
 SLURM = ["--launcher", "slurm", "--nproc-per-node", "2"]
-#: A run that goes on until it is stopped, its steps paced (tests/distributed/faulty.py: needs the ``faulty`` fixture).
-PACED = ["faulty", "-p", "fault=none", "-p", "pace_s=0.05", "-b", "4", "--warmup", "1", "--no-telemetry", "--steps", "100000000"]
+PACED = [*PACED_ARGS, "--no-telemetry"]
 
 
 def dlbench(capsys, *argv: str) -> tuple[int, str, str]:
@@ -113,8 +113,7 @@ def test_a_signal_while_the_job_is_submitted_cancels_the_job_it_became(slurm, tm
     killer = threading.Thread(target=stop_when_taken, daemon=True)
     killer.start()
     store = open_store(str(tmp_path / "runs.db"))
-    run = resolve_batch(RunSpec(workload="faulty", params={"pace_s": 0.05}, batch_size=4, steps=100_000_000, warmup=1,
-                                telemetry=False, nproc=2), LaunchSettings(), "slurm")
+    run = resolve_batch(RunSpec(**PACED_SPEC, telemetry=False, nproc=2), LaunchSettings(), "slurm")
     with pytest.raises(Terminated), stop_on_signals():
         execute(run, store, env={}, launcher=launcher_class("slurm")(scheduler=SlowAnswer()))
     killer.join()
