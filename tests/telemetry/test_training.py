@@ -11,6 +11,7 @@ import pytest
 from dlbench.errors import UsageError
 from dlbench.telemetry.training import (
     METRICS_DIR_ENV,
+    STATE_FORMAT,
     TrainingState,
     TrainingTracker,
     metrics_dir,
@@ -57,11 +58,36 @@ def test_stale_states_are_ignored_and_pruned(tmp_path):
     publish(TrainingState(run_id="new", workload="w"), tmp_path)
     # a run that publishes every 300 s, last 200 s ago, is still running
     publish(TrainingState(run_id="slow", workload="w", interval_s=300, updated_at=time.time() - 200), tmp_path)
-    (tmp_path / "junk.json").write_text("not json")
-    os.utime(tmp_path / "junk.json", (time.time() - 600, time.time() - 600))
     assert [s.run_id for s in read_published([tmp_path])] == ["new", "slow"]
-    assert prune_stale(tmp_path) == 2
+    assert prune_stale(tmp_path) == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["new.json", "slow.json"]
+
+
+def test_prune_touches_only_files_dlbench_provably_wrote(tmp_path):
+    """A shared metrics directory holds the user's files too: none is removed, however old or state-like."""
+    ancient = time.time() - 86400
+    stale = {"run_id": "abc", "workload": "w", "updated_at": ancient}
+    files = {
+        "settings.json": b'{"theme": "dark"}',  # the user's settings
+        "junk.json": b"not json",
+        "abc.json": json.dumps(stale).encode(),  # state-like, but no marker: not proven ours
+        "renamed.json": json.dumps({"format": STATE_FORMAT, **stale}).encode(),  # marker, but not its run's name
+        "list.json": json.dumps([STATE_FORMAT]).encode(),
+        "big.json": b" " * (70 * 1024) + json.dumps({"format": STATE_FORMAT, **stale, "run_id": "big"}).encode(),
+    }
+    for name, content in files.items():
+        (tmp_path / name).write_bytes(content)
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "x.json").write_text(json.dumps({"format": STATE_FORMAT, **stale, "run_id": "x"}))
+    (tmp_path / "x.json").symlink_to(tmp_path / "elsewhere" / "x.json")  # a link to a state: the link is not ours
+    os.mkfifo(tmp_path / "fifo.json")  # never opened: opening a FIFO blocks until a writer comes
+    for path in tmp_path.iterdir():
+        os.utime(path, (ancient, ancient), follow_symlinks=False)
+    publish(TrainingState(run_id="mine", workload="w", updated_at=ancient), tmp_path)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    assert prune_stale(tmp_path) == 1  # only the stale state dlbench published itself
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(set(before) - {"mine.json"})
+    assert (tmp_path / "settings.json").read_bytes() == files["settings.json"]
 
 
 def test_metrics_dir_default_and_override(monkeypatch, tmp_path):

@@ -13,7 +13,10 @@ of its metrics directories at scrape time. The directory is ``$DLBENCH_METRICS_D
 ``/tmp/dlbench-metrics-<uid>`` (private to the user, see :func:`metrics_dir`); on a node shared by
 several users point both at one directory.
 A state not updated for ``stale_s`` (or three of the run's intervals, if longer) is ignored, and
-removed by the next run that publishes to the directory.
+removed by the next run that publishes to the directory -- only a file dlbench can prove it wrote:
+named ``<run id>.json`` after the ``run_id`` inside it, carrying the ``format`` marker
+:data:`STATE_FORMAT`, and a regular file. The directory may be one the user shares with other tools
+(``$DLBENCH_METRICS_DIR``): anything else in it, however old, is never touched.
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ from dlbench.errors import UsageError
 
 METRICS_DIR_ENV = "DLBENCH_METRICS_DIR"
 STALE_S = 60.0
+#: the marker every published state carries: the proof that a file is dlbench's to prune
+STATE_FORMAT = "dlbench-training-state/1"
 
 
 @dataclass
@@ -150,7 +155,7 @@ def publish(state: TrainingState, directory: Path) -> Path:
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{state.run_id}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w") as handle:
-            json.dump(state.as_dict(), handle)
+            json.dump({"format": STATE_FORMAT, **state.as_dict()}, handle)
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -183,16 +188,17 @@ def _is_stale(state: TrainingState, now: float, stale_s: float) -> bool:
 
 
 def prune_stale(directory: Path, now: float | None = None, stale_s: float = STALE_S) -> int:
-    """Remove stale state files (see :func:`read_published`) from ``directory``; returns how many went."""
+    """Remove stale state files (see :func:`read_published`) from ``directory``; returns how many went.
+
+    Only files dlbench wrote are candidates (:func:`_ours`): a user's ``settings.json`` in a shared
+    metrics directory stays, however old, and so does anything unreadable.
+    """
     now = time.time() if now is None else now
     removed = 0
     for path in directory.glob("*.json") if directory.is_dir() else ():
         try:
-            try:
-                stale = _is_stale(TrainingState.from_dict(json.loads(path.read_text())), now, stale_s)
-            except (ValueError, TypeError):  # not a state file of ours: judge by its age
-                stale = now - path.stat().st_mtime > stale_s
-            if stale:
+            state = _ours(path)
+            if state is not None and _is_stale(state, now, stale_s):
                 path.unlink()
                 removed += 1
         except OSError:  # another user's file, or gone already
@@ -200,5 +206,26 @@ def prune_stale(directory: Path, now: float | None = None, stale_s: float = STAL
     return removed
 
 
+def _ours(path: Path) -> TrainingState | None:
+    """The state in ``path`` when dlbench provably wrote it (regular file, marker, name = run id), else None."""
+    if not stat.S_ISREG(os.lstat(path).st_mode):  # a link, FIFO or device: never read, never removed
+        return None
+    try:
+        with open(path, "rb") as handle:
+            data = json.loads(handle.read(_MAX_STATE_BYTES + 1))
+    except (ValueError, TypeError):
+        return None
+    if not isinstance(data, dict) or data.get("format") != STATE_FORMAT or f"{data.get('run_id')}.json" != path.name:
+        return None
+    try:
+        return TrainingState.from_dict(data)
+    except TypeError:
+        return None
+
+
+#: a published state is a few hundred bytes; a larger file named *.json is not one of ours
+_MAX_STATE_BYTES = 64 * 1024
+
+
 __all__ = ["TrainingState", "TrainingTracker", "metrics_dir", "private_dir", "publish", "read_published", "prune_stale",
-           "METRICS_DIR_ENV", "STALE_S"]
+           "METRICS_DIR_ENV", "STALE_S", "STATE_FORMAT"]
