@@ -42,10 +42,19 @@ def new_record(spec: dict[str, Any], env: dict[str, Any]) -> dict[str, Any]:
 
 
 def finish(record: dict[str, Any], status: str, result: dict | None = None, error: str | None = None) -> dict:
+    """End ``record`` with ``status``. A NaN or infinity the run measured (a diverged loss) is a result, kept
+    as it is and flagged: ``result["not_finite"]`` lists where (reports show it; nothing refuses it)."""
     if status not in STATUSES:
         raise ValueError(f"status must be one of {STATUSES}, not {status!r}")
+    flagged = not_finite_paths({k: v for k, v in result.items() if k != NOT_FINITE}) if isinstance(result, dict) else []
+    if flagged:
+        result = {**result, NOT_FINITE: flagged}
     record.update(status=status, result=result, error=error)
     return record
+
+
+#: The result key that flags the measured values that are NaN or infinite (see :func:`finish`).
+NOT_FINITE = "not_finite"
 
 
 def upgrade(record: dict[str, Any]) -> dict[str, Any]:
@@ -72,15 +81,36 @@ ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,31}")
 _MAX_INT = 2**63 - 1  # what SQLite and PostgreSQL integer columns hold
 #: Summary columns of the store and the longest text each holds (the store's column widths).
 _SPEC_TEXT = {"workload": 64, "device": 16, "precision": 8, "mode": 16}
+#: Tags: names of 1 to 128 characters, values up to 512 (the store's ``run_tags`` columns). One rule: the
+#: run specs refuse a longer tag at the edge (exit 2), and save and import check every record with it.
+MAX_TAG_NAME_CHARS = 128
+MAX_TAG_VALUE_CHARS = 512
 
 
-def record_problem(record: Any, finite: bool = True) -> str | None:
+def tags_problem(tags: Any, where: str = "spec.tags") -> str | None:
+    """Why ``tags`` are not run tags (a mapping of names to text within the store's widths), or None."""
+    if not isinstance(tags, dict):
+        return f"{where} must map names to text, not {type(tags).__name__}"
+    for key, value in tags.items():
+        if not (isinstance(key, str) and 0 < len(key) <= MAX_TAG_NAME_CHARS and "\x00" not in key):
+            return f"{where}: tag name {_short(key)} must be text of 1 to {MAX_TAG_NAME_CHARS} characters"
+        if not (isinstance(value, str) and len(value) <= MAX_TAG_VALUE_CHARS):
+            return (f"{where}: tag {_short(key)} must be text of at most {MAX_TAG_VALUE_CHARS} characters "
+                    f"(got {len(value) if isinstance(value, str) else type(value).__name__})")
+        if "\x00" in value:  # PostgreSQL's text columns cannot hold a NUL character
+            return f"{where}: tag {_short(key)} holds a NUL character"
+    return None
+
+
+def record_problem(record: Any) -> str | None:
     """Why ``record`` is not a run record the store and the reports can use (one clause), or None when it is.
 
-    Checks the run record contract (docs/ARCHITECTURE.md): ``schema_version``, ``id`` of :data:`ID_PATTERN`, ``created_at`` an ISO 8601
-    time, ``status`` one of :data:`STATUSES`, ``error`` text, ``spec`` a mapping with a workload and ``tags`` a
-    mapping of text to text, ``env``/``result``/``telemetry`` mappings, whole numbers where the store keeps them;
-    with ``finite`` (records from outside) no NaN or infinity anywhere."""
+    The one rule of a record, for a live save, the spool and ``store import`` alike: what one accepts the others
+    accept. Checks the run record contract (docs/ARCHITECTURE.md): ``schema_version``, ``id`` of :data:`ID_PATTERN`,
+    ``created_at`` an ISO 8601 time, ``status`` one of :data:`STATUSES`, ``error`` text, ``spec`` a mapping with a
+    workload, finite numbers (its inputs, validated at the edge) and ``tags`` (:func:`tags_problem`),
+    ``env``/``result``/``telemetry`` mappings, whole numbers where the store keeps them. A NaN or infinity in
+    what was *measured* (result, telemetry) is data -- a diverged loss -- and is accepted (:func:`finish` flags it)."""
     if not isinstance(record, dict):
         return f"a run record is a JSON object, not {type(record).__name__}"
     version, run_id = record.get("schema_version"), record.get("id")
@@ -94,7 +124,7 @@ def record_problem(record: Any, finite: bool = True) -> str | None:
         return f"created_at {_short(record.get('created_at'))} is not an ISO 8601 time such as 2026-12-01T10:00:00+00:00"
     if record.get("error") is not None and not isinstance(record["error"], str):
         return "error must be text or null"
-    return _spec_problem(record.get("spec")) or _parts_problem(record) or (_finite_problem(record) if finite else None)
+    return _spec_problem(record.get("spec")) or _parts_problem(record) or _finite_problem(record.get("spec"), "spec")
 
 
 def _spec_problem(spec: Any) -> str | None:
@@ -102,17 +132,14 @@ def _spec_problem(spec: Any) -> str | None:
         return f"spec must be a JSON object, not {type(spec).__name__}"
     for key, width in _SPEC_TEXT.items():
         value = spec.get(key)
-        if (value is not None or key == "workload") and not (isinstance(value, str) and 0 < len(value) <= width):
+        if (value is not None or key == "workload") and not (isinstance(value, str) and 0 < len(value) <= width
+                                                             and "\x00" not in value):
             return f"spec.{key} {_short(value)} must be text of 1 to {width} characters"
     for key in ("batch_size", "nproc", "world_size"):
         value = spec.get(key)
         if value is not None and not (type(value) is int and 0 <= value <= _MAX_INT):
             return f"spec.{key} {_short(value)} must be a whole number"
-    tags = spec.get("tags")
-    if tags is not None and not (isinstance(tags, dict) and all(
-            isinstance(k, str) and isinstance(v, str) and 0 < len(k) <= 128 and len(v) <= 512 for k, v in tags.items())):
-        return "spec.tags must map names (1 to 128 characters) to text (up to 512 characters)"
-    return None
+    return tags_problem(spec["tags"]) if spec.get("tags") is not None else None
 
 
 def _parts_problem(record: dict[str, Any]) -> str | None:
@@ -120,7 +147,7 @@ def _parts_problem(record: dict[str, Any]) -> str | None:
         if record.get(key) is not None and not isinstance(record[key], dict):
             return f"{key} must be a JSON object or null, not {type(record[key]).__name__}"
     env, result = record.get("env") or {}, record.get("result") or {}
-    if env.get("hostname") is not None and not isinstance(env["hostname"], str):
+    if env.get("hostname") is not None and not (isinstance(env["hostname"], str) and "\x00" not in env["hostname"]):
         return "env.hostname must be text"
     if env.get("torch") is not None and not (isinstance(env["torch"], dict) and isinstance(env["torch"].get("version", ""), str)):
         return "env.torch must be a JSON object with the version as text"
@@ -132,18 +159,24 @@ def _parts_problem(record: dict[str, Any]) -> str | None:
     return None
 
 
-def _finite_problem(value: Any, where: str = "") -> str | None:
-    """The first NaN or infinity in ``value`` (reports and the store's columns cannot order or sum them)."""
-    stack = [(where, value)]
+def _finite_problem(value: Any, where: str) -> str | None:
+    """The first NaN or infinity in ``value``, an input (a run's inputs are validated finite at the edge)."""
+    flagged = not_finite_paths(value, where)
+    return f"{flagged[0]} is not a finite number, and a run's inputs must be" if flagged else None
+
+
+def not_finite_paths(value: Any, where: str = "") -> list[str]:
+    """Where ``value`` holds a NaN or an infinity (``final_loss``, ``step_time_s.max``), in document order."""
+    found, stack = [], [(where, value)]
     while stack:
         path, item = stack.pop()
         if isinstance(item, float) and not math.isfinite(item):
-            return f"{path or 'the record'} is {item}, and every number must be finite"
-        if isinstance(item, dict):
-            stack.extend((f"{path}.{k}" if path else str(k), v) for k, v in item.items())
+            found.append(path or "the value")
+        elif isinstance(item, dict):
+            stack.extend(reversed([(f"{path}.{k}" if path else str(k), v) for k, v in item.items()]))
         elif isinstance(item, list):
-            stack.extend((f"{path}[{i}]", v) for i, v in enumerate(item))
-    return None
+            stack.extend(reversed([(f"{path}[{i}]", v) for i, v in enumerate(item)]))
+    return found
 
 
 def _is_number(value: Any) -> bool:
@@ -166,11 +199,13 @@ def _short(value: Any) -> str:
     return text if len(text) <= 40 else text[:36] + "…" + text[-1]
 
 
-def series_problem(series: Any, finite: bool = True) -> str | None:
-    """Why ``series`` is not a telemetry series (a list of objects, each with a number ``t_s``), or None."""
+def series_problem(series: Any) -> str | None:
+    """Why ``series`` is not a telemetry series (a list of JSON objects), or None. A sample's values are
+    measurements, NaN included; a sample without a finite time ``t_s`` is dropped by the store with a
+    warning (save and import alike), never a reason to refuse the run."""
     if not isinstance(series, list):
         return f"series must be a list of telemetry samples, not {type(series).__name__}"
     for i, sample in enumerate(series):
-        if not isinstance(sample, dict) or not _is_number(sample.get("t_s")):
-            return f"series[{i}] must be a JSON object with a number t_s"
-    return _finite_problem(series, "series") if finite else None
+        if not isinstance(sample, dict):
+            return f"series[{i}] must be a JSON object (a telemetry sample), not {type(sample).__name__}"
+    return None

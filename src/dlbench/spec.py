@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -21,6 +22,7 @@ from pydantic import (
 )
 
 from dlbench.errors import UsageError
+from dlbench.record import tags_problem
 from dlbench.safety import (
     MAX_NODES,
     MAX_RANKS_PER_NODE,
@@ -30,11 +32,26 @@ from dlbench.safety import (
     shown,
 )
 
+#: Every spec validates its inputs at the edge: unknown keys refused, and no NaN or infinity in any number
+#: field (``--lr inf`` would train to a NaN loss and be stored as if it were a measurement).
+_EDGE = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+def _checked_tags(value: dict[str, str]) -> dict[str, str]:
+    problem = tags_problem(value, "tags")  # the rule every saved and imported record meets (dlbench.record)
+    if problem:
+        raise ValueError(problem.removeprefix("tags: "))
+    return value
+
+
+#: Run tags: names of 1 to 128 characters, values of up to 512 (:func:`dlbench.record.tags_problem`).
+Tags = Annotated[dict[str, str], AfterValidator(_checked_tags)]
+
 
 class RunSpec(BaseModel):
     """One benchmark run. Fields not given take the workload's or dlbench's defaults."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = _EDGE
 
     workload: str = Field(description="Catalogue name, e.g. 'resnet50' (see 'dlbench list').")
     params: dict[str, Any] = Field(
@@ -71,7 +88,7 @@ class RunSpec(BaseModel):
         "files:PATH: the same DataLoader reading the data set in PATH ('dlbench io generate --workload').",
     )
     workers: int = Field(default=2, ge=0, description="DataLoader worker processes (data=loader).")
-    tags: dict[str, str] = Field(default_factory=dict, description="Free key=value labels, stored.")
+    tags: Tags = Field(default_factory=dict, description="Free key=value labels, stored.")
     telemetry: bool = Field(
         default=True, description="Sample GPU/host telemetry during the run; summary in the record, series stored."
     )
@@ -190,7 +207,7 @@ COLLECTIVES = ("all_reduce", "all_gather", "broadcast")
 class CommSpec(BaseModel):
     """A collective benchmark run."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = _EDGE
 
     collectives: tuple[Literal["all_reduce", "all_gather", "broadcast"], ...] = COLLECTIVES
     min_bytes: int = Field(default=1024, ge=4, description="Smallest message (bytes of the result buffer).")
@@ -206,7 +223,7 @@ class CommSpec(BaseModel):
     backend: Literal["gloo", "nccl", "mpi"] | None = None
     threads: int | None = Field(default=None, gt=0)
     timeout_s: float = Field(default=300.0, gt=0)
-    tags: dict[str, str] = Field(default_factory=dict)
+    tags: Tags = Field(default_factory=dict)
     link_rate_bits_per_s: float | None = Field(default=None, gt=0, description="The link's rate (else read on the nodes).")
 
     @model_validator(mode="after")
@@ -225,7 +242,7 @@ class CommSpec(BaseModel):
 class IoReadSpec(BaseModel):
     """``dlbench io read``: read a data set as a training job does, with an emulated accelerator."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = _EDGE
 
     path: str = Field(description="The data set directory (written by 'dlbench io generate').")
     batch_size: int | None = Field(default=None, gt=0, description="Samples per batch per rank; None: the preset's, else 1.")
@@ -250,7 +267,7 @@ class IoReadSpec(BaseModel):
     backend: Literal["gloo", "nccl", "mpi"] | None = None
     threads: int | None = Field(default=None, gt=0)
     timeout_s: float = Field(default=300.0, gt=0)
-    tags: dict[str, str] = Field(default_factory=dict)
+    tags: Tags = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _one_compute(self) -> IoReadSpec:
@@ -268,13 +285,13 @@ class IoReadSpec(BaseModel):
 class StageSpec(BaseModel):
     """``dlbench io stage``: copy a data set to a faster tier (a burst buffer, node-local NVMe)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = _EDGE
 
     source: str
     destination: str
     streams: int = Field(default=8, gt=0, le=1024, description="Files copied at once.")
     cache: Literal["cold", "asis"] = Field(default="cold", description="cold: drop the source from the page cache first.")
-    tags: dict[str, str] = Field(default_factory=dict)
+    tags: Tags = Field(default_factory=dict)
 
 
 def parse_key_values(pairs: list[str], what: str) -> dict[str, str]:
@@ -308,7 +325,8 @@ def describe_validation_error(exc: ValidationError, where: str = "") -> str:
         return f"{prefix}{loc!r} is required."
     if not loc:  # a check across fields
         return f"{prefix}{err['msg'].removeprefix('Value error, ')}."
-    message = err["msg"][0].lower() + err["msg"][1:]
+    message = err["msg"].removeprefix("Value error, ")
+    message = message[0].lower() + message[1:]
     shown = repr(err.get("input"))
     if len(shown) > 60:  # a value from a file can be megabytes long
         shown = shown[:57] + "..."
@@ -319,7 +337,7 @@ class MlperfJobSpec(BaseModel):
     """One MLPerf-style time-to-train run whose ranks a launcher starts (``dlbench mlperf run --launcher
     torchrun|slurm|k8s``): what its ranks need to train it, and where its result log is filed."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = _EDGE
 
     task: str
     workload: str  # mlperf/<task>
@@ -334,7 +352,7 @@ class MlperfJobSpec(BaseModel):
     workers: int = Field(default=0, ge=0)
     threads: int | None = Field(default=None, gt=0)
     knobs: dict[str, Any] = Field(default_factory=dict)
-    tags: dict[str, str] = Field(default_factory=dict)
+    tags: Tags = Field(default_factory=dict)
     telemetry: bool = True
     telemetry_interval_s: float = Field(default=1.0, gt=0)
     metrics_host: str = "127.0.0.1"  # --launcher torchrun: where the launching process serves the run's metrics
@@ -346,7 +364,7 @@ class LaunchSettings(BaseModel):
     ``launcher:`` key, validated once. None of these change the measured number except the process count
     (``nodes`` × ``gpus_per_node``), which the run's spec records as ``nnodes``/``nproc``."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = _EDGE
 
     nodes: int = Field(default=1, gt=0, le=MAX_NODES, description="Nodes of the job.")
     gpus_per_node: int | None = Field(default=None, ge=0, le=MAX_RANKS_PER_NODE,

@@ -1,7 +1,7 @@
 """Hostile input, round two — the results store: ``store import`` trusts nothing, export paths stay inside.
 
 Every file given to ``dlbench store import`` is checked against the run-record schema (ids of a fixed alphabet,
-statuses of the enum, finite numbers, ``created_at`` a time, tags a mapping of text, …) before the store is even
+statuses of the enum, finite inputs, ``created_at`` a time, tags a mapping of text, …) before the store is even
 opened: one sentence naming the file and the field, exit 2, the store byte for byte as it was. And an id such as
 ``../../../tmp/x`` in an older store cannot make ``tensorboard export`` write (or delete) outside ``--out``.
 """
@@ -78,16 +78,13 @@ FIELD_CASES = [
     ("env-torch-text", "env.torch", "2.1", "env.torch"),
     ("result-list", "result", [1], "result must be a JSON object"),
     ("rate-text", "result.samples_per_s", "fast", "result.samples_per_s"),
-    ("rate-nan", "result.samples_per_s", float("nan"), "result.samples_per_s is nan"),
-    ("rate-infinity", "result.samples_per_s", float("inf"), "result.samples_per_s is inf"),
-    ("rate-minus-infinity", "result.samples_per_s", float("-inf"), "result.samples_per_s is -inf"),
     ("rate-huge-int", "result.samples_per_s", 10**400, "result.samples_per_s"),
     ("median-text", "result.step_time_s", {"median": "x"}, "result.step_time_s"),
     ("steps-list", "result.step_time_s", [0.1], "result.step_time_s"),
-    ("nested-nan", "result.per_rank", [{"samples_per_s": float("nan")}], "result.per_rank[0].samples_per_s is nan"),
     ("telemetry-list", "telemetry", [1], "telemetry must be a JSON object"),
     ("error-number", "error", 5, "error must be text"),
-    ("spec-param-infinity", "spec.params", {"lr": float("inf")}, "spec.params.lr is inf"),
+    ("spec-param-infinity", "spec.params", {"lr": float("inf")}, "spec.params.lr is not a finite number"),
+    ("spec-lr-nan", "spec.learning_rate", float("nan"), "spec.learning_rate is not a finite number"),
 ]
 
 
@@ -104,12 +101,8 @@ CASES: list[Case] = [
     Case("import-binary", IMPORT, "is not a dlbench run file", files={"r.json": b"\xff\xfe\x00junk"}),
     Case("import-deeply-nested", IMPORT, "is not a dlbench run file", files={"r.json": deep_file}),
     Case("import-series-not-list", IMPORT, "series must be a list", files=record_file(GOOD, series={"t_s": 1})),
-    Case("import-series-no-time", IMPORT, "series[0] must be a JSON object with a number t_s",
-         files=record_file(GOOD, series=[{"x": 1}])),
-    Case("import-series-nan-time", IMPORT, "series[1].t_s is nan",
-         files=record_file(GOOD, series=[{"t_s": 0.0}, {"t_s": float("nan")}])),
-    Case("import-series-text-time", IMPORT, "series[0] must be a JSON object with a number t_s",
-         files=record_file(GOOD, series=[{"t_s": "0"}])),
+    Case("import-series-sample-number", IMPORT, "series[1] must be a JSON object",
+         files=record_file(GOOD, series=[{"t_s": 0.0}, 5])),
     Case("import-good-then-bad", ["store", "import", "{tmp}/good.json", "{tmp}/r.json"], "status 'hacked'",
          files={"good.json": json.dumps(GOOD).encode(), **record_file(changed("status", "hacked"))}),
     Case("import-directory", ["store", "import", "{tmp}"], "is not a dlbench run file"),
@@ -124,7 +117,8 @@ def stored_with_id(run_id: str):
         store = open_store(str(folder / "runs.db"))
         try:
             seeded = store.records()[0]
-            assert store.save(copy.deepcopy(seeded) | {"id": run_id}, series=store.series(seeded["id"])) is None
+            # the insert without save's check: an older dlbench imported without one
+            store._insert(copy.deepcopy(seeded) | {"id": run_id}, store.series(seeded["id"]))
         finally:
             store.close()
         (folder / "tb").mkdir()

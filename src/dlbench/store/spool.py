@@ -72,9 +72,9 @@ def quarantine(path: Path, why: str) -> Path:
     return target
 
 
-def read(path: Path, finite: bool = True) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def read(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The record and series of one spooled file (or of a plain run-record JSON document), checked against the
-    run-record schema (:func:`dlbench.record.record_problem`; ``finite=False`` lets NaN through, as a live save does).
+    run-record schema (:func:`dlbench.record.record_problem`, the rule a live save applies too).
 
     Raises ``ValueError`` naming the file and the problem when it is not one.
     """
@@ -88,7 +88,7 @@ def read(path: Path, finite: bool = True) -> tuple[dict[str, Any], list[dict[str
         record, series = document, []
     if not isinstance(record, dict) or not {"id", "spec", "status", "schema_version"} <= record.keys():
         raise ValueError(f"{path} is not a dlbench run record (it needs id, spec, status and schema_version)")
-    problem = record_problem(record, finite) or series_problem(series, finite)
+    problem = record_problem(record) or series_problem(series)
     if problem:
         raise ValueError(f"{path} is not a valid run record: {problem}")
     return record, series

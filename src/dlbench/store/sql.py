@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from sqlalchemy.exc import SQLAlchemyError
 
 from dlbench.errors import RecordNotSaved, UsageError
-from dlbench.record import device_label, upgrade
+from dlbench.record import device_label, record_problem, series_problem, upgrade
 from dlbench.store import spool
 from dlbench.store._base import RunFilter, RunSummary, Store
 from dlbench.store._engine import (
@@ -210,6 +210,9 @@ class SQLStore(Store):
         fails, or a signal interrupts it, the run goes to the spool and its path is returned (None
         when the run is in the store).
         """
+        problem = record_problem(record) or series_problem(series or [])
+        if problem:  # the rule import applies: never store a run that its own export could not load again
+            raise RecordNotSaved(f"run {record.get('id')} is not a valid run record ({problem})", [record])
         delays = iter(SAVE_RETRY_DELAYS_S)
         try:
             while True:
@@ -299,13 +302,13 @@ class SQLStore(Store):
                     for i, (t_s, sample) in enumerate(samples)
                 ])
 
-    def import_file(self, path: Path, finite: bool = True) -> bool:
+    def import_file(self, path: Path) -> bool:
         """Load one spooled run (or a run-record JSON file); False when the run was already stored.
 
-        Raises ``ValueError`` for a file that is not a valid run (see :func:`dlbench.record.record_problem`;
-        ``finite=False`` accepts NaN as a live save does) or that the store refuses.
+        Raises ``ValueError`` for a file that is not a valid run (:func:`dlbench.record.record_problem`, the rule
+        :meth:`save` applies) or that the store refuses.
         """
-        record, series = spool.read(path, finite)
+        record, series = spool.read(path)
         upgrade(record)
         if self._has(record["id"]):
             return False
@@ -325,7 +328,7 @@ class SQLStore(Store):
         loaded = []
         for path in spool.pending(self.spool_dir):
             try:
-                if self.import_file(path, finite=False):
+                if self.import_file(path):
                     loaded.append(path.stem)
                 path.unlink(missing_ok=True)
             except (SQLAlchemyError, OSError, StoreFileGone) as exc:  # the store, not the file: try next time

@@ -1,0 +1,122 @@
+"""One rule for a run record: what ``save`` accepts, ``store import`` accepts (dlbench.record.record_problem).
+
+A run dlbench stored must load again from its own export (``show --json`` → ``store import``); a record the
+store refuses at save is refused by import with the same clause. NaN and infinity in what a run *measured*
+(a diverged loss, a telemetry reading) are data, kept and flagged; in its inputs (the spec) they are refused.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from dlbench.cli.app import main
+from dlbench.errors import RecordNotSaved
+from dlbench.record import NOT_FINITE, SCHEMA_VERSION, finish, new_record
+from dlbench.store import open_store, spool
+
+GOOD = {
+    "schema_version": SCHEMA_VERSION, "id": "onerule00001", "created_at": "2026-12-03T10:00:00+00:00", "status": "ok",
+    "error": None, "spec": {"workload": "lstm", "device": "cpu", "batch_size": 4, "nproc": 1, "tags": {}},
+    "env": {"hostname": "node1", "torch": {"version": "2.14.1"}},
+    "result": {"samples_per_s": 100.0, "step_time_s": {"median": 0.1}}, "telemetry": None,
+}
+
+numbers = st.floats(allow_nan=True, allow_infinity=True) | st.integers(-10**6, 10**6)
+text = st.text(max_size=8) | st.text(alphabet="ab\x00é", min_size=120, max_size=140) \
+    | st.text(alphabet="xy", min_size=505, max_size=520)
+records = st.fixed_dictionaries({
+    "tags": st.dictionaries(text, text, max_size=2),
+    "learning_rate": numbers,
+    "workload": text,
+    "samples_per_s": numbers,
+    "median": numbers,
+    "final_loss": numbers,
+    "series": st.lists(st.fixed_dictionaries({"t_s": numbers, "loss": numbers}), max_size=3),
+})
+
+
+def build(drawn: dict) -> tuple[dict, list]:
+    record = copy.deepcopy(GOOD)
+    record["spec"] |= {"tags": drawn["tags"], "learning_rate": drawn["learning_rate"], "workload": drawn["workload"]}
+    record["result"] = {"samples_per_s": drawn["samples_per_s"], "step_time_s": {"median": drawn["median"]},
+                        "final_loss": drawn["final_loss"]}
+    return record, drawn["series"]
+
+
+def same(a, b) -> bool:
+    """Equal, NaN equal to NaN (a stored NaN is the same NaN)."""
+    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(drawn=records)
+def test_what_save_accepts_import_accepts(drawn, monkeypatch, capsys):
+    record, series = build(drawn)
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        store = open_store(str(folder / "a.db"))
+        try:
+            store.save(copy.deepcopy(record), series=copy.deepcopy(series))
+            saved = True
+        except RecordNotSaved as refused:
+            saved, why = False, str(refused)
+        finally:
+            store.close()
+        (folder / "r.json").write_text(json.dumps({"record": record, "series": series}))
+        try:
+            spool.read(folder / "r.json")
+            readable = True
+        except ValueError as refused:
+            readable, import_why = False, str(refused)
+        assert saved == readable  # one rule
+        if not saved:
+            assert why.split("(", 1)[1].rstrip(")") in import_why  # the same clause names the same field
+            assert not (folder / "a.db.spool").exists()
+            return
+        # the stored run's own export loads into another store, as it was
+        capsys.readouterr()
+        assert main(["show", record["id"], "--db", str(folder / "a.db")]) in (0, None)
+        (folder / "shown.json").write_text(capsys.readouterr().out)
+        assert main(["store", "import", str(folder / "shown.json"), "--db", str(folder / "b.db")]) in (0, None)
+        other = open_store(str(folder / "b.db"))
+        try:
+            assert same(other.get(record["id"]), record)
+        finally:
+            other.close()
+
+
+def test_a_diverged_loss_is_kept_and_flagged(tmp_path):
+    record = finish(new_record({"workload": "lstm", "device": "cpu"}, {}), "ok",
+                    {"samples_per_s": 10.0, "final_loss": math.nan, "per_rank": [{"final_loss": math.inf}]})
+    assert record["result"][NOT_FINITE] == ["final_loss", "per_rank[0].final_loss"]
+    store = open_store(str(tmp_path / "runs.db"))
+    try:
+        assert store.save(record, series=[{"t_s": 0.0, "loss": math.nan}]) is None
+        stored = store.get(record["id"])
+        assert math.isnan(stored["result"]["final_loss"]) and stored["status"] == "ok"
+        assert math.isnan(store.series(record["id"])[0]["loss"])
+    finally:
+        store.close()
+    assert finish(record, "ok", stored["result"])["result"][NOT_FINITE] == ["final_loss", "per_rank[0].final_loss"]
+
+
+@pytest.mark.parametrize("field, value", [("learning_rate", math.inf), ("timeout_s", math.nan)])
+def test_an_infinite_input_is_refused_by_save_and_import_alike(tmp_path, field, value):
+    record = copy.deepcopy(GOOD)
+    record["spec"][field] = value
+    store = open_store(str(tmp_path / "runs.db"))
+    try:
+        with pytest.raises(RecordNotSaved, match=f"spec.{field} is not a finite number"):
+            store.save(record)
+    finally:
+        store.close()
+    (tmp_path / "r.json").write_text(json.dumps(record))
+    with pytest.raises(ValueError, match=f"spec.{field} is not a finite number"):
+        spool.read(tmp_path / "r.json")
