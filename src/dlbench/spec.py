@@ -36,6 +36,16 @@ from dlbench.safety import (
 #: field (``--lr inf`` would train to a NaN loss and be stored as if it were a measurement).
 _EDGE = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
+# Bounds of the numeric options (docs/io.md and docs/guide/running.md list them): one value must never start
+# unbounded work -- 100,000 DataLoader workers, a year of emulated compute per batch.
+MAX_WORKERS = 256  # DataLoader worker processes per rank
+MAX_PREFETCH = 64  # batches each worker loads ahead
+MAX_IO_BATCH = 1 << 20  # samples per batch per rank
+MAX_COMPUTE_MS = 3_600_000.0  # an hour of emulated compute per batch
+MAX_STEPS = 10**9  # steps, epochs, iterations
+MAX_THREADS = 4096  # torch threads per process
+MAX_SEED = 2**63 - 1
+
 
 def _checked_tags(value: dict[str, str]) -> dict[str, str]:
     problem = tags_problem(value, "tags")  # the rule every saved and imported record meets (dlbench.record)
@@ -60,8 +70,8 @@ class RunSpec(BaseModel):
     batch_size: int | None = Field(
         default=None, gt=0, description="Samples per step on each process; None: the workload's default."
     )
-    steps: int = Field(default=20, gt=0, description="Measured steps (after warmup).")
-    warmup: int = Field(default=5, ge=0, description="Steps run before timing starts (not measured).")
+    steps: int = Field(default=20, gt=0, le=MAX_STEPS, description="Measured steps (after warmup).")
+    warmup: int = Field(default=5, ge=0, le=MAX_STEPS, description="Steps run before timing starts (not measured).")
     device: Literal["auto", "cpu", "cuda"] = Field(
         default="auto", description="'auto' takes CUDA when present, else the CPU."
     )
@@ -78,21 +88,21 @@ class RunSpec(BaseModel):
         default=None, gt=0, description="None: 0.01 for SGD, 0.001 for Adam."
     )
     threads: int | None = Field(
-        default=None, gt=0, description="torch intra-op threads; None: torch's default."
+        default=None, gt=0, le=MAX_THREADS, description="torch intra-op threads; None: torch's default."
     )
-    seed: int = Field(default=0, ge=0, description="Seeds model initialisation and synthetic data.")
+    seed: int = Field(default=0, ge=0, le=MAX_SEED, description="Seeds model initialisation and synthetic data.")
     data: str = Field(
         default="synthetic",
         description="synthetic: one batch resident on the device (pure compute); loader: a DataLoader "
         "with workers, pinned memory and host-to-device copies every step (input-pipeline cost); "
         "files:PATH: the same DataLoader reading the data set in PATH ('dlbench io generate --workload').",
     )
-    workers: int = Field(default=2, ge=0, description="DataLoader worker processes (data=loader).")
+    workers: int = Field(default=2, ge=0, le=MAX_WORKERS, description="DataLoader worker processes (data=loader).")
     tags: Tags = Field(default_factory=dict, description="Free key=value labels, stored.")
     telemetry: bool = Field(
         default=True, description="Sample GPU/host telemetry during the run; summary in the record, series stored."
     )
-    telemetry_interval_s: float = Field(default=1.0, gt=0, description="Seconds between telemetry samples.")
+    telemetry_interval_s: float = Field(default=1.0, gt=0, le=MAX_TIME_S, description="Seconds between telemetry samples.")
     metrics_port: int | None = Field(
         default=None, ge=1, le=65535, description="Serve the run's training metrics for Prometheus on this port."
     )
@@ -116,7 +126,7 @@ class RunSpec(BaseModel):
         description="weak: batch_size is per process; strong: batch_size is global, split across processes.",
     )
     timeout_s: float = Field(
-        default=300.0, gt=0,
+        default=300.0, gt=0, le=MAX_TIME_S,
         description="Longest a rank may wait for the others (collectives, rendezvous) before the run fails.",
     )
     parallel: Literal["ddp", "fsdp", "tp", "pp", "fsdp+tp"] | None = Field(
@@ -213,16 +223,16 @@ class CommSpec(BaseModel):
     min_bytes: int = Field(default=1024, ge=4, description="Smallest message (bytes of the result buffer).")
     max_bytes: int = Field(default=16 << 20, ge=4, description="Largest message.")
     factor: int = Field(default=4, ge=2, description="Size multiplier between steps.")
-    iters: int = Field(default=20, gt=0, description="Timed iterations per size.")
-    warmup: int = Field(default=5, ge=0, description="Untimed iterations per size.")
+    iters: int = Field(default=20, gt=0, le=MAX_STEPS, description="Timed iterations per size.")
+    warmup: int = Field(default=5, ge=0, le=MAX_STEPS, description="Untimed iterations per size.")
     device: Literal["auto", "cpu", "cuda"] = "auto"
     nproc: int = Field(default=2, gt=0, le=MAX_RANKS_PER_NODE)
     nnodes: int = Field(default=1, gt=0, le=MAX_NODES)
     node_rank: int = Field(default=0, ge=0)
     rdzv_endpoint: str | None = None
     backend: Literal["gloo", "nccl", "mpi"] | None = None
-    threads: int | None = Field(default=None, gt=0)
-    timeout_s: float = Field(default=300.0, gt=0)
+    threads: int | None = Field(default=None, gt=0, le=MAX_THREADS)
+    timeout_s: float = Field(default=300.0, gt=0, le=MAX_TIME_S)
     tags: Tags = Field(default_factory=dict)
     link_rate_bits_per_s: float | None = Field(default=None, gt=0, description="The link's rate (else read on the nodes).")
 
@@ -245,28 +255,28 @@ class IoReadSpec(BaseModel):
     model_config = _EDGE
 
     path: str = Field(description="The data set directory (written by 'dlbench io generate').")
-    batch_size: int | None = Field(default=None, gt=0, description="Samples per batch per rank; None: the preset's, else 1.")
-    workers: int | None = Field(default=None, ge=0, description="DataLoader workers per rank; None: the preset's, else 4.")
-    prefetch: int = Field(default=2, gt=0, description="Batches each worker loads ahead (DataLoader prefetch_factor).")
+    batch_size: int | None = Field(default=None, gt=0, le=MAX_IO_BATCH, description="Samples per batch per rank; None: the preset's, else 1.")
+    workers: int | None = Field(default=None, ge=0, le=MAX_WORKERS, description="DataLoader workers per rank; None: the preset's, else 4.")
+    prefetch: int = Field(default=2, gt=0, le=MAX_PREFETCH, description="Batches each worker loads ahead (DataLoader prefetch_factor).")
     shuffle: bool = Field(default=True, description="Shuffle the sample order each epoch (DistributedSampler's).")
     pin_memory: bool | None = Field(default=None, description="Pinned host buffers; None: on with CUDA.")
     decode: bool = Field(default=True, description="Decode samples (np.load, JPEG, HDF5); False: raw bytes with pread.")
-    compute_ms: float | None = Field(default=None, ge=0, description="Emulated compute per batch per accelerator; None: the preset's, else 0.")
+    compute_ms: float | None = Field(default=None, ge=0, le=MAX_COMPUTE_MS, description="Emulated compute per batch per accelerator; None: the preset's, else 0.")
     compute_from: str | None = Field(default=None, description="A stored run id: its median step time is the compute per batch.")
-    epochs: int = Field(default=1, gt=0, description="Passes over the data set.")
-    steps: int | None = Field(default=None, gt=0, description="Stop after this many batches per rank (None: whole epochs).")
+    epochs: int = Field(default=1, gt=0, le=MAX_STEPS, description="Passes over the data set.")
+    steps: int | None = Field(default=None, gt=0, le=MAX_STEPS, description="Stop after this many batches per rank (None: whole epochs).")
     cache: Literal["cold", "warm", "asis"] = Field(
         default="cold", description="cold: drop the files from the page cache first; warm: read them once first; asis: neither.")
     device: Literal["auto", "cpu", "cuda"] = "auto"
-    seed: int = Field(default=0, ge=0, description="Seeds the shuffle.")
-    nproc: int = Field(default=1, gt=0, description="Ranks on this node, each reading its shard.")
-    nnodes: int = Field(default=1, gt=0)
+    seed: int = Field(default=0, ge=0, le=MAX_SEED, description="Seeds the shuffle.")
+    nproc: int = Field(default=1, gt=0, le=MAX_RANKS_PER_NODE, description="Ranks on this node, each reading its shard.")
+    nnodes: int = Field(default=1, gt=0, le=MAX_NODES)
     node_rank: int = Field(default=0, ge=0)
     rdzv_endpoint: str | None = None
     torchrun: bool | None = None
     backend: Literal["gloo", "nccl", "mpi"] | None = None
-    threads: int | None = Field(default=None, gt=0)
-    timeout_s: float = Field(default=300.0, gt=0)
+    threads: int | None = Field(default=None, gt=0, le=MAX_THREADS)
+    timeout_s: float = Field(default=300.0, gt=0, le=MAX_TIME_S)
     tags: Tags = Field(default_factory=dict)
 
     @model_validator(mode="after")
@@ -349,8 +359,8 @@ class MlperfJobSpec(BaseModel):
     max_epochs: int | None = Field(default=None, gt=0)
     data_dir: str | None = None  # a path on the job's nodes
     data_seed: int = 0
-    workers: int = Field(default=0, ge=0)
-    threads: int | None = Field(default=None, gt=0)
+    workers: int = Field(default=0, ge=0, le=MAX_WORKERS)
+    threads: int | None = Field(default=None, gt=0, le=MAX_THREADS)
     knobs: dict[str, Any] = Field(default_factory=dict)
     tags: Tags = Field(default_factory=dict)
     telemetry: bool = True

@@ -98,7 +98,7 @@ CASES = [
          files={"x": data_set}),
     Case("generate-resume-nothing", ["io", "generate", "{tmp}/d"], "holds no data set to resume"),
     Case("generate-disk-full", ["io", "generate", "{tmp}/disk/d", "-n", "40", "--sample-bytes", "4K"],
-         "no space left writing", files={"x": tiny_disk}),
+         "needs about 163,840 more bytes", files={"x": tiny_disk}),
     Case("generate-workload-too-many-fields", ["io", "generate", "{tmp}/d", "--workload", "lstm", "--format", "npy"],
          "--format npy holds 1"),
     Case("stage-onto-itself", ["io", "stage", "{tmp}/ds", "{tmp}/ds"], "is the source itself", files={"x": data_set}),

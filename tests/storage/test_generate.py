@@ -85,15 +85,28 @@ def tiny_disk(tmp_path):
     subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
+def test_a_data_set_larger_than_the_free_space_is_refused_before_anything_is_written(tiny_disk):
+    root = tiny_disk / "ds"
+    with pytest.raises(UsageError, match=r"needs about 491,520 more bytes but .* has \d[\d,]* free"):
+        _write(root, samples=12, shape=(40 * 1024,))  # 480 KiB on a 256 KiB disk
+    assert not root.exists()
+
+
 def test_a_full_disk_stops_cleanly_and_the_same_generate_resumes(tiny_disk):
     root = tiny_disk / "ds"
+    planned = plan_data_set(fmt="npy", samples=12, shape=(16 * 1024,))  # 192 KiB: fits when the generate starts
+
+    def another_writer(done: int, total: int, written: int) -> None:  # ... until another process takes the room
+        if done == 2:
+            (tiny_disk / "filler").write_bytes(b"x" * (150 * 1024))
+
     with pytest.raises(UsageError, match=r"no space left .*resumes at file"):
-        _write(root, samples=12, shape=(40 * 1024,))  # 480 KiB on a 256 KiB disk
+        generate(root, planned, random_samples(planned), another_writer)
+    (tiny_disk / "filler").unlink()
     assert not [p for p in root.iterdir() if p.name.endswith(".tmp")]  # no half-written file left
     written = [p for p in root.iterdir() if p.name.startswith("sample-")]
     assert 0 < len(written) < 12
-    subprocess.run(["mount", "-o", "remount,size=1m", str(tiny_disk)], check=True)  # space freed
-    _write(root, samples=12, shape=(40 * 1024,))
+    _write(root, samples=12, shape=(16 * 1024,))  # space freed
     assert len(load_data_set(root).files) == 12
 
 

@@ -19,7 +19,7 @@ from dlbench.errors import UsageError
 from dlbench.spec import IoReadSpec, StageSpec
 from dlbench.storage.generate import OnFile, generate, prepare
 from dlbench.storage.manifest import Manifest, read_manifest
-from dlbench.storage.presets import random_samples
+from dlbench.storage.presets import checked_plan, random_samples
 
 
 def generate_data_set(root: Path, planned: Manifest | None, on_file: OnFile | None = None) -> Manifest:
@@ -64,9 +64,9 @@ def plan_workload_data_set(workload: str, params: dict[str, Any], fmt: str, samp
     per_file = samples_per_file or (64 if form.sharded else 1)
     if per_file > 1 and not form.sharded:
         raise UsageError(f"--format {fmt} holds one sample per file; drop --samples-per-file or use tar or hdf5.")
-    return Manifest(format=fmt, samples=samples, samples_per_file=per_file, seed=seed,
-                    fields=describe([t[0].numpy() for t in probe]),
-                    source={"workload": workload, "params": instance.params})
+    return checked_plan(Manifest(format=fmt, samples=samples, samples_per_file=per_file, seed=seed,
+                                 fields=describe([t[0].numpy() for t in probe]),
+                                 source={"workload": workload, "params": instance.params}))
 
 
 def workload_samples(workload: str, params: dict[str, Any], seed: int) -> Callable[[int, int], list]:

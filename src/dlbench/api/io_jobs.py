@@ -40,6 +40,11 @@ class IoJob(Job):
         return dict(resolve_io(IoReadSpec(**doc), joined=launch, check_files=False).record_spec)
 
     def endings(self, run, result):
+        if result and result.get("corrupt_samples") and not result.get("samples"):
+            # nothing read was a sample: 0 samples/s is not a measurement of the storage, it is a broken data set
+            example = (result.get("corrupt") or ["?"])[0]
+            return [("failed", result, f"every sample read was corrupt ({result['corrupt_samples']:,}, e.g. {example}); "
+                                       "the files do not match their manifest: write the data set again")]
         return [("ok", result, None)]
 
 

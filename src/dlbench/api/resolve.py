@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import torch
+from pydantic import ValidationError
 
 from dlbench.catalog import registry
 from dlbench.config import writable_dir
@@ -26,8 +27,8 @@ from dlbench.engine.run import ResolvedRun, frozen
 from dlbench.errors import UsageError
 from dlbench.layout import Layout, layout_of
 from dlbench.record import new_id
-from dlbench.spec import CommSpec, IoReadSpec, LaunchSettings, RunSpec, StageSpec
-from dlbench.storage.manifest import Manifest, load_data_set, read_manifest
+from dlbench.spec import CommSpec, IoReadSpec, LaunchSettings, RunSpec, StageSpec, describe_validation_error
+from dlbench.storage.manifest import Manifest, load_data_set, memory_problem, read_manifest
 from dlbench.storage.stage import check_destination, source_files
 
 log = logging.getLogger("dlbench")
@@ -187,12 +188,23 @@ def io_settings(spec: IoReadSpec, manifest: Manifest | None, stored_step_s: floa
     preset = (manifest.source.get("read") or {}) if manifest is not None else {}
     compute_ms = spec.compute_ms
     if compute_ms is None:
-        compute_ms = stored_step_s * 1000.0 if stored_step_s is not None else float(preset.get("compute_ms", 0.0))
-    return spec.model_copy(update={
-        "batch_size": spec.batch_size or int(preset.get("batch_size", 1)),
-        "workers": spec.workers if spec.workers is not None else int(preset.get("workers", 4)),
-        "compute_ms": compute_ms, "compute_from": None,  # resolved: the ranks' spec carries the time itself
-    })
+        compute_ms = stored_step_s * 1000.0 if stored_step_s is not None else preset.get("compute_ms", 0.0)
+    resolved = {
+        "batch_size": spec.batch_size or preset.get("batch_size", 1),
+        "workers": spec.workers if spec.workers is not None else preset.get("workers", 4),
+        "compute_ms": compute_ms,
+        "compute_from": None,  # resolved: the ranks' spec carries the time itself
+    }
+    try:  # validated again: a manifest's (or a stored run's) figures meet the bounds a flag meets
+        job_spec = IoReadSpec(**(spec.model_dump() | resolved))
+    except ValidationError as exc:
+        raise UsageError(f"{describe_validation_error(exc, spec.path)} (from its {'stored run' if stored_step_s else 'manifest'}'s "
+                         "read settings); give --batch-size, --workers and --compute-ms yourself.") from None
+    if manifest is not None:
+        problem = memory_problem(manifest, job_spec.batch_size, "a batch")
+        if problem:
+            raise UsageError(f"io read {spec.path}: {problem}; give a smaller --batch-size.")
+    return job_spec
 
 
 def io_record_spec(spec: IoReadSpec, manifest: Manifest | None) -> dict:

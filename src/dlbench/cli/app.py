@@ -112,7 +112,8 @@ def main(argv: list[str] | None = None) -> int:
         # only the run pipeline knows whether a run was in progress (it marks the exception when it recorded one)
         recorded = "; a run in progress was recorded as aborted with the steps it measured" if getattr(
             exc, "run_recorded", False) else ""
-        print(f"dlbench: {what}{recorded}", file=sys.stderr)
+        progress = getattr(exc, "progress", "")  # what a long write (io generate) kept on disk
+        print(f"dlbench: {what}{recorded}{progress}", file=sys.stderr)
         code = 128 + signum
     except Exception as exc:
         if not _is_parser_error(exc) or debug:

@@ -67,6 +67,8 @@ def generate(
         if shaped:
             raise UsageError("give --sample-bytes or a shape (--shape, --image-size, --seq-len), not both.")
         shaped = (parse_size(sample_bytes),)
+    if param and not workload:  # a size parameter with nothing to size would be silently ignored
+        raise UsageError("--param sizes a catalogue workload's samples; give --workload too, or drop --param.")
     given = any(v is not None for v in (preset, fmt, samples, samples_per_file, shaped, dtype, workload))
     if workload:
         if preset or shaped or dtype:

@@ -23,6 +23,7 @@ from dlbench.storage._base import Format, get_format
 from dlbench.storage.manifest import (
     MANIFEST_NAME,
     Manifest,
+    memory_problem,
     read_manifest,
     write_manifest,
 )
@@ -43,22 +44,30 @@ def generate(root: Path, planned: Manifest, make_samples: MakeSamples, on_file: 
     known = prepare(root, planned) if known is None else known
     files: list[dict[str, Any]] = []
     checkpointed = time.monotonic()
-    for i in range(planned.file_count):
-        name = planned.file_name(i, form.suffix)
-        count = planned.samples_in(i)
-        entry = _kept(form, root / name, known.get(name), count)
-        if entry is None:
-            try:
-                entry = _write_file(form, root, name, make_samples(i, count), count)
-            except OSError as exc:
+    try:
+        for i in range(planned.file_count):
+            name = planned.file_name(i, form.suffix)
+            count = planned.samples_in(i)
+            entry = _kept(form, root / name, known.get(name), count)
+            if entry is None:
+                try:
+                    entry = _write_file(form, root, name, make_samples(i, count), count)
+                except OSError as exc:
+                    _checkpoint(root, planned, files)
+                    raise _write_error(exc, root, name, len(files), planned.file_count) from None
+            files.append(entry)
+            if time.monotonic() - checkpointed > CHECKPOINT_S:
                 _checkpoint(root, planned, files)
-                raise _write_error(exc, root, name, i, planned.file_count) from None
-        files.append(entry)
-        if time.monotonic() - checkpointed > CHECKPOINT_S:
+                checkpointed = time.monotonic()
+            if on_file is not None:
+                on_file(i + 1, planned.file_count, sum(e["bytes"] for e in files))
+    except BaseException as exc:  # the files renamed into place are whole: the manifest says so, and a signal's message
+        if not isinstance(exc, UsageError):
             _checkpoint(root, planned, files)
-            checkpointed = time.monotonic()
-        if on_file is not None:
-            on_file(i + 1, planned.file_count, sum(e["bytes"] for e in files))
+        if not isinstance(exc, Exception):  # Terminated, KeyboardInterrupt: the CLI adds how much is kept
+            exc.progress = (f"; {len(files)} of {planned.file_count} files of {root} are written and kept, "  # type: ignore[attr-defined]
+                            "and the same 'dlbench io generate' resumes")
+        raise
     planned.files, planned.complete = files, True
     write_manifest(root, planned)
     return planned
@@ -66,6 +75,7 @@ def generate(root: Path, planned: Manifest, make_samples: MakeSamples, on_file: 
 
 def prepare(root: Path, planned: Manifest) -> dict[str, dict[str, Any]]:
     """Check ``root`` can take the data set; the files an earlier generate of the same data set recorded."""
+    _check_room(root, planned)  # before the directory is made: a refused data set leaves nothing behind
     try:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -79,8 +89,27 @@ def prepare(root: Path, planned: Manifest) -> dict[str, dict[str, Any]]:
         raise UsageError(f"{root} already holds another data set ({existing.format}, {existing.samples:,} samples of "
                          f"{existing.fields[0]['shape']}); run 'dlbench io generate {root}' alone to finish that one, "
                          "or choose an empty directory.")
-    _checkpoint(root, planned, existing.files if existing is not None else [])
-    return {e["name"]: e for e in (existing.files if existing is not None else [])}
+    known = existing.files if existing is not None else []
+    _checkpoint(root, planned, known)
+    return {e["name"]: e for e in known}
+
+
+def _check_room(root: Path, planned: Manifest) -> None:
+    """Before the first file: one file's samples fit in memory (they are made whole, then written), and the
+    bytes still to write fit on the disk (a JPEG is counted at a quarter of its pixels: it compresses)."""
+    problem = memory_problem(planned, planned.samples_per_file, f"each {planned.format} file")
+    if problem:
+        raise UsageError(f"io generate: {problem}; use a smaller --shape/--sample-bytes or fewer --samples-per-file.")
+    existing = read_manifest(root) if root.is_dir() else None
+    # a resumed generate keeps what is on disk (an interrupted one may not have listed it in the manifest yet)
+    kept = sum(p.stat().st_size for p in root.iterdir() if p.is_file()) if existing is not None \
+        and existing.same_data_set(planned) else 0
+    need = planned.samples * planned.sample_bytes // (4 if planned.format == "jpeg" else 1) - kept
+    there = next(p for p in (root, *root.absolute().parents) if p.exists())  # the file system it will be on
+    free = shutil.disk_usage(there).free
+    if need > free:
+        raise UsageError(f"io generate: the data set needs about {need:,} more bytes but {root} has {free:,} free; "
+                         "free space, choose another directory, or ask for fewer --samples.")
 
 
 def _kept(form: Format, path: Path, entry: dict[str, Any] | None, count: int) -> dict[str, Any] | None:

@@ -14,7 +14,7 @@ import numpy as np
 
 from dlbench.errors import UsageError, unknown_name
 from dlbench.storage._base import FORMATS, get_format
-from dlbench.storage.manifest import Manifest
+from dlbench.storage.manifest import Manifest, manifest_problem
 
 
 @dataclass(frozen=True)
@@ -70,8 +70,18 @@ def plan_data_set(preset: str | None = None, fmt: str | None = None, samples: in
     source = {"preset": preset} if preset else {}
     if base is not None:
         source["read"] = {"batch_size": base.batch_size, "workers": base.workers, "compute_ms": base.compute_ms}
-    return Manifest(format=fmt, samples=samples, samples_per_file=per_file, seed=seed, source=source,
-                    fields=[{"shape": list(shape), "dtype": np.dtype(dtype).str}])
+    return checked_plan(Manifest(format=fmt, samples=samples, samples_per_file=per_file, seed=seed, source=source,
+                                 fields=[{"shape": list(shape), "dtype": np.dtype(dtype).str}]))
+
+
+def checked_plan(planned: Manifest) -> Manifest:
+    """``planned`` when it is within a data set's bounds (:func:`~dlbench.storage.manifest.manifest_problem`),
+    else the one sentence naming what to change, before anything is written."""
+    problem = manifest_problem(planned)
+    if problem:
+        raise UsageError(f"io generate: {problem}; change --samples, --samples-per-file, --shape, --sample-bytes, "
+                         "--image-size, --seq-len, --dtype or the workload's -p sizes (bounds: docs/io.md).")
+    return planned
 
 
 def _preset(name: str | None) -> Preset | None:
