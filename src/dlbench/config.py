@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from dlbench.errors import UsageError, unknown_name
+from dlbench.safety import read_input_file
 
 if TYPE_CHECKING:  # spec imports pydantic (~0.2 s): only where runs are built, not at `dlbench --help`
     from dlbench.spec import RunSpec
@@ -114,13 +115,11 @@ def parse_yaml(text: str, where: str) -> Any:
 def read_text_file(path: str | Path, what: str = "config file", limit_bytes: int = MAX_CONFIG_BYTES) -> str:
     """A small UTF-8 text file's content; unreadable, oversized or non-UTF-8 files are usage errors."""
     shown = repr(str(path))
-    try:
-        with open(path, "rb") as handle:
-            data = handle.read(limit_bytes + 1)  # never more: the "file" may be /dev/zero
-    except OSError as exc:
-        raise UsageError(f"cannot read {what} {shown} ({exc.strerror or exc}); check the path.") from None
-    if len(data) > limit_bytes:
-        raise UsageError(f"{what} {shown} is larger than {limit_bytes // 2**20} MiB; give a config file, not a data file.")
+    try:  # a regular file, bounded: never a FIFO that blocks or /dev/zero that never ends
+        data = read_input_file(path, what, limit_bytes)
+    except UsageError as exc:
+        text = str(exc)
+        raise UsageError(text if text.endswith(".") else f"{text}; give a {what}.") from None
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -10,7 +10,9 @@ and SQL by SQLAlchemy's bound parameters, never by formatting text — so neithe
   lines itself, not the shell: it splits at white space, honours quotes and backslashes, and ends the line at
   an unquoted ``#``; so a value must be one token of the characters its kind allows, checked, never quoted;
 * :func:`path_inside` — a file name built from stored or user text that must stay inside its folder;
-* :func:`markup` — text shown through rich, so ``[/bold]`` in a tag or an error prints as typed.
+* :func:`markup` — text shown through rich, so ``[/bold]`` in a tag or an error prints as typed;
+* :func:`read_input_file` — a file named by the user (a config, a run record to import): a regular file of
+  bounded size, never a FIFO that blocks, a device that never ends, or a directory.
 
 Each raises :class:`~dlbench.errors.UsageError` with one sentence naming the value and the fix, and each is
 fuzzed with arbitrary text by ``tests/hostile/test_safety_properties.py``.
@@ -18,8 +20,10 @@ fuzzed with arbitrary text by ``tests/hostile/test_safety_properties.py``.
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
+import stat
 from pathlib import Path
 
 from dlbench.errors import UsageError
@@ -140,3 +144,32 @@ def markup(text: object) -> str:
                            else m.group(1) + ("\\" if m.group(1) else "") + m.group(2), shown_text)
     trailing = len(escaped) - len(escaped.rstrip("\\"))
     return escaped + "\\" * trailing + "[bold][/bold]" if trailing else escaped
+
+
+def read_input_file(path: str | Path, what: str, limit_bytes: int) -> bytes:
+    """The bytes of the user's input file ``path``: a regular file (a link to one is followed) of at most
+    ``limit_bytes``. A FIFO, a device (``/dev/zero``), a socket or a directory is one sentence at once: the
+    file is opened without blocking and checked before a byte is read, and never more than the limit is read."""
+    shown_path = repr(str(path))
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
+    except OSError as exc:
+        raise UsageError(f"cannot read {what} {shown_path} ({exc.strerror or exc}); check the path.") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            kind = ("a directory" if stat.S_ISDIR(info.st_mode) else "a FIFO" if stat.S_ISFIFO(info.st_mode)
+                    else "a device" if stat.S_ISCHR(info.st_mode) or stat.S_ISBLK(info.st_mode) else "not a regular file")
+            raise UsageError(f"{what} {shown_path} is {kind}, not a regular file")
+        if info.st_size > limit_bytes:
+            raise UsageError(f"{what} {shown_path} is {info.st_size:,} bytes, larger than the {limit_bytes:,} bytes a "
+                             f"{what} may be; give the right file.")
+        with os.fdopen(os.dup(fd), "rb") as handle:
+            data = handle.read(limit_bytes + 1)  # a file growing meanwhile is still read no further
+    except OSError as exc:
+        raise UsageError(f"cannot read {what} {shown_path} ({exc.strerror or exc}); check the path.") from None
+    finally:
+        os.close(fd)
+    if len(data) > limit_bytes:
+        raise UsageError(f"{what} {shown_path} is larger than the {limit_bytes:,} bytes a {what} may be; give the right file.")
+    return data

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -105,7 +106,12 @@ CASES: list[Case] = [
          files=record_file(GOOD, series=[{"t_s": 0.0}, 5])),
     Case("import-good-then-bad", ["store", "import", "{tmp}/good.json", "{tmp}/r.json"], "status 'hacked'",
          files={"good.json": json.dumps(GOOD).encode(), **record_file(changed("status", "hacked"))}),
-    Case("import-directory", ["store", "import", "{tmp}"], "is not a dlbench run file"),
+    Case("import-directory", ["store", "import", "{tmp}"], "is a directory, not a regular file"),
+    Case("import-fifo", IMPORT, "is a FIFO, not a regular file", files={"r.json": lambda folder: os.mkfifo(folder / "r.json")}),
+    Case("import-link-to-dev-zero", IMPORT, "is a device, not a regular file",
+         files={"r.json": lambda folder: (folder / "r.json").symlink_to("/dev/zero")}),
+    Case("import-link-to-dev-urandom", IMPORT, "is a device", files={"r.json": lambda f: (f / "r.json").symlink_to("/dev/urandom")}),
+    Case("import-dangling-link", IMPORT, "cannot read run file", files={"r.json": lambda f: (f / "r.json").symlink_to(f / "nowhere")}),
 ]
 
 

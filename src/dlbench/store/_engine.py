@@ -16,6 +16,7 @@ SQLite (the default, one file per user or team folder on a local disk):
 from __future__ import annotations
 
 import os
+import re
 import time
 from pathlib import Path
 
@@ -78,10 +79,28 @@ def set_wal(engine: sa.Engine) -> None:
         time.sleep(0.05 * (attempt + 1))
 
 
+#: A database server that accepts the connection and then never answers must not hang a command: libpq gives up
+#: connecting after CONNECT_TIMEOUT_S, the server ends any statement after STATEMENT_TIMEOUT_S (a lock held
+#: forever by another client), and TCP gives up on a server that stopped acknowledging after TCP_USER_TIMEOUT_S.
+CONNECT_TIMEOUT_S = 10
+STATEMENT_TIMEOUT_S = 300
+TCP_USER_TIMEOUT_S = 60
+
+
+def server_connect_args() -> dict[str, object]:
+    """libpq's connection settings for a PostgreSQL store: the timeouts above, and TCP keepalives."""
+    return {"connect_timeout": CONNECT_TIMEOUT_S, "options": f"-c statement_timeout={STATEMENT_TIMEOUT_S * 1000}",
+            "keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10, "keepalives_count": 3,
+            "tcp_user_timeout": TCP_USER_TIMEOUT_S * 1000}
+
+
 def _server_engine(url: str) -> sa.Engine:
     try:
-        return sa.create_engine(_postgres_driver(url), pool_pre_ping=True)
-    except (ImportError, sa.exc.NoSuchModuleError, sa.exc.ArgumentError) as exc:
+        driver_url = _postgres_driver(url)
+        is_postgres = sa.engine.make_url(driver_url).get_backend_name() == "postgresql"
+        return sa.create_engine(driver_url, pool_pre_ping=True,
+                                connect_args=server_connect_args() if is_postgres else {})
+    except (ImportError, sa.exc.NoSuchModuleError, sa.exc.ArgumentError, ValueError) as exc:  # ValueError: a bad port
         raise UsageError(
             f"cannot use the results store URL {display(url)} ({exc}); for PostgreSQL install "
             "\"pip install 'dlbench[postgres]'\" and use postgresql://user:password@host/db."
@@ -106,8 +125,8 @@ def display(url: str) -> str:
         return str(path)
     try:
         return sa.engine.make_url(url).render_as_string(hide_password=True)
-    except sa.exc.ArgumentError:
-        return url
+    except (sa.exc.ArgumentError, ValueError):  # unparsable (a port that is not a number): still no password shown
+        return re.sub(r"//([^:/@]*):[^@/]*@", r"//\1:***@", url)
 
 
 def reason(exc: BaseException) -> str:
@@ -162,5 +181,5 @@ def store_error(exc: SQLAlchemyError | Exception, url: str) -> UsageError:
     )
 
 
-__all__ = ["BUSY_TIMEOUT_S", "WRITE", "create_engine", "display", "is_busy", "is_corrupt", "reason",
+__all__ = ["BUSY_TIMEOUT_S", "CONNECT_TIMEOUT_S", "STATEMENT_TIMEOUT_S", "WRITE", "create_engine", "display", "is_busy", "is_corrupt", "reason",
            "set_wal", "sqlite_path", "store_error", "writable", "SQLAlchemyError"]

@@ -15,10 +15,14 @@ import os
 from pathlib import Path
 from typing import Any
 
+from dlbench.errors import UsageError
 from dlbench.record import ID_PATTERN, record_problem, series_problem
+from dlbench.safety import read_input_file
 from dlbench.store._paths import sqlite_path
 
 SUFFIX = ".json"
+#: The largest run file ``store import`` reads: a record with a day of 1 s telemetry samples is ~50 MB.
+MAX_RUN_FILE_BYTES = 1 << 30
 QUARANTINE = "quarantine"  # spooled files that cannot be loaded (malformed), kept for a person to look at
 
 
@@ -78,8 +82,10 @@ def read(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
 
     Raises ``ValueError`` naming the file and the problem when it is not one.
     """
-    try:
-        document = json.loads(Path(path).read_text(encoding="utf-8"))
+    try:  # a regular file of bounded size: a FIFO or a link to /dev/zero is refused at once, never waited on
+        document = json.loads(read_input_file(path, "run file", MAX_RUN_FILE_BYTES).decode("utf-8"))
+    except UsageError as exc:
+        raise ValueError(str(exc).removesuffix(".")) from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise ValueError(f"{path} is not a dlbench run file ({type(exc).__name__}: {exc})") from None
     if isinstance(document, dict) and isinstance(document.get("record"), dict):

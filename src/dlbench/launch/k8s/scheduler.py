@@ -64,11 +64,30 @@ def connect() -> Any:
         if not any(Path(p).is_file() for p in path.split(os.pathsep) if p) and os.environ.get("KUBERNETES_SERVICE_HOST"):
             configuration = client.Configuration()
             config.load_incluster_config(client_configuration=configuration)
-            return client.ApiClient(configuration)
-        return config.new_client_from_config(config_file=path)
+            return with_timeouts(client.ApiClient(configuration))
+        return with_timeouts(config.new_client_from_config(config_file=path))
     except (config.ConfigException, OSError, ValueError, TypeError, yaml.YAMLError) as exc:
         raise UsageError(f"no usable kubeconfig at {path} ({one_line(exc)}); set KUBECONFIG, write "
                          "~/.kube/config (e.g. 'oc login' or 'kubectl config'), or run inside the cluster.") from None
+
+
+#: Every call to the API server has these (connect, read) limits, seconds: a server that accepts the connection and
+#: never answers is one sentence (api_error), not a command waiting for ever (the client retries a call 3 times:
+#: at most 4 reads of 60 s). dlbench polls; it streams nothing.
+API_TIMEOUT_S = (10.0, 60.0)
+
+
+def with_timeouts(api: Any) -> Any:
+    """``api`` (a kubernetes ``ApiClient``) whose every call has :data:`API_TIMEOUT_S` unless it gives its own."""
+    call_api = api.call_api
+
+    def call_with_timeout(*args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("_request_timeout") is None:
+            kwargs["_request_timeout"] = API_TIMEOUT_S
+        return call_api(*args, **kwargs)
+
+    api.call_api = call_with_timeout
+    return api
 
 
 def api_error(exc: BaseException, doing: str) -> UsageError:

@@ -1,0 +1,115 @@
+"""No hang on a silent server: every network client dlbench opens has a connect and a read (statement) limit.
+
+The server in these tests is real: a loopback socket that accepts every connection and never says a word (the
+kernel completes the TCP handshake, so only a client's own timeout can end the wait). The limits are lowered for
+the test (the module constants the clients read at call time), so each case costs seconds, not minutes.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import pytest
+
+from dlbench.cli.app import main
+
+
+@pytest.fixture
+def silent_server():
+    """``127.0.0.1:port`` of a server that accepts and stays silent; closed after the test."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(server.accept()[0])
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield server.getsockname()[1]
+    stop.set()
+    thread.join()
+    for conn in held:
+        conn.close()
+    server.close()
+
+
+def test_a_silent_postgresql_server_is_one_sentence_within_the_connect_timeout(silent_server, monkeypatch, capsys):
+    from dlbench.store import _engine
+
+    monkeypatch.setattr(_engine, "CONNECT_TIMEOUT_S", 2)
+    started = time.monotonic()
+    code = main(["results", "--db", f"postgresql://dlbench:secret@127.0.0.1:{silent_server}/runs"])
+    took_s = time.monotonic() - started
+    err = capsys.readouterr().err
+    assert code == 2 and took_s < 2 * 2 + 10, (code, took_s)  # libpq may try twice (with and without TLS)
+    assert err.startswith("dlbench: error: cannot open the results store postgresql://dlbench:***@127.0.0.1")
+    assert "timeout" in err and "secret" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_postgresql_store_sets_connect_and_statement_timeouts():
+    from dlbench.store._engine import CONNECT_TIMEOUT_S, STATEMENT_TIMEOUT_S, server_connect_args
+
+    args = server_connect_args()
+    assert args["connect_timeout"] == CONNECT_TIMEOUT_S
+    assert args["options"] == f"-c statement_timeout={STATEMENT_TIMEOUT_S * 1000}"
+
+
+def test_a_postgresql_statement_that_waits_on_a_lock_ends_at_the_statement_timeout(monkeypatch):
+    """Real PostgreSQL: a lock another client holds for ever ends the waiting statement at the timeout."""
+    import os
+
+    url = os.environ.get("DLBENCH_TEST_POSTGRES_URL")
+    if not url:
+        pytest.skip("DLBENCH_TEST_POSTGRES_URL is not set (CI sets it)")
+    import sqlalchemy as sa
+
+    from dlbench.store import _engine
+
+    monkeypatch.setattr(_engine, "STATEMENT_TIMEOUT_S", 1)
+    engine = _engine.create_engine(url)
+    holder = sa.create_engine(_engine._postgres_driver(url))
+    try:
+        with holder.connect() as held:
+            held.execute(sa.text("create table if not exists t33_lock (x int)"))
+            held.commit()
+            held.execute(sa.text("lock table t33_lock in access exclusive mode"))
+            started = time.monotonic()
+            with pytest.raises(sa.exc.OperationalError, match="statement timeout"), engine.connect() as conn:
+                conn.execute(sa.text("select * from t33_lock"))
+            assert time.monotonic() - started < 10
+            held.rollback()
+    finally:
+        engine.dispose()
+        holder.dispose()
+
+
+def test_a_silent_kubernetes_api_is_one_sentence_within_the_request_timeout(silent_server, tmp_path, monkeypatch):
+    pytest.importorskip("kubernetes")
+    from dlbench.errors import UsageError
+    from dlbench.launch.k8s import scheduler
+
+    config = tmp_path / "kubeconfig"
+    config.write_text(f"""apiVersion: v1
+kind: Config
+clusters: [{{name: c, cluster: {{server: "http://127.0.0.1:{silent_server}"}}}}]
+users: [{{name: u, user: {{token: t}}}}]
+contexts: [{{name: x, context: {{cluster: c, user: u}}}}]
+current-context: x
+""")
+    monkeypatch.setenv("KUBECONFIG", str(config))
+    monkeypatch.setattr(scheduler, "API_TIMEOUT_S", (1.0, 2.0))
+    k8s = scheduler.KubeScheduler()
+    started = time.monotonic()
+    with pytest.raises(UsageError, match="could not reach the Kubernetes API to read the PyTorchJob CRD"):
+        k8s._has_operator()
+    assert time.monotonic() - started < 4 * 2.0 + 10  # the client retries a read 3 times: 4 timeouts at most
