@@ -5,7 +5,8 @@ down, its slurmd and job steps are killed, one rank is SIGKILLed; and a node tha
 link down before the step reaches it). dlbench must end each within ``--timeout`` + 60 s — it cancels the job
 itself, it does not wait for Slurm to declare the node dead (SlurmdTimeout, 300 s by default) —, record
 ``failed`` with an error naming the node and rank, keep the steps measured so far, and leave no process on any
-node. Everything here happens between the test's own namespaces.
+node. A node cut off from the others ends its own ranks and torchrun agent within ``--timeout`` + 30 s, asserted
+while its link is still down (nobody can reach it to end them). Everything here happens between the test's own namespaces.
 """
 
 from __future__ import annotations
@@ -80,6 +81,27 @@ def check_failed_naming(record: dict, code: int, err: str, took_s: float, *names
     assert "Traceback" not in err
 
 
+def cut_off_node_ends_by_itself(login, node: str, cut_at: float) -> None:
+    """Nobody can reach a partitioned node (its link is still down here): its ranks and torchrun agent must end
+    themselves (the ranks' watchdog, dlbench.launch.liveness) within --timeout + 30 s of the cut."""
+    deadline = cut_at + TIMEOUT_S + 30
+    while True:
+        left = [p for p in login.cluster.job_processes([node]) if _of_the_job(p)]
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert left == [], [" ".join(p.cmdline())[:120] for p in left]
+
+
+def _of_the_job(proc) -> bool:
+    """A rank or an agent of the job (Slurm's own slurmstepd may wait longer for the unreachable controller)."""
+    try:
+        words = " ".join(proc.cmdline())
+    except Exception:  # noqa: BLE001 - a process that ended meanwhile is not running
+        return False
+    return "dlbench" in words or "torch.distributed.run" in words or "torchrun" in words
+
+
 def no_process_left(login) -> None:
     login.cluster.heal()  # the link back: Slurm's own cancel reaches the node again
     left = login.cluster.left_running(timeout_s=90)
@@ -90,9 +112,11 @@ def test_a_node_whose_link_goes_down_is_named_and_the_job_cancelled(login2, tmp_
     db = str(tmp_path / "runs.db")
     proc = start_long_run(login2, db)
     wait_for_steps(login2, proc)
+    cut_at = time.monotonic()
     login2.cluster.link_down("node1")
-    code, record, err, took_s = finish(proc, time.monotonic())
+    code, record, err, took_s = finish(proc, cut_at)
     check_failed_naming(record, code, err, took_s, "node1 (rank 1)", "dlbench cancelled the job")
+    cut_off_node_ends_by_itself(login2, "node1", cut_at)  # before the link comes back: no one else can end them
     assert record["result"]["partial"] and record["result"]["steps"] >= 5  # what rank 0 measured is kept
     assert open_store(db).get(record["id"])["status"] == "failed"
     no_process_left(login2)

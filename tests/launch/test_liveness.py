@@ -124,3 +124,31 @@ def test_a_rank_cut_off_from_the_store_gives_up_by_itself(tmp_path):
         assert done.wait(15)
     assert "(rank 1) could not reach the rendezvous store at 127.0.0.1" in gave_up[0] and "at step 12" in gave_up[0]
     assert read_heartbeats(tmp_path)[1]["store_silent_s"] >= 1.5
+
+
+def test_a_cut_off_rank_gives_up_even_when_its_beating_thread_hangs(tmp_path):
+    """A store call on a connection whose peer vanished can block for minutes (a pulled cable drops packets): the
+    watchdog reads only the clock, so the rank still ends within lost_after_s + interval_s."""
+    master = TCPStore("127.0.0.1", 0, is_master=True, timeout=dt.timedelta(seconds=5), wait_for_workers=False)
+    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(master.port)}
+    calls, release = [], threading.Event()
+
+    def step() -> int:  # the beating thread's own work: from the third beat on, it never returns
+        calls.append(1)
+        if len(calls) > 2:
+            release.wait()
+        return 7
+
+    gave_up: list[str] = []
+    done = threading.Event()
+    heartbeat = Heartbeat(tmp_path, 1, 2, step, lambda m: (gave_up.append(m), done.set()), lost_after_s=1.0,
+                          interval_s=0.2, env=env)
+    try:
+        with heartbeat:
+            started = time.monotonic()
+            del master
+            assert done.wait(10)
+            assert time.monotonic() - started < 1.0 + 0.2 + 3  # the bound, and a loaded machine's slack
+    finally:
+        release.set()
+    assert len(gave_up) == 1 and "(rank 1) could not reach the rendezvous store" in gave_up[0] and "at step 7" in gave_up[0]

@@ -17,7 +17,7 @@ import socket
 import sys
 import threading
 import time
-from contextlib import nullcontext
+from contextlib import nullcontext, suppress
 from pathlib import Path
 
 from dlbench.api.jobs import job_kind
@@ -84,10 +84,13 @@ def _heartbeat(out: Path, launch, document: dict, progress: Progress, job, telem
         return partial["steps"] if partial else 0
 
     def give_up(message: str) -> None:
-        partial = progress.partial_result()
-        _report(out, launch.rank, document, {"status": "failed", "error": message, "result": partial}
-                | _batch_extras(job, document, launch, spec=False) | _telemetry_extras(telemetry, partial))
-        os._exit(1)  # the main thread is blocked in a collective with the lost rank: nothing else would end it
+        try:
+            partial = progress.partial_result()
+            _report(out, launch.rank, document, {"status": "failed", "error": message, "result": partial}
+                    | _batch_extras(job, document, launch, spec=False) | _telemetry_extras(telemetry, partial))
+        finally:
+            _end_agent()
+            os._exit(1)  # the main thread is blocked in a collective with the lost rank: nothing else would end it
 
     return Heartbeat(out, launch.rank, launch.world_size, measured_steps, give_up,
                      lost_after_s=float(document.get("lost_after_s") or LOST_AFTER_S))
@@ -111,6 +114,22 @@ def _telemetry_extras(telemetry: RunTelemetry | NoTelemetry, result: dict | None
     if not isinstance(telemetry, RunTelemetry):
         return {}
     return {"telemetry": node_report(telemetry, result if isinstance(result, dict) else None, socket.gethostname())}
+
+
+def _end_agent() -> None:
+    """SIGKILL this rank's torchrun agent, when its parent is one. A rank that gives up because its node is cut off
+    takes its agent with it: the agent would otherwise wait on the unreachable rendezvous store to record the
+    failure (its exit barrier: minutes), keeping the node busy where nobody can reach it. The node's other ranks
+    see their parent gone (:func:`_stop_when_orphaned`) and end too."""
+    parent = os.getppid()
+    try:
+        with open(f"/proc/{parent}/cmdline", "rb") as handle:
+            argv = handle.read().split(b"\0")
+    except OSError:
+        return
+    if any(word.endswith((b"torchrun", b"torch.distributed.run")) for word in argv):
+        with suppress(OSError):
+            os.kill(parent, signal.SIGKILL)
 
 
 def _stop_when_orphaned(poll_s: float = 1.0) -> None:

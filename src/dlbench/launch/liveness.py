@@ -69,6 +69,12 @@ class Heartbeat:
         self.started = time.time()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="dlbench-heartbeat", daemon=True)
+        # the watchdog: a thread of its own, because the beating thread can itself hang -- a store call on a
+        # connection whose peer vanished (a pulled cable drops packets silently) waits for TCP's retransmissions,
+        # minutes; the watchdog only reads the clock, so a cut-off node ends within lost_after_s + interval_s
+        self._watchdog = threading.Thread(target=self._watch, name="dlbench-watchdog", daemon=True)
+        self._gave_up = threading.Lock()
+        self._last_step = 0
         self._store: Any = None
         self._count = 0
         self._store_ok_at = time.monotonic()
@@ -77,6 +83,7 @@ class Heartbeat:
     def __enter__(self) -> Heartbeat:
         self._beat()  # the file exists before the thread's first interval: the launcher sees the rank at once
         self._thread.start()
+        self._watchdog.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -92,8 +99,25 @@ class Heartbeat:
         while not self._stop.wait(self.interval_s):
             self._beat()
 
+    def _watch(self) -> None:
+        while not self._stop.wait(self.interval_s / 2):
+            cut_off_s = time.monotonic() - self._store_ok_at
+            if cut_off_s >= self.lost_after_s + self.interval_s:  # the beating thread had its chance to say it
+                self._give_up(self._cut_off_message(cut_off_s, self._last_step))  # never a call that could hang
+                return
+
+    def _give_up(self, message: str) -> None:
+        """``on_cut_off(message)`` once, from whichever thread notices first."""
+        if self._gave_up.acquire(blocking=False):
+            self._stop.set()
+            self.on_cut_off(message)
+
+    def _cut_off_message(self, cut_off_s: float, step: int) -> str:
+        return (f"{self.host} (rank {self.rank}) could not reach the rendezvous store at {self.store_host}:"
+                f"{self.store_port} for {cut_off_s:.0f} s at step {step}: it is cut off from the other nodes")
+
     def _beat(self) -> None:
-        step = self.step()
+        step = self._last_step = self.step()
         store_ok, silent = self._stamp(step)
         now = time.monotonic()
         if store_ok:
@@ -108,13 +132,9 @@ class Heartbeat:
         if self._stop.is_set():
             return
         if cut_off_s >= self.lost_after_s:
-            self._stop.set()
-            self.on_cut_off(f"{self.host} (rank {self.rank}) could not reach the rendezvous store at "
-                            f"{self.store_host}:{self.store_port} for {cut_off_s:.0f} s at step {step}: it is cut off "
-                            "from the other nodes")
+            self._give_up(self._cut_off_message(cut_off_s, step))
         elif lost:
-            self._stop.set()
-            self.on_cut_off("; ".join(f"{host} (rank {r}) stopped answering on the network {s:.0f} s ago, after step {st}"
+            self._give_up("; ".join(f"{host} (rank {r}) stopped answering on the network {s:.0f} s ago, after step {st}"
                                       for r, (s, host, st) in sorted(lost.items())))
 
     def _stamp(self, step: int) -> tuple[bool, dict[int, tuple[float, str, str]]]:
