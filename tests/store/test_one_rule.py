@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import os
 import tempfile
 from pathlib import Path
 
@@ -92,11 +93,22 @@ def test_what_save_accepts_import_accepts(drawn, monkeypatch, capsys):
             other.close()
 
 
-def test_a_diverged_loss_is_kept_and_flagged(tmp_path):
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def store_url(request, tmp_path):
+    """Every store backend: a SQLite file, and the test PostgreSQL database (CI sets its URL)."""
+    if request.param == "sqlite":
+        return str(tmp_path / "runs.db")
+    url = os.environ.get("DLBENCH_TEST_POSTGRES_URL")
+    if not url:
+        pytest.skip("set DLBENCH_TEST_POSTGRES_URL to run the store tests on PostgreSQL")
+    return url
+
+
+def test_a_diverged_loss_is_kept_and_flagged(store_url):
     record = finish(new_record({"workload": "lstm", "device": "cpu"}, {}), "ok",
-                    {"samples_per_s": 10.0, "final_loss": math.nan, "per_rank": [{"final_loss": math.inf}]})
-    assert record["result"][NOT_FINITE] == ["final_loss", "per_rank[0].final_loss"]
-    store = open_store(str(tmp_path / "runs.db"))
+                    {"samples_per_s": math.inf, "final_loss": math.nan, "per_rank": [{"final_loss": math.inf}]})
+    assert record["result"][NOT_FINITE] == ["samples_per_s", "final_loss", "per_rank[0].final_loss"]
+    store = open_store(store_url)
     try:
         assert store.save(record, series=[{"t_s": 0.0, "loss": math.nan}]) is None
         stored = store.get(record["id"])
@@ -104,7 +116,8 @@ def test_a_diverged_loss_is_kept_and_flagged(tmp_path):
         assert math.isnan(store.series(record["id"])[0]["loss"])
     finally:
         store.close()
-    assert finish(record, "ok", stored["result"])["result"][NOT_FINITE] == ["final_loss", "per_rank[0].final_loss"]
+    assert finish(record, "ok", stored["result"])["result"][NOT_FINITE] == ["samples_per_s", "final_loss",
+                                                                           "per_rank[0].final_loss"]
 
 
 @pytest.mark.parametrize("field, value", [("learning_rate", math.inf), ("timeout_s", math.nan)])
