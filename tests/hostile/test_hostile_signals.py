@@ -36,3 +36,22 @@ def test_a_read_command_stopped_by_sigterm_claims_no_recorded_run(tmp_path):
     assert proc.returncode == 128 + signal.SIGTERM
     assert err.strip() == "dlbench: stopped by SIGTERM"
     assert out == ""
+
+
+@pytest.mark.slow
+def test_io_generate_stopped_by_sigterm_says_how_many_files_are_on_disk(tmp_path):
+    """Round three: after SIGTERM, 'io generate' said "0 of 3000 files written" with 254 on disk."""
+    root = tmp_path / "ds"
+    proc = subprocess.Popen([sys.executable, "-m", "dlbench", "io", "generate", str(root), "--samples", "3000",
+                             "--sample-bytes", "64K"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None and len(list(root.glob("sample-*"))) < 20:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM, err[-2000:]
+    on_disk = len(list(root.glob("sample-*")))
+    assert 20 <= on_disk < 3000
+    assert err.strip() == (f"dlbench: stopped by SIGTERM; {on_disk} of 3000 files of {root} are written and kept, "
+                           "and the same 'dlbench io generate' resumes")
+    assert not list(root.glob(".*.tmp"))  # the file being written when the signal came is not left half-written
