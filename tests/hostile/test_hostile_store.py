@@ -149,3 +149,35 @@ def test_hostile_store_input_is_refused_before_anything_is_written(case, seeded_
     assert not (tmp_path / "runs.db.spool").exists()
     if (tmp_path / "tb").exists():  # nothing written beside --out, and no event file deleted
         assert sorted(p.name for p in (tmp_path / "tb").rglob("*")) == ["events.out.tfevents.keep"]
+
+
+POSTGRES_CASES = [c for c in CASES if c.id in (
+    "import-tags-long-value", "import-spec-param-infinity", "import-id-path-traversal", "import-fifo",
+    "import-link-to-dev-zero", "import-good-then-bad", "import-series-sample-number")]
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("case", params(POSTGRES_CASES))
+def test_hostile_import_into_postgresql_is_refused_and_writes_nothing(case, tmp_path, capsys):
+    """Round three: every store backend. The same refusals on a PostgreSQL store, whose runs stay as they were."""
+    url = os.environ.get("DLBENCH_TEST_POSTGRES_URL")
+    if not url:
+        pytest.skip("set DLBENCH_TEST_POSTGRES_URL to run the store tests on PostgreSQL")
+    from dlbench.cli.app import main
+
+    for name, content in case.files.items():
+        content(tmp_path) if callable(content) else (tmp_path / name).write_bytes(content)
+    store = open_store(url)
+    try:
+        before = sorted(r["id"] for r in store.records())
+    finally:
+        store.close()
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in case.argv]
+    assert main([*argv, "--db", url]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("dlbench: error: ") and case.fragment in err
+    store = open_store(url)
+    try:
+        assert sorted(r["id"] for r in store.records()) == before
+    finally:
+        store.close()
