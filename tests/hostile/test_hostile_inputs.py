@@ -40,7 +40,7 @@ CASES: list[Case] = [
     Case("config-fifo", RUN, "is a FIFO, not a regular file", files={"c.yaml": lambda folder: os.mkfifo(folder / "c.yaml")}),
     Case("config-link-to-dev-zero", RUN, "is a device", files={"c.yaml": lambda f: (f / "c.yaml").symlink_to("/dev/zero")}),
     Case("config-oversized", RUN, "larger than the 4,194,304 bytes", files={"c.yaml": b"# padding\n" * 500_000}),
-    Case("config-directory", ["run", "--config", "{tmp}"], "Is a directory"),
+    Case("config-directory", ["run", "--config", "{tmp}"], "is a directory, not a regular file"),
     Case("config-missing", ["run", "--config", "{tmp}/none.yaml"], "No such file or directory"),
     Case("config-dangling-link", ["run", "--config", "{tmp}/link"], "cannot read config file",
          files={"link": link_to("/nonexistent/target.yaml")}),
@@ -203,7 +203,7 @@ CASES: list[Case] = [
     Case("unknown-command", ["benchmark"], "No such command"),
     Case("store-import-garbage", ["store", "import", "{tmp}/junk.json"], "not a dlbench run file",
          files={"junk.json": b"[1, 2"}),
-    Case("store-import-missing", ["store", "import", "{tmp}/nothing.json"], "not a dlbench run file"),
+    Case("store-import-missing", ["store", "import", "{tmp}/nothing.json"], "(No such file or directory)"),
     # batch launchers: refused before anything is submitted (the unknown partition needs a real Slurm:
     # tests/launch/test_slurm.py)
     Case("slurm-without-sbatch", ["run", *TINY, "--launcher", "slurm", "--workdir", "{tmp}/jobs"],
