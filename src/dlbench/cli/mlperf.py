@@ -192,12 +192,23 @@ def score(
         from dlbench.report.tables import render
 
         render(score_table(entries), title=f"MLPerf scores: {folder}")
+        _report_scaling(entries)
     _report_unparsed(entries)
     invalid = [e for e in entries if e["status"] == "invalid"]
     if invalid:
         raise BenchmarkFailed("; ".join(f"{e['system']}/{e['benchmark']}: {e['message']}" for e in invalid))
     if not any(f["status"] == "success" for f in files):  # a folder with no valid score must not look like success
         raise BenchmarkFailed(f"no run in {folder} succeeded, so nothing in it has a score; each file's reason is above.")
+
+
+def _report_scaling(entries: list[dict]) -> None:
+    from dlbench.mlperf.report import minutes_text
+
+    for e in entries:
+        if e.get("rcp_scaled") and e["olympic_minutes"] is not None:
+            info(f"note: {e['system']}/{e['benchmark']}: RCP-scaled: the olympic mean {minutes_text(e['olympic_minutes'])} "
+                 f"min x {e['rcp_scaling_factor']:.6g} (scaling_factor of its scaling.json, committed by MLCommons' "
+                 f"review) = the published {minutes_text(e['score_minutes'])} min")
 
 
 def _report_unparsed(entries: list[dict]) -> None:

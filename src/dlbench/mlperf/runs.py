@@ -162,11 +162,19 @@ def run_time(log: ParsedLog, path: str = "") -> RunTime:
         return _set(run, FAILED, failure)
     if run.target_reached is False:
         return _set(run, FAILED, f"the log says success, but {verdict.message}")
-    run.minutes = (stop.time_s - start.time_s) / 60.0
+    run.minutes = _minutes(start, stop)
     run.epochs = epochs_to_target(log)
     energy = next((e for key in ENERGY_KEYS for e in log.all(key)), None)
     run.energy_j = _number(energy.value) if energy is not None else None
     return run
+
+
+def _minutes(start: Event, stop: Event) -> float:
+    """The run's time as MLCommons' summarizer computes it from :::MLLOG milliseconds
+    (``(stop - start) / 60 / 1000``, in that order, so the float is bit-identical); from seconds otherwise."""
+    if start.time_ms is not None and stop.time_ms is not None:
+        return (stop.time_ms - start.time_ms) / 60 / 1000
+    return (stop.time_s - start.time_s) / 60.0
 
 
 def _missing(log: ParsedLog, key: str, otherwise: str) -> str:

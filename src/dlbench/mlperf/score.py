@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from dlbench.errors import UsageError
-from dlbench.mlperf import convergence
+from dlbench.mlperf import convergence, published
 from dlbench.mlperf.layout import (
     collect_result_files,
     described_accelerators,
@@ -232,11 +232,10 @@ def score_folder(folder: str | Path) -> list[dict[str, Any]]:
                  else score_entry(system, benchmark, runs, scaling or None))
         folders = {path.parent for path, _ in pairs}
         entry["left_out"] = [str(p) for p in left_out if any(f in p.parents for f in folders)]
-        description, _ = system_description(pairs[0][0])
-        if entry["accelerators"] is None and description is not None:  # logs before v0.7 do not say: ask the system
-            entry["accelerators"] = described_accelerators(description)
-        if entry["division"] is None and description is not None and str(description.get("division", "")).strip():
-            entry["division"] = str(description["division"]).strip().lower()
+        description, where = system_description(pairs[0][0])
         entry["warnings"] += division_conflicts(system, sorted({r.division for r in runs if r.division}), description)
+        published.apply_description(entry, description, where)
+        if scaling != "weak":
+            published.apply_scaling(entry, pairs[0][0].parent)
         entries.append(entry)
     return entries
