@@ -43,7 +43,16 @@ def _benchmark_folders(org: Path) -> list[tuple[str, str | None, Path]]:
                 found += [(system.name, scaling, b) for b in sorted((system / scaling).iterdir()) if b.is_dir()]
         if not (system / "strong").is_dir() and not (system / "weak").is_dir():
             found += [(system.name, None, b) for b in sorted(system.iterdir()) if b.is_dir()]
-    return found
+    return [f for f in found if any(f[2].glob("result_*.txt"))]  # the snapshot may lack files >= 4 MiB
+
+
+def _empty_folders(round_dir: Path) -> list[str]:
+    """Benchmark folders without any result file here (their logs were too big for the snapshot)."""
+    return [str(folder) for org in _organisations(round_dir) for folder in sorted((org / "results").glob("*/*"))
+            + sorted((org / "results").glob("*/*/*"))
+            if folder.is_dir() and folder.name not in ("strong", "weak", "power") and folder.parent.name != "power"
+            and not any(folder.glob("result_*.txt")) and not any(p.is_dir() for p in folder.iterdir()
+                                                                  if p.name not in ("power", "pruned_results"))]
 
 
 def summarizer_figure(job: tuple[str, str, str | None, str, str, str]) -> dict[str, Any]:
@@ -68,12 +77,18 @@ def summarizer_figure(job: tuple[str, str, str | None, str, str, str]) -> dict[s
                 scores, _ = rs._compute_weak_score_standalone(benchmark, system, False, folder, usage, ruleset, desc)
                 row["models_per_minute"] = (scores[f"{benchmark}:number_of_models"] / scores[f"{benchmark}:time_to_train_all"]
                                             if scores else None)
-            else:
-                score, power, factor = rs._compute_strong_score_standalone(benchmark, system, has_power, folder, usage,
-                                                                           ruleset, desc)
-                row |= {"score_minutes": score, "energy_j": power, "scaling_factor": factor}
+            else:  # the time first: a crash in the power pass must not hide the time score
+                score, _, factor = rs._compute_strong_score_standalone(benchmark, system, False, folder, usage,
+                                                                       ruleset, desc)
+                row |= {"score_minutes": score, "scaling_factor": factor, "has_power": has_power}
         except Exception as exc:  # noqa: BLE001 - a summarizer crash is a finding to report, not to stop on
             row["error"] = f"{type(exc).__name__}: {exc}"
+        if has_power and "error" not in row and scaling != "weak":
+            try:
+                row["energy_j"] = rs._compute_strong_score_standalone(benchmark, system, True, folder, usage,
+                                                                      ruleset, desc)[1]
+            except Exception as exc:  # noqa: BLE001 - as above
+                row["energy_error"] = f"{type(exc).__name__}: {exc}"
     return row
 
 
@@ -137,6 +152,8 @@ def main() -> None:
           f"{len(scaled)} RCP-scaled; max relative score difference {worst:.3g}; "
           f"{len(differ)} folder(s) differ; {len(rows) - len(compared)} summarizer error(s); "
           f"summarizer {summarizer_s:.0f} s, dlbench {dlbench_s:.0f} s")
+    for folder in _empty_folders(args.round):
+        print(f"  NOT COMPARED {folder}: no result file in this copy (files >= 4 MiB are missing from the snapshot)")
     for r in differ:
         print(f"  DIFF {r['folder']}: score {r.get('dlbench')} vs {r.get('summarizer')} ({r['score_rel']:.3g}); "
               + "; ".join(r["fields"]))

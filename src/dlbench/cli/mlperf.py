@@ -286,6 +286,13 @@ def _render_checks(folder: str, results: list[dict], verdict: dict | None, rcps:
     from dlbench.report.tables import render
 
     render(check_table(results), title=f"MLPerf compliance: {folder}")
+    reasons: dict[tuple, int] = {}
+    for r in results:
+        if r.get("ruleset_reason"):
+            key = (r["usage"], r["ruleset"], r["ruleset_reason"])
+            reasons[key] = reasons.get(key, 0) + 1
+    for (usage, ruleset, why), count in reasons.items():
+        info(f"ruleset {usage} {ruleset} for {count} file(s): {why}")
     for r in results:
         if r["status"] == "fail":
             info(f"--- {r['file']} ({r['usage']} {r['ruleset']}):\n{r['messages']}")
@@ -296,6 +303,11 @@ def _render_checks(folder: str, results: list[dict], verdict: dict | None, rcps:
             info(f"package checker: {verdict['note']}")
     if rcps is not None:
         render(rcp_table(rcps), title="mlperf-logging RCP checker")
+        for r in rcps:
+            if r.get("adjustment"):
+                info(f"RCP {r['folder']}: {r['adjustment']}")
+            if r.get("ruleset_reason"):
+                info(f"RCP {r['folder']}: ruleset {r['usage']} {r['ruleset']}: {r['ruleset_reason']}")
 
 
 def _report_targets(results: list[dict]) -> None:

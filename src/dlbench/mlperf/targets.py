@@ -87,6 +87,11 @@ def round_from_path(path: str | Path) -> tuple[str | None, str] | None:
     return None
 
 
+def round_folder(path: str | Path) -> str | None:
+    """The name of the folder in ``path`` that :func:`round_from_path` reads the round from."""
+    return next((part for part in reversed(Path(path).absolute().parts[:-1]) if _ROUND.search(part)), None)
+
+
 def round_of(log: ParsedLog, path: str | Path) -> str | None:
     """The table's name for the round of a log ("training_1.0", "hpc_0.7"), or None when unknown."""
     found = round_from_path(path) if path else None
