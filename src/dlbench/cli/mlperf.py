@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import typer
 
 from dlbench.cli._common import (
@@ -16,6 +18,8 @@ from dlbench.cli._common import (
 )
 from dlbench.errors import BenchmarkFailed, UsageError
 from dlbench.report.tensorboard import with_tensorboard
+
+_ROUND_TEXT = re.compile(r"(training|hpc) \d+\.\d+")
 
 mlperf_app = typer.Typer(
     name="mlperf",
@@ -354,7 +358,61 @@ def compare(
     from dlbench.report.tables import render
 
     render(compare_table(rows), title=f"{folder} vs {chosen.name}: {chosen.description}")
-    info(f"reference source: {chosen.source or '(none given)'}")
+    info(f"reference source: {chosen.source or '(none given)'}" + (f" ({chosen.round})" if chosen.round else ""))
+    for benchmark, source in sorted(chosen.benchmark_sources.items()):
+        if any(r["benchmark"] == benchmark for r in rows):
+            info(f"reference source for {benchmark}: {source}")
     for row in rows:
         for warning in row["warnings"]:
             info(f"warning: {row['system']}/{row['benchmark']}: {warning}")
+
+
+references_app = typer.Typer(name="references", no_args_is_help=True,
+                             help="Published results to compare with: list them, or build your own from a results folder.")
+mlperf_app.add_typer(references_app, name="references")
+
+
+@references_app.command("list")
+def references_list(
+    references: list[str] = typer.Option(None, "--references", help="Your own reference YAML file (repeatable)."),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """The references 'mlperf compare --reference' knows: the shipped ones (MLPerf training v0.5/v0.6,
+    HPC v0.7; headline results of training v4.0-v5.1 and HPC v3.0) and those in your files."""
+    from dlbench.mlperf.references import load_references
+
+    found = load_references(references or [])
+    if as_json:
+        emit_json([ref.model_dump() for ref in found.values()])
+        return
+    from dlbench.report.tables import render
+
+    render((["name", "round", "division", "benchmarks", "source"],
+            [[ref.name, ref.round or "-", ref.division or "-", ", ".join(sorted(ref.minutes)), ref.source[:90]]
+             for ref in found.values()]), title="MLPerf references")
+
+
+@references_app.command("add")
+def references_add(
+    folder: str = typer.Argument(..., help="A submitter's folder (<org>/results/…) or a whole round (its submitter folders)."),
+    out: str = typer.Option("mlperf-references.yaml", "--out", "-o", help="Reference file to write (merged into when it exists); use it with 'mlperf compare --references'."),
+    prefix: str = typer.Option(None, "--prefix", help="Name prefix \\[default: '<usage>-v<X.Y>-' when the folder names its round]."),
+    round_name: str = typer.Option(None, "--round", help="The round, e.g. 'training 5.1' \\[default: the one the folder names]."),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Build one reference per system from a results folder: its published scores (olympic mean x
+    scaling.json), accelerators, division, round and each benchmark's folder."""
+    from dlbench.mlperf.reference_builder import add_to_file, system_references
+
+    if round_name is not None and not _ROUND_TEXT.fullmatch(round_name):
+        raise UsageError(f"--round {round_name!r} must be '<training|hpc> X.Y', for example --round 'training 5.1'.")
+    built = system_references(folder, prefix, round_name, origin="")
+    add_to_file(out, built)
+    if as_json:
+        emit_json(built)
+        return
+    for name, ref in built.items():
+        info(f"{name}: {len(ref['minutes'])} benchmark(s), {ref.get('accelerators') or '?'} accelerators, "
+             f"{ref.get('round') or 'round unknown'}")
+    info(f"wrote {len(built)} reference(s) to {out}; compare with: dlbench mlperf compare FOLDER --references {out} "
+         f"--reference {next(iter(built))}")

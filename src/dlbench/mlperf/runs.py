@@ -54,6 +54,8 @@ class RunTime:
     status: str = SUCCESS
     start_s: float | None = None
     stop_s: float | None = None
+    start_ms: float | None = None  # the :::MLLOG lines' own milliseconds (the summarizer's clock)
+    stop_ms: float | None = None
     energy_j: float | None = None
     nodes: int | None = None
     accelerators_per_node: int | None = None
@@ -155,6 +157,7 @@ def run_time(log: ParsedLog, path: str = "") -> RunTime:
     if stop is None:
         return _set(run, FAILED, _missing(log, "run_stop", "no run_stop (crashed or truncated)"))
     run.start_s, run.stop_s = start.time_s, stop.time_s
+    run.start_ms, run.stop_ms = start.time_ms, stop.time_ms
     if stop.time_s <= start.time_s:
         return _set(run, INVALID, f"run_stop ({stop.time_s:.3f} s) is not after run_start ({start.time_s:.3f} s)")
     failure = _failure(log, stop)

@@ -116,6 +116,11 @@ def _entry(round_name: str, benchmark: str) -> QualityTarget | str:
                          row.get("large_batch"))
 
 
+def round_target(round_name: str, benchmark: str) -> QualityTarget | str:
+    """``benchmark``'s target in ``round_name`` ("training_4.0"), or why the table has none."""
+    return _entry(round_name, benchmark)
+
+
 @cache
 def _agreed(benchmark: str) -> QualityTarget | str:
     """The target of a current-format log whose round is not known: the one every round from v0.7
