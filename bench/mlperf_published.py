@@ -9,7 +9,7 @@ results repository, e.g. training_results_v5.1), the summarizer's own functions 
 and it rewrites ``scaling.json`` in the folder (``set_scaling=True``) after the score has read it.
 dlbench's side is ``dlbench.mlperf.score.score_folder`` on each submitter's folder.
 
-    python bench/mlperf_published.py ROUND --usage training --ruleset 5.1.0 [--workers 2] [--json OUT]
+    python bench/mlperf_published.py ROUND --usage training --ruleset 5.1.0 [--workers 2] [--json OUT] [--compliance]
 
 Prints the agreement (entries compared, score max relative difference, fields that differ) and
 every disagreement.
@@ -124,6 +124,7 @@ def main() -> None:
     parser.add_argument("--ruleset", required=True)
     parser.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
     parser.add_argument("--json", type=Path, help="write every row here")
+    parser.add_argument("--compliance", action="store_true", help="dlbench scores with --compliance (the official checker per file)")
     args = parser.parse_args()
     jobs = [(str(org), system, scaling, str(folder), args.usage, args.ruleset)
             for org in _organisations(args.round) for system, scaling, folder in _benchmark_folders(org)]
@@ -134,7 +135,7 @@ def main() -> None:
     started = time.perf_counter()
     ours: dict[tuple[str, str, str | None, str], dict[str, Any]] = {}
     for org in _organisations(args.round):
-        for entry in score_folder(org):
+        for entry in score_folder(org, compliance=args.compliance):
             ours[(str(org), entry["system"], entry["scaling"], entry["benchmark"])] = entry
     dlbench_s = time.perf_counter() - started
     rows, worst = [], 0.0

@@ -42,6 +42,7 @@ def _summarizer(org, system, benchmark, ruleset):
     return json.loads(done.stdout.splitlines()[-1])
 
 
+@pytest.mark.slow  # the summarizer runs as a subprocess that imports pandas and scipy
 @pytest.mark.parametrize("org, system, benchmark, ruleset", [
     (V51_NEBIUS, "nebius_h200_n64", "llama31_405b", "5.1.0"),
     (V40_DELL, "XE9680x8H100-SXM-80GB", "resnet", "4.0.0"),  # one run aborted: dropped as the slowest
@@ -109,3 +110,16 @@ def test_unreadable_scaling_json_leaves_the_score_unscaled_and_says_so(tmp_path,
     entry = _entry(folder, "llama31_405b")
     assert entry["score_minutes"] == entry["olympic_minutes"] and entry["rcp_scaled"] is False
     assert any(said in w and "left unscaled" in w for w in entry["warnings"])
+
+
+def test_compliance_drops_a_run_the_official_checker_fails_as_the_summarizer_does():
+    """tinycorp's v5.0 tinybox_green BERT run 2 initialised for longer than the checker's 30 minutes
+    of compile time: the summarizer drops it; dlbench does with --compliance."""
+    folder = TEST_DATA / "mlperf_cases" / "training_results_v5.0" / "tinycorp"
+    plain = {Path(f["path"]).name: f for f in _entry(folder, "bert")["files"]}
+    assert plain["result_2.txt"]["status"] == "success"  # the log itself says success
+    checked = {Path(f["path"]).name: f for f in score_folder(folder, compliance=True)[0]["files"]}
+    assert checked["result_3.txt"]["status"] == "success"
+    assert checked["result_2.txt"]["status"] == "failed" and checked["result_2.txt"]["minutes"] is None
+    assert checked["result_2.txt"]["problem"].startswith(
+        "the official compliance checker (training 5.0.0) fails it (WARNING -  CHECK for 'init_stop' failed")

@@ -53,6 +53,7 @@ def test_a_ruleset_without_the_benchmark_is_one_sentence_and_exit_2(outside_roun
     assert f"--ruleset 5.0.0 (training) has no rules for closed llama31_8b; the installed rulesets that have it: training {having}." in err
 
 
+@pytest.mark.slow  # the RCP checker runs as a subprocess that imports scipy
 def test_rcp_says_the_llama31_405b_adjustment_decided_the_pass():
     verdict = rcp_check(LLAMA_405B)
     assert verdict["status"] == "pass" and verdict["mean_epochs"] < verdict["min_epochs"]

@@ -170,12 +170,16 @@ def _show_runs(task: str, out: str, records: list[dict], as_json: bool) -> None:
 @mlperf_app.command("score")
 def score(
     folder: str = typer.Argument(..., help="MLPerf results folder (or one result file); all three log formats are read."),
+    compliance: bool = typer.Option(False, "--compliance", help="Run MLCommons' compliance checker on every successful run and drop those it fails, as the result_summarizer does (a subprocess per file: slow)."),
     as_json: bool = JSON_OPTION,
 ) -> None:
-    """Olympic score per system and benchmark from result logs of any MLPerf format.
+    """Olympic score per system and benchmark from result logs of any MLPerf format: the published score.
 
     A run's time is run_stop - run_start; the fastest and slowest runs are dropped (a failed run
-    counts as the slowest). A run succeeded only when its log says so in its format's way; bad logs
+    counts as the slowest), and the mean is multiplied by the scaling_factor of a scaling.json in the
+    benchmark folder (RCP normalisation MLCommons' review committed; the table marks it), as
+    mlperf-logging's result_summarizer publishes it. Submitter, system, accelerators and division come
+    from the system description. A run succeeded only when its log says so in its format's way; bad logs
     are scored as failed or invalid with the reason, never fatal. HPC folders with strong/ and weak/
     are scored per system, weak scaling in models per minute. An energy column appears when the logs
     carry energy_j. Exit code 1 when an entry has more failed runs than MLPerf allows, or when no run of the
@@ -183,7 +187,7 @@ def score(
     """
     from dlbench.mlperf.score import score_folder
 
-    entries = score_folder(folder)
+    entries = score_folder(folder, compliance=compliance)
     files = [f for e in entries for f in e["files"]]
     if files and all(f["status"] == "invalid" for f in files):  # nothing there is a run: bad input, no table
         first = files[0]

@@ -30,8 +30,9 @@ from typing import Any
 from dlbench.errors import UsageError
 from dlbench.mlperf import rulesets
 from dlbench.mlperf.layout import find_result_files
-from dlbench.mlperf.official import installed_rounds, package_dir, run_module
+from dlbench.mlperf.official import run_module
 from dlbench.mlperf.parse import ParsedLog, parse_file
+from dlbench.mlperf.rulesets import installed_rounds, package_dir
 from dlbench.mlperf.runs import run_time
 from dlbench.mlperf.targets import HPC_BENCHMARKS, round_from_path
 

@@ -28,6 +28,7 @@ from dlbench.errors import UsageError
 from dlbench.mlperf.convergence import DLBENCH_ORG
 from dlbench.mlperf.layout import collect_result_files
 from dlbench.mlperf.parse import parse_file
+from dlbench.mlperf.rulesets import choose, installed_rounds, package_dir
 from dlbench.mlperf.targets import HPC_BENCHMARKS, round_folder, round_from_path
 
 PACKAGE_TIMEOUT_S = 1800.0
@@ -37,12 +38,6 @@ _SYSTEM = re.compile(r"System description checker (passed|failed) for (\S*)(?: :
 _RCP_NUMBER = r"'{}': (?:np\.float64\()?([0-9.eE+-]+)"
 
 
-def package_dir(name: str) -> Path:
-    from dlbench.mlperf import require
-
-    return Path(require(f"mlperf_logging.{name}", "mlperf-logging").__file__).parent
-
-
 def mlperf_logging_version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -50,17 +45,6 @@ def mlperf_logging_version() -> str:
         return version("mlperf-logging")
     except PackageNotFoundError:
         return "unknown"
-
-
-def installed_rounds(checker: str) -> dict[str, list[str]]:
-    """usage → the X.Y.0 rounds the installed checker has files for (``compliance_checker``
-    rulesets, or ``rcp_checker`` RCP folders), oldest first."""
-    out: dict[str, list[str]] = {}
-    for folder in package_dir(checker).iterdir():
-        match = re.fullmatch(r"(\w+?)_(\d+\.\d+\.\d+)", folder.name)
-        if match and folder.is_dir():
-            out.setdefault(match.group(1), []).append(match.group(2))
-    return {usage: sorted(v, key=lambda s: tuple(map(int, s.split(".")))) for usage, v in out.items()}
 
 
 def run_module(module: str, args: list[str], timeout_s: float) -> tuple[int | None, list[str], str]:
@@ -205,8 +189,6 @@ def rcp_check(benchmark_folder: Path, usage: str | None = None, ruleset: str | N
     if found is not None:
         ruleset, base["ruleset_reason"] = found[1], f"the folder {round_folder(benchmark_folder / 'x')!r} names the round"
     elif ruleset is None:  # no round in the path: the one the log's own keys fit (rulesets.choose)
-        from dlbench.mlperf.rulesets import choose  # rulesets imports this module
-
         chosen = choose(first, benchmark_folder / "x", usage, strict=True)
         if isinstance(chosen, str):
             return base | {"status": "skipped", "message": f"{chosen}; pass --ruleset X.Y.0"}

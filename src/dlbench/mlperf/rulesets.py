@@ -13,6 +13,7 @@ against 5.1.0, not the newest 6.1.0. The choice comes with a sentence saying whi
 
 from __future__ import annotations
 
+import re
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -20,11 +21,27 @@ from typing import Any
 import yaml
 
 from dlbench.errors import UsageError
-from dlbench.mlperf.official import installed_rounds, package_dir
 from dlbench.mlperf.parse import ParsedLog
 from dlbench.mlperf.targets import HPC_BENCHMARKS, round_folder, round_from_path
 
 _REQUIRED = ("EXACTLY_ONE", "AT_LEAST_ONE", "AT_LEAST(")  # not the _OR(...) alternatives, not OPTIONAL
+
+
+def package_dir(name: str) -> Path:
+    from dlbench.mlperf import require
+
+    return Path(require(f"mlperf_logging.{name}", "mlperf-logging").__file__).parent
+
+
+def installed_rounds(checker: str) -> dict[str, list[str]]:
+    """usage → the X.Y.0 rounds the installed checker has files for (``compliance_checker``
+    rulesets, or ``rcp_checker`` RCP folders), oldest first."""
+    out: dict[str, list[str]] = {}
+    for folder in package_dir(checker).iterdir():
+        match = re.fullmatch(r"(\w+?)_(\d+\.\d+\.\d+)", folder.name)
+        if match and folder.is_dir():
+            out.setdefault(match.group(1), []).append(match.group(2))
+    return {usage: sorted(v, key=lambda s: tuple(map(int, s.split(".")))) for usage, v in out.items()}
 
 
 def usage_of(benchmark: str | None) -> str:
@@ -38,7 +55,18 @@ def _rules_file(usage: str, ruleset: str, name: str) -> Path:
 def rulesets_with(usage: str, benchmark: str, division: str = "closed") -> list[str]:
     """The installed rulesets (oldest first) that have rules for ``division`` ``benchmark``."""
     return [r for r in installed_rounds("compliance_checker").get(usage, [])
-            if _rules_file(usage, r, f"{division}_{benchmark}").exists()]
+            if _rules_file(usage, r, f"{division}_{benchmark}").exists() and _allowed(usage, r, benchmark)]
+
+
+def _allowed(usage: str, ruleset: str, benchmark: str) -> bool:
+    """Whether the round's submission_benchmark check admits ``benchmark`` (5.1.0 keeps a closed_bert.yaml
+    but no longer allows bert)."""
+    from mlperf_logging.benchmark_meta import get_allowed_benchmarks  # optional dependency, present with the checker
+
+    try:
+        return benchmark in get_allowed_benchmarks(usage, ruleset)
+    except (ValueError, KeyError):
+        return True  # a round benchmark_meta does not list: its rules files decide
 
 
 @cache
