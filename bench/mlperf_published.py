@@ -113,7 +113,11 @@ def compare(official: dict[str, Any], entry: dict[str, Any] | None) -> dict[str,
               if official.get(theirs) is not None and entry.get(ours) != official.get(theirs)
               and not (name == "accelerators" and official[theirs] == 0 and entry.get(ours) == official["nodes"])]
     # a CPU-only system (accelerators_per_node 0): the summarizer prints 0, dlbench counts its nodes (by design)
+    if official.get("has_power"):
+        fields += [f"energy: dlbench {entry.get('energy_j')!r}, summarizer {official.get('energy_j')!r}"
+                   for _ in [0] if _relative(entry.get("energy_j"), official.get("energy_j")) > 1e-9]
     return {"score_rel": _relative(entry.get(key), official.get(key)), "fields": fields,
+            "energy_rel": _relative(entry.get("energy_j"), official.get("energy_j")) if official.get("has_power") else None,
             "dlbench": entry.get(key), "summarizer": official.get(key)}
 
 
@@ -151,11 +155,20 @@ def main() -> None:
     differ = [r for r in compared if r["score_rel"] > 1e-9 or r["fields"]]
     scored = [r for r in compared if r.get("summarizer") is not None]
     scaled = [r for r in compared if (r.get("scaling_factor") or 1.0) != 1.0]
+    powered = [r for r in compared if r.get("has_power")]
+    energy_worst = max([r["energy_rel"] for r in powered if r.get("energy_rel") is not None
+                        and "energy_error" not in r] or [0.0])
     print(f"{args.round} ({args.usage} {args.ruleset}): {len(_organisations(args.round))} submitters, "
           f"{len(compared)} (system, benchmark) folders compared, {len(scored)} with a summarizer score, "
           f"{len(scaled)} RCP-scaled; max relative score difference {worst:.3g}; "
           f"{len(differ)} folder(s) differ; {len(rows) - len(compared)} summarizer error(s); "
           f"summarizer {summarizer_s:.0f} s, dlbench {dlbench_s:.0f} s")
+    if powered:
+        print(f"  power: {len(powered)} folder(s) with power logs, {sum('energy_error' in r for r in powered)} the "
+              f"summarizer cannot score; energy max relative difference {energy_worst:.3g} over the others")
+    for r in powered:
+        if "energy_error" in r:
+            print(f"  POWER {r['folder']}: summarizer {r['energy_error']}; dlbench energy {r.get('energy_j_dlbench')}")
     for folder in _empty_folders(args.round):
         print(f"  NOT COMPARED {folder}: no result file in this copy (files >= 4 MiB are missing from the snapshot)")
     for r in differ:

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from dlbench.errors import UsageError
-from dlbench.mlperf import convergence, published
+from dlbench.mlperf import convergence, power, published
 from dlbench.mlperf.layout import (
     collect_result_files,
     described_accelerators,
@@ -239,6 +239,18 @@ def _parse_all(files: list[Path], compliance: bool = False) -> list[tuple[str | 
         return list(pool.map(one, files, chunksize=max(1, len(files) // (4 * workers))))
 
 
+def _power_energies(pairs: list[tuple[Path, RunTime]]) -> None:
+    """A power submission: each successful run's energy from its power logs (:mod:`dlbench.mlperf.power`)."""
+    for path, run in pairs:
+        if run.status != SUCCESS or run.minutes is None:
+            continue
+        ttt_ms = (run.stop_ms - run.start_ms if run.start_ms is not None and run.stop_ms is not None
+                  else run.minutes * 60_000)
+        run.energy_j, why = power.run_energy_j(path, ttt_ms)
+        if why:
+            run.note = "; ".join(filter(None, [run.note, f"no energy: {why}"]))
+
+
 def score_folder(folder: str | Path, compliance: bool = False) -> list[dict[str, Any]]:
     """Score every system and benchmark under an MLPerf results folder (see
     :func:`~dlbench.mlperf.layout.entry_key` for the layouts read): strong scaling and training by
@@ -256,6 +268,8 @@ def score_folder(folder: str | Path, compliance: bool = False) -> list[dict[str,
     entries = []
     for (system, scaling, benchmark), pairs in sorted(groups.items()):
         runs = [run for _, run in pairs]
+        if scaling != "weak" and power.has_power(pairs[0][0].parent):
+            _power_energies(pairs)
         entry = (weak_scaling_entry(system, benchmark, runs, pairs[0][0]) if scaling == "weak"
                  else score_entry(system, benchmark, runs, scaling or None))
         folders = {path.parent for path, _ in pairs}
