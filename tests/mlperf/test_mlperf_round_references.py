@@ -2,6 +2,7 @@
 v4.0-v5.1 and HPC v3.0, references built from a results folder, and a benchmark's identity being
 its round's benchmark (real v0.6 and v4.0/v5.1 excerpts in tests/data)."""
 
+import json
 import shutil
 from pathlib import Path
 
@@ -81,3 +82,10 @@ def test_references_add_on_a_folder_without_results_is_one_sentence(tmp_path, ca
     folder = shutil.copytree(V51_NEBIUS, tmp_path / "Nebius")
     assert main(["mlperf", "references", "add", str(folder), "--round", "5.1"]) == 2
     assert "--round '5.1' must be '<training|hpc> X.Y'" in capsys.readouterr().err
+
+
+def test_references_list_shows_the_rounds(capsys):
+    assert main(["mlperf", "references", "list", "--json"]) == 0
+    listed = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
+    assert {"mlperf-v4.0", "mlperf-v4.1", "mlperf-v5.0", "mlperf-v5.1", "mlperf-hpc-v3.0", "dgx1-v0.6"} <= set(listed)
+    assert listed["mlperf-v5.1"]["round"] == "training 5.1" and listed["mlperf-v5.1"]["benchmark_sources"]
