@@ -68,13 +68,17 @@ def test_compare_real_logs_with_their_own_reference(real_logs):
     assert ssd["reference_minutes"] == 22.36
     assert ssd["time_ratio"] == pytest.approx(1.0, abs=3e-4)  # the score is 22.3633 before rounding
     assert ssd["speedup"] == pytest.approx(1 / ssd["time_ratio"])
-    resnet = rows[("dgx1_ngc18.11_mxnet", "resnet")]  # v0.5 MXNet beside v0.6 MXNet
-    assert resnet["time_ratio"] == pytest.approx(134.5587 / 115.22, rel=1e-4)
+    resnet = rows[("dgx1_ngc18.11_mxnet", "resnet")]  # v0.5 ResNet (74.9 % top-1) is not v0.6's (75.9 %)
+    assert resnet["time_ratio"] is None and resnet["reference_minutes"] is None
+    assert resnet["note"] == ("not comparable: the quality target changed: resnet in training 0.5 (eval_accuracy >= "
+                              "0.749), resnet in training 0.6 (eval_accuracy >= 0.759)")
+    assert (resnet["round"], resnet["reference_round"]) == ("training 0.5", "training 0.6")
     # logs before v0.7 do not log the scale: the shipped system descriptions say 8 accelerators
     # (v0.6 systems/*.json in mllog lines, v0.5 results/<system>/entry.json)
     for row in rows.values():
         assert row["accelerators"] == 8 and row["reference_accelerators"] == 8, row
-        assert row["accelerator_minutes_ratio"] == pytest.approx(row["time_ratio"])
+        if row["time_ratio"] is not None:
+            assert row["accelerator_minutes_ratio"] == pytest.approx(row["time_ratio"])
         assert not any("scale" in w for w in row["warnings"]), row["warnings"]
     assert ssd["division"] == "closed" and resnet["division"] == "closed"
 

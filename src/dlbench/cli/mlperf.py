@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import typer
 
 from dlbench.cli._common import (
@@ -16,6 +18,8 @@ from dlbench.cli._common import (
 )
 from dlbench.errors import BenchmarkFailed, UsageError
 from dlbench.report.tensorboard import with_tensorboard
+
+_ROUND_TEXT = re.compile(r"(training|hpc) \d+\.\d+")
 
 mlperf_app = typer.Typer(
     name="mlperf",
@@ -166,12 +170,16 @@ def _show_runs(task: str, out: str, records: list[dict], as_json: bool) -> None:
 @mlperf_app.command("score")
 def score(
     folder: str = typer.Argument(..., help="MLPerf results folder (or one result file); all three log formats are read."),
+    compliance: bool = typer.Option(False, "--compliance", help="Run MLCommons' compliance checker on every successful run and drop those it fails, as the result_summarizer does (a subprocess per file: slow)."),
     as_json: bool = JSON_OPTION,
 ) -> None:
-    """Olympic score per system and benchmark from result logs of any MLPerf format.
+    """Olympic score per system and benchmark from result logs of any MLPerf format: the published score.
 
     A run's time is run_stop - run_start; the fastest and slowest runs are dropped (a failed run
-    counts as the slowest). A run succeeded only when its log says so in its format's way; bad logs
+    counts as the slowest), and the mean is multiplied by the scaling_factor of a scaling.json in the
+    benchmark folder (RCP normalisation MLCommons' review committed; the table marks it), as
+    mlperf-logging's result_summarizer publishes it. Submitter, system, accelerators and division come
+    from the system description. A run succeeded only when its log says so in its format's way; bad logs
     are scored as failed or invalid with the reason, never fatal. HPC folders with strong/ and weak/
     are scored per system, weak scaling in models per minute. An energy column appears when the logs
     carry energy_j. Exit code 1 when an entry has more failed runs than MLPerf allows, or when no run of the
@@ -179,7 +187,7 @@ def score(
     """
     from dlbench.mlperf.score import score_folder
 
-    entries = score_folder(folder)
+    entries = score_folder(folder, compliance=compliance)
     files = [f for e in entries for f in e["files"]]
     if files and all(f["status"] == "invalid" for f in files):  # nothing there is a run: bad input, no table
         first = files[0]
@@ -192,12 +200,23 @@ def score(
         from dlbench.report.tables import render
 
         render(score_table(entries), title=f"MLPerf scores: {folder}")
+        _report_scaling(entries)
     _report_unparsed(entries)
     invalid = [e for e in entries if e["status"] == "invalid"]
     if invalid:
         raise BenchmarkFailed("; ".join(f"{e['system']}/{e['benchmark']}: {e['message']}" for e in invalid))
     if not any(f["status"] == "success" for f in files):  # a folder with no valid score must not look like success
         raise BenchmarkFailed(f"no run in {folder} succeeded, so nothing in it has a score; each file's reason is above.")
+
+
+def _report_scaling(entries: list[dict]) -> None:
+    from dlbench.mlperf.report import minutes_text
+
+    for e in entries:
+        if e.get("rcp_scaled") and e["olympic_minutes"] is not None:
+            info(f"note: {e['system']}/{e['benchmark']}: RCP-scaled: the olympic mean {minutes_text(e['olympic_minutes'])} "
+                 f"min x {e['rcp_scaling_factor']:.6g} (scaling_factor of its scaling.json, committed by MLCommons' "
+                 f"review) = the published {minutes_text(e['score_minutes'])} min")
 
 
 def _report_unparsed(entries: list[dict]) -> None:
@@ -275,6 +294,13 @@ def _render_checks(folder: str, results: list[dict], verdict: dict | None, rcps:
     from dlbench.report.tables import render
 
     render(check_table(results), title=f"MLPerf compliance: {folder}")
+    reasons: dict[tuple, int] = {}
+    for r in results:
+        if r.get("ruleset_reason"):
+            key = (r["usage"], r["ruleset"], r["ruleset_reason"])
+            reasons[key] = reasons.get(key, 0) + 1
+    for (usage, ruleset, why), count in reasons.items():
+        info(f"ruleset {usage} {ruleset} for {count} file(s): {why}")
     for r in results:
         if r["status"] == "fail":
             info(f"--- {r['file']} ({r['usage']} {r['ruleset']}):\n{r['messages']}")
@@ -285,6 +311,11 @@ def _render_checks(folder: str, results: list[dict], verdict: dict | None, rcps:
             info(f"package checker: {verdict['note']}")
     if rcps is not None:
         render(rcp_table(rcps), title="mlperf-logging RCP checker")
+        for r in rcps:
+            if r.get("adjustment"):
+                info(f"RCP {r['folder']}: {r['adjustment']}")
+            if r.get("ruleset_reason"):
+                info(f"RCP {r['folder']}: ruleset {r['usage']} {r['ruleset']}: {r['ruleset_reason']}")
 
 
 def _report_targets(results: list[dict]) -> None:
@@ -331,7 +362,61 @@ def compare(
     from dlbench.report.tables import render
 
     render(compare_table(rows), title=f"{folder} vs {chosen.name}: {chosen.description}")
-    info(f"reference source: {chosen.source or '(none given)'}")
+    info(f"reference source: {chosen.source or '(none given)'}" + (f" ({chosen.round})" if chosen.round else ""))
+    for benchmark, source in sorted(chosen.benchmark_sources.items()):
+        if any(r["benchmark"] == benchmark for r in rows):
+            info(f"reference source for {benchmark}: {source}")
     for row in rows:
         for warning in row["warnings"]:
             info(f"warning: {row['system']}/{row['benchmark']}: {warning}")
+
+
+references_app = typer.Typer(name="references", no_args_is_help=True,
+                             help="Published results to compare with: list them, or build your own from a results folder.")
+mlperf_app.add_typer(references_app, name="references")
+
+
+@references_app.command("list")
+def references_list(
+    references: list[str] = typer.Option(None, "--references", help="Your own reference YAML file (repeatable)."),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """The references 'mlperf compare --reference' knows: the shipped ones (MLPerf training v0.5/v0.6,
+    HPC v0.7; headline results of training v4.0-v5.1 and HPC v3.0) and those in your files."""
+    from dlbench.mlperf.references import load_references
+
+    found = load_references(references or [])
+    if as_json:
+        emit_json([ref.model_dump() for ref in found.values()])
+        return
+    from dlbench.report.tables import render
+
+    render((["name", "round", "division", "benchmarks", "source"],
+            [[ref.name, ref.round or "-", ref.division or "-", ", ".join(sorted(ref.minutes)), ref.source[:90]]
+             for ref in found.values()]), title="MLPerf references")
+
+
+@references_app.command("add")
+def references_add(
+    folder: str = typer.Argument(..., help="A submitter's folder (<org>/results/…) or a whole round (its submitter folders)."),
+    out: str = typer.Option("mlperf-references.yaml", "--out", "-o", help="Reference file to write (merged into when it exists); use it with 'mlperf compare --references'."),
+    prefix: str = typer.Option(None, "--prefix", help="Name prefix \\[default: '<usage>-v<X.Y>-' when the folder names its round]."),
+    round_name: str = typer.Option(None, "--round", help="The round, e.g. 'training 5.1' \\[default: the one the folder names]."),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Build one reference per system from a results folder: its published scores (olympic mean x
+    scaling.json), accelerators, division, round and each benchmark's folder."""
+    from dlbench.mlperf.reference_builder import add_to_file, system_references
+
+    if round_name is not None and not _ROUND_TEXT.fullmatch(round_name):
+        raise UsageError(f"--round {round_name!r} must be '<training|hpc> X.Y', for example --round 'training 5.1'.")
+    built = system_references(folder, prefix, round_name, origin="")
+    add_to_file(out, built)
+    if as_json:
+        emit_json(built)
+        return
+    for name, ref in built.items():
+        info(f"{name}: {len(ref['minutes'])} benchmark(s), {ref.get('accelerators') or '?'} accelerators, "
+             f"{ref.get('round') or 'round unknown'}")
+    info(f"wrote {len(built)} reference(s) to {out}; compare with: dlbench mlperf compare FOLDER --references {out} "
+         f"--reference {next(iter(built))}")

@@ -28,9 +28,11 @@ from pathlib import Path
 from typing import Any
 
 from dlbench.errors import UsageError
+from dlbench.mlperf import rulesets
 from dlbench.mlperf.layout import find_result_files
-from dlbench.mlperf.official import installed_rounds, package_dir, run_module
+from dlbench.mlperf.official import run_module
 from dlbench.mlperf.parse import ParsedLog, parse_file
+from dlbench.mlperf.rulesets import installed_rounds, package_dir
 from dlbench.mlperf.runs import run_time
 from dlbench.mlperf.targets import HPC_BENCHMARKS, round_from_path
 
@@ -65,8 +67,9 @@ def pick_ruleset(fmt: str, benchmark: str | None, division: str | None,
     for ruleset in candidates:
         if (checker / f"{usage}_{ruleset}" / f"{division or 'closed'}_{benchmark}.yaml").exists():
             return (usage, ruleset)
-    where = f"{usage} {version}" if version else "installed ruleset"
-    return f"no {where} has rules for {division or 'closed'} {benchmark}"
+    if version is not None:
+        return rulesets.not_in_ruleset(usage, version, benchmark, division or "closed")
+    return f"no installed ruleset has rules for {division or 'closed'} {benchmark}"
 
 
 def run_checker(path: Path, usage: str, ruleset: str) -> tuple[bool, str]:
@@ -100,17 +103,28 @@ def check_file(path: Path, usage: str | None = None, ruleset: str | None = None,
     if log.unreadable:
         return base | {"usage": None, "ruleset": None, "status": "fail", "messages": f"unreadable: {log.unreadable}"}
     division = next((e.value for e in log.events if e.key == "submission_division"), None)
-    if ruleset is None:
+    if ruleset is not None:
+        usage = usage or rulesets.usage_of(log.benchmark)
+        if log.format == "mllog":
+            rulesets.check_given(usage, ruleset, log.benchmark, division)
+        why = "given with --ruleset"
+    elif log.format == "mllog":
+        chosen = rulesets.choose(log, path, usage)
+        if isinstance(chosen, str):
+            return base | {"usage": None, "ruleset": None, "ruleset_reason": None, "status": "skipped",
+                           "messages": chosen}
+        usage, ruleset, why = chosen
+    else:
         found = round_from_path(path)
         picked = pick_ruleset(log.format, log.benchmark, division, found[1] if found else None,
                               usage or (found[0] if found else None))
         if isinstance(picked, str):
-            return base | {"usage": None, "ruleset": None, "status": "skipped", "messages": picked}
-        usage, ruleset = picked
-    else:
-        usage = usage or ("hpc" if log.benchmark in HPC_BENCHMARKS else "training")
+            return base | {"usage": None, "ruleset": None, "ruleset_reason": None, "status": "skipped",
+                           "messages": picked}
+        (usage, ruleset), why = picked, f"the log's format ({log.format})"
     passed, messages = run_checker(path, usage, ruleset)
-    return base | {"usage": usage, "ruleset": ruleset, "status": "pass" if passed else "fail", "messages": messages}
+    return base | {"usage": usage, "ruleset": ruleset, "ruleset_reason": why, "status": "pass" if passed else "fail",
+                   "messages": messages}
 
 
 def check_folder(folder: str | Path, usage: str | None = None, ruleset: str | None = None,

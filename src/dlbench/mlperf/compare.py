@@ -15,8 +15,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from dlbench.mlperf import identity
 from dlbench.mlperf.convergence import DLBENCH_ORG
 from dlbench.mlperf.references import Reference
+from dlbench.mlperf.targets import HPC_BENCHMARKS, round_from_path
 
 SCALE_GAP = 8  # warn when one side has this many times the other's accelerators
 
@@ -27,12 +29,25 @@ def _per_accelerator(minutes: float | None, accelerators: int | None) -> float |
     return minutes * accelerators
 
 
+def entry_round(entry: dict[str, Any]) -> str | None:
+    """The round an entry's folder names ("training 5.1"), from its first result file's path."""
+    files = entry.get("files") or []
+    found = round_from_path(files[0]["path"]) if files else None
+    if found is None:
+        return None
+    usage = found[0] or ("hpc" if entry["benchmark"] in HPC_BENCHMARKS else "training")
+    return f"{usage} {found[1].rsplit('.', 1)[0]}"
+
+
 def _warnings(entry: dict[str, Any], reference: Reference) -> list[str]:
     warnings = []
+    ours_round = entry_round(entry)
+    if ours_round is None and (note := identity.unknown_round_note(entry["benchmark"], reference.round or None)):
+        warnings.append(note)
     if DLBENCH_ORG in (entry.get("submitter") or "").split(", "):
         warnings.append(f"toy-sized: a dlbench CPU-sized {entry['benchmark']} task (shrunken model, generated data) "
                         f"is not the MLPerf workload {reference.name} trained; the ratio is not a speed comparison")
-    ours, theirs = entry.get("accelerators"), reference.accelerators
+    ours, theirs = entry.get("accelerators"), reference.accelerators_for(entry["benchmark"])
     if ours and theirs and max(ours, theirs) >= SCALE_GAP * min(ours, theirs):
         warnings.append(f"scale differs: {ours} accelerator(s) here, {theirs} in {reference.name}; "
                         "compare accelerator-minutes, not minutes")
@@ -51,30 +66,36 @@ def compare_scores(scores: list[dict[str, Any]], reference: Reference) -> list[d
     * ``accelerator_minutes`` on both sides and their ratio, when both scales are known;
 
     with the status, division, scale, the reference's source and the warnings. Weak-scaling
-    entries and benchmarks the reference lacks get no ratio, with a note.
+    entries, benchmarks the reference lacks, and a benchmark whose identity changed between the
+    folder's round and the reference's (:mod:`dlbench.mlperf.identity`) get no ratio, with a note.
     """
     rows = []
     for entry in scores:
         reference_minutes = reference.minutes.get(entry["benchmark"])
         score = entry.get("score_minutes")
         note = None
+        changed = identity.difference(entry["benchmark"], entry_round(entry), reference.round or None)
         if entry.get("scaling") == "weak":
             note, score = "weak scaling is scored in models per minute; no minutes to compare", None
         elif reference_minutes is None:
             note = f"{reference.name} has no figure for {entry['benchmark']}"
+        elif changed:  # a benchmark's identity is its round's benchmark: no ratio across a change
+            note, reference_minutes = f"not comparable: {changed}", None
         elif score is None:
             note = f"no score ({entry.get('status')}: {entry.get('message')})"
         both = reference_minutes is not None and score is not None
         ours = _per_accelerator(score, entry.get("accelerators"))
-        theirs = _per_accelerator(reference_minutes, reference.accelerators)
+        theirs = _per_accelerator(reference_minutes, reference.accelerators_for(entry["benchmark"]))
         rows.append({
             "system": entry["system"], "benchmark": entry["benchmark"], "scaling": entry.get("scaling"),
             "status": entry.get("status"), "valid": entry.get("status") == "ok", "division": entry.get("division"),
             "accelerators": entry.get("accelerators"), "score_minutes": score,
             "accelerator_minutes": ours,
             "reference": reference.name, "reference_minutes": reference_minutes,
-            "reference_division": reference.division or None, "reference_accelerators": reference.accelerators,
-            "reference_accelerator_minutes": theirs, "reference_source": reference.source,
+            "reference_division": reference.division or None,
+            "reference_accelerators": reference.accelerators_for(entry["benchmark"]),
+            "reference_accelerator_minutes": theirs, "reference_source": reference.source_for(entry["benchmark"]),
+            "round": entry_round(entry), "reference_round": reference.round or None, "not_comparable": changed,
             "time_ratio": score / reference_minutes if both else None,
             "speedup": reference_minutes / score if both and score > 0 else None,
             "accelerator_minutes_ratio": ours / theirs if ours is not None and theirs else None,

@@ -28,19 +28,14 @@ from dlbench.errors import UsageError
 from dlbench.mlperf.convergence import DLBENCH_ORG
 from dlbench.mlperf.layout import collect_result_files
 from dlbench.mlperf.parse import parse_file
-from dlbench.mlperf.targets import HPC_BENCHMARKS, round_from_path
+from dlbench.mlperf.rulesets import choose, installed_rounds, package_dir
+from dlbench.mlperf.targets import HPC_BENCHMARKS, round_folder, round_from_path
 
 PACKAGE_TIMEOUT_S = 1800.0
 RCP_TIMEOUT_S = 300.0
 _LEVEL = re.compile(r"^(INFO|WARNING|ERROR|CRITICAL) - ?(.*)$")
 _SYSTEM = re.compile(r"System description checker (passed|failed) for (\S*)(?: : (.*))?$")
 _RCP_NUMBER = r"'{}': (?:np\.float64\()?([0-9.eE+-]+)"
-
-
-def package_dir(name: str) -> Path:
-    from dlbench.mlperf import require
-
-    return Path(require(f"mlperf_logging.{name}", "mlperf-logging").__file__).parent
 
 
 def mlperf_logging_version() -> str:
@@ -50,17 +45,6 @@ def mlperf_logging_version() -> str:
         return version("mlperf-logging")
     except PackageNotFoundError:
         return "unknown"
-
-
-def installed_rounds(checker: str) -> dict[str, list[str]]:
-    """usage → the X.Y.0 rounds the installed checker has files for (``compliance_checker``
-    rulesets, or ``rcp_checker`` RCP folders), oldest first."""
-    out: dict[str, list[str]] = {}
-    for folder in package_dir(checker).iterdir():
-        match = re.fullmatch(r"(\w+?)_(\d+\.\d+\.\d+)", folder.name)
-        if match and folder.is_dir():
-            out.setdefault(match.group(1), []).append(match.group(2))
-    return {usage: sorted(v, key=lambda s: tuple(map(int, s.split(".")))) for usage, v in out.items()}
 
 
 def run_module(module: str, args: list[str], timeout_s: float) -> tuple[int | None, list[str], str]:
@@ -202,9 +186,13 @@ def rcp_check(benchmark_folder: Path, usage: str | None = None, ruleset: str | N
         return base | {"status": "skipped", "message": "dlbench's own task, not MLPerf's benchmark: its convergence "
                        "is checked against dlbench's own points by 'dlbench mlperf score'"}
     found = round_from_path(benchmark_folder / "x") if ruleset is None else None
-    ruleset = ruleset or (found[1] if found else None)
-    if ruleset is None:
-        return base | {"status": "skipped", "message": "the folder does not name its round; pass --ruleset X.Y.0"}
+    if found is not None:
+        ruleset, base["ruleset_reason"] = found[1], f"the folder {round_folder(benchmark_folder / 'x')!r} names the round"
+    elif ruleset is None:  # no round in the path: the one the log's own keys fit (rulesets.choose)
+        chosen = choose(first, benchmark_folder / "x", usage, strict=True)
+        if isinstance(chosen, str):
+            return base | {"status": "skipped", "message": f"{chosen}; pass --ruleset X.Y.0"}
+        ruleset, base["ruleset_reason"] = chosen[1], chosen[2]
     base["ruleset"] = ruleset
     known = installed_rounds("rcp_checker").get(usage, [])
     if ruleset not in known:
@@ -223,4 +211,24 @@ def rcp_check(benchmark_folder: Path, usage: str | None = None, ruleset: str | N
         ("mean_epochs", r"Submission mean epochs: ([0-9.]+)"), ("rcp_mean_epochs", _RCP_NUMBER.format("RCP Mean")),
         ("min_epochs", _RCP_NUMBER.format("Min Epochs")))}
     base.update({key: float(m.group(1)) for key, m in numbers.items() if m})
+    base["adjustment"] = adjustment_note(benchmark, ruleset, base, code == 0)
     return base | {"status": "pass" if code == 0 else "fail", "message": verdict.split(", consider adding")[0]}
+
+
+#: Benchmark-specific changes the RCP checker makes to a record before judging
+#: (mlperf_logging/rcp_checker/rcp_checker.py, ``_eval_submission_record``): from ruleset 5.0.0 on,
+#: llama31_405b's lowest allowed mean is ``Min Epochs - 46080`` samples instead of ``Min Epochs``.
+RCP_ADJUSTMENTS = {"llama31_405b": ((5, 0, 0), 46080.0)}
+
+
+def adjustment_note(benchmark: str, ruleset: str, numbers: dict[str, Any], passed: bool) -> str | None:
+    """A sentence when a benchmark-specific adjustment applied, saying whether it decided the verdict."""
+    rule = RCP_ADJUSTMENTS.get(benchmark)
+    if rule is None or tuple(map(int, ruleset.split("."))) < rule[0]:
+        return None
+    lowered = f"the RCP checker lowers {benchmark}'s minimum mean by {rule[1]:g} samples (rulesets {'.'.join(map(str, rule[0]))} on)"
+    mean, minimum = numbers.get("mean_epochs"), numbers.get("min_epochs")
+    if passed and mean is not None and minimum is not None and minimum - rule[1] <= mean < minimum:
+        return (f"{lowered}: the mean {mean:g} is below min_epochs {minimum:g} but not below {minimum - rule[1]:g}, "
+                "so this adjustment decided the pass")
+    return f"{lowered}; it did not decide this verdict"

@@ -57,6 +57,7 @@ class Event:
     key: str
     value: Any = None
     metadata: dict = field(default_factory=dict)
+    time_ms: float | None = None  # the :::MLLOG line's own milliseconds, unrounded (the summarizer's clock)
 
 
 @dataclass
@@ -98,7 +99,8 @@ def _mllog(text: str) -> tuple[Event, str | None]:
     metadata = doc.get("metadata") or {}
     if not isinstance(metadata, dict):
         raise ValueError("metadata is not an object")
-    event = Event(_seconds(doc["time_ms"], 1000.0), str(doc["key"]), doc.get("value"), metadata)
+    event = Event(_seconds(doc["time_ms"], 1000.0), str(doc["key"]), doc.get("value"), metadata,
+                  float(doc["time_ms"]))
     benchmark = event.value if event.key == "submission_benchmark" else None
     return event, benchmark
 

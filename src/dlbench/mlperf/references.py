@@ -40,8 +40,21 @@ class Reference(BaseModel):
     source: str = ""
     accelerators: PositiveInt | None = None  # the system's scale, for accelerator-minutes
     division: str = ""  # closed | open, as published
+    round: str = ""  # "training 5.1", "hpc 3.0": the round whose benchmarks the minutes are for
     minutes: dict[str, PositiveFloat] = Field(default_factory=dict)
+    benchmark_accelerators: dict[str, PositiveInt] = Field(default_factory=dict)  # where one reference mixes scales
+    benchmark_sources: dict[str, str] = Field(default_factory=dict)  # each figure's own result folder
     origin: str = ""  # the file it was read from
+
+    def accelerators_for(self, benchmark: str) -> int | None:
+        return self.benchmark_accelerators.get(benchmark, self.accelerators)
+
+    def source_for(self, benchmark: str) -> str:
+        return self.benchmark_sources.get(benchmark) or self.source
+
+
+FIELDS = ("description", "source", "accelerators", "division", "round", "benchmark_accelerators", "benchmark_sources")
+SHIPPED = ("references.yaml", "mlperf_rounds.yaml")  # the 2019-era figures; the rounds people compare with today
 
 
 def _entries(doc: Any) -> list[dict[str, Any]]:
@@ -69,17 +82,22 @@ def parse_references(doc: Any, origin: str) -> dict[str, Reference]:
     merged: dict[str, dict[str, Any]] = {}
     for entry in _entries(doc):
         into = merged.setdefault(entry["name"], {"name": entry["name"], "minutes": {}, "origin": origin})
-        for key in ("description", "source", "accelerators", "division"):
+        for key in ("description", "source", "accelerators", "division", "round"):
             if entry.get(key) and not into.get(key):
                 into[key] = entry[key]
+        for key in ("benchmark_accelerators", "benchmark_sources"):
+            if isinstance(entry.get(key), dict):
+                into.setdefault(key, {}).update(entry[key])
+            elif key in entry:
+                into[key] = entry[key]  # not a mapping: the model says so below
         minutes = entry.get("minutes")
         if not isinstance(minutes, dict):
             raise UsageError(f"{origin}: reference {entry['name']!r} needs 'minutes: {{benchmark: minutes}}', got {minutes!r}.")
         into["minutes"].update(minutes)
-        extra = set(entry) - {"name", "description", "source", "accelerators", "division", "minutes"}
+        extra = set(entry) - {"name", "minutes", *FIELDS}
         if extra:
             raise UsageError(f"{origin}: reference {entry['name']!r} has unknown key {min(extra)!r}; "
-                             "a reference has description, source, accelerators, division and minutes.")
+                             f"a reference has {', '.join(FIELDS)} and minutes.")
     out = {}
     for name, fields in merged.items():
         try:
@@ -97,8 +115,10 @@ def load_references(extra_files: list[str | Path] = ()) -> dict[str, Reference]:
 
     from dlbench.config import load_yaml
 
-    shipped = resources.files("dlbench.data").joinpath("references.yaml")
-    references = parse_references(yaml.safe_load(shipped.read_text()), "dlbench/data/references.yaml")
+    references: dict[str, Reference] = {}
+    for name in SHIPPED:
+        shipped = resources.files("dlbench.data").joinpath(name)
+        references.update(parse_references(yaml.safe_load(shipped.read_text()), f"dlbench/data/{name}"))
     for path in extra_files:
         found = parse_references(load_yaml(path), str(path))
         if not found:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -54,27 +55,40 @@ def runs_table(records: Sequence[dict[str, Any]]) -> Table:
     return columns, rows
 
 
+def minutes_text(value: float | None) -> str:
+    """Minutes with at least 4 significant digits and at least 2 decimals (0.4660, 36.32, 237.61),
+    so that results under a minute, and published ones, can be told apart."""
+    if value is None:
+        return "-"
+    if value == 0 or not math.isfinite(value):
+        return f"{value:.2f}"
+    return f"{value:.{max(2, 3 - math.floor(math.log10(abs(value))))}f}"
+
+
 def _score(entry: dict[str, Any]) -> str:
     if entry.get("scaling") == "weak":
-        return "-" if entry["models_per_minute"] is None else f"{entry['models_per_minute']:.4f} models/min"
-    return _num(entry["score_minutes"])
+        return "-" if entry["models_per_minute"] is None else f"{entry['models_per_minute']:.4g} models/min"
+    text = minutes_text(entry["score_minutes"])
+    if entry.get("rcp_scaled") and entry["score_minutes"] is not None:
+        text += f" (RCP-scaled x{entry['rcp_scaling_factor']:.6g})"
+    return text
 
 
 def score_table(entries: Sequence[dict[str, Any]]) -> Table:
     """One row per system, scaling and benchmark (``score.score_entry``/``weak_scaling_entry``);
     an energy column only when some entry has one."""
     with_energy = any(e.get("energy_j") is not None for e in entries)
-    columns = ["system", "benchmark", "scaling", "accelerators", "runs", "failed", "run minutes", "score"]
+    columns = ["submitter", "system", "benchmark", "scaling", "accelerators", "runs", "failed", "run minutes", "score"]
     columns += ["energy kJ"] * with_energy + ["status"]
     rows = []
     for e in entries:
         files = e.get("files") or [{"status": "failed" if m is None else "success"} for m in e["run_minutes"]]
-        minutes = ", ".join(f["status"] if m is None else f"{m:.2f}" for m, f in zip(e["run_minutes"], files))
+        minutes = ", ".join(f["status"] if m is None else minutes_text(m) for m, f in zip(e["run_minutes"], files))
         status = e["status"] if not e.get("message") else f"{e['status']}: {e['message']}"
         scale = str(e.get("accelerators") or "-")
         if e.get("instance_accelerators"):
             scale += f" ({e['instance_accelerators']}/model)"
-        row = [e["system"], e["benchmark"], e.get("scaling") or "-", scale,
+        row = [e.get("submitter") or "-", e["system"], e["benchmark"], e.get("scaling") or "-", scale,
                f"{e['runs']}/{e['required_runs'] or '?'}", str(e["failed_runs"]), minutes, _score(e)]
         row += [_num(None if e.get("energy_j") is None else e["energy_j"] / 1000)] * with_energy
         rows.append(row + [status])
@@ -133,8 +147,8 @@ def compare_table(rows_in: Sequence[dict[str, Any]]) -> Table:
     for r in rows_in:
         status = r["status"] if r["valid"] else f"{(r['status'] or '?').upper()} (not a valid result)"
         rows.append([r["system"], r["benchmark"] + (f" ({r['scaling']})" if r.get("scaling") else ""), status,
-                     r["division"] or "-", str(r["accelerators"] or "-"), _num(r["score_minutes"]),
-                     _num(r["accelerator_minutes"]), _num(r["reference_minutes"]),
+                     r["division"] or "-", str(r["accelerators"] or "-"), minutes_text(r["score_minutes"]),
+                     _num(r["accelerator_minutes"]), minutes_text(r["reference_minutes"]),
                      str(r["reference_accelerators"] or "-"), _num(r["time_ratio"], 3), _num(r["speedup"], 3),
                      _num(r["accelerator_minutes_ratio"], 3), r["note"] or ""])
     return columns, rows

@@ -54,6 +54,8 @@ class RunTime:
     status: str = SUCCESS
     start_s: float | None = None
     stop_s: float | None = None
+    start_ms: float | None = None  # the :::MLLOG lines' own milliseconds (the summarizer's clock)
+    stop_ms: float | None = None
     energy_j: float | None = None
     nodes: int | None = None
     accelerators_per_node: int | None = None
@@ -155,6 +157,7 @@ def run_time(log: ParsedLog, path: str = "") -> RunTime:
     if stop is None:
         return _set(run, FAILED, _missing(log, "run_stop", "no run_stop (crashed or truncated)"))
     run.start_s, run.stop_s = start.time_s, stop.time_s
+    run.start_ms, run.stop_ms = start.time_ms, stop.time_ms
     if stop.time_s <= start.time_s:
         return _set(run, INVALID, f"run_stop ({stop.time_s:.3f} s) is not after run_start ({start.time_s:.3f} s)")
     failure = _failure(log, stop)
@@ -162,11 +165,19 @@ def run_time(log: ParsedLog, path: str = "") -> RunTime:
         return _set(run, FAILED, failure)
     if run.target_reached is False:
         return _set(run, FAILED, f"the log says success, but {verdict.message}")
-    run.minutes = (stop.time_s - start.time_s) / 60.0
+    run.minutes = _minutes(start, stop)
     run.epochs = epochs_to_target(log)
     energy = next((e for key in ENERGY_KEYS for e in log.all(key)), None)
     run.energy_j = _number(energy.value) if energy is not None else None
     return run
+
+
+def _minutes(start: Event, stop: Event) -> float:
+    """The run's time as MLCommons' summarizer computes it from :::MLLOG milliseconds
+    (``(stop - start) / 60 / 1000``, in that order, so the float is bit-identical); from seconds otherwise."""
+    if start.time_ms is not None and stop.time_ms is not None:
+        return (stop.time_ms - start.time_ms) / 60 / 1000
+    return (stop.time_s - start.time_s) / 60.0
 
 
 def _missing(log: ParsedLog, key: str, otherwise: str) -> str:

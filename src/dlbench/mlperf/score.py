@@ -23,11 +23,12 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from dlbench.errors import UsageError
-from dlbench.mlperf import convergence
+from dlbench.mlperf import convergence, power, published
 from dlbench.mlperf.layout import (
     collect_result_files,
     described_accelerators,
@@ -36,7 +37,7 @@ from dlbench.mlperf.layout import (
     system_description,
 )
 from dlbench.mlperf.parse import parse_file
-from dlbench.mlperf.runs import SUCCESS, RunTime, run_time
+from dlbench.mlperf.runs import FAILED, SUCCESS, RunTime, run_time
 
 #: Runs per entry, from MLCommons' benchmark_meta (training and HPC) and the v0.6 rules; used when
 #: mlperf-logging is not installed, and for benchmarks it no longer lists.
@@ -183,7 +184,10 @@ def weak_scaling_entry(system: str, benchmark: str, runs: Sequence[RunTime],
     if not done:
         entry.update(status="invalid", message="no weak-scaling run reached its target")
         return entry
-    all_minutes = (max(r.stop_s for r in done) - min(r.start_s for r in done)) / 60.0
+    if all(r.start_ms is not None and r.stop_ms is not None for r in done):  # the summarizer's arithmetic, exactly
+        all_minutes = (max(r.stop_ms for r in done) - min(r.start_ms for r in done)) / 60 / 1000
+    else:
+        all_minutes = (max(r.stop_s for r in done) - min(r.start_s for r in done)) / 60.0
     entry.update(time_to_train_all_minutes=all_minutes, models_per_minute=len(done) / all_minutes)
     if required is not None and len(done) < required:
         entry.update(status="incomplete", message=f"MLPerf HPC requires at least {required} converged models of "
@@ -191,9 +195,31 @@ def weak_scaling_entry(system: str, benchmark: str, runs: Sequence[RunTime],
     return entry
 
 
-def _parse_one(path: Path) -> tuple[str | None, RunTime]:
+def _parse_one(path: Path, compliance: bool = False) -> tuple[str | None, RunTime]:
     log = parse_file(path)
-    return log.benchmark, run_time(log, str(path))
+    run = run_time(log, str(path))
+    if compliance and run.status == SUCCESS and log.format == "mllog":
+        _official_verdict(log, path, run)
+    return log.benchmark, run
+
+
+def _official_verdict(log: Any, path: Path, run: RunTime) -> None:
+    """``--compliance``: a run the official checker fails is dropped as MLCommons' summarizer drops it
+    (``_read_result_file``: a failed check is a non-converging run), on the ruleset of the log's round."""
+    from dlbench.mlperf.check import run_checker
+    from dlbench.mlperf.rulesets import choose
+
+    chosen = choose(log, path)
+    if isinstance(chosen, str):
+        run.note = "; ".join(filter(None, [run.note, f"not checked for compliance: {chosen}"]))
+        return
+    usage, ruleset, _ = chosen
+    passed, messages = run_checker(path, usage, ruleset)
+    if not passed:
+        first = next((m.strip() for m in messages.splitlines() if m.strip() and not m.startswith("---")), "")
+        run.status, run.minutes = FAILED, None
+        run.problem = (f"the official compliance checker ({usage} {ruleset}) fails it ({first[:160]}); MLCommons' "
+                       "summarizer drops it as a non-converging run")
 
 
 def _size(path: Path) -> int:
@@ -203,40 +229,55 @@ def _size(path: Path) -> int:
         return 0
 
 
-def _parse_all(files: list[Path]) -> list[tuple[str | None, RunTime]]:
+def _parse_all(files: list[Path], compliance: bool = False) -> list[tuple[str | None, RunTime]]:
     total = sum(_size(p) for p in files)
     workers = min(len(files), os.cpu_count() or 1)
-    if total < PARALLEL_BYTES or workers < 2:
-        return [_parse_one(p) for p in files]
+    one = partial(_parse_one, compliance=compliance)
+    if (total < PARALLEL_BYTES and not compliance) or workers < 2:  # the checker is a subprocess per file
+        return [one(p) for p in files]
     with ProcessPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(_parse_one, files, chunksize=max(1, len(files) // (4 * workers))))
+        return list(pool.map(one, files, chunksize=max(1, len(files) // (4 * workers))))
 
 
-def score_folder(folder: str | Path) -> list[dict[str, Any]]:
+def _power_energies(pairs: list[tuple[Path, RunTime]]) -> None:
+    """A power submission: each successful run's energy from its power logs (:mod:`dlbench.mlperf.power`)."""
+    for path, run in pairs:
+        if run.status != SUCCESS or run.minutes is None:
+            continue
+        ttt_ms = (run.stop_ms - run.start_ms if run.start_ms is not None and run.stop_ms is not None
+                  else run.minutes * 60_000)
+        run.energy_j, why = power.run_energy_j(path, ttt_ms)
+        if why:
+            run.note = "; ".join(filter(None, [run.note, f"no energy: {why}"]))
+
+
+def score_folder(folder: str | Path, compliance: bool = False) -> list[dict[str, Any]]:
     """Score every system and benchmark under an MLPerf results folder (see
     :func:`~dlbench.mlperf.layout.entry_key` for the layouts read): strong scaling and training by
     olympic mean, weak scaling by models/min. Result files in a subfolder of a benchmark folder
     (``pruned_results/``) are left out, as MLCommons' summarizer leaves them, and listed under the
-    entry's ``left_out``."""
+    entry's ``left_out``. ``compliance`` runs MLCommons' compliance checker on every successful
+    run, as the summarizer does, and drops those it fails (slow: a subprocess per file)."""
     files, left_out = collect_result_files(folder)
     if not files:
         raise UsageError(f"no result_*.txt files under {str(folder)!r}; point at an MLPerf results folder.")
     groups: dict[tuple[str, str, str], list[tuple[Path, RunTime]]] = {}
-    for path, (named, run) in zip(files, _parse_all(files)):
+    for path, (named, run) in zip(files, _parse_all(files, compliance)):
         system, scaling, benchmark = entry_key(path, named)
         groups.setdefault((system, scaling or "", benchmark), []).append((path, run))
     entries = []
     for (system, scaling, benchmark), pairs in sorted(groups.items()):
         runs = [run for _, run in pairs]
+        if scaling != "weak" and power.has_power(pairs[0][0].parent):
+            _power_energies(pairs)
         entry = (weak_scaling_entry(system, benchmark, runs, pairs[0][0]) if scaling == "weak"
                  else score_entry(system, benchmark, runs, scaling or None))
         folders = {path.parent for path, _ in pairs}
         entry["left_out"] = [str(p) for p in left_out if any(f in p.parents for f in folders)]
-        description, _ = system_description(pairs[0][0])
-        if entry["accelerators"] is None and description is not None:  # logs before v0.7 do not say: ask the system
-            entry["accelerators"] = described_accelerators(description)
-        if entry["division"] is None and description is not None and str(description.get("division", "")).strip():
-            entry["division"] = str(description["division"]).strip().lower()
+        description, where = system_description(pairs[0][0])
         entry["warnings"] += division_conflicts(system, sorted({r.division for r in runs if r.division}), description)
+        published.apply_description(entry, description, where)
+        if scaling != "weak":
+            published.apply_scaling(entry, pairs[0][0].parent)
         entries.append(entry)
     return entries

@@ -87,6 +87,11 @@ def round_from_path(path: str | Path) -> tuple[str | None, str] | None:
     return None
 
 
+def round_folder(path: str | Path) -> str | None:
+    """The name of the folder in ``path`` that :func:`round_from_path` reads the round from."""
+    return next((part for part in reversed(Path(path).absolute().parts[:-1]) if _ROUND.search(part)), None)
+
+
 def round_of(log: ParsedLog, path: str | Path) -> str | None:
     """The table's name for the round of a log ("training_1.0", "hpc_0.7"), or None when unknown."""
     found = round_from_path(path) if path else None
@@ -109,6 +114,11 @@ def _entry(round_name: str, benchmark: str) -> QualityTarget | str:
     source = table()["sources"][row.get("source", body["source"])]
     return QualityTarget(round_name, benchmark, row["key"], row["direction"], row["target"], source,
                          row.get("large_batch"))
+
+
+def round_target(round_name: str, benchmark: str) -> QualityTarget | str:
+    """``benchmark``'s target in ``round_name`` ("training_4.0"), or why the table has none."""
+    return _entry(round_name, benchmark)
 
 
 @cache

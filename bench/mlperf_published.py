@@ -1,0 +1,185 @@
+"""dlbench's published score beside mlperf-logging's result_summarizer, over a whole results round.
+
+For every (system, benchmark) folder of every submitter in ROUND (a checkout of an MLCommons
+results repository, e.g. training_results_v5.1), the summarizer's own functions give its figure:
+``_compute_strong_score_standalone`` (the compliance checker on each file, the olympic mean, the
+``scaling.json`` factor) or ``_compute_weak_score_standalone`` (HPC weak scaling), and
+``_load_system_desc`` the row's submitter, system, accelerators_count and division, exactly as
+``summarize_results`` builds its row. Its RCP pass is left out: it only adds the RCP/GBS columns,
+and it rewrites ``scaling.json`` in the folder (``set_scaling=True``) after the score has read it.
+dlbench's side is ``dlbench.mlperf.score.score_folder`` on each submitter's folder.
+
+    python bench/mlperf_published.py ROUND --usage training --ruleset 5.1.0 [--workers 2] [--json OUT] [--compliance]
+
+Prints the agreement (entries compared, score max relative difference, fields that differ) and
+every disagreement.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from dlbench.mlperf.score import score_folder
+
+
+def _organisations(round_dir: Path) -> list[Path]:
+    return sorted(p for p in round_dir.iterdir() if (p / "results").is_dir() and (p / "systems").is_dir())
+
+
+def _benchmark_folders(org: Path) -> list[tuple[str, str | None, Path]]:
+    """(system, scaling, folder) for each benchmark folder, as the summarizer walks them."""
+    found = []
+    for system in sorted(p for p in (org / "results").iterdir() if p.is_dir()):
+        for scaling in ("strong", "weak"):
+            if (system / scaling).is_dir():
+                found += [(system.name, scaling, b) for b in sorted((system / scaling).iterdir()) if b.is_dir()]
+        if not (system / "strong").is_dir() and not (system / "weak").is_dir():
+            found += [(system.name, None, b) for b in sorted(system.iterdir()) if b.is_dir()]
+    return [f for f in found if any(f[2].glob("result_*.txt"))]  # the snapshot may lack files >= 4 MiB
+
+
+def _empty_folders(round_dir: Path) -> list[str]:
+    """Benchmark folders without any result file here (their logs were too big for the snapshot)."""
+    return [str(folder) for org in _organisations(round_dir) for folder in sorted((org / "results").glob("*/*"))
+            + sorted((org / "results").glob("*/*/*"))
+            if folder.is_dir() and folder.name not in ("strong", "weak", "power") and folder.parent.name != "power"
+            and not any(folder.glob("result_*.txt")) and not any(p.is_dir() for p in folder.iterdir()
+                                                                  if p.name not in ("power", "pruned_results"))]
+
+
+def summarizer_figure(job: tuple[str, str, str | None, str, str, str]) -> dict[str, Any]:
+    """The summarizer's row cells for one benchmark folder (runs in a worker: it prints, and keeps state)."""
+    from mlperf_logging.result_summarizer import result_summarizer as rs
+
+    org, system, scaling, folder, usage, ruleset = job
+    benchmark = rs._benchmark_alias(Path(folder).name)
+    row: dict[str, Any] = {"org": org, "system_folder": system, "scaling": scaling, "benchmark": benchmark,
+                           "folder": folder}
+    with contextlib.redirect_stdout(io.StringIO()):
+        try:
+            desc = rs._load_system_desc(org, system)
+        except (FileNotFoundError, json.JSONDecodeError) as exc:
+            return row | {"error": f"system description: {exc}"}
+        row |= {"submitter": desc.get("submitter"), "system": rs._pretty_system_name(desc),
+                "division": desc.get("division"),
+                "accelerators": int(desc["accelerators_per_node"]) * int(desc["number_of_nodes"]),
+                "nodes": int(desc["number_of_nodes"])}
+        has_power = rs._has_power(folder)
+        try:
+            if scaling == "weak":
+                scores, _ = rs._compute_weak_score_standalone(benchmark, system, False, folder, usage, ruleset, desc)
+                row["models_per_minute"] = (scores[f"{benchmark}:number_of_models"] / scores[f"{benchmark}:time_to_train_all"]
+                                            if scores else None)
+            else:  # the time first: a crash in the power pass must not hide the time score
+                score, _, factor = rs._compute_strong_score_standalone(benchmark, system, False, folder, usage,
+                                                                       ruleset, desc)
+                row |= {"score_minutes": score, "scaling_factor": factor, "has_power": has_power}
+        except Exception as exc:  # noqa: BLE001 - a summarizer crash is a finding to report, not to stop on
+            row["error"] = f"{type(exc).__name__}: {exc}"
+        if has_power and "error" not in row and scaling != "weak":
+            try:
+                row["energy_j"] = rs._compute_strong_score_standalone(benchmark, system, True, folder, usage,
+                                                                      ruleset, desc)[1]
+            except Exception as exc:  # noqa: BLE001 - as above
+                row["energy_error"] = f"{type(exc).__name__}: {exc}"
+    return row
+
+
+def _relative(a: float | None, b: float | None) -> float:
+    if a is None or b is None:
+        return 0.0 if a is b else float("inf")
+    return abs(a - b) / abs(b) if b else abs(a - b)
+
+
+def compare(official: dict[str, Any], entry: dict[str, Any] | None) -> dict[str, Any]:
+    """One folder's agreement: the score's relative difference and the row fields that differ."""
+    if entry is None:
+        return {"score_rel": float("inf"), "fields": ["dlbench has no entry"]}
+    key = "models_per_minute" if official["scaling"] == "weak" else "score_minutes"
+    fields = [f"{name}: dlbench {entry.get(ours)!r}, summarizer {official.get(theirs)!r}"
+              for name, ours, theirs in (("submitter", "submitter", "submitter"), ("system", "system_name", "system"),
+                                         ("accelerators", "accelerators", "accelerators"),
+                                         ("division", "division", "division"),
+                                         ("scaling factor", "rcp_scaling_factor", "scaling_factor"))
+              if key == "score_minutes" or name != "scaling factor"
+              if official.get(theirs) is not None and entry.get(ours) != official.get(theirs)
+              and not (name == "accelerators" and official[theirs] == 0 and entry.get(ours) == official["nodes"])]
+    # a CPU-only system (accelerators_per_node 0): the summarizer prints 0, dlbench counts its nodes (by design)
+    if official.get("has_power"):
+        fields += [f"energy: dlbench {entry.get('energy_j')!r}, summarizer {official.get('energy_j')!r}"
+                   for _ in [0] if _relative(entry.get("energy_j"), official.get("energy_j")) > 1e-9]
+    return {"score_rel": _relative(entry.get(key), official.get(key)), "fields": fields,
+            "energy_rel": _relative(entry.get("energy_j"), official.get("energy_j")) if official.get("has_power") else None,
+            "dlbench": entry.get(key), "summarizer": official.get(key)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("round", type=Path)
+    parser.add_argument("--usage", default="training")
+    parser.add_argument("--ruleset", required=True)
+    parser.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
+    parser.add_argument("--json", type=Path, help="write every row here")
+    parser.add_argument("--compliance", action="store_true", help="dlbench scores with --compliance (the official checker per file)")
+    args = parser.parse_args()
+    jobs = [(str(org), system, scaling, str(folder), args.usage, args.ruleset)
+            for org in _organisations(args.round) for system, scaling, folder in _benchmark_folders(org)]
+    started = time.perf_counter()
+    with ProcessPoolExecutor(max_workers=args.workers) as pool:
+        official = list(pool.map(summarizer_figure, jobs, chunksize=1))
+    summarizer_s = time.perf_counter() - started
+    started = time.perf_counter()
+    ours: dict[tuple[str, str, str | None, str], dict[str, Any]] = {}
+    for org in _organisations(args.round):
+        for entry in score_folder(org, compliance=args.compliance):
+            ours[(str(org), entry["system"], entry["scaling"], entry["benchmark"])] = entry
+    dlbench_s = time.perf_counter() - started
+    rows, worst = [], 0.0
+    for row in official:
+        if "error" in row:
+            rows.append(row)
+            continue
+        entry = ours.get((row["org"], row["system_folder"], row["scaling"], row["benchmark"]))
+        row |= compare(row, entry)
+        worst = max(worst, row["score_rel"])
+        rows.append(row)
+    compared = [r for r in rows if "error" not in r]
+    differ = [r for r in compared if r["score_rel"] > 1e-9 or r["fields"]]
+    scored = [r for r in compared if r.get("summarizer") is not None]
+    scaled = [r for r in compared if (r.get("scaling_factor") or 1.0) != 1.0]
+    powered = [r for r in compared if r.get("has_power")]
+    energy_worst = max([r["energy_rel"] for r in powered if r.get("energy_rel") is not None
+                        and "energy_error" not in r] or [0.0])
+    print(f"{args.round} ({args.usage} {args.ruleset}): {len(_organisations(args.round))} submitters, "
+          f"{len(compared)} (system, benchmark) folders compared, {len(scored)} with a summarizer score, "
+          f"{len(scaled)} RCP-scaled; max relative score difference {worst:.3g}; "
+          f"{len(differ)} folder(s) differ; {len(rows) - len(compared)} summarizer error(s); "
+          f"summarizer {summarizer_s:.0f} s, dlbench {dlbench_s:.0f} s")
+    if powered:
+        print(f"  power: {len(powered)} folder(s) with power logs, {sum('energy_error' in r for r in powered)} the "
+              f"summarizer cannot score; energy max relative difference {energy_worst:.3g} over the others")
+    for r in powered:
+        if "energy_error" in r:
+            print(f"  POWER {r['folder']}: summarizer {r['energy_error']}; dlbench energy {r.get('energy_j_dlbench')}")
+    for folder in _empty_folders(args.round):
+        print(f"  NOT COMPARED {folder}: no result file in this copy (files >= 4 MiB are missing from the snapshot)")
+    for r in differ:
+        print(f"  DIFF {r['folder']}: score {r.get('dlbench')} vs {r.get('summarizer')} ({r['score_rel']:.3g}); "
+              + "; ".join(r["fields"]))
+    for r in rows:
+        if "error" in r:
+            print(f"  SUMMARIZER ERROR {r['folder']}: {r['error']}")
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1, default=str))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,100 @@
+"""The published score: what MLCommons' result_summarizer prints for an entry, beyond the olympic mean.
+
+* **RCP scaling.** During review, MLCommons commits a ``scaling.json`` (``{"scaling_factor": f}``)
+  into a benchmark folder whose runs converged in fewer epochs than the reference convergence
+  points (RCPs) allow without normalisation. mlperf-logging's result_summarizer
+  (``_get_scaling_factor``) reads ``<benchmark folder>/scaling.json`` — the folder holding the
+  ``result_*.txt`` files, nothing above or below it — takes its ``scaling_factor`` and multiplies
+  the olympic mean of the run times by it (``score *= scaling_factor``), and the olympic mean of
+  the runs' energy too; without the file the factor is 1. Weak-scaling (HPC) scores are never scaled.
+  An entry keeps the unscaled ``olympic_minutes``, the ``rcp_scaling_factor`` and the scaled
+  ``score_minutes``; a ``scaling.json`` that cannot be read leaves the score unscaled, with a warning
+  (the summarizer would stop on it).
+* **The row's identity.** The summarizer takes submitter, system name, accelerator count and
+  division from the system description (``<org>/systems/<system>.json``), not from the logs; where
+  the logs' ``submission_org``/``number_of_nodes`` × ``accelerators_per_node`` say otherwise (Oracle's,
+  Nebius' and the University of Florida's v5.1 logs say "SUBMISSION_ORG_PLACEHOLDER"), the entry says
+  so in a warning.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from dlbench.mlperf.layout import described_accelerators
+
+SCALING_FILE = "scaling.json"
+
+
+def scaling_factor(benchmark_folder: str | Path) -> tuple[float | None, str | None]:
+    """(the ``scaling_factor`` of ``benchmark_folder/scaling.json``, or None when there is no file;
+    why it could not be used, or None)."""
+    path = Path(benchmark_folder) / SCALING_FILE
+    if not path.is_file():
+        return None, None
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        factor = doc["scaling_factor"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return None, f"{path} is not a JSON object with a scaling_factor ({type(exc).__name__}: {exc})"
+    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not math.isfinite(factor) or factor <= 0:
+        return None, f"{path}: scaling_factor {factor!r} is not a positive number"
+    return float(factor), None
+
+
+def apply_scaling(entry: dict[str, Any], benchmark_folder: str | Path) -> None:
+    """Scale a strong-scaling/training ``entry`` by its folder's ``scaling.json``, as the summarizer does."""
+    factor, problem = scaling_factor(benchmark_folder)
+    entry["olympic_minutes"] = entry["score_minutes"]
+    entry["olympic_energy_j"] = entry.get("energy_j")
+    entry["rcp_scaling_factor"] = factor if factor is not None else 1.0
+    entry["rcp_scaled"] = factor is not None and factor != 1.0
+    if problem:
+        entry["warnings"].append(f"{problem}: the score is left unscaled (MLCommons' summarizer stops on this file)")
+    if factor is None:
+        return
+    if entry["score_minutes"] is not None:
+        entry["score_minutes"] = entry["score_minutes"] * factor
+    if entry.get("energy_j") is not None:
+        entry["energy_j"] = entry["energy_j"] * factor
+
+
+def pretty_system_name(description: dict[str, Any]) -> str | None:
+    """The summarizer's system column (``_pretty_system_name``): ``system_name``, except Google's
+    ``tpu-v3`` rows, named by their chips (``TPUv3.<2 x accelerators_per_node>``)."""
+    name = description.get("system_name")
+    if name == "tpu-v3":
+        try:
+            return f"TPUv3.{int(description['accelerators_per_node']) * 2}"
+        except (KeyError, ValueError, TypeError):
+            return str(name)
+    return None if name is None else str(name).strip() or None
+
+
+def apply_description(entry: dict[str, Any], description: dict[str, Any] | None, where: str) -> None:
+    """Submitter, system name, accelerators and division from the system description, where the
+    folder has one; a warning where the logs say otherwise."""
+    entry.setdefault("system_name", None)
+    entry["system_description"] = where if description is not None else None
+    if description is None:
+        return
+    logged_org, logged_scale = entry.get("submitter"), entry.get("accelerators")
+    submitter = str(description.get("submitter") or "").strip()
+    if submitter:
+        entry["submitter"] = submitter
+        if logged_org and logged_org != submitter:
+            entry["warnings"].append(f"the logs' submission_org says {logged_org!r}; the system description's "
+                                     f"submitter {submitter!r} is taken, as MLCommons' summarizer takes it")
+    entry["system_name"] = pretty_system_name(description)
+    described = described_accelerators(description)
+    if described is not None and entry.get("scaling") != "weak":
+        entry["accelerators"] = described
+        if logged_scale and logged_scale != described:
+            entry["warnings"].append(f"the logs say {logged_scale} accelerators; the system description's {described} "
+                                     "(number_of_nodes x accelerators_per_node) is taken")
+    division = str(description.get("division") or "").strip().lower()
+    if division:
+        entry["division"] = division
