@@ -38,6 +38,7 @@ class RunFilter:
     workloads: tuple[str, ...] = ()
     device: str | None = None  # "cpu" / "cuda", or a fragment of the device name
     host: str | None = None
+    cluster: str | None = None  # env.cluster: the Slurm ClusterName, or --cluster / the config's value
     status: str | None = None
     torch_version: str | None = None  # prefix match: "2.4" selects 2.4.0, 2.4.1+cu121 ...
     tags: dict[str, str] = field(default_factory=dict)
@@ -65,6 +66,7 @@ class RunSummary:
     samples_per_s: float | None
     step_time_median_s: float | None
     tags: dict[str, str]
+    cluster: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
