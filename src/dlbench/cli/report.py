@@ -92,7 +92,7 @@ def report(
     try:
         records = _select(store, selectors or [])
         explicit = _comparisons(store, compare or [])
-        document = build_report(records, title=title, selectors=selectors or [], series_of=store.series,
+        document = build_report(records, title=title, selectors=selectors or [], series_of=store.series, series_many=store.series_of,
                                 references=refs, explicit=explicit, telemetry_runs=telemetry_runs, trend_by=trend_by)
     finally:
         store.close()

@@ -238,7 +238,8 @@ def _hpo_section(studies: list[dict[str, Any]]) -> str:
 
 def build_report(records: list[dict[str, Any]], *, title: str, selectors: list[str],
                  series_of: Callable[[str], list[dict[str, Any]]], references: dict[str, dict[str, Any]] | None = None,
-                 explicit: list[tuple[str, list, list]] = (), telemetry_runs: int = 12, trend_by: str = "torch") -> str:
+                 explicit: list[tuple[str, list, list]] = (), telemetry_runs: int = 12, trend_by: str = "torch",
+                 series_many: Callable[[list[str]], dict[str, list[dict[str, Any]]]] | None = None) -> str:
     """The whole HTML document for ``records`` (newest first, as the store returns them)."""
     parts: list[tuple[str, str, str]] = [
         ("environments", "Environments", _env_section(sections.environments(records))),
@@ -259,7 +260,7 @@ def build_report(records: list[dict[str, Any]], *, title: str, selectors: list[s
     comparisons = [c for c in sections.comparisons(records, explicit) if c["rows"]]
     if comparisons:
         parts.append(("compare", "Comparisons", _compare_section(comparisons)))
-    timelines = sections.telemetry(records, series_of, telemetry_runs) if telemetry_runs else []
+    timelines = sections.telemetry(records, series_of, telemetry_runs, series_many) if telemetry_runs else []
     if timelines:
         parts.append(("telemetry", "Telemetry timelines", _telemetry_section(timelines, telemetry_runs)))
     mlperf = sections.mlperf(records, references or {})
