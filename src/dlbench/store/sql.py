@@ -12,8 +12,8 @@ import logging
 import math
 import sqlite3
 import time
-from pathlib import Path
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
@@ -23,6 +23,16 @@ from dlbench.errors import RecordNotSaved, UsageError
 from dlbench.record import device_label, upgrade
 from dlbench.store import spool
 from dlbench.store._base import RunFilter, RunSummary, Store
+from dlbench.store._engine import (
+    WRITE,
+    create_engine,
+    display,
+    is_busy,
+    reason,
+    set_wal,
+    sqlite_path,
+    store_error,
+)
 from dlbench.store._query import chunks, filtered, starting_with
 from dlbench.store._schema import (
     LAYOUT_REVISION,
@@ -34,16 +44,6 @@ from dlbench.store._schema import (
     runs_table,
     tags_table,
     telemetry_table,
-)
-from dlbench.store._engine import (
-    WRITE,
-    create_engine,
-    display,
-    is_busy,
-    reason,
-    set_wal,
-    sqlite_path,
-    store_error,
 )
 
 log = logging.getLogger(__name__)
