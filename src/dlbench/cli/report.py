@@ -15,9 +15,8 @@ import typer
 
 from dlbench.cli._common import DB_OPTION, JSON_OPTION, emit_json, info, open_store
 from dlbench.errors import UsageError
+from dlbench.store._base import SELECTOR_HELP
 
-SELECTOR_HELP = ("Run ids, or KEY=VALUE filters, comma-separated, as in 'dlbench compare' (keys: workload, device, "
-                 "host, status, torch, since, until; other keys are tags).")
 
 
 def _check_writable(path: str, option: str = "--out") -> Path:
@@ -188,6 +187,10 @@ def regress(
         emit_json({"baseline": baseline, "candidate": candidate, "threshold": fraction, "min_runs": min_runs, "exit_code": code,
                    "regressions": sum(r.decision == "regression" for r in rows), "rows": [r.as_dict() for r in rows]})
     else:
+        from dlbench.cli.results import matched
+
+        for side, text, runs in (("baseline", baseline, runs_base), ("candidate", candidate, runs_cand)):
+            info(f"{side} = {text}: {matched(runs)}")
         render(regress_table(rows), title=f"baseline = {baseline}   candidate = {candidate}   threshold {fraction:.1%}")
         for r in rows:
             if r.note:

@@ -6,6 +6,7 @@ import typer
 
 from dlbench.cli._common import DB_OPTION, JSON_OPTION, emit_json, info, open_store
 from dlbench.errors import UsageError
+from dlbench.store._base import SELECTOR_HELP
 from dlbench.report.tensorboard import check_logdir, run_dir_of, write_run
 
 tensorboard_app = typer.Typer(name="tensorboard", help="Stored runs for TensorBoard's Scalars and HParams views.",
@@ -14,8 +15,7 @@ tensorboard_app = typer.Typer(name="tensorboard", help="Stored runs for TensorBo
 
 @tensorboard_app.command("export")
 def export(
-    selectors: str = typer.Argument(..., help="Run ids, or KEY=VALUE filters, comma-separated, as 'dlbench compare' "
-                                    "takes them: workload, device, host, status, torch, since, until; other keys are tags."),
+    selectors: str = typer.Argument(..., help="Which runs. " + SELECTOR_HELP),
     out: str = typer.Option(..., "--out", "-o", help="Log directory: each run goes to OUT/<run id>/ (then: tensorboard --logdir OUT)."),
     db: str = DB_OPTION,
     as_json: bool = JSON_OPTION,
