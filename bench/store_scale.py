@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import argparse
 import copy
-import itertools
 import datetime as dt
+import itertools
 import json
 import os
 import resource

@@ -8,8 +8,8 @@ import typer
 
 from dlbench.cli._common import DB_OPTION, JSON_OPTION, emit_json, info, open_store
 from dlbench.errors import UsageError
-from dlbench.store._base import SELECTOR_HELP
 from dlbench.safety import path_inside
+from dlbench.store._base import SELECTOR_HELP
 
 plot_app = typer.Typer(
     name="plot",

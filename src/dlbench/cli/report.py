@@ -18,7 +18,6 @@ from dlbench.errors import UsageError
 from dlbench.store._base import SELECTOR_HELP
 
 
-
 def _check_writable(path: str, option: str = "--out") -> Path:
     """Fail before any work when the output cannot be written."""
     target = Path(path).expanduser()

@@ -6,8 +6,8 @@ import typer
 
 from dlbench.cli._common import DB_OPTION, JSON_OPTION, emit_json, info, open_store
 from dlbench.errors import UsageError
-from dlbench.store._base import SELECTOR_HELP
 from dlbench.report.tensorboard import check_logdir, run_dir_of, write_run
+from dlbench.store._base import SELECTOR_HELP
 
 tensorboard_app = typer.Typer(name="tensorboard", help="Stored runs for TensorBoard's Scalars and HParams views.",
                               no_args_is_help=True)
