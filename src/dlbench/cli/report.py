@@ -32,22 +32,25 @@ def _check_writable(path: str, option: str = "--out") -> Path:
 def _select(store, selectors: list[str], within=None) -> list[dict]:
     """Union of the runs each selector matches (newest first); all runs when none is given. ``within``: a
     :class:`RunFilter` every selector is narrowed by (the report's --since/--until)."""
+    from dlbench.report.centre import slim  # what the report keeps of each run as the store streams them
     from dlbench.store import RunFilter
     from dlbench.store._base import narrowed, parse_selector
 
     within = within or RunFilter()
     filters = [(text, narrowed(parse_selector(text), within)) for text in selectors]
     if not filters:
-        records = store.records(within)
+        records = [slim(r) for r in store.iter_records(within)]
         if not records:
             raise UsageError("the results store holds no runs; run a benchmark first (e.g. 'dlbench run lstm') or point --db at a store.")
         return records
     seen: dict[str, dict] = {}
     for text, flt in filters:
-        found = store.records(flt)
+        found = 0
+        for record in store.iter_records(flt):
+            seen.setdefault(record["id"], slim(record))
+            found += 1
         if not found:
             raise UsageError(f"selector {text!r} matches no stored run; check it with 'dlbench results'.")
-        seen.update((r["id"], r) for r in found)
     return sorted(seen.values(), key=lambda r: (r["created_at"], r["id"]), reverse=True)
 
 

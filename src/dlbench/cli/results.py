@@ -69,24 +69,31 @@ def results(
 
 def _export(db: str | None, flt, fmt: str, out: str | None) -> None:
     """Full records flattened (see ``dlbench.report.frame``) in the chosen format."""
-    from dlbench.report.frame import FORMATS, flatten, write_rows
+    from dlbench.report.frame import FORMATS, flatten, write_rows, write_stream
 
     if fmt not in FORMATS:
         raise UsageError(f"--format {fmt!r} is not an export format; choose one of {', '.join(FORMATS)}.")
     if fmt == "parquet" and not out:
         raise UsageError("Parquet is binary; give a file with --out runs.parquet.")
     store = open_store(db, create=False)
-    try:
-        rows = [flatten(r) for r in store.records(flt)]
-    finally:
-        store.close()
-    try:
-        write_rows(rows, fmt, out or sys.stdout)
+    try:  # the runs stream from the store into the file: one held at a time (csv, json)
+        rows = (flatten(r) for r in store.iter_records(flt))
+        if fmt == "parquet":
+            kept = list(rows)
+            write_rows(kept, fmt, out)
+            count = len(kept)
+        elif out:
+            with open(out, "w", newline="") as stream:
+                count = write_stream(rows, fmt, stream)
+        else:
+            count = write_stream(rows, fmt, sys.stdout)
     except OSError as exc:
         raise UsageError(f"cannot write {out!r} ({exc.strerror}); choose a writable path with --out.") from None
+    finally:
+        store.close()
     if out:
-        info(f"{fmt}: {out} ({len(rows)} runs)")
-    if flt.limit and len(rows) == flt.limit:
+        info(f"{fmt}: {out} ({count} runs)")
+    if flt.limit and count == flt.limit:
         info(f"exported the newest {flt.limit}; --limit 0 exports all.")
 
 

@@ -122,3 +122,16 @@ def configurations_section(rows: list[dict[str, Any]]) -> str:
             f"<td>{sparkline(r.get('trend') or [])}</td><td>{_drill(r)}</td></tr>")
     return (f'<div class="scroll"><table id="configurations-table"><thead><tr>{head}</tr></thead>'
             f'<tbody>{"".join(body)}</tbody></table></div>')
+
+
+def slim(record: dict[str, Any]) -> dict[str, Any]:
+    """What the report keeps of a run as the store streams it: the record without its per-step times (a long run
+    keeps thousands; only a scaling series' spread reads them), its profile and its environment variables — so
+    that a report of 100,000 runs holds summaries, not every step of every run."""
+    result = record.get("result")
+    if result and "step_times_s" in result and "scale_series" not in (record["spec"].get("tags") or {}):
+        record["result"] = {k: v for k, v in result.items() if k not in ("step_times_s", "profile")}
+    env = record.get("env")
+    if env and "env_vars" in env:
+        record["env"] = {k: v for k, v in env.items() if k != "env_vars"}
+    return record
