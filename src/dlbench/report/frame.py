@@ -46,6 +46,7 @@ def environment(record: dict[str, Any]) -> dict[str, Any]:
     job = scheduler.get("job_id") or scheduler.get("pod_name")
     return {
         "host": env.get("hostname"),
+        "cluster": env.get("cluster"),
         "cpu": cpu.get("model"),
         "cpu_cores": cpu.get("logical_cores"),
         "gpu": ", ".join(gpu_names) or None,

@@ -18,7 +18,7 @@ from dlbench.report.scaling import scale_rows
 from dlbench.report.telemetry import _host_panels, timeline_data
 
 #: Environment fields that, when they take exactly two values among the runs, get an automatic comparison.
-AUTO_COMPARE = ("container", "torch", "gpu", "cuda", "host")
+AUTO_COMPARE = ("container", "torch", "gpu", "cuda", "cluster", "host")
 
 
 def environments(records: list[dict[str, Any]]) -> dict[str, Any]:

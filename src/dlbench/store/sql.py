@@ -81,7 +81,7 @@ def summary_row(record: dict[str, Any]) -> dict[str, Any]:
         "samples_per_s": result.get("samples_per_s"),
         "step_time_median_s": (result.get("step_time_s") or {}).get("median"),
         "tags_json": json.dumps(spec.get("tags") or {}, sort_keys=True),
-        "cluster": env.get("cluster") or "",
+        "cluster": str(env.get("cluster") or ""),
         "schema_version": record["schema_version"],
         "record": json.dumps(record, separators=(",", ":")),
     }
