@@ -12,7 +12,7 @@ import logging
 import math
 import sqlite3
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ from dlbench.errors import RecordNotSaved, UsageError
 from dlbench.record import device_label, upgrade
 from dlbench.store import spool
 from dlbench.store._base import RunFilter, RunSummary, Store
+from dlbench.store._bulk import BulkImport
 from dlbench.store._engine import (
     WRITE,
     create_engine,
@@ -57,9 +58,6 @@ SAVE_RETRY_DELAYS_S = (1.0, 2.0, 4.0, 8.0)
 #: Rows fetched at once while records stream (:meth:`SQLStore.iter_records`).
 STREAM_ROWS = 500
 
-#: Runs written per transaction by :meth:`SQLStore.import_runs`.
-IMPORT_BATCH = 500
-
 def summary_row(record: dict[str, Any]) -> dict[str, Any]:
     """The ``runs`` row for a record: its summary columns plus the JSON document."""
     spec, env, result = record["spec"], record.get("env") or {}, record.get("result") or {}
@@ -87,7 +85,7 @@ def summary_row(record: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-class SQLStore(Store):
+class SQLStore(BulkImport, Store):
     """A :class:`Store` on any SQLAlchemy database.
 
     ``create=False`` (read commands) refuses a SQLite file that does not exist instead of creating it;
@@ -261,53 +259,9 @@ class SQLStore(Store):
         with self._writing() as conn:  # one transaction: the run, its tags and telemetry, or nothing
             _write(conn, [(record, series)])
 
-    def import_runs(self, runs: Iterable[tuple[dict[str, Any], list[dict[str, Any]] | None]],
-                    batch: int = IMPORT_BATCH) -> tuple[int, int]:
-        """Store many ``(record, series)`` pairs (records upgraded to the current schema), ``batch`` runs per
-        transaction, one multi-row insert per table; a run already stored is skipped. Returns (stored, skipped).
-
-        Reads ``runs`` as it goes: only one batch is held at a time."""
-        stored = skipped = 0
-        pending: list = []
-        for item in runs:
-            pending.append(item)
-            if len(pending) >= batch:
-                done = self._insert_batch(pending)
-                stored, skipped, pending = stored + done, skipped + len(pending) - done, []
-        if pending:
-            done = self._insert_batch(pending)
-            stored, skipped = stored + done, skipped + len(pending) - done
-        return stored, skipped
-
-    def import_files(self, paths: Iterable[Path], finite: bool = True) -> tuple[int, int]:
-        """:meth:`import_runs` of run files (spooled or run-record JSON); ``ValueError`` names a file that is
-        not a valid run (see :meth:`import_file`)."""
-        def runs():
-            for path in paths:
-                record, series = spool.read(path, finite)
-                yield upgrade(record), series
-        return self.import_runs(runs())
-
-    def _insert_batch(self, runs: list) -> int:
-        """One transaction for ``runs``, less those already stored; how many were stored. A run another process
-        stored meanwhile (a unique-key conflict on a server) sends the batch through :meth:`import_file`'s path."""
-        c = runs_table.c
-        self._check_file()
-        try:
-            with self._writing() as conn:
-                present = {row.id for row in conn.execute(sa.select(c.id).where(c.id.in_([r["id"] for r, _ in runs])))}
-                fresh = {r["id"]: (r, s) for r, s in runs if r["id"] not in present}
-                _write(conn, list(fresh.values()))
-        except sa.exc.IntegrityError:
-            fresh = {}
-            for record, series in runs:
-                if record["id"] not in fresh and not self._has(record["id"]):
-                    self._insert(record, series)
-                    fresh[record["id"]] = record
-        except (OverflowError, TypeError) as exc:
-            raise ValueError(f"the store cannot hold a value of a run ({exc})") from None
-        self._check_file()
-        return len(fresh)
+    @staticmethod
+    def _write_runs(conn, runs: list) -> None:
+        _write(conn, runs)
 
     def import_file(self, path: Path, finite: bool = True) -> bool:
         """Load one spooled run (or a run-record JSON file); False when the run was already stored.
