@@ -36,10 +36,10 @@ def _select(store, selectors: list[str], within=None) -> list[dict]:
     from dlbench.store import RunFilter
     from dlbench.store._base import narrowed, parse_selector
 
-    within = within or RunFilter()
+    within, shared = within or RunFilter(), {}
     filters = [(text, narrowed(parse_selector(text), within)) for text in selectors]
     if not filters:
-        records = [slim(r) for r in store.iter_records(within)]
+        records = [slim(r, shared) for r in store.iter_records(within)]
         if not records:
             raise UsageError("the results store holds no runs; run a benchmark first (e.g. 'dlbench run lstm') or point --db at a store.")
         return records
@@ -47,7 +47,7 @@ def _select(store, selectors: list[str], within=None) -> list[dict]:
     for text, flt in filters:
         found = 0
         for record in store.iter_records(flt):
-            seen.setdefault(record["id"], slim(record))
+            seen.setdefault(record["id"], slim(record, shared))
             found += 1
         if not found:
             raise UsageError(f"selector {text!r} matches no stored run; check it with 'dlbench results'.")

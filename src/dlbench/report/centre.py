@@ -8,6 +8,7 @@ Data (:func:`configurations`) first, then the HTML (:func:`configurations_sectio
 
 from __future__ import annotations
 
+import json
 import statistics
 from html import escape
 from typing import Any
@@ -124,14 +125,21 @@ def configurations_section(rows: list[dict[str, Any]]) -> str:
             f'<tbody>{"".join(body)}</tbody></table></div>')
 
 
-def slim(record: dict[str, Any]) -> dict[str, Any]:
+def slim(record: dict[str, Any], shared: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     """What the report keeps of a run as the store streams it: the record without its per-step times (a long run
-    keeps thousands; only a scaling series' spread reads them), its profile and its environment variables — so
-    that a report of 100,000 runs holds summaries, not every step of every run."""
+    keeps thousands; only a scaling series' spread reads them), its profile and its environment variables; with
+    ``shared`` (one dict per report), runs of one environment share its parts (a host's runs differ only in their
+    load) — so that a report of 100,000 runs holds summaries, not every step and environment of every run."""
     result = record.get("result")
     if result and "step_times_s" in result and "scale_series" not in (record["spec"].get("tags") or {}):
         record["result"] = {k: v for k, v in result.items() if k not in ("step_times_s", "profile")}
     env = record.get("env")
-    if env and "env_vars" in env:
-        record["env"] = {k: v for k, v in env.items() if k != "env_vars"}
+    if env:
+        env = {k: v for k, v in env.items() if k != "env_vars"}
+        if shared is not None:
+            key = json.dumps({k: v for k, v in env.items() if k != "host_load"}, sort_keys=True, default=str)
+            first = shared.setdefault(key, env)
+            if first is not env:
+                env = {**first, **({"host_load": env["host_load"]} if "host_load" in env else {})}
+        record["env"] = env
     return record
