@@ -372,7 +372,7 @@ def test_gpu_inventory_zero_gpus():
 # ------------------------------------------------------------------------------------------
 
 TOP_KEYS = {"dlbench", "python", "platform", "torch", "torchvision", "cpu", "gpus", "nvml",
-            "hostname", "container", "scheduler", "git", "dlbench_git", "env_vars"}
+            "hostname", "container", "scheduler", "cluster", "git", "dlbench_git", "env_vars"}
 
 
 def test_capture_env_is_json_and_complete(monkeypatch):

@@ -184,6 +184,12 @@ def detect_scheduler(environ: Mapping[str, str]) -> dict | None:
     return None
 
 
+def detect_cluster(environ: Mapping[str, str]) -> str | None:
+    """The cluster a run ran on, for a store several sites share: ``$DLBENCH_CLUSTER`` (a site's configured
+    name) else Slurm's ``ClusterName`` (``$SLURM_CLUSTER_NAME`` in every Slurm job), else None."""
+    return environ.get("DLBENCH_CLUSTER") or environ.get("SLURM_CLUSTER_NAME") or None
+
+
 def benchmark_env_vars(environ: Mapping[str, str]) -> dict[str, str]:
     """The set environment variables (from a whitelist) that change benchmark numbers, sorted."""
     return {
@@ -445,6 +451,7 @@ def capture_env(*, include_gpus: bool = True, import_torch: bool = True) -> dict
         "hostname": socket.gethostname(),
         "container": detect_container(environ),
         "scheduler": detect_scheduler(environ),
+        "cluster": detect_cluster(environ),
         # the working directory's repository (the user's project, whatever it holds) and, apart, the one
         # dlbench itself runs from (None for an installed wheel): only the latter is the benchmark's code
         "git": _with_path(git_info(Path.cwd()), Path.cwd()),

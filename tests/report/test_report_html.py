@@ -46,7 +46,7 @@ def page(report_db, tmp_path_factory):
 
 def test_every_section_is_there_and_self_contained(page):
     text, parsed = page
-    assert parsed.sections == ["environments", "runs", "workloads", "scaling", "trend", "compare", "telemetry", "mlperf", "hpo"]
+    assert parsed.sections == ["environments", "configurations", "runs", "workloads", "scaling", "trend", "compare", "telemetry", "mlperf", "hpo"]
     assert parsed.loading == []  # nothing is fetched: no src, no external href, no <link>
     assert not re.search(r"https?://(?!www\.w3\.org/2000/svg)", text)
     assert parsed.charts >= 8

@@ -9,6 +9,7 @@ import typer
 from dlbench.cli._common import DB_OPTION, JSON_OPTION, emit_json, info, open_store
 from dlbench.errors import UsageError
 from dlbench.safety import path_inside
+from dlbench.store._base import SELECTOR_HELP
 
 plot_app = typer.Typer(
     name="plot",
@@ -51,7 +52,7 @@ def telemetry(
 
 @plot_app.command("scaling")
 def scaling(
-    groups: list[str] = typer.Argument(..., help="One series per argument: run ids or KEY=VALUE filters, comma-separated, as in 'dlbench compare' (e.g. scale_series=3f2a1c, or a tag such as stack=container).", show_default=False),
+    groups: list[str] = typer.Argument(..., help="One series per argument (e.g. tag:scale_series=3f2a1c). " + SELECTOR_HELP, show_default=False),
     out: str = typer.Option("dlbench-scaling.png", "--out", "-o", help="PNG path."),
     title: str = typer.Option(None, "--title", help="Chart title \\[default: the workloads, batch and device of the runs].", show_default=False),
     db: str = DB_OPTION,

@@ -15,9 +15,7 @@ import typer
 
 from dlbench.cli._common import DB_OPTION, JSON_OPTION, emit_json, info, open_store
 from dlbench.errors import UsageError
-
-SELECTOR_HELP = ("Run ids, or KEY=VALUE filters, comma-separated, as in 'dlbench compare' (keys: workload, device, "
-                 "host, status, torch, since, until; other keys are tags).")
+from dlbench.store._base import SELECTOR_HELP
 
 
 def _check_writable(path: str, option: str = "--out") -> Path:
@@ -31,23 +29,28 @@ def _check_writable(path: str, option: str = "--out") -> Path:
     return target
 
 
-def _select(store, selectors: list[str]) -> list[dict]:
-    """Union of the runs each selector matches (newest first); all runs when none is given."""
+def _select(store, selectors: list[str], within=None) -> list[dict]:
+    """Union of the runs each selector matches (newest first); all runs when none is given. ``within``: a
+    :class:`RunFilter` every selector is narrowed by (the report's --since/--until)."""
+    from dlbench.report.centre import slim  # what the report keeps of each run as the store streams them
     from dlbench.store import RunFilter
-    from dlbench.store._base import parse_selector
+    from dlbench.store._base import narrowed, parse_selector
 
-    filters = [(text, parse_selector(text)) for text in selectors]
+    within, shared = within or RunFilter(), {}
+    filters = [(text, narrowed(parse_selector(text), within)) for text in selectors]
     if not filters:
-        records = store.records(RunFilter())
+        records = [slim(r, shared) for r in store.iter_records(within)]
         if not records:
             raise UsageError("the results store holds no runs; run a benchmark first (e.g. 'dlbench run lstm') or point --db at a store.")
         return records
     seen: dict[str, dict] = {}
     for text, flt in filters:
-        found = store.records(flt)
+        found = 0
+        for record in store.iter_records(flt):
+            seen.setdefault(record["id"], slim(record, shared))
+            found += 1
         if not found:
             raise UsageError(f"selector {text!r} matches no stored run; check it with 'dlbench results'.")
-        seen.update((r["id"], r) for r in found)
     return sorted(seen.values(), key=lambda r: (r["created_at"], r["id"]), reverse=True)
 
 
@@ -69,6 +72,9 @@ def report(
     references: list[str] = typer.Option(None, "--references", help="Extra MLPerf reference YAML (as in 'dlbench mlperf compare'; repeatable)."),
     telemetry_runs: int = typer.Option(12, "--telemetry-runs", help="Telemetry timelines of the newest N runs that have one (0: none)."),
     trend_by: str = typer.Option("torch", "--trend-by", help="Trend section dimension: torch, cuda, container, date, host."),
+    group_by: list[str] = typer.Option(None, "--group-by", help="A tag whose values split each configuration (repeatable)."),
+    since: str = typer.Option(None, "--since", help="Only runs created at or after this date (YYYY-MM-DD, UTC)."),
+    until: str = typer.Option(None, "--until", help="Only runs created before this date."),
     db: str = DB_OPTION,
     as_json: bool = JSON_OPTION,
 ) -> None:
@@ -87,13 +93,19 @@ def report(
         raise UsageError(f"--telemetry-runs {telemetry_runs} must be 0 or more.")
     if trend_by not in BY:
         raise UsageError(f"--trend-by {trend_by!r} is not a trend dimension; choose one of {', '.join(BY)}.")
+    from dlbench.store import RunFilter
+    from dlbench.store._base import parse_date
+
+    within = RunFilter(since=parse_date(since, "--since") if since else None,
+                       until=parse_date(until, "--until") if until else None)
     refs = {name: {"description": r.description, "minutes": dict(r.minutes)} for name, r in load_references(references or []).items()}
     store = open_store(db, create=False)
     try:
-        records = _select(store, selectors or [])
+        records = _select(store, selectors or [], within)
         explicit = _comparisons(store, compare or [])
-        document = build_report(records, title=title, selectors=selectors or [], series_of=store.series,
-                                references=refs, explicit=explicit, telemetry_runs=telemetry_runs, trend_by=trend_by)
+        document = build_report(records, title=title, selectors=selectors or [], series_of=store.series, series_many=store.series_of,
+                                references=refs, explicit=explicit, telemetry_runs=telemetry_runs, trend_by=trend_by,
+                                group_by=tuple(group_by or ()))
     finally:
         store.close()
     try:
@@ -188,6 +200,10 @@ def regress(
         emit_json({"baseline": baseline, "candidate": candidate, "threshold": fraction, "min_runs": min_runs, "exit_code": code,
                    "regressions": sum(r.decision == "regression" for r in rows), "rows": [r.as_dict() for r in rows]})
     else:
+        from dlbench.cli.results import matched
+
+        for side, text, runs in (("baseline", baseline, runs_base), ("candidate", candidate, runs_cand)):
+            info(f"{side} = {text}: {matched(runs)}")
         render(regress_table(rows), title=f"baseline = {baseline}   candidate = {candidate}   threshold {fraction:.1%}")
         for r in rows:
             if r.note:

@@ -9,6 +9,7 @@ import typer
 from dlbench.cli._common import DB_OPTION, JSON_OPTION, emit_json, info, open_store, show_profiles, with_hints
 from dlbench.errors import UsageError
 from dlbench.record import STATUSES
+from dlbench.store._base import SELECTOR_HELP, TAG_PREFIX
 
 
 def results(
@@ -17,7 +18,9 @@ def results(
     host: str = typer.Option(None, "--host", help="Only runs from this hostname."),
     status: str = typer.Option(None, "--status", help=f"{' | '.join(STATUSES)}."),
     torch_version: str = typer.Option(None, "--torch", help="torch version prefix, e.g. 2.4."),
-    tag: list[str] = typer.Option(None, "--tag", "-t", help="KEY=VALUE the runs must carry (repeatable)."),
+    tag: list[str] = typer.Option(None, "--tag", "-t", help="KEY=VALUE (or tag:KEY=VALUE) the runs must carry (repeatable)."),
+    cluster: str = typer.Option(None, "--cluster", help="Only runs from this cluster (env.cluster)."),
+    where: str = typer.Option(None, "--where", help="Narrow further with a selector, as compare/report take it. " + SELECTOR_HELP),
     since: str = typer.Option(None, "--since", help="Runs created at or after this date (YYYY-MM-DD, UTC)."),
     until: str = typer.Option(None, "--until", help="Runs created before this date."),
     limit: int = typer.Option(50, "--limit", "-n", help="At most this many runs, newest first; 0 for all."),
@@ -30,7 +33,7 @@ def results(
     """List stored runs, newest first, with filters; or export them (--format) for pandas, R or a spreadsheet."""
     from dlbench.spec import parse_key_values
     from dlbench.store import RunFilter
-    from dlbench.store._base import parse_date
+    from dlbench.store._base import narrowed, parse_date, parse_selector
 
     if sum(map(bool, (as_json, as_csv, fmt))) > 1:
         raise UsageError("choose one of --json, --csv and --format.")
@@ -39,12 +42,14 @@ def results(
     if limit < 0:
         raise UsageError(f"--limit {limit} must be 0 (all) or a positive number.")
     flt = RunFilter(
-        workloads=tuple(workload or ()), device=device, host=host, status=status, torch_version=torch_version,
-        tags=parse_key_values(tag or [], "--tag"),
+        workloads=tuple(workload or ()), device=device, host=host, cluster=cluster, status=status, torch_version=torch_version,
+        tags={k.removeprefix(TAG_PREFIX): v for k, v in parse_key_values(tag or [], "--tag").items()},
         since=parse_date(since, "--since") if since else None,
         until=parse_date(until, "--until") if until else None,
         limit=limit or None,
     )
+    if where:
+        flt = narrowed(flt, parse_selector(where))
     if fmt or as_csv:  # one CSV export: --csv is --format csv (a 15-column variant also existed)
         return _export(db, flt, fmt or "csv", out)
     store = open_store(db, create=False)
@@ -64,24 +69,31 @@ def results(
 
 def _export(db: str | None, flt, fmt: str, out: str | None) -> None:
     """Full records flattened (see ``dlbench.report.frame``) in the chosen format."""
-    from dlbench.report.frame import FORMATS, flatten, write_rows
+    from dlbench.report.frame import FORMATS, flatten, write_rows, write_stream
 
     if fmt not in FORMATS:
         raise UsageError(f"--format {fmt!r} is not an export format; choose one of {', '.join(FORMATS)}.")
     if fmt == "parquet" and not out:
         raise UsageError("Parquet is binary; give a file with --out runs.parquet.")
     store = open_store(db, create=False)
-    try:
-        rows = [flatten(r) for r in store.records(flt)]
-    finally:
-        store.close()
-    try:
-        write_rows(rows, fmt, out or sys.stdout)
+    try:  # the runs stream from the store into the file: one held at a time (csv, json)
+        rows = (flatten(r) for r in store.iter_records(flt))
+        if fmt == "parquet":
+            kept = list(rows)
+            write_rows(kept, fmt, out)
+            count = len(kept)
+        elif out:
+            with open(out, "w", newline="") as stream:
+                count = write_stream(rows, fmt, stream)
+        else:
+            count = write_stream(rows, fmt, sys.stdout)
     except OSError as exc:
         raise UsageError(f"cannot write {out!r} ({exc.strerror}); choose a writable path with --out.") from None
+    finally:
+        store.close()
     if out:
-        info(f"{fmt}: {out} ({len(rows)} runs)")
-    if flt.limit and len(rows) == flt.limit:
+        info(f"{fmt}: {out} ({count} runs)")
+    if flt.limit and count == flt.limit:
         info(f"exported the newest {flt.limit}; --limit 0 exports all.")
 
 
@@ -104,15 +116,22 @@ def show(
     show_profiles([record])
 
 
+def matched(runs: list[dict]) -> str:
+    """Which runs a selector matched, for the reader to check: the count, the newest ids and their span."""
+    ids = ", ".join(r["id"] for r in runs[:5]) + (", …" if len(runs) > 5 else "")
+    span = f"{min(r['created_at'] for r in runs)[:10]} to {max(r['created_at'] for r in runs)[:10]}"
+    return f"{len(runs)} run(s) ({ids}), {span}"
+
+
 def compare(
-    group_a: str = typer.Argument(..., help="Group A (the baseline): run ids, or KEY=VALUE filters, comma-separated."),
-    group_b: str = typer.Argument(..., help="Group B: same syntax. Keys: workload, device, host, status, torch, since, until; other keys are tags."),
+    group_a: str = typer.Argument(..., help="Group A (the baseline). " + SELECTOR_HELP),
+    group_b: str = typer.Argument(..., help="Group B, the same way."),
     db: str = DB_OPTION,
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Set two groups of runs side by side: B/A throughput per configuration and a verdict from the runs' own spread.
 
-    Examples: dlbench compare torch=2.3 torch=2.4 ; dlbench compare container=bare container=docker ;
+    Examples: dlbench compare torch=2.3 torch=2.4 ; dlbench compare tag:container=bare tag:container=docker ;
     dlbench compare 3f2a1c 9b0e77
     """
     from dlbench.api.results import compare_groups as select  # SQLAlchemy: only for commands that read the store
@@ -121,8 +140,12 @@ def compare(
     runs_a, runs_b = select(group_a, group_b, db)
     rows = compare_groups(runs_a, runs_b)
     if as_json:
-        emit_json({"a": group_a, "b": group_b, "rows": [r.as_dict() for r in rows]})
+        emit_json({"a": group_a, "b": group_b, "a_runs": [r["id"] for r in runs_a], "b_runs": [r["id"] for r in runs_b],
+                   "rows": [r.as_dict() for r in rows]})
         return
     from dlbench.report.tables import compare_table, render
+
+    for side, text, runs in (("A", group_a, runs_a), ("B", group_b, runs_b)):
+        info(f"{side} = {text}: {matched(runs)}")
 
     render(compare_table(rows), title=f"A = {group_a}   B = {group_b}")

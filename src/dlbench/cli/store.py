@@ -32,14 +32,10 @@ def import_runs(
         except ValueError as exc:
             raise UsageError(f"{exc}; fix it, or give spooled run files or 'dlbench show'-style records.") from None
     store = open_store(db)
-    imported, present = [], []
     try:
-        for path in files:
-            try:
-                (imported if store.import_file(path) else present).append(path)
-            except ValueError as exc:
-                raise UsageError(f"{exc}; give spooled run files or 'dlbench show'-style records.") from None
+        imported, present = store.import_files(files)  # one transaction per batch of runs
+    except ValueError as exc:
+        raise UsageError(f"{exc}; give spooled run files or 'dlbench show'-style records.") from None
     finally:
         store.close()
-    info(f"imported {len(imported)} run(s) into {store.location}"
-         + (f"; {len(present)} already there" if present else ""))
+    info(f"imported {imported} run(s) into {store.location}" + (f"; {present} already there" if present else ""))

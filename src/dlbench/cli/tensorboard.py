@@ -7,6 +7,7 @@ import typer
 from dlbench.cli._common import DB_OPTION, JSON_OPTION, emit_json, info, open_store
 from dlbench.errors import UsageError
 from dlbench.report.tensorboard import check_logdir, run_dir_of, write_run
+from dlbench.store._base import SELECTOR_HELP
 
 tensorboard_app = typer.Typer(name="tensorboard", help="Stored runs for TensorBoard's Scalars and HParams views.",
                               no_args_is_help=True)
@@ -14,8 +15,7 @@ tensorboard_app = typer.Typer(name="tensorboard", help="Stored runs for TensorBo
 
 @tensorboard_app.command("export")
 def export(
-    selectors: str = typer.Argument(..., help="Run ids, or KEY=VALUE filters, comma-separated, as 'dlbench compare' "
-                                    "takes them: workload, device, host, status, torch, since, until; other keys are tags."),
+    selectors: str = typer.Argument(..., help="Which runs. " + SELECTOR_HELP),
     out: str = typer.Option(..., "--out", "-o", help="Log directory: each run goes to OUT/<run id>/ (then: tensorboard --logdir OUT)."),
     db: str = DB_OPTION,
     as_json: bool = JSON_OPTION,
@@ -31,14 +31,14 @@ def export(
     store = open_store(db, create=False)
     try:
         records = store.records(flt)
-        series = {r["id"]: store.series(r["id"]) for r in records}
+        series = store.series_of([r["id"] for r in records])  # one query per 500 runs
     finally:
         store.close()
     if not records:
         raise UsageError(f"{selectors!r} matches no stored run; check it with 'dlbench results'.")
     for record in records:  # every folder checked before the first is written (nothing half exported)
         run_dir_of(logdir, record)
-    written = [str(write_run(logdir, r, series[r["id"]])) for r in records]
+    written = [str(write_run(logdir, r, series.get(r["id"], []))) for r in records]
     if as_json:
         emit_json({"logdir": str(logdir), "runs": written})
     else:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import json
+import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import IO, Any
@@ -45,6 +46,7 @@ def environment(record: dict[str, Any]) -> dict[str, Any]:
     job = scheduler.get("job_id") or scheduler.get("pod_name")
     return {
         "host": env.get("hostname"),
+        "cluster": env.get("cluster"),
         "cpu": cpu.get("model"),
         "cpu_cores": cpu.get("logical_cores"),
         "gpu": ", ".join(gpu_names) or None,
@@ -113,6 +115,30 @@ def write_rows(rows: list[dict[str, Any]], fmt: str, out: IO[str] | str | Path) 
     writer = csv.DictWriter(out, fieldnames=columns_of(rows) or ["id"], lineterminator="\n")
     writer.writeheader()
     writer.writerows(rows)
+
+
+def write_stream(rows: Iterable[dict[str, Any]], fmt: str, out: IO[str]) -> int:
+    """:func:`write_rows` for rows that come one at a time (an export of every stored run), holding one row at a
+    time (a csv header, the union of every row's columns, is known only at the end: the rows wait in a temporary
+    file meanwhile). Parquet, which needs them all, goes through :func:`write_rows`. Returns the number of rows."""
+    if fmt not in ("csv", "json"):
+        raise UsageError(f"format {fmt!r} cannot be streamed; choose csv or json.")
+    count = 0
+    if fmt == "json":
+        for count, row in enumerate(rows, 1):
+            out.write(("[\n" if count == 1 else ",\n") + json.dumps(row, indent=2, default=str))
+        out.write("\n]\n" if count else "[]\n")
+        return count
+    seen: dict[str, None] = {}
+    with tempfile.TemporaryFile("w+", encoding="utf-8") as waiting:
+        for count, row in enumerate(rows, 1):
+            seen.update(dict.fromkeys(row))
+            waiting.write(json.dumps(row, default=str) + "\n")
+        waiting.seek(0)
+        writer = csv.DictWriter(out, fieldnames=list(seen) or ["id"], lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(json.loads(line) for line in waiting)
+    return count
 
 
 def to_dataframe(rows: list[dict[str, Any]]):

@@ -14,6 +14,7 @@ from typing import Any
 
 from dlbench import __version__
 from dlbench.report import sections
+from dlbench.report.centre import DRILL_RUNS, TREND_POINTS, configurations, configurations_section
 from dlbench.report.compare import Z
 from dlbench.report.page import method, page, runs_table, section, table
 from dlbench.report.svg import bar_chart, line_chart
@@ -21,6 +22,9 @@ from dlbench.report.tables import token_table
 from dlbench.report.trend import is_change_point, trend
 
 _MAX_LINE_POINTS = 200  # telemetry lines are thinned to this many points: the page stays small
+
+#: Runs listed one per row (the newest); beyond them the configurations' drill-downs and 'dlbench results' serve.
+RUNS_LISTED = 200
 
 
 def _env_section(data: dict[str, Any]) -> str:
@@ -238,11 +242,27 @@ def _hpo_section(studies: list[dict[str, Any]]) -> str:
 
 def build_report(records: list[dict[str, Any]], *, title: str, selectors: list[str],
                  series_of: Callable[[str], list[dict[str, Any]]], references: dict[str, dict[str, Any]] | None = None,
-                 explicit: list[tuple[str, list, list]] = (), telemetry_runs: int = 12, trend_by: str = "torch") -> str:
-    """The whole HTML document for ``records`` (newest first, as the store returns them)."""
+                 explicit: list[tuple[str, list, list]] = (), telemetry_runs: int = 12, trend_by: str = "torch",
+                 series_many: Callable[[list[str]], dict[str, list[dict[str, Any]]]] | None = None,
+                 group_by: tuple[str, ...] = ()) -> str:
+    """The whole HTML document for ``records`` (newest first, as the store returns them); ``group_by``: tags
+    whose values split a configuration."""
+    listed = records[:RUNS_LISTED]
     parts: list[tuple[str, str, str]] = [
         ("environments", "Environments", _env_section(sections.environments(records))),
-        ("runs", "Runs", runs_table(records) + method("Every selected run, failed ones too, with the settings that tell runs apart.")),
+        ("configurations", "Configurations", configurations_section(configurations(records, group_by)) + method(
+            "One row per configuration (workload, mode, precision, batch size, processes or layout, parameters, device"
+            + (", cluster" if any((r.get("env") or {}).get("cluster") for r in records) else "")
+            + (f", and the tags {escape(', '.join(group_by))}" if group_by else "") + "): its runs, failed ones, "
+            f"the mean throughput of the successful ones ± its standard error, their range and coefficient of "
+            f"variation (standard deviation / mean), and the trend over time — the runs, oldest first, in up to "
+            f"{TREND_POINTS} groups of about equal size, each drawn at its mean (hover a point). 'runs of it' lists "
+            f"the newest {DRILL_RUNS} runs of the configuration; --group-by TAG splits configurations by a tag.")),
+        ("runs", "Runs", runs_table(listed) + method(
+            ("Every selected run" if len(records) <= RUNS_LISTED else
+             f"The newest {RUNS_LISTED} of the {len(records)} selected runs (narrow the selection with --since, "
+             "--until, workloads or tags, or list them with 'dlbench results')")
+            + ", failed ones too, with the settings that tell runs apart.")),
     ]
     workloads = sections.workload_rows(records)
     if workloads:
@@ -259,7 +279,7 @@ def build_report(records: list[dict[str, Any]], *, title: str, selectors: list[s
     comparisons = [c for c in sections.comparisons(records, explicit) if c["rows"]]
     if comparisons:
         parts.append(("compare", "Comparisons", _compare_section(comparisons)))
-    timelines = sections.telemetry(records, series_of, telemetry_runs) if telemetry_runs else []
+    timelines = sections.telemetry(records, series_of, telemetry_runs, series_many) if telemetry_runs else []
     if timelines:
         parts.append(("telemetry", "Telemetry timelines", _telemetry_section(timelines, telemetry_runs)))
     mlperf = sections.mlperf(records, references or {})

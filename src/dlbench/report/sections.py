@@ -18,7 +18,7 @@ from dlbench.report.scaling import scale_rows
 from dlbench.report.telemetry import _host_panels, timeline_data
 
 #: Environment fields that, when they take exactly two values among the runs, get an automatic comparison.
-AUTO_COMPARE = ("container", "torch", "gpu", "cuda", "host")
+AUTO_COMPARE = ("container", "torch", "gpu", "cuda", "cluster", "host")
 
 
 def environments(records: list[dict[str, Any]]) -> dict[str, Any]:
@@ -202,16 +202,27 @@ def _hpo_rank(record: dict[str, Any]) -> tuple:
     return (1, -((record.get("result") or {}).get("samples_per_s") or 0))
 
 
-def telemetry(records: list[dict[str, Any]], series_of: Callable[[str], list[dict[str, Any]]], limit: int) -> list[dict[str, Any]]:
-    """Timeline data (:func:`dlbench.report.telemetry.timeline_data`) of the newest ``limit`` runs that have a series."""
-    out = []
-    for record in sorted(records, key=lambda r: r["created_at"], reverse=True):
+def telemetry(records: list[dict[str, Any]], series_of: Callable[[str], list[dict[str, Any]]], limit: int,
+              series_many: Callable[[list[str]], dict[str, list[dict[str, Any]]]] | None = None) -> list[dict[str, Any]]:
+    """Timeline data (:func:`dlbench.report.telemetry.timeline_data`) of the newest ``limit`` runs that have a series.
+
+    ``series_many`` (the store's :meth:`~dlbench.store.sql.SQLStore.series_of`) fetches the series of ``limit``
+    candidates in one query, so the store is asked a few times whatever the number of runs; else ``series_of``
+    is asked run by run."""
+    def fetch(ids: list[str]) -> dict[str, list[dict[str, Any]]]:
+        return series_many(ids) if series_many else {run_id: series_of(run_id) for run_id in ids}
+
+    candidates = [r for r in sorted(records, key=lambda r: r["created_at"], reverse=True) if r.get("telemetry")]
+    out: list[dict[str, Any]] = []
+    for start in range(0, len(candidates), max(limit, 1)):
         if len(out) >= limit:
             break
-        if not record.get("telemetry"):
-            continue
-        series = series_of(record["id"])
-        if series:
+        batch = candidates[start:start + max(limit, 1)]
+        found = fetch([r["id"] for r in batch])
+        for record in batch:
+            series = found.get(record["id"])
+            if len(out) >= limit or not series:
+                continue
             data = timeline_data(record, series)
             if data["panels"] and not data["panels"][0]["title"].startswith("CPU"):
                 # a GPU run: its host CPU still tells whether the input pipeline kept up

@@ -23,7 +23,7 @@ implementation:
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,7 @@ class RunFilter:
     workloads: tuple[str, ...] = ()
     device: str | None = None  # "cpu" / "cuda", or a fragment of the device name
     host: str | None = None
+    cluster: str | None = None  # env.cluster: the Slurm ClusterName, or --cluster / the config's value
     status: str | None = None
     torch_version: str | None = None  # prefix match: "2.4" selects 2.4.0, 2.4.1+cu121 ...
     tags: dict[str, str] = field(default_factory=dict)
@@ -65,6 +66,7 @@ class RunSummary:
     samples_per_s: float | None
     step_time_median_s: float | None
     tags: dict[str, str]
+    cluster: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -99,7 +101,15 @@ class Store:
         """Release connections; the default does nothing."""
 
 
-_FIELD_KEYS = ("workload", "device", "host", "status", "torch", "since", "until")
+#: The run fields a selector names (``torch``: a version prefix); any other key is a tag, and ``tag:KEY=VALUE``
+#: is always one (a tag called ``torch`` or ``host`` as well).
+FIELDS = ("workload", "device", "host", "cluster", "status", "torch", "since", "until")
+
+#: How every read command's help describes a selector (docs/store.md, "Selecting runs", says it at length).
+SELECTOR_HELP = ("Run ids, or KEY=VALUE terms, comma-separated; keys: workload, device, host, cluster, status, torch "
+                 "(version prefix), since, until; tag:KEY=VALUE for a tag (a key that is no field is a tag too).")
+
+TAG_PREFIX = "tag:"
 
 
 def parse_date(text: str, what: str) -> dt.datetime:
@@ -112,11 +122,12 @@ def parse_date(text: str, what: str) -> dt.datetime:
 
 
 def parse_selector(text: str) -> RunFilter:
-    """A run group from text, for ``dlbench compare``.
+    """A run group from text: the one selector language of compare, report, trend, regress, results --where
+    and tensorboard export.
 
-    Comma-separated terms: a bare term is a run id (or unique prefix); ``KEY=VALUE`` filters on
-    workload, device, host, status, torch (version prefix), since, until — any other key is a tag.
-    Example: ``torch=2.4,container=docker`` or ``3f2a1c,9b0e77``.
+    Comma-separated terms: a bare term is a run id (or unique prefix); ``KEY=VALUE`` filters on a field of
+    :data:`FIELDS`; ``tag:KEY=VALUE`` on a tag; ``KEY=VALUE`` with any other key is a tag as well (the older
+    spelling). Example: ``workload=resnet50,tag:torch=nightly`` or ``3f2a1c,9b0e77``.
     """
     ids: list[str] = []
     workloads: list[str] = []
@@ -124,20 +135,30 @@ def parse_selector(text: str) -> RunFilter:
     tags: dict[str, str] = {}
     for term in filter(None, (t.strip() for t in text.split(","))):
         key, sep, value = term.partition("=")
+        is_tag = key.startswith(TAG_PREFIX)
+        key = key.removeprefix(TAG_PREFIX)
         if not sep:
+            if is_tag:
+                raise UsageError(f"selector term {term!r} has no value; write tag:KEY=VALUE, e.g. tag:container=docker.")
             ids.append(term)
-        elif not value:
-            raise UsageError(f"selector term {term!r} has no value; write KEY=VALUE, e.g. torch=2.4.")
+        elif not value or not key:
+            raise UsageError(f"selector term {term!r} needs a key and a value; write KEY=VALUE, e.g. torch=2.4.")
+        elif is_tag or key not in FIELDS:
+            tags[key] = value
         elif key == "workload":
             workloads.append(value)
         elif key in ("since", "until"):
             fields[key] = parse_date(value, key)
-        elif key == "torch":
-            fields["torch_version"] = value
-        elif key in _FIELD_KEYS:
-            fields[key] = value
         else:
-            tags[key] = value
+            fields["torch_version" if key == "torch" else key] = value
     if not (ids or workloads or fields or tags):
         raise UsageError(f"selector {text!r} selects nothing; give run ids or KEY=VALUE terms.")
     return RunFilter(ids=tuple(ids), workloads=tuple(workloads), tags=tags, **fields)  # type: ignore[arg-type]
+
+
+def narrowed(flt: RunFilter, where: RunFilter) -> RunFilter:
+    """``flt`` with the criteria of ``where`` added (both must hold; ``where`` wins a field both set)."""
+    changes = {f.name: getattr(where, f.name) for f in fields(RunFilter)
+               if getattr(where, f.name) not in (None, (), {}) and f.name not in ("tags", "workloads", "ids")}
+    return replace(flt, tags=flt.tags | where.tags, workloads=where.workloads or flt.workloads,
+                   ids=where.ids or flt.ids, **changes)

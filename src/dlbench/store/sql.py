@@ -7,12 +7,12 @@ both as a JSON column (for display) and in ``run_tags`` (for indexed filtering).
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import json
 import logging
 import math
 import sqlite3
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ from dlbench.errors import RecordNotSaved, UsageError
 from dlbench.record import device_label, record_problem, series_problem, upgrade
 from dlbench.store import spool
 from dlbench.store._base import RunFilter, RunSummary, Store
+from dlbench.store._bulk import BulkImport
 from dlbench.store._engine import (
     WRITE,
     create_engine,
@@ -33,6 +34,18 @@ from dlbench.store._engine import (
     sqlite_path,
     store_error,
 )
+from dlbench.store._query import chunks, filtered, starting_with
+from dlbench.store._schema import (
+    LAYOUT_REVISION,
+    SUMMARY_COLUMNS,
+    meta_table,
+    metadata,
+    migrate,
+    revision,
+    runs_table,
+    tags_table,
+    telemetry_table,
+)
 
 log = logging.getLogger(__name__)
 
@@ -42,55 +55,8 @@ STORE_SCHEMA_VERSION = 1
 #: Seconds between further tries after the busy timeout ran out (then the run goes to the spool).
 SAVE_RETRY_DELAYS_S = (1.0, 2.0, 4.0, 8.0)
 
-metadata = sa.MetaData()
-
-meta_table = sa.Table(
-    "dlbench_meta", metadata,
-    sa.Column("key", sa.String(64), primary_key=True),
-    sa.Column("value", sa.String(256), nullable=False),
-)
-
-runs_table = sa.Table(
-    "runs", metadata,
-    sa.Column("id", sa.String(32), primary_key=True),
-    sa.Column("created_at", sa.String(40), nullable=False, index=True),
-    sa.Column("status", sa.String(16), nullable=False),
-    sa.Column("workload", sa.String(64), nullable=False, index=True),
-    sa.Column("device", sa.String(16), nullable=False),
-    sa.Column("device_name", sa.String(256), nullable=False),
-    sa.Column("host", sa.String(256), nullable=False, index=True),
-    sa.Column("precision", sa.String(8), nullable=False),
-    sa.Column("mode", sa.String(16), nullable=False),
-    sa.Column("batch_size", sa.Integer),
-    sa.Column("nproc", sa.Integer, nullable=False),
-    sa.Column("torch_version", sa.String(64), nullable=False),
-    sa.Column("samples_per_s", sa.Float),
-    sa.Column("step_time_median_s", sa.Float),
-    sa.Column("tags_json", sa.Text, nullable=False),
-    sa.Column("schema_version", sa.Integer, nullable=False),
-    sa.Column("record", sa.Text, nullable=False),
-)
-
-tags_table = sa.Table(
-    "run_tags", metadata,
-    sa.Column("run_id", sa.String(32), sa.ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True),
-    sa.Column("key", sa.String(128), primary_key=True),
-    sa.Column("value", sa.String(512), nullable=False),
-    sa.Index("ix_run_tags_key_value", "key", "value"),
-)
-
-# One row per telemetry sample. A new table only (create_all adds it to an existing store), so the
-# layout version stays 1: older dlbench versions simply do not read it.
-telemetry_table = sa.Table(
-    "run_telemetry", metadata,
-    sa.Column("run_id", sa.String(32), sa.ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True),
-    sa.Column("seq", sa.Integer, primary_key=True),
-    sa.Column("t_s", sa.Float, nullable=False),
-    sa.Column("sample", sa.Text, nullable=False),
-)
-
-_SUMMARY_COLUMNS = [c for c in runs_table.c if c.name not in ("record", "schema_version")]
-
+#: Rows fetched at once while records stream (:meth:`SQLStore.iter_records`).
+STREAM_ROWS = 500
 
 def summary_row(record: dict[str, Any]) -> dict[str, Any]:
     """The ``runs`` row for a record: its summary columns plus the JSON document."""
@@ -113,12 +79,13 @@ def summary_row(record: dict[str, Any]) -> dict[str, Any]:
         "samples_per_s": result.get("samples_per_s"),
         "step_time_median_s": (result.get("step_time_s") or {}).get("median"),
         "tags_json": json.dumps(spec.get("tags") or {}, sort_keys=True),
+        "cluster": str(env.get("cluster") or ""),
         "schema_version": record["schema_version"],
         "record": json.dumps(record, separators=(",", ":")),
     }
 
 
-class SQLStore(Store):
+class SQLStore(BulkImport, Store):
     """A :class:`Store` on any SQLAlchemy database.
 
     ``create=False`` (read commands) refuses a SQLite file that does not exist instead of creating it;
@@ -132,6 +99,7 @@ class SQLStore(Store):
         self.spool_dir = spool.spool_dir(url)
         self.spooled: dict[str, Path] = {}  # runs this store could not take, by id: where they wait
         self.file_identity: tuple[int, int] | None = None  # the SQLite file opened (device, inode)
+        self._has_cluster = True  # False: an older store opened read-only (not migrated)
         path = sqlite_path(url)
         if path is not None and not path.exists():
             if not create:
@@ -168,6 +136,7 @@ class SQLStore(Store):
         if self.read_only:
             with self.engine.connect() as conn:
                 self._check_schema(conn, create=False)
+                self._has_cluster = revision(conn) >= LAYOUT_REVISION
             return
         if path is not None:
             set_wal(self.engine)
@@ -177,6 +146,7 @@ class SQLStore(Store):
             if create or path is not None:
                 metadata.create_all(conn)
             self._check_schema(conn, create=True)
+            migrate(conn)
 
     @contextlib.contextmanager
     def _writing(self):
@@ -289,18 +259,12 @@ class SQLStore(Store):
             return False
 
     def _insert(self, record: dict[str, Any], series: list[dict[str, Any]] | None) -> None:
-        row = summary_row(record)
-        tags = json.loads(row["tags_json"])
         with self._writing() as conn:  # one transaction: the run, its tags and telemetry, or nothing
-            conn.execute(runs_table.insert().values(**row))
-            if tags:
-                conn.execute(tags_table.insert(), [{"run_id": record["id"], "key": k, "value": v} for k, v in tags.items()])
-            samples = _storable(series or [], record["id"])
-            if samples:
-                conn.execute(telemetry_table.insert(), [
-                    {"run_id": record["id"], "seq": i, "t_s": t_s, "sample": json.dumps(sample, separators=(",", ":"))}
-                    for i, (t_s, sample) in enumerate(samples)
-                ])
+            _write(conn, [(record, series)])
+
+    @staticmethod
+    def _write_runs(conn, runs: list) -> None:
+        _write(conn, runs)
 
     def import_file(self, path: Path) -> bool:
         """Load one spooled run (or a run-record JSON file); False when the run was already stored.
@@ -351,36 +315,59 @@ class SQLStore(Store):
     # -- reading ---------------------------------------------------------------------------------
 
     def series(self, run_id: str) -> list[dict[str, Any]]:
-        full_id = self.get(run_id)["id"]
         with self._reading() as conn:
-            rows = conn.execute(
-                sa.select(telemetry_table.c.sample).where(telemetry_table.c.run_id == full_id).order_by(telemetry_table.c.seq)
-            )
-            return [json.loads(row.sample) for row in rows]
+            full_id = self._full_id(conn, run_id)
+        return self.series_of([full_id]).get(full_id, [])
 
-    def get(self, run_id: str) -> dict[str, Any]:
+    def series_of(self, run_ids: list[str]) -> dict[str, list[dict[str, Any]]]:
+        """The telemetry series of many runs (full ids) by id, one query per :data:`CHUNK` runs (the
+        primary key ``(run_id, seq)`` answers it); a run without a series is absent."""
+        out: dict[str, list[dict[str, Any]]] = {}
+        t = telemetry_table.c
         with self._reading() as conn:
-            rows = conn.execute(
-                sa.select(runs_table.c.id, runs_table.c.record)
-                .where(runs_table.c.id.startswith(run_id, autoescape=True))
-                .limit(2)
-            ).all()
+            for ids in chunks(list(dict.fromkeys(run_ids))):
+                rows = conn.execute(sa.select(t.run_id, t.sample).where(t.run_id.in_(ids)).order_by(t.run_id, t.seq))
+                for row in rows:
+                    out.setdefault(row.run_id, []).append(json.loads(row.sample))
+        return out
+
+    def _full_id(self, conn, run_id: str) -> str:
+        """The stored id ``run_id`` names: itself through the primary key, else the one id it begins (a range
+        on the key); an unknown or ambiguous one is a :class:`UsageError`."""
+        c = runs_table.c
+        if conn.execute(sa.select(c.id).where(c.id == run_id)).first() is not None:
+            return run_id
+        rows = conn.execute(sa.select(c.id).where(starting_with(c.id, run_id)).order_by(c.id).limit(2)).all()
         if not rows:
             raise UsageError(f"no run with id {run_id!r} in {display(self.url)}; 'dlbench results' lists the runs.")
-        if len(rows) > 1 and rows[0].id != run_id:
+        if len(rows) > 1:
             raise UsageError(f"run id {run_id!r} is ambiguous ({rows[0].id}, {rows[1].id}, …); give more characters.")
-        return upgrade(json.loads(rows[0].record))
+        return rows[0].id
+
+    def get(self, run_id: str) -> dict[str, Any]:
+        c = runs_table.c
+        with self._reading() as conn:
+            full_id = self._full_id(conn, run_id)
+            row = conn.execute(sa.select(c.record).where(c.id == full_id)).one()
+        return upgrade(json.loads(row.record))
 
     def query(self, flt: RunFilter = RunFilter()) -> list[RunSummary]:
-        stmt = self._filtered(sa.select(*_SUMMARY_COLUMNS), flt)
         with self._reading() as conn:
-            rows = conn.execute(stmt).all()
+            columns = SUMMARY_COLUMNS if self._has_cluster else [
+                sa.literal("").label("cluster") if col.name == "cluster" else col for col in SUMMARY_COLUMNS]
+            rows = conn.execute(filtered(sa.select(*columns), flt, self._has_cluster)).all()
         return [_summary(row) for row in rows]
 
     def records(self, flt: RunFilter = RunFilter()) -> list[dict[str, Any]]:
-        stmt = self._filtered(sa.select(runs_table.c.record), flt)
+        return list(self.iter_records(flt))
+
+    def iter_records(self, flt: RunFilter = RunFilter()) -> Iterator[dict[str, Any]]:
+        """The records :meth:`records` returns, one at a time (a few hundred rows fetched at once): a command
+        that reduces runs as they come holds only what it keeps."""
+        stmt = filtered(sa.select(runs_table.c.record), flt, self._has_cluster)
         with self._reading() as conn:
-            return [upgrade(json.loads(row.record)) for row in conn.execute(stmt)]
+            for row in conn.execution_options(yield_per=STREAM_ROWS).execute(stmt):
+                yield upgrade(json.loads(row.record))
 
     @contextlib.contextmanager
     def _reading(self):
@@ -394,34 +381,6 @@ class SQLStore(Store):
     def close(self) -> None:
         self.engine.dispose()
 
-    @staticmethod
-    def _filtered(stmt, flt: RunFilter):
-        c = runs_table.c
-        if flt.ids:
-            stmt = stmt.where(sa.or_(*[c.id.startswith(i, autoescape=True) for i in flt.ids]))
-        if flt.workloads:
-            stmt = stmt.where(c.workload.in_(flt.workloads))
-        if flt.device:
-            if flt.device in ("cpu", "cuda"):
-                stmt = stmt.where(c.device == flt.device)
-            else:
-                stmt = stmt.where(c.device_name.ilike(f"%{flt.device}%"))
-        if flt.host:
-            stmt = stmt.where(c.host == flt.host)
-        if flt.status:
-            stmt = stmt.where(c.status == flt.status)
-        if flt.torch_version:
-            stmt = stmt.where(c.torch_version.startswith(flt.torch_version, autoescape=True))
-        for key, value in flt.tags.items():
-            tagged = sa.select(tags_table.c.run_id).where(tags_table.c.key == key, tags_table.c.value == value)
-            stmt = stmt.where(c.id.in_(tagged))
-        if flt.since:
-            stmt = stmt.where(c.created_at >= _utc_text(flt.since))
-        if flt.until:
-            stmt = stmt.where(c.created_at < _utc_text(flt.until))
-        stmt = stmt.order_by(c.created_at.desc(), c.id)
-        return stmt.limit(flt.limit) if flt.limit else stmt
-
 
 class StoreFileGone(Exception):
     """The SQLite file of the store was deleted or replaced after it was opened."""
@@ -430,6 +389,21 @@ class StoreFileGone(Exception):
 def _identity(path: Path) -> tuple[int, int]:
     info = path.stat()
     return info.st_dev, info.st_ino
+
+
+def _write(conn, runs: list) -> None:
+    """Insert ``(record, series)`` pairs in the transaction of ``conn``: one multi-row insert per table."""
+    if not runs:
+        return
+    rows = [summary_row(record) for record, _ in runs]
+    conn.execute(runs_table.insert(), rows)
+    tags = [{"run_id": row["id"], "key": k, "value": v} for row in rows for k, v in json.loads(row["tags_json"]).items()]
+    if tags:
+        conn.execute(tags_table.insert(), tags)
+    samples = [{"run_id": record["id"], "seq": i, "t_s": t_s, "sample": json.dumps(sample, separators=(",", ":"))}
+               for record, series in runs for i, (t_s, sample) in enumerate(_storable(series or [], record["id"]))]
+    if samples:
+        conn.execute(telemetry_table.insert(), samples)
 
 
 def _storable(series: list[dict[str, Any]], run_id: str) -> list[tuple[float, dict[str, Any]]]:
@@ -453,9 +427,3 @@ def _summary(row) -> RunSummary:
     values = row._asdict()
     values["tags"] = json.loads(values.pop("tags_json"))
     return RunSummary(**values)
-
-
-def _utc_text(moment: dt.datetime) -> str:
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=dt.timezone.utc)
-    return moment.astimezone(dt.timezone.utc).isoformat(timespec="seconds")

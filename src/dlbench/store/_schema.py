@@ -1,0 +1,100 @@
+"""The store's tables, their indexes, and the migration that brings an older store's layout up to date.
+
+Every filter a read command offers is answered through an index (``tests/store/test_scale.py`` reads the
+query plans): the run id through the primary key, tags through ``run_tags(key, value)``, and workload,
+host, status, device and cluster through an index on that column *and* ``created_at``, so that a filtered
+listing comes out newest first without sorting the whole table. Telemetry samples are read by the primary
+key ``(run_id, seq)``, many runs in one query.
+
+Changes to the layout are additive (a new table, a new column with a default, a new index): a store
+migrated by this version is still read and written by older versions, so a centre's shared store need not
+upgrade every site at once. ``layout_revision`` in ``dlbench_meta`` records what :func:`migrate` did.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+#: What :func:`migrate` brings a store to; 1 (or no row): the layout before the indexes and ``cluster``.
+LAYOUT_REVISION = 2
+
+metadata = sa.MetaData()
+
+meta_table = sa.Table(
+    "dlbench_meta", metadata,
+    sa.Column("key", sa.String(64), primary_key=True),
+    sa.Column("value", sa.String(256), nullable=False),
+)
+
+runs_table = sa.Table(
+    "runs", metadata,
+    sa.Column("id", sa.String(32), primary_key=True),
+    sa.Column("created_at", sa.String(40), nullable=False, index=True),
+    sa.Column("status", sa.String(16), nullable=False),
+    sa.Column("workload", sa.String(64), nullable=False),
+    sa.Column("device", sa.String(16), nullable=False),
+    sa.Column("device_name", sa.String(256), nullable=False),
+    sa.Column("host", sa.String(256), nullable=False),
+    sa.Column("precision", sa.String(8), nullable=False),
+    sa.Column("mode", sa.String(16), nullable=False),
+    sa.Column("batch_size", sa.Integer),
+    sa.Column("nproc", sa.Integer, nullable=False),
+    sa.Column("torch_version", sa.String(64), nullable=False, index=True),
+    sa.Column("samples_per_s", sa.Float),
+    sa.Column("step_time_median_s", sa.Float),
+    sa.Column("tags_json", sa.Text, nullable=False),
+    sa.Column("schema_version", sa.Integer, nullable=False),
+    sa.Column("record", sa.Text, nullable=False),
+    # revision 2; a default so that older versions, which do not name it, still insert
+    sa.Column("cluster", sa.String(128), nullable=False, server_default=""),
+    sa.Index("ix_runs_workload_created_at", "workload", "created_at"),
+    sa.Index("ix_runs_host_created_at", "host", "created_at"),
+    sa.Index("ix_runs_status_created_at", "status", "created_at"),
+    sa.Index("ix_runs_device_created_at", "device", "created_at"),
+    sa.Index("ix_runs_cluster_created_at", "cluster", "created_at"),
+)
+
+tags_table = sa.Table(
+    "run_tags", metadata,
+    sa.Column("run_id", sa.String(32), sa.ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True),
+    sa.Column("key", sa.String(128), primary_key=True),
+    sa.Column("value", sa.String(512), nullable=False),
+    sa.Index("ix_run_tags_key_value", "key", "value"),
+)
+
+# One row per telemetry sample (a new table only: create_all adds it to an existing store).
+telemetry_table = sa.Table(
+    "run_telemetry", metadata,
+    sa.Column("run_id", sa.String(32), sa.ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True),
+    sa.Column("seq", sa.Integer, primary_key=True),
+    sa.Column("t_s", sa.Float, nullable=False),
+    sa.Column("sample", sa.Text, nullable=False),
+)
+
+#: The columns of a listing (``RunSummary``): all but the JSON document.
+SUMMARY_COLUMNS = [c for c in runs_table.c if c.name not in ("record", "schema_version")]
+
+_REVISION_KEY = "layout_revision"
+
+
+def revision(conn: sa.Connection) -> int:
+    """The layout revision of the store on ``conn`` (1 for a store from before revisions were recorded)."""
+    row = conn.execute(sa.select(meta_table.c.value).where(meta_table.c.key == _REVISION_KEY)).first()
+    return int(row.value) if row else 1
+
+
+def migrate(conn: sa.Connection) -> bool:
+    """Bring the store on ``conn`` (inside the creator's write transaction) to :data:`LAYOUT_REVISION`: add
+    the ``cluster`` column and every missing index. True when something was done. Safe to run twice."""
+    found = revision(conn)
+    if found >= LAYOUT_REVISION:
+        return False
+    columns = {c["name"] for c in sa.inspect(conn).get_columns(runs_table.name)}
+    if "cluster" not in columns:  # ALTER TABLE ... ADD COLUMN with a constant default: no table rewrite
+        conn.exec_driver_sql("ALTER TABLE runs ADD COLUMN cluster VARCHAR(128) NOT NULL DEFAULT ''")
+    for table in (runs_table, tags_table, telemetry_table):
+        for index in table.indexes:
+            index.create(conn, checkfirst=True)
+    conn.execute(meta_table.delete().where(meta_table.c.key == _REVISION_KEY))
+    conn.execute(meta_table.insert().values(key=_REVISION_KEY, value=str(LAYOUT_REVISION)))
+    return True
