@@ -16,7 +16,8 @@ the integral of a constant power per GPU, utilisation changes with every reading
 Used from another process through dlbench's test hook ``DLBENCH_FAKE_NVML=<this file>``:
 :func:`make_nvml` builds the double from ``FAKE_NVML_GPUS`` (count, default 2),
 ``FAKE_NVML_UNSUPPORTED`` (``"0:nvmlDeviceGetTotalEccErrors;1:nvmlDeviceGetPcieThroughput"``) and
-``FAKE_NVML_LOST`` (comma-separated indices).
+``FAKE_NVML_LOST`` (comma-separated indices) and ``FAKE_NVML_PROCESSES`` (the compute processes per GPU,
+``"0:4242,4243;1:4244"``, each holding 1 GiB).
 """
 
 from __future__ import annotations
@@ -190,4 +191,7 @@ def make_nvml() -> FakeNVML:
         nvml.unsupported(int(index), *functions.split(","))
     for index in filter(None, os.environ.get("FAKE_NVML_LOST", "").split(",")):
         nvml.lose(int(index))
+    for item in filter(None, os.environ.get("FAKE_NVML_PROCESSES", "").split(";")):
+        index, _, pids = item.partition(":")
+        nvml.gpus[int(index)].processes = [(int(pid), GIB) for pid in filter(None, pids.split(","))]
     return nvml
