@@ -60,6 +60,7 @@ class FakeNVML:
             "bus": f"00000000:{0x18 + index:02X}:00.0", "minor": index, "total": 80 * GIB, "used": (2 + index) * GIB,
             "power_w": 300.0 + 10 * index, "limit_w": 700.0, "temp_c": 40 + index, "energy_mj0": 1_000_000 * (index + 1),
             "unsupported": set(), "failing": set(), "lost": False, "processes": [(4242, GIB)],
+            "throttle": 0x1, "pcie_width": 16, "ecc_uncorrected": 0,  # idle, a full x16 link, no ECC error
         }
         return SimpleNamespace(**(base | spec))
 
@@ -163,12 +164,26 @@ class FakeNVML:
         return 1000 if counter == pynvml.NVML_PCIE_UTIL_TX_BYTES else 2000
 
     def nvmlDeviceGetTotalEccErrors(self, h, error_type, counter_type):
-        self._device(h, "nvmlDeviceGetTotalEccErrors")
-        return 1 if error_type == pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED else 0
+        gpu = self._device(h, "nvmlDeviceGetTotalEccErrors")
+        return 1 if error_type == pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED else gpu.ecc_uncorrected
 
     def nvmlDeviceGetCurrentClocksEventReasons(self, h):
-        self._device(h, "nvmlDeviceGetCurrentClocksEventReasons")
-        return 0x1  # GPU idle
+        return self._device(h, "nvmlDeviceGetCurrentClocksEventReasons").throttle
+
+    def nvmlDeviceGetCurrPcieLinkWidth(self, h):
+        return self._device(h, "nvmlDeviceGetCurrPcieLinkWidth").pcie_width
+
+    def nvmlDeviceGetMaxPcieLinkWidth(self, h):
+        self._device(h, "nvmlDeviceGetMaxPcieLinkWidth")
+        return 16
+
+    def nvmlDeviceGetCurrPcieLinkGeneration(self, h):
+        self._device(h, "nvmlDeviceGetCurrPcieLinkGeneration")
+        return 5
+
+    def nvmlDeviceGetMaxPcieLinkGeneration(self, h):
+        self._device(h, "nvmlDeviceGetMaxPcieLinkGeneration")
+        return 5
 
     def nvmlDeviceGetEncoderUtilization(self, h):
         self._device(h, "nvmlDeviceGetEncoderUtilization")

@@ -96,6 +96,10 @@ def _field_groups(nvml: Any) -> dict[str, Callable[[Any], Reading]]:
         "ecc_corrected_aggregate": ecc(k.NVML_MEMORY_ERROR_TYPE_CORRECTED, k.NVML_AGGREGATE_ECC, "ecc_corrected_aggregate"),
         "ecc_uncorrected_aggregate": ecc(k.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, k.NVML_AGGREGATE_ECC, "ecc_uncorrected_aggregate"),
         "throttle": throttle,
+        "pcie_link": lambda h: {"pcie_link_width": int(nvml.nvmlDeviceGetCurrPcieLinkWidth(h)),
+                                "pcie_link_width_max": int(nvml.nvmlDeviceGetMaxPcieLinkWidth(h)),
+                                "pcie_link_generation": int(nvml.nvmlDeviceGetCurrPcieLinkGeneration(h)),
+                                "pcie_link_generation_max": int(nvml.nvmlDeviceGetMaxPcieLinkGeneration(h))},
         "encoder": lambda h: {"encoder_util_percent": float(nvml.nvmlDeviceGetEncoderUtilization(h)[0])},
         "decoder": lambda h: {"decoder_util_percent": float(nvml.nvmlDeviceGetDecoderUtilization(h)[0])},
         "processes": lambda h: {"processes": [
