@@ -195,3 +195,32 @@ def test_a_throttled_link_to_the_peer_is_caught(tmp_path, two_namespaces):
     finally:
         peer.terminate()
         peer.wait(timeout=15)
+
+
+def test_sigterm_keeps_the_probes_that_finished(tmp_path):
+    """The network probe's peer accepts the connection but never reads: once it connects, the probes before
+    it have finished; SIGTERM then must keep their figures and record the network probe aborted."""
+    import select
+    import signal
+    import socket
+
+    silent = socket.create_server(("127.0.0.1", 0))
+    db = tmp_path / "runs.db"
+    check = subprocess.Popen([sys.executable, "-m", "dlbench", "node", "check", "--only", "cpu,network", "--budget", "10",
+                              "--peer", f"127.0.0.1:{silent.getsockname()[1]}", "--db", str(db)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert select.select([silent], [], [], 90)[0], "the check never reached its network probe"
+        check.send_signal(signal.SIGTERM)
+        _, err = check.communicate(timeout=30)
+    finally:
+        check.kill()
+        silent.close()
+    assert check.returncode == 128 + signal.SIGTERM, err
+    store = open_store(str(db))
+    try:
+        records = {r["spec"]["probe"]: r for r in store.records(RunFilter())}
+    finally:
+        store.close()
+    assert records["cpu"]["status"] == "ok" and records["cpu"]["result"]["value"] > 0
+    assert records["network"]["status"] == "aborted" and "SIGTERM" in records["network"]["error"]

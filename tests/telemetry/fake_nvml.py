@@ -61,6 +61,7 @@ class FakeNVML:
             "power_w": 300.0 + 10 * index, "limit_w": 700.0, "temp_c": 40 + index, "energy_mj0": 1_000_000 * (index + 1),
             "unsupported": set(), "failing": set(), "lost": False, "processes": [(4242, GIB)],
             "throttle": 0x1, "pcie_width": 16, "ecc_uncorrected": 0,  # idle, a full x16 link, no ECC error
+            "mps_clients": None,  # no MPS server: the call is not supported
         }
         return SimpleNamespace(**(base | spec))
 
@@ -196,6 +197,12 @@ class FakeNVML:
     def nvmlDeviceGetComputeRunningProcesses(self, h):
         gpu = self._device(h, "nvmlDeviceGetComputeRunningProcesses")
         return [SimpleNamespace(pid=pid, usedGpuMemory=used) for pid, used in gpu.processes]
+
+    def nvmlDeviceGetMPSComputeRunningProcesses(self, h):
+        gpu = self._device(h, "nvmlDeviceGetMPSComputeRunningProcesses")
+        if gpu.mps_clients is None:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return [SimpleNamespace(pid=pid, usedGpuMemory=used) for pid, used in gpu.mps_clients]
 
 
 def make_nvml() -> FakeNVML:

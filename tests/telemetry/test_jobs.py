@@ -14,7 +14,7 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from dlbench.telemetry.exporter import JOB_LABELS, NodeCollector, exported_metric_names, make_registry
-from dlbench.telemetry.jobs import JobAttributor, KubeletPods, parse_cgroup, parse_environ
+from dlbench.telemetry.jobs import JobAttributor, KubeletPods, job_labels, parse_cgroup, parse_environ
 from dlbench.telemetry.nvml import NVMLSource
 
 UID = "1f2e3d4c-5b6a-4789-8abc-def012345678"
@@ -38,6 +38,11 @@ CGROUPS = {  # (cgroup file, what it says)
 def test_cgroup_paths(case):
     text, expected = CGROUPS[case]
     assert parse_cgroup(text) == expected
+
+
+def test_a_label_from_a_processes_environment_stays_short():
+    labels = job_labels({}, {"SLURM_JOB_ID": "7" * 10_000, "SLURM_JOB_USER": "x\n# HELP fake"}, 0)
+    assert len(labels["hpc_job"]) == 128 and labels["hpc_user"] == "x\n# HELP fake"  # prometheus_client escapes it
 
 
 def test_environ_keeps_only_slurm_job_variables():
@@ -85,6 +90,22 @@ def test_gpu_series_name_the_slurm_jobs_holding_them(slurm_jobs):
     host = {s.labels["hpc_job"]: s for s in samples["dlbench_job_processes"]}
     assert host["101"].value >= 1 and host["102"].labels["hpc_user"] == "bob"
     assert {s.labels["hpc_job"] for s in samples["dlbench_job_memory_rss_bytes"] if s.value > 0} >= {"101", "102"}
+
+
+def test_mps_clients_each_get_their_jobs_series(slurm_jobs):
+    a, b = slurm_jobs
+    nvml = FakeNVML(1)
+    server = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])  # the MPS server: no job
+    try:
+        nvml.gpus[0].processes = [(server.pid, 4 * GIB)]  # under MPS, the compute list shows the server
+        nvml.gpus[0].mps_clients = [(a.pid, GIB), (b.pid, 2 * GIB)]
+        samples = _scrape(NodeCollector(NVMLSource(nvml=nvml), host="n", interval_s=0, jobs=JobAttributor()))
+    finally:
+        server.kill()
+        server.wait()
+    per_job = {s.labels["hpc_job"]: s.value for s in samples["dlbench_gpu_process_memory_bytes"]}
+    assert per_job == {"": 4 * GIB, "101": GIB, "102": 2 * GIB}
+    assert samples["DCGM_FI_DEV_GPU_UTIL"][0].labels["hpc_job"] == "101,102"
 
 
 def test_without_attribution_the_labels_stay_dcgm_exporters(slurm_jobs):

@@ -40,6 +40,7 @@ _SLURM_UID = re.compile(r"/uid_(\d+)/")
 _POD_UID = re.compile(r"pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})")
 _CONTAINER_PREFIXES = ("cri-containerd-", "docker-", "crio-", "containerd-", "libpod-")
 _ENV_KEYS = (b"SLURM_JOB_ID=", b"SLURM_JOBID=", b"SLURM_JOB_USER=", b"SLURM_JOB_PARTITION=")
+MAX_LABEL_CHARS = 128
 KUBELET_TOKEN_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 
 
@@ -163,7 +164,8 @@ def job_labels(cgroup: dict[str, Any], environ: dict[str, str], owner_uid: int |
             labels |= {"pod": pod, "namespace": namespace, "container": container or ""}
         else:
             labels |= {"pod": pod_uid, "container": (container_id or "")[:12]}
-    return labels
+    # a process sets its own environment: a label value stays a label, not a megabyte on every scrape
+    return {k: v[:MAX_LABEL_CHARS] for k, v in labels.items()}
 
 
 class JobAttributor:
