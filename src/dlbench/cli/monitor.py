@@ -19,6 +19,9 @@ def monitor(
                               "energy and GPU time per job."),
     kubelet_url: str = typer.Option(None, "--kubelet-url", help="The kubelet's pods API (e.g. "
                                     "https://127.0.0.1:10250/pods) to name pods; without it, pods are labelled by UID."),
+    pod_resources_socket: str = typer.Option(None, "--pod-resources-socket", help="The kubelet's pod-resources socket, "
+                                             "naming the pod each GPU is allocated to (default: "
+                                             "/var/lib/kubelet/pod-resources/kubelet.sock when it exists)."),
 ) -> None:
     """Serve GPU (NVML), host and training metrics on http://HOST:PORT/metrics until Ctrl-C."""
     from dlbench.telemetry.http import exposure_warning
@@ -31,5 +34,5 @@ def monitor(
             info(f"dlbench monitor: {warning}")
 
     run_monitor(host=host, port=port, interval_s=interval, metrics_dirs=metrics_dir or None, on_ready=ready,
-                jobs=jobs, kubelet_url=kubelet_url)
+                jobs=jobs, kubelet_url=kubelet_url, pod_resources_socket=pod_resources_socket)
     info("dlbench monitor: stopped")

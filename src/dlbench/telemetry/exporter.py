@@ -30,7 +30,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import CollectorRegistry
 
 from dlbench.telemetry.http import MetricsServer
-from dlbench.telemetry.jobs import JOB_LABELS, JobAttributor, gpu_job_values, job_key
+from dlbench.telemetry.jobs import JOB_LABELS, JobAttributor, gpu_job_values, gpu_jobs, job_key
 from dlbench.telemetry.nvml import GPUInfo
 from dlbench.telemetry.training import TrainingState, hostname
 from dlbench.telemetry.usage import JobUsage
@@ -141,7 +141,7 @@ def gpu_families(devices: Sequence[GPUInfo], readings: Sequence[dict[str, Any]],
         if reading.get("lost"):
             continue
         static = info.as_dict()
-        series_labels = labels + gpu_job_values(reading.get("processes") or ()) if jobs else labels
+        series_labels = labels + gpu_job_values(gpu_jobs(reading)) if jobs else labels
         for name, key, factor, _, _ in DCGM_METRICS:
             value = reading.get(key, static.get(key))
             if value is not None:

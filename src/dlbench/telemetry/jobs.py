@@ -171,12 +171,15 @@ def job_labels(cgroup: dict[str, Any], environ: dict[str, str], owner_uid: int |
 class JobAttributor:
     """Job labels of processes, read from ``proc_root`` (``/proc``) and kept per (pid, start time).
 
+    ``pod_resources`` (a :class:`~dlbench.telemetry.podresources.PodResources`): the pods the kubelet
+    allocated each GPU to, which name a GPU's pod when none of its processes can be seen.
     Thread-safe. Processes that vanished are forgotten at the next :meth:`forget_missing`.
     """
 
-    def __init__(self, proc_root: str | Path = "/proc", kubelet: KubeletPods | None = None):
+    def __init__(self, proc_root: str | Path = "/proc", kubelet: KubeletPods | None = None, pod_resources=None):
         self.proc_root = Path(proc_root)
         self.kubelet = kubelet
+        self.pod_resources = pod_resources
         self._lock = threading.Lock()
         self._known: dict[int, tuple[str, Labels]] = {}
 
@@ -214,10 +217,15 @@ class JobAttributor:
         return labels
 
     def annotate(self, gpu_readings: Iterable[dict[str, Any]]) -> None:
-        """Add ``"job"`` (its labels, ``{}`` for none) to every process of every GPU reading, in place."""
+        """Add ``"job"`` (its labels, ``{}`` for none) to every process of every GPU reading, and
+        ``"allocated_jobs"`` (the pods the kubelet allocated the GPU to) to each reading, in place."""
+        allocations = self.pod_resources.allocations() if self.pod_resources is not None else {}
         for reading in gpu_readings:
             for proc in reading.get("processes") or ():
                 proc["job"] = self.labels(int(proc["pid"]))
+            if allocations:
+                reading["allocated_jobs"] = [dict.fromkeys(JOB_LABELS, "") | {"namespace": ns, "pod": pod, "container": c}
+                                             for ns, pod, c in allocations.get(reading.get("uuid", ""), ())]
 
     def forget_missing(self, alive: Iterable[int]) -> None:
         """Drop what is kept for processes not in ``alive``."""
@@ -255,12 +263,19 @@ def job_key(labels: Labels) -> tuple[str, ...]:
     return tuple(labels.get(k, "") for k in JOB_LABELS)
 
 
-def gpu_job_values(processes: Iterable[dict[str, Any]]) -> list[str]:
+def gpu_jobs(reading: dict[str, Any]) -> list[Labels]:
+    """The jobs holding a GPU: its processes' jobs, else (no process of a job seen) the pods the kubelet
+    allocated it to."""
+    jobs = [p["job"] for p in reading.get("processes") or () if p.get("job")]
+    return jobs or list(reading.get("allocated_jobs") or ())
+
+
+def gpu_job_values(jobs: Iterable[Labels]) -> list[str]:
     """The job label values of one GPU's series: each label's distinct values among the jobs holding it,
     sorted and joined with ``,`` (one series per GPU even when several jobs share it)."""
-    keys = sorted({job_key(p["job"]) for p in processes if p.get("job")})
+    keys = sorted({job_key(job) for job in jobs})
     return [",".join(sorted({k[i] for k in keys} - {""})) for i in range(len(JOB_LABELS))]
 
 
-__all__ = ["JOB_LABELS", "JobAttributor", "KubeletPods", "gpu_job_values", "job_key", "job_labels", "parse_cgroup",
+__all__ = ["JOB_LABELS", "JobAttributor", "KubeletPods", "gpu_job_values", "gpu_jobs", "job_key", "job_labels", "parse_cgroup",
            "parse_environ"]

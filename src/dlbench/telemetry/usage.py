@@ -6,7 +6,8 @@ Volta, some vGPUs) gets the trapezoid of its power readings instead. That energy
 seconds go to the jobs whose processes held the GPU at either end of the interval, in equal shares
 (NVML gives no per-process energy; time-slicing and MPS share the GPU's time), so per GPU the jobs'
 energy adds up to the counter's difference over the intervals some job held it. An interval with no
-job's process on the GPU is nobody's: it is not counted.
+job's process on the GPU is nobody's and not counted — unless the kubelet allocated the GPU to pods
+(``allocated_jobs``, :mod:`dlbench.telemetry.podresources`): they hold it, busy or idle.
 
 :class:`JobUsage` keeps the running totals (the exporter's ``dlbench_job_energy_joules_total`` and
 ``dlbench_job_gpu_seconds_total``); :func:`usage_rows` turns totals into per-job rows for
@@ -52,7 +53,8 @@ def reading_jobs(reading: Mapping[str, Any], default: JobKey | None = None) -> s
                 jobs.add(job_key(proc["job"]))
         elif default is not None:
             jobs.add(default)
-    return jobs
+    # no process of a job seen on the GPU: the pods the kubelet allocated it to hold it
+    return jobs or {job_key(job) for job in reading.get("allocated_jobs") or ()}
 
 
 @dataclass
