@@ -210,3 +210,10 @@ def test_integrated_power_where_the_energy_counter_is_missing(slurm_jobs):
         collector.refresh()
     (sample,) = _scrape(collector)["dlbench_job_energy_joules_total"]
     assert sample.value == pytest.approx(300.0 * 4.0)
+
+
+def test_a_kubelet_url_that_is_not_http_is_refused(capsys):
+    from dlbench.cli.app import main
+
+    assert main(["monitor", "--port", "0", "--kubelet-url", "file:///etc/passwd"]) == 2
+    assert "is not an http(s) URL" in capsys.readouterr().err
