@@ -11,6 +11,7 @@ earlier ``ok`` checks of it that were not degraded (the newest ``HISTORY_RUNS``)
 
 from __future__ import annotations
 
+import os
 import socket
 import time
 from collections.abc import Callable
@@ -103,6 +104,9 @@ def plan_check(store=None, expect: Path | None = None, data_dir: Path | None = N
     if data_dir is not None and not Path(data_dir).is_dir():
         raise UsageError(f"--data-dir {data_dir} is not a directory; give the data file system's mount point (or a "
                          "directory on it) where the check may write a 64 MiB file.")
+    if data_dir is not None and not os.access(data_dir, os.W_OK | os.X_OK):
+        raise UsageError(f"--data-dir {data_dir} is not writable by this user; the read probe writes a 64 MiB file "
+                         "there first: give a directory it may write (e.g. a scratch directory on that file system).")
     expectations = load_expectations(expect) if expect is not None else None
     peer_address = parse_peer(peer) if peer else None
     gpus, model = gpu_inventory(nvml)
