@@ -41,6 +41,7 @@ def _busy(core: int, count: int):
     return [subprocess.Popen([sys.executable, "-c", code]) for _ in range(count)]
 
 
+@pytest.mark.slow  # five checks, each keeping every core busy for a second or two
 def test_a_healthy_node_passes_against_its_history_and_a_busy_core_is_caught(store, tmp_path, capsys):
     for _ in range(3):  # the node's history
         assert set(verdicts(run_check(plan_check(store, only=("cpu",), budget_s=2.5), store)).values()) == {"no reference"}

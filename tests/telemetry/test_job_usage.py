@@ -52,6 +52,7 @@ def test_usage_needs_one_source(tmp_path, capsys):
     assert "cannot read Prometheus" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # a real Prometheus and a dlbench monitor process, scraped for 8 s
 @pytest.mark.skipif(PROMETHEUS is None, reason="the prometheus binary is not installed (apt-get install prometheus)")
 def test_usage_from_prometheus_splits_a_shared_gpu(tmp_path, capsys):
     holders = []
