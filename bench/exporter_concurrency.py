@@ -1,11 +1,12 @@
 """The exporter under load and attack, on loopback only: 500 idle connections held open, then 200
 concurrent scrapers; latency percentiles, timeouts, and whether the idle connections get closed.
 
-    PYTHONPATH=src python bench/exporter_concurrency.py [--server dlbench|prometheus_client]
+    PYTHONPATH=src python bench/exporter_concurrency.py [--server dlbench|prometheus_client] [--jobs]
 
 The exporter runs in a child process (as ``dlbench monitor`` does: a NodeCollector reading 8 simulated
 GPUs through the NVML test double and the real host every second), so client and server do not share
-a GIL. ``--server prometheus_client`` serves the same collector with prometheus_client's
+a GIL. ``--jobs`` turns job attribution on, with 16 real processes in 8 Slurm jobs (their environment)
+holding the 8 simulated GPUs, two jobs on each. ``--server prometheus_client`` serves the same collector with prometheus_client's
 ``start_http_server`` (what dlbench used before) for comparison. Every loop is bounded: a fixed
 number of scrapes, a timeout per scrape and a deadline for the whole run; nothing leaves 127.0.0.1.
 """
@@ -27,16 +28,32 @@ ROOT = Path(__file__).resolve().parents[1]
 HOST = "127.0.0.1"
 
 
-def serve_child(kind: str, idle_timeout_s: float) -> None:
+def job_processes(nvml, gpus: int) -> list:
+    """Two sleeping processes per GPU, each GPU shared by two Slurm jobs (job i and i+1, by environment)."""
+    procs = []
+    for index in range(gpus):
+        held = []
+        for job in (index, index + 1):
+            env = os.environ | {"SLURM_JOB_ID": str(1000 + job), "SLURM_JOB_USER": "bench", "SLURM_JOB_PARTITION": "gpu"}
+            procs.append(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"], env=env))
+            held.append((procs[-1].pid, 1 << 30))
+        nvml.gpus[index].processes = held
+    return procs
+
+
+def serve_child(kind: str, idle_timeout_s: float, jobs: bool = False) -> None:
     """The server process: print the port, serve until stdin closes."""
     sys.path.insert(0, str(ROOT / "tests" / "telemetry"))
     import fake_nvml
 
     from dlbench.telemetry.exporter import NodeCollector, make_registry
     from dlbench.telemetry.host import HostSource
+    from dlbench.telemetry.jobs import JobAttributor
     from dlbench.telemetry.nvml import NVMLSource
 
-    collector = NodeCollector(NVMLSource(nvml=fake_nvml.FakeNVML(8)), HostSource(), interval_s=1.0)
+    nvml = fake_nvml.FakeNVML(8)
+    procs = job_processes(nvml, 8) if jobs else []
+    collector = NodeCollector(NVMLSource(nvml=nvml), HostSource(), interval_s=1.0, jobs=JobAttributor() if jobs else None)
     collector.start()
     registry = make_registry(collector)
     if kind == "dlbench":
@@ -50,6 +67,9 @@ def serve_child(kind: str, idle_timeout_s: float) -> None:
         port = server.server_address[1]
     print(port, flush=True)
     sys.stdin.read()  # the parent closes stdin to stop us
+    for proc in procs:
+        proc.kill()
+        proc.wait()
 
 
 async def scrape(port: int, timeout_s: float) -> float | None:
@@ -117,14 +137,15 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=10.0, help="seconds before a scrape counts as timed out")
     parser.add_argument("--idle-timeout", type=float, default=10.0, help="the server's idle timeout (dlbench)")
     parser.add_argument("--deadline", type=float, default=240.0)
+    parser.add_argument("--jobs", action="store_true", help="job attribution on (16 processes in 8 Slurm jobs)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        serve_child(args.server, args.idle_timeout)
+        serve_child(args.server, args.idle_timeout, args.jobs)
         return
     env = os.environ | {"PYTHONPATH": str(ROOT / "src")}
     child = subprocess.Popen([sys.executable, __file__, "--child", "--server", args.server,
-                              "--idle-timeout", str(args.idle_timeout)], stdin=subprocess.PIPE,
+                              "--idle-timeout", str(args.idle_timeout), *(["--jobs"] if args.jobs else [])], stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, text=True, env=env)
     try:
         port = int(child.stdout.readline())
@@ -142,7 +163,7 @@ def report(args, outcome: dict) -> None:
     times = [t * 1e3 for t in outcome["results"] if t is not None]
     failed = sum(t is None for t in outcome["results"])
     total = len(outcome["results"])
-    print(f"server {args.server}: {args.idle} idle connections opened ({outcome['idle_opened']} accepted), then "
+    print(f"server {args.server}{' with job attribution' if args.jobs else ''}: {args.idle} idle connections opened ({outcome['idle_opened']} accepted), then "
           f"{args.scrapers} concurrent scrapers x {args.rounds} scrapes (timeout {args.timeout:g} s)")
     if not times:
         print(f"  scrapes ok 0/{total}: every scrape timed out or failed; wall {outcome['wall_s']:.1f} s")

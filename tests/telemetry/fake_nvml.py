@@ -16,7 +16,8 @@ the integral of a constant power per GPU, utilisation changes with every reading
 Used from another process through dlbench's test hook ``DLBENCH_FAKE_NVML=<this file>``:
 :func:`make_nvml` builds the double from ``FAKE_NVML_GPUS`` (count, default 2),
 ``FAKE_NVML_UNSUPPORTED`` (``"0:nvmlDeviceGetTotalEccErrors;1:nvmlDeviceGetPcieThroughput"``) and
-``FAKE_NVML_LOST`` (comma-separated indices).
+``FAKE_NVML_LOST`` (comma-separated indices) and ``FAKE_NVML_PROCESSES`` (the compute processes per GPU,
+``"0:4242,4243;1:4244"``, each holding 1 GiB).
 """
 
 from __future__ import annotations
@@ -59,6 +60,8 @@ class FakeNVML:
             "bus": f"00000000:{0x18 + index:02X}:00.0", "minor": index, "total": 80 * GIB, "used": (2 + index) * GIB,
             "power_w": 300.0 + 10 * index, "limit_w": 700.0, "temp_c": 40 + index, "energy_mj0": 1_000_000 * (index + 1),
             "unsupported": set(), "failing": set(), "lost": False, "processes": [(4242, GIB)],
+            "throttle": 0x1, "pcie_width": 16, "ecc_uncorrected": 0,  # idle, a full x16 link, no ECC error
+            "mps_clients": None,  # no MPS server: the call is not supported
         }
         return SimpleNamespace(**(base | spec))
 
@@ -162,12 +165,26 @@ class FakeNVML:
         return 1000 if counter == pynvml.NVML_PCIE_UTIL_TX_BYTES else 2000
 
     def nvmlDeviceGetTotalEccErrors(self, h, error_type, counter_type):
-        self._device(h, "nvmlDeviceGetTotalEccErrors")
-        return 1 if error_type == pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED else 0
+        gpu = self._device(h, "nvmlDeviceGetTotalEccErrors")
+        return 1 if error_type == pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED else gpu.ecc_uncorrected
 
     def nvmlDeviceGetCurrentClocksEventReasons(self, h):
-        self._device(h, "nvmlDeviceGetCurrentClocksEventReasons")
-        return 0x1  # GPU idle
+        return self._device(h, "nvmlDeviceGetCurrentClocksEventReasons").throttle
+
+    def nvmlDeviceGetCurrPcieLinkWidth(self, h):
+        return self._device(h, "nvmlDeviceGetCurrPcieLinkWidth").pcie_width
+
+    def nvmlDeviceGetMaxPcieLinkWidth(self, h):
+        self._device(h, "nvmlDeviceGetMaxPcieLinkWidth")
+        return 16
+
+    def nvmlDeviceGetCurrPcieLinkGeneration(self, h):
+        self._device(h, "nvmlDeviceGetCurrPcieLinkGeneration")
+        return 5
+
+    def nvmlDeviceGetMaxPcieLinkGeneration(self, h):
+        self._device(h, "nvmlDeviceGetMaxPcieLinkGeneration")
+        return 5
 
     def nvmlDeviceGetEncoderUtilization(self, h):
         self._device(h, "nvmlDeviceGetEncoderUtilization")
@@ -181,6 +198,12 @@ class FakeNVML:
         gpu = self._device(h, "nvmlDeviceGetComputeRunningProcesses")
         return [SimpleNamespace(pid=pid, usedGpuMemory=used) for pid, used in gpu.processes]
 
+    def nvmlDeviceGetMPSComputeRunningProcesses(self, h):
+        gpu = self._device(h, "nvmlDeviceGetMPSComputeRunningProcesses")
+        if gpu.mps_clients is None:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return [SimpleNamespace(pid=pid, usedGpuMemory=used) for pid, used in gpu.mps_clients]
+
 
 def make_nvml() -> FakeNVML:
     """The double configured from the environment (for ``DLBENCH_FAKE_NVML`` in a subprocess)."""
@@ -190,4 +213,7 @@ def make_nvml() -> FakeNVML:
         nvml.unsupported(int(index), *functions.split(","))
     for index in filter(None, os.environ.get("FAKE_NVML_LOST", "").split(",")):
         nvml.lose(int(index))
+    for item in filter(None, os.environ.get("FAKE_NVML_PROCESSES", "").split(";")):
+        index, _, pids = item.partition(":")
+        nvml.gpus[int(index)].processes = [(int(pid), GIB) for pid in filter(None, pids.split(","))]
     return nvml

@@ -66,6 +66,8 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
      "Jobs dlbench submitted to Slurm or Kubernetes: list (live state), logs, cancel, collect."),
     ("tensorboard", "dlbench.cli.tensorboard:tensorboard_app",
      "Stored runs for TensorBoard's Scalars and HParams views."),
+    ("node", "dlbench.cli.node:node_app", "Check this node before it takes jobs: GPUs (NVML), GPU step rate, "
+     "all_reduce, CPU, memory, storage and network probes against its history or expectations; exit 0 healthy, 1 degraded."),
     ("io", "dlbench.cli.io:io_app", "Storage I/O: write a data set, read it as a training job does (samples/s, "
      "MB/s, accelerator utilisation), stage it to a faster tier."),
 )

@@ -74,6 +74,49 @@ def collect(
     show(records, None, as_json, single=False)
 
 
+@jobs_app.command("usage")
+def usage(
+    run: list[str] = typer.Option(None, "--run", help="A stored run (id or prefix; repeatable): its GPUs' energy and "
+                                  "time, the job of its record's scheduler."),
+    prometheus: str = typer.Option(None, "--prometheus", help="A Prometheus server scraping 'dlbench monitor' "
+                                   "(e.g. http://prometheus:9090): every job's counters over --start..--end."),
+    start: str = typer.Option(None, "--start", help="With --prometheus: from (ISO 8601, Unix seconds; default: --end - 1 h)."),
+    end: str = typer.Option("now", "--end", help="With --prometheus: until (ISO 8601, Unix seconds or now)."),
+    db: str = DB_OPTION,
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """GPU energy (J, kWh) and GPU time per job, from stored runs or a Prometheus query range."""
+    from dlbench.api.job_usage import parse_time, prometheus_usage, runs_usage
+    from dlbench.errors import UsageError
+
+    if bool(run) == bool(prometheus):
+        raise UsageError("give either --run ID (stored runs) or --prometheus URL (the exporter's counters), not both or neither.")
+    if prometheus:
+        end_s = parse_time(end, "--end")
+        rows = prometheus_usage(prometheus, parse_time(start, "--start") if start else end_s - 3600, end_s)
+    else:
+        store = open_store(db, create=False)
+        try:
+            rows = runs_usage(store, run)
+        finally:
+            store.close()
+    if as_json:
+        emit_json(rows)
+        return
+    if not rows:
+        info("dlbench: no job held a GPU in that range")
+        return
+    render((["job", *(["run"] if run else []), "energy (kWh)", "energy (J)", "GPU hours"],
+            [[_job_name(r), *([r["run_id"]] if run else []), f"{r['energy_kwh']:.4f}", f"{r['energy_j']:.0f}", f"{r['gpu_hours']:.3f}"]
+             for r in rows]), title="GPU energy and time per job")
+
+
+def _job_name(row: dict) -> str:
+    """``hpc_job=12,hpc_user=alice,…`` from a usage row's non-empty labels (render escapes them)."""
+    keys = ("hpc_job", "hpc_user", "hpc_partition", "namespace", "pod", "container")
+    return ",".join(f"{k}={row[k]}" for k in keys if row[k]) or "(no scheduler)"
+
+
 def _with_store(db: str | None, action, job_id: str) -> list[dict]:
     """``action(job_id, store)`` on the results store, closed afterwards whatever happens."""
     store = open_store(db)

@@ -23,14 +23,17 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import replace
 from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import CollectorRegistry
 
 from dlbench.telemetry.http import MetricsServer
+from dlbench.telemetry.jobs import JOB_LABELS, JobAttributor, gpu_job_values, gpu_jobs, job_key
 from dlbench.telemetry.nvml import GPUInfo
 from dlbench.telemetry.training import TrainingState, hostname
+from dlbench.telemetry.usage import JobUsage
 
 MIB = 1024 * 1024
 GPU_LABELS = ("gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname")
@@ -89,6 +92,17 @@ TRAINING_GAUGES = (
     ("dlbench_training_loss", "loss", "Final loss of the run (known when the run ends)."),
     ("dlbench_training_last_update_timestamp_seconds", "updated_at", "Unix time of the run's last update."),
 )
+#: Per job (labels :data:`~dlbench.telemetry.jobs.JOB_LABELS`), with job attribution on.
+JOB_GPU_COUNTERS = (
+    ("dlbench_job_energy_joules", "energy_j", "GPU energy used by the job: the GPU's energy counter split equally "
+     "among the jobs holding it (integrated power where the counter is missing)."),
+    ("dlbench_job_gpu_seconds", "gpu_seconds", "Seconds the job held the GPU (shared equally among the jobs holding it)."),
+)
+JOB_HOST_METRICS = (
+    ("dlbench_job_processes", "processes", "gauge", "Live processes of the job on this host."),
+    ("dlbench_job_cpu_seconds", "cpu_seconds", "counter", "CPU time (user + system) of the job's live processes."),
+    ("dlbench_job_memory_rss_bytes", "rss_bytes", "gauge", "Resident memory of the job's processes on this host."),
+)
 HEALTH_METRICS = ("dlbench_nvml_up", "dlbench_gpu_up", "dlbench_gpus", "dlbench_exporter_scrape_duration_seconds",
                   "dlbench_exporter_read_duration_seconds",
                   "dlbench_exporter_errors_total", "dlbench_gpu_process_memory_bytes", "dlbench_training_info")
@@ -97,7 +111,8 @@ HEALTH_METRICS = ("dlbench_nvml_up", "dlbench_gpu_up", "dlbench_gpus", "dlbench_
 def exported_metric_names() -> set[str]:
     """Every series name the exporter can expose (counters with their ``_total``)."""
     names = {m[0] for m in DCGM_METRICS} | {m[0] for m in HOST_GAUGES} | {m[0] for m in TRAINING_GAUGES}
-    names |= {m[0] + "_total" for m in HOST_COUNTERS}
+    names |= {m[0] + "_total" for m in HOST_COUNTERS} | {m[0] + "_total" for m in JOB_GPU_COUNTERS}
+    names |= {m[0] + ("_total" if m[2] == "counter" else "") for m in JOB_HOST_METRICS}
     return names | set(HEALTH_METRICS)
 
 
@@ -106,13 +121,19 @@ def gpu_labels(info: GPUInfo, host: str) -> list[str]:
     return [str(info.index), info.uuid, info.pci_bus_id, f"nvidia{info.minor}", info.name, host]
 
 
-def gpu_families(devices: Sequence[GPUInfo], readings: Sequence[dict[str, Any]], host: str) -> list[Metric]:
-    """dcgm-exporter families plus ``dlbench_gpu_up`` and per-process GPU memory, from readings."""
+def gpu_families(devices: Sequence[GPUInfo], readings: Sequence[dict[str, Any]], host: str,
+                 jobs: bool = False) -> list[Metric]:
+    """dcgm-exporter families plus ``dlbench_gpu_up`` and per-process GPU memory, from readings.
+
+    ``jobs``: every series also carries :data:`~dlbench.telemetry.jobs.JOB_LABELS` — a GPU's series the
+    jobs holding it (several jobs' values joined with ``,``: still one series per GPU, so sums over GPUs
+    stay right), a process's series its own job (so each job sharing a GPU has its own series)."""
     by_index = {r["index"]: r for r in readings}
-    families = {name: _family(name, help_, typ, GPU_LABELS) for name, _, _, typ, help_ in DCGM_METRICS}
+    gpu_label_names = (*GPU_LABELS, *JOB_LABELS) if jobs else GPU_LABELS
+    families = {name: _family(name, help_, typ, gpu_label_names) for name, _, _, typ, help_ in DCGM_METRICS}
     up = GaugeMetricFamily("dlbench_gpu_up", "1 when the GPU answered NVML at the last reading, 0 when lost.", labels=GPU_LABELS)
     processes = GaugeMetricFamily("dlbench_gpu_process_memory_bytes", "GPU memory used by a compute process.",
-                                  labels=(*GPU_LABELS, "pid"))
+                                  labels=(*gpu_label_names, "pid"))
     for info in devices:
         reading = by_index.get(info.index, {"lost": True})
         labels = gpu_labels(info, host)
@@ -120,14 +141,33 @@ def gpu_families(devices: Sequence[GPUInfo], readings: Sequence[dict[str, Any]],
         if reading.get("lost"):
             continue
         static = info.as_dict()
+        series_labels = labels + gpu_job_values(gpu_jobs(reading)) if jobs else labels
         for name, key, factor, _, _ in DCGM_METRICS:
             value = reading.get(key, static.get(key))
             if value is not None:
-                families[name].add_metric(labels, value * factor)
+                families[name].add_metric(series_labels, value * factor)
         for proc in reading.get("processes") or ():
             if proc.get("used_memory_bytes") is not None:
-                processes.add_metric([*labels, str(proc["pid"])], proc["used_memory_bytes"])
+                job = list(job_key(proc.get("job") or {})) if jobs else []
+                processes.add_metric([*labels, *job, str(proc["pid"])], proc["used_memory_bytes"])
     return [f for f in families.values() if f.samples] + [up, processes]
+
+
+def job_families(gpu_totals: dict, host_jobs: dict[tuple[str, ...], dict[str, float]], host: str) -> list[Metric]:
+    """``dlbench_job_*``: energy and GPU time per (GPU, job) from :class:`~dlbench.telemetry.usage.JobUsage`
+    totals, and each job's processes, CPU time and memory on this host."""
+    out: list[Metric] = []
+    for name, attribute, help_ in JOB_GPU_COUNTERS:
+        family = CounterMetricFamily(name, help_, labels=("gpu", "UUID", "Hostname", *JOB_LABELS))
+        for (gpu, uuid, job), total in gpu_totals.items():
+            family.add_metric([gpu, uuid, host, *job], getattr(total, attribute))
+        out.append(family)
+    for name, key, typ, help_ in JOB_HOST_METRICS:
+        family = (CounterMetricFamily if typ == "counter" else GaugeMetricFamily)(name, help_, labels=("Hostname", *JOB_LABELS))
+        for job, figures in host_jobs.items():
+            family.add_metric([host, *job], figures[key])
+        out.append(family)
+    return out
 
 
 def _family(name: str, help_: str, typ: str, labels: Sequence[str]) -> Metric:
@@ -192,8 +232,12 @@ class NodeCollector:
     """
 
     def __init__(self, gpu_source=None, host_source=None, training: Callable[[], Iterable[TrainingState]] | None = None,
-                 interval_s: float = 1.0, host: str | None = None, clock: Callable[[], float] = time.monotonic):
+                 interval_s: float = 1.0, host: str | None = None, clock: Callable[[], float] = time.monotonic,
+                 jobs: JobAttributor | None = None):
         self.gpu_source, self.host_source = gpu_source, host_source
+        self.jobs = jobs
+        self._usage = JobUsage()
+        self._jobs_view: tuple[dict, dict] = ({}, {})  # (GPU totals, host jobs), copies swapped whole
         self.training = training or (lambda: ())
         self.interval_s = interval_s
         self.host = host or hostname()
@@ -202,7 +246,7 @@ class NodeCollector:
         self._read_at = float("-inf")
         self._read_duration_s: float | None = None
         self._readings: tuple[list[dict[str, Any]], dict[str, Any]] = ([], {})  # (GPUs, host), swapped whole
-        self._errors = {"gpus": 0, "host": 0, "training": 0}
+        self._errors = {"gpus": 0, "host": 0, "training": 0, "jobs": 0}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -245,8 +289,18 @@ class NodeCollector:
             if self.gpu_source is not None:
                 try:
                     gpu_readings = self.gpu_source.sample()
+                    if self.jobs is not None:
+                        self.jobs.annotate(gpu_readings)
+                        self._usage.add(self._clock(), gpu_readings)
                 except Exception:  # noqa: BLE001 - keep serving the last good readings
                     self._errors["gpus"] += 1
+            if self.jobs is not None:
+                host_jobs = self._jobs_view[1]
+                try:
+                    host_jobs = self.jobs.host_jobs()
+                except Exception:  # noqa: BLE001 - /proc unreadable: keep the last figures
+                    self._errors["jobs"] += 1
+                self._jobs_view = ({k: replace(t) for k, t in self._usage.totals.items()}, host_jobs)
             if self.host_source is not None:
                 try:
                     host_reading = self.host_source.sample()
@@ -262,11 +316,13 @@ class NodeCollector:
         if self.gpu_source is not None:
             health = self.gpu_source.health()
             devices = self.gpu_source.devices()
-            out += gpu_families(devices, gpu_readings, self.host)
+            out += gpu_families(devices, gpu_readings, self.host, jobs=self.jobs is not None)
             out.append(_gauge("dlbench_nvml_up", "1 when NVML is initialised and answering.", float(health["up"])))
             out.append(_gauge("dlbench_gpus", "GPUs this exporter watches.", float(len(devices))))
         if host_reading:
             out += host_families(host_reading, self.host)
+        if self.jobs is not None:
+            out += job_families(*self._jobs_view, self.host)
         try:
             out += training_families(list(self.training()))
         except Exception:  # noqa: BLE001 - a broken metrics directory must not fail the scrape
@@ -281,6 +337,8 @@ class NodeCollector:
 
     def _errors_by_source(self) -> dict[str, float]:
         counts = dict(self._errors)
+        if self.jobs is None:
+            del counts["jobs"]  # no such source without attribution
         for name, source in (("gpus", self.gpu_source), ("host", self.host_source)):
             if source is not None:
                 counts[name] += source.health().get("errors", 0)
@@ -313,5 +371,5 @@ def stop_server(server) -> None:
     server.server_close()
 
 
-__all__ = ["NodeCollector", "DCGM_METRICS", "GPU_LABELS", "gpu_families", "host_families", "training_families",
+__all__ = ["NodeCollector", "DCGM_METRICS", "GPU_LABELS", "gpu_families", "host_families", "job_families", "training_families",
            "exported_metric_names", "make_registry", "serve", "stop_server", "hostname"]

@@ -8,6 +8,7 @@ node, where Prometheus scrapes it from elsewhere).
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 from collections.abc import Callable, Sequence
@@ -26,22 +27,34 @@ def check_settings(port: int, interval_s: float) -> None:
 
 def run_monitor(host: str = "127.0.0.1", port: int = 9400, interval_s: float = 1.0,
                 metrics_dirs: Sequence[Path] | None = None, nvml=None,
-                on_ready: Callable[[str, int], None] | None = None, stop: threading.Event | None = None) -> None:
+                on_ready: Callable[[str, int], None] | None = None, stop: threading.Event | None = None,
+                jobs: bool = True, kubelet_url: str | None = None, pod_resources_socket: str | None = None) -> None:
     """Serve until ``stop`` is set, SIGTERM arrives, or Ctrl-C (all return normally).
 
     ``port`` 0 takes any free port; ``on_ready(host, port)`` is called once the port is bound.
     ``metrics_dirs``: where runs publish their training metrics (default: this user's directory,
     see :mod:`dlbench.telemetry.training`). ``nvml``: an NVML-like module (default: pynvml).
+    ``jobs``: label GPU series with the Slurm/Kubernetes job using them and count energy and GPU time per
+    job (:mod:`dlbench.telemetry.jobs`); ``kubelet_url`` resolves pod UIDs to names; ``pod_resources_socket``
+    (default: the kubelet's, when this node has one) names the pods each GPU is allocated to.
     """
     from dlbench.telemetry.exporter import NodeCollector, make_registry, serve, stop_server
     from dlbench.telemetry.host import HostSource
+    from dlbench.telemetry.jobs import JobAttributor, KubeletPods
     from dlbench.telemetry.nvml import NVMLSource
+    from dlbench.telemetry.podresources import SOCKET, PodResources
     from dlbench.telemetry.training import metrics_dir, read_published
 
     check_settings(port, interval_s)
+    if kubelet_url and not kubelet_url.startswith(("http://", "https://")):
+        raise UsageError(f"--kubelet-url {kubelet_url!r} is not an http(s) URL; give e.g. https://127.0.0.1:10250/pods.")
     dirs = [Path(d) for d in metrics_dirs] if metrics_dirs else [metrics_dir()]
     gpu = NVMLSource(nvml=nvml)
-    collector = NodeCollector(gpu, HostSource(), training=lambda: read_published(dirs), interval_s=interval_s)
+    socket_path = pod_resources_socket or (SOCKET if os.path.exists(SOCKET) else None)
+    attributor = JobAttributor(kubelet=KubeletPods(kubelet_url) if kubelet_url else None,
+                               pod_resources=PodResources(socket_path) if socket_path else None) if jobs else None
+    collector = NodeCollector(gpu, HostSource(), training=lambda: read_published(dirs), interval_s=interval_s,
+                              jobs=attributor)
     try:
         server = serve(make_registry(collector), host, port)
     except (OSError, OverflowError) as exc:
@@ -61,6 +74,8 @@ def run_monitor(host: str = "127.0.0.1", port: int = 9400, interval_s: float = 1
         stop_server(server)
         collector.stop()
         gpu.close()
+        if attributor is not None and attributor.pod_resources is not None:
+            attributor.pod_resources.close()
         _restore_sigterm(previous)
 
 

@@ -96,13 +96,28 @@ def _field_groups(nvml: Any) -> dict[str, Callable[[Any], Reading]]:
         "ecc_corrected_aggregate": ecc(k.NVML_MEMORY_ERROR_TYPE_CORRECTED, k.NVML_AGGREGATE_ECC, "ecc_corrected_aggregate"),
         "ecc_uncorrected_aggregate": ecc(k.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, k.NVML_AGGREGATE_ECC, "ecc_uncorrected_aggregate"),
         "throttle": throttle,
+        "pcie_link": lambda h: {"pcie_link_width": int(nvml.nvmlDeviceGetCurrPcieLinkWidth(h)),
+                                "pcie_link_width_max": int(nvml.nvmlDeviceGetMaxPcieLinkWidth(h)),
+                                "pcie_link_generation": int(nvml.nvmlDeviceGetCurrPcieLinkGeneration(h)),
+                                "pcie_link_generation_max": int(nvml.nvmlDeviceGetMaxPcieLinkGeneration(h))},
         "encoder": lambda h: {"encoder_util_percent": float(nvml.nvmlDeviceGetEncoderUtilization(h)[0])},
         "decoder": lambda h: {"decoder_util_percent": float(nvml.nvmlDeviceGetDecoderUtilization(h)[0])},
-        "processes": lambda h: {"processes": [
-            {"pid": int(p.pid), "used_memory_bytes": None if p.usedGpuMemory is None else int(p.usedGpuMemory)}
-            for p in nvml.nvmlDeviceGetComputeRunningProcesses(h)
-        ]},
+        "processes": lambda h: {"processes": _processes(nvml, h)},
     }
+
+
+def _processes(nvml: Any, handle: Any) -> list[dict[str, Any]]:
+    """The compute processes on a GPU, with the clients of an MPS server (under MPS the compute list holds the
+    server; ``nvmlDeviceGetMPSComputeRunningProcesses`` names each client, which job attribution needs)."""
+    found = {int(p.pid): p for p in nvml.nvmlDeviceGetComputeRunningProcesses(handle)}
+    mps = getattr(nvml, "nvmlDeviceGetMPSComputeRunningProcesses", None)
+    if mps is not None:
+        try:
+            found |= {int(p.pid): p for p in mps(handle)}
+        except Exception:  # noqa: BLE001 - no MPS, or a driver without the call: the compute list stands
+            pass
+    return [{"pid": pid, "used_memory_bytes": None if p.usedGpuMemory is None else int(p.usedGpuMemory)}
+            for pid, p in found.items()]
 
 
 def _no_gpu(exc: BaseException) -> bool:

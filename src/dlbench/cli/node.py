@@ -1,0 +1,84 @@
+"""``dlbench node``: check this node before it takes jobs (a scheduler's health check), and the peer that the
+network probe of another node's check talks to."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import typer
+
+from dlbench.cli._common import DB_OPTION, JSON_OPTION, emit_json, info, open_store
+
+node_app = typer.Typer(help="Check this node's health (GPUs, compute, memory, storage, network) against its history "
+                       "or expectations; the peer for the network probe.", no_args_is_help=True)
+
+
+@node_app.command("check")
+def check(
+    expect: Path = typer.Option(None, "--expect", help="Expectations file (YAML): per GPU model and 'default', the "
+                                "lowest healthy figure of each probe. Default: this node's own history."),
+    against_history: bool = typer.Option(False, "--against-history", help="Compare with this node's earlier checks "
+                                         "(median and spread; the default)."),
+    data_dir: Path = typer.Option(None, "--data-dir", help="A directory on the data file system: its read rate is "
+                                  "probed with a 64 MiB file (removed afterwards)."),
+    peer: str = typer.Option(None, "--peer", help="HOST:PORT of 'dlbench node peer' on another node: the network probe."),
+    budget: float = typer.Option(60.0, "--budget", help="Seconds the whole check may take; probes are shortened to fit."),
+    only: str = typer.Option(None, "--only", help="Comma-separated probes to run (gpus, gpu_step_rate, allreduce_busbw, "
+                             "cpu, host_memory_bandwidth, data_read, network); default: every one that applies."),
+    db: str = DB_OPTION,
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Short probes of this node, judged against its own history or --expect; exit 0 healthy, 1 degraded
+    (the probe and its figure named), 2 bad usage. Each probe is stored as a run (mode node-check)."""
+    from dlbench.api.node_check import plan_check, run_check
+    from dlbench.errors import UsageError
+    from dlbench.report.tables import render
+
+    if expect is not None and against_history:
+        raise UsageError("give --expect FILE or --against-history, not both.")
+    store = open_store(db)
+    try:
+        plan = plan_check(store, expect=expect, data_dir=data_dir, peer=peer, budget_s=budget,
+                          only=tuple(filter(None, (only or "").split(","))))
+        records = run_check(plan, store)
+    finally:
+        store.close()
+    rows = [{"probe": r["spec"]["probe"], "status": r["status"], **(r.get("result") or {}), "error": r.get("error"),
+             "run_id": r["id"]} for r in records]
+    degraded = [row for row in rows if row.get("verdict") == "degraded"]
+    if as_json:
+        emit_json({"host": plan.host, "healthy": not degraded, "budget_s": plan.budget_s, "probes": rows})
+    else:
+        render((["probe", "verdict", "figure", "what it says"],
+                [[row["probe"], row.get("verdict") or "not run", f"{row['value']:.4g} {row['unit']}" if row.get("value") is not None
+                  else "-", row.get("sentence") or row.get("error") or ""] for row in rows]), title=f"node check: {plan.host}")
+        info(f"dlbench node check: {plan.host} is " + ("DEGRADED: " + "; ".join(r["sentence"] for r in degraded)
+                                                        if degraded else "healthy"))
+    if degraded:
+        raise typer.Exit(1)
+
+
+@node_app.command("peer")
+def peer(
+    host: str = typer.Option("127.0.0.1", "--host", help="Interface to listen on (the address other nodes' checks use)."),
+    port: int = typer.Option(9555, "--port", help="TCP port."),
+) -> None:
+    """Count what each node check's network probe sends here and answer the count, until Ctrl-C or SIGTERM."""
+    from dlbench.engine.node_probes import serve_peer
+    from dlbench.errors import Terminated, UsageError
+
+    if not 0 < port < 65536:
+        raise UsageError(f"--port {port} is not a TCP port; choose one from 1 to 65535.")
+    try:
+        server = serve_peer(host, port)
+    except OSError as exc:
+        raise UsageError(f"cannot listen on {host}:{port} ({exc.strerror}); choose a free --port or another --host.") from None
+    info(f"dlbench node peer: listening on {host}:{server.server_address[1]} (Ctrl-C to stop)")
+    try:
+        threading.Event().wait()
+    except (KeyboardInterrupt, Terminated):
+        pass
+    finally:
+        server.shutdown()
+        server.server_close()
