@@ -234,6 +234,7 @@ class IoReadSpec(BaseModel):
     shuffle: bool = Field(default=True, description="Shuffle the sample order each epoch (DistributedSampler's).")
     pin_memory: bool | None = Field(default=None, description="Pinned host buffers; None: on with CUDA.")
     decode: bool = Field(default=True, description="Decode samples (np.load, JPEG, HDF5); False: raw bytes with pread.")
+    direct: bool = Field(default=False, description="Raw reads with O_DIRECT (the page cache bypassed).")
     compute_ms: float | None = Field(default=None, ge=0, description="Emulated compute per batch per accelerator; None: the preset's, else 0.")
     compute_from: str | None = Field(default=None, description="A stored run id: its median step time is the compute per batch.")
     epochs: int = Field(default=1, gt=0, description="Passes over the data set.")
@@ -256,6 +257,8 @@ class IoReadSpec(BaseModel):
     def _one_compute(self) -> IoReadSpec:
         if self.compute_ms is not None and self.compute_from is not None:
             raise ValueError("give compute_ms or compute_from, not both")
+        if self.direct and self.decode:
+            raise ValueError("direct reads raw bytes: give --raw with --direct")
         if self.nnodes > 1 and not self.rdzv_endpoint:
             raise ValueError("nnodes > 1 needs rdzv_endpoint HOST:PORT of node 0")
         return self

@@ -104,6 +104,7 @@ def read(
     shuffle: bool = typer.Option(True, "--shuffle/--no-shuffle", help="Shuffle each epoch (DistributedSampler)."),
     pin_memory: bool = typer.Option(None, "--pin-memory/--no-pin-memory", help="Pinned host buffers \\[default: with CUDA].", show_default=False),
     decode: bool = typer.Option(True, "--decode/--raw", help="Decode samples as a training job, or read raw bytes (pread)."),
+    direct: bool = typer.Option(False, "--direct", help="Raw reads with O_DIRECT (the page cache bypassed; with --raw)."),
     compute_ms: float = typer.Option(None, "--compute-ms", help="Emulated accelerator time per batch, ms \\[default: the preset's, else 0]."),
     compute_from: str = typer.Option(None, "--compute-from", help="A stored run id: its median step time is the compute per batch."),
     epochs: int = typer.Option(1, "--epochs", help="Passes over the data set."),
@@ -128,7 +129,7 @@ def read(
     from dlbench.spec import IoReadSpec, parse_key_values
 
     spec = _spec(IoReadSpec, path=path, batch_size=batch_size, workers=workers, prefetch=prefetch, shuffle=shuffle,
-                 pin_memory=pin_memory, decode=decode, compute_ms=compute_ms, compute_from=compute_from, epochs=epochs,
+                 pin_memory=pin_memory, decode=decode, direct=direct, compute_ms=compute_ms, compute_from=compute_from, epochs=epochs,
                  steps=steps, cache=cache, device=device, seed=seed, nproc=nproc, nnodes=nnodes, node_rank=node_rank,
                  rdzv_endpoint=rdzv_endpoint, backend=backend, threads=threads, timeout_s=timeout,
                  tags=parse_key_values(tag or [], "--tag"))
@@ -218,6 +219,10 @@ def show_read(record: dict, as_json: bool) -> None:
         emit_json(record)
     elif record.get("result"):
         render(read_table(record), title=f"dlbench io read — run {record['id']}")
+        stages = (record["result"].get("stages") or {}).get("per_sample_ms")
+        if stages:
+            info("per sample: " + ", ".join(f"{name} {ms:,.3f} ms" for name, ms in stages.items())
+                 + " (read, decode, collate: in the reading processes; hand-off to this one; copy to the device)")
     result = record.get("result") or {}
     if result.get("corrupt_samples"):
         info(f"dlbench: warning: {result['corrupt_samples']} corrupt sample(s) skipped, e.g. {result['corrupt'][0]}")
