@@ -280,6 +280,35 @@ class StageSpec(BaseModel):
     tags: dict[str, str] = Field(default_factory=dict)
 
 
+class CheckpointSpec(BaseModel):
+    """``dlbench io checkpoint``: write and read back an LLM's training state (parameters + Adam), sharded
+    over the ranks, as MLPerf Storage v2.0's checkpointing workload does."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    path: str = Field(description="Directory the checkpoint is written to (scratch).")
+    model: str = Field(default="llama3-8b", description="llama3-8b | llama3-70b | llama3-405b | llama3-1t, or an llm preset.")
+    dtype: Literal["bfloat16", "float16", "float32"] = "bfloat16"
+    scale: float = Field(default=1e-3, gt=0, le=1, description="Fraction of the full checkpoint written.")
+    burst_buffer: str | None = Field(default=None, description="Write here first, then stage to path.")
+    writer: Literal["dcp", "raw"] = Field(default="dcp", description="dcp: torch.distributed.checkpoint; raw: the bytes as in memory.")
+    read_back: bool = True
+    fio: bool = Field(default=True, description="Compare with fio's sequential write and read of the same bytes.")
+    keep: bool = Field(default=False, description="Keep the checkpoint files after the run.")
+    nproc: int = Field(default=1, gt=0)
+    nnodes: int = Field(default=1, gt=0)
+    node_rank: int = Field(default=0, ge=0)
+    rdzv_endpoint: str | None = None
+    torchrun: bool | None = None
+    backend: Literal["gloo", "nccl", "mpi"] | None = None
+    timeout_s: float = Field(default=600.0, gt=0)
+    tags: dict[str, str] = Field(default_factory=dict)
+
+    @property
+    def world_size(self) -> int:
+        return self.nproc * self.nnodes
+
+
 def parse_key_values(pairs: list[str], what: str) -> dict[str, str]:
     """``["a=1", "b=x"]`` → ``{"a": "1", "b": "x"}``; a pair without '=' is a usage error."""
     out: dict[str, str] = {}

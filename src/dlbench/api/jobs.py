@@ -107,6 +107,7 @@ JOBS: dict[str, str] = {
     "trial": "dlbench.api.jobs:TrialJob",
     "io": "dlbench.api.io_jobs:IoJob",
     "stage": "dlbench.api.io_jobs:StageJob",
+    "checkpoint": "dlbench.api.checkpoint:CheckpointJob",
 }
 
 
