@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,8 @@ def run_checkpoint(target: Path, state_spec: dict[str, tuple[str, int]], *, burs
     written and read back as they lie in memory, one file per rank: the floor under any checkpoint format)."""
     rank, world = (dist.rank, dist.world_size) if dist else (0, 1)
     barrier = dist.barrier if dist else (lambda: None)
+    if dist is None:  # DCP says it saves in one process: that is what was asked
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled", category=UserWarning)
     state = _state(state_spec, rank)
     first = burst_buffer or target
     local: dict[str, Any] = {"rank": rank, "bytes": state_bytes(state_spec)}
@@ -59,7 +62,7 @@ def run_checkpoint(target: Path, state_spec: dict[str, tuple[str, int]], *, burs
     if fio and rank == 0:
         jobs = dist.local_world_size if dist else 1
         result["fio"] = fio_rates(target / "fio", result["bytes"] // world, jobs)
-        result["fio"]["jobs"] = jobs
+        result["fio"]["jobs"], result["fio"]["bytes_per_job"] = jobs, result["bytes"] // world
         result |= _ratios(result)
         if not keep:
             shutil.rmtree(target, ignore_errors=True)

@@ -25,8 +25,8 @@ MLPERF_MODELS: dict[str, dict[str, Any]] = {
     "llama3-1t": {"parameters": 1_000_000_000_000, "mlperf_processes": 1024},
 }
 ITEM_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
-#: fio's block size (the issue's comparison: sequential, 4 MiB, psync).
-FIO_BLOCK = "4M"
+#: fio's block size (the issue's comparison: sequential, 4 MiB, psync); smaller for smaller files.
+FIO_BLOCK_BYTES = 4 << 20
 
 
 def state_tensors(parameters: int, dtype: str, scale: float, world_size: int) -> dict[str, tuple[str, int]]:
@@ -61,13 +61,19 @@ def check_target(path: Path, need_bytes: int, what: str) -> None:
 
 def fio_rates(directory: Path, bytes_per_job: int, jobs: int) -> dict[str, float]:
     """fio's sequential write (fsync at the end of each file, as a checkpoint's) and cold read of ``jobs``
-    files of ``bytes_per_job`` in ``directory``: bytes/s of all jobs; the files removed after."""
+    files of ``bytes_per_job`` in ``directory``: bytes/s of all jobs; the files removed after. A failing fio
+    is the ``error`` of this comparison, not of the checkpoint measured before it."""
     directory.mkdir(parents=True, exist_ok=True)
-    common = ["fio", f"--directory={directory}", f"--bs={FIO_BLOCK}", "--ioengine=psync", f"--size={bytes_per_job}",
+    size = -(-bytes_per_job // 4096) * 4096  # fio wants whole blocks
+    block = min(FIO_BLOCK_BYTES, size)
+    common = ["fio", f"--directory={directory}", f"--bs={block}", "--ioengine=psync", f"--size={size}",
               f"--numjobs={jobs}", "--group_reporting", "--output-format=json", "--filename_format=fio.$jobnum"]
     try:
         write = _fio([*common, "--name=write", "--rw=write", "--end_fsync=1"])["write"]["bw_bytes"]
         read = _fio([*common, "--name=read", "--rw=read", "--invalidate=1"])["read"]["bw_bytes"]
+    except (OSError, subprocess.CalledProcessError, ValueError, KeyError) as exc:
+        stderr = getattr(exc, "stderr", None) or ""
+        return {"error": f"fio failed: {stderr.strip()[-300:] or exc}"}
     finally:
         for job in range(jobs):
             (directory / f"fio.{job}").unlink(missing_ok=True)
