@@ -85,9 +85,9 @@ def main() -> None:
     parser.add_argument("dir", type=Path)
     parser.add_argument("--files", type=int, default=256)
     parser.add_argument("--sample-mib", type=int, default=1)
-    parser.add_argument("--batch", type=int, default=4)
+    parser.add_argument("--batch", type=int, default=None, help="default: the workload's, else 4")
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--compute-ms", type=float, default=20.0)
+    parser.add_argument("--compute-ms", type=float, default=None, help="default: the workload's, else 20")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--workload", choices=sorted(WORKLOADS))
     parser.add_argument("--epochs", type=int, default=1)
@@ -96,8 +96,10 @@ def main() -> None:
     args = parser.parse_args()
     args.sample_bytes, threshold = args.sample_mib << 20, None
     if args.workload:
-        args.sample_bytes, args.batch, compute_s, threshold = WORKLOADS[args.workload]
-        args.compute_ms = compute_s * 1000
+        args.sample_bytes, batch, compute_s, threshold = WORKLOADS[args.workload]
+        args.batch = args.batch or batch
+        args.compute_ms = compute_s * 1000 if args.compute_ms is None else args.compute_ms
+    args.batch, args.compute_ms = args.batch or 4, 20.0 if args.compute_ms is None else args.compute_ms
     ours, theirs = args.dir / "dlbench", args.dir / "dlio" / "data"
     if not (ours / "dlbench-dataset.json").exists():
         subprocess.run([sys.executable, "-m", "dlbench", "io", "generate", str(ours), "--format", "npz", "--samples",
