@@ -69,15 +69,17 @@ def test_the_ring_reuses_its_buffers_in_turn():
     assert ring.take(32).data_ptr() not in (first.data_ptr(), second.data_ptr())
 
 
-def test_workers_hand_ring_buffers_over_by_name_and_leave_no_shared_file(tmp_path):
+def test_workers_hand_ring_buffers_over_by_name_and_leave_no_shared_file(tmp_path, monkeypatch):
     manifest, expected = _data_set(tmp_path, samples=8)
-    before = set(os.listdir(batch_module.SHM_DIR))
+    shm = tmp_path / "shm"  # a directory of its own: other readers on this host make theirs in /dev/shm
+    shm.mkdir()
+    monkeypatch.setattr(batch_module, "SHM_DIR", str(shm))  # the workers are forked: they see it too
     dataset = FileDataset(tmp_path, manifest, ring_slots=4)
     loader = DataLoader(dataset, batch_size=2, num_workers=1, prefetch_factor=2, collate_fn=collate)
     got = [b["fields"][0].clone() for b in loader]
     np.testing.assert_array_equal(torch.cat(got).numpy(), np.stack(expected))
     assert batch_module._ATTACHED  # mapped in this process by name
-    assert not {n for n in set(os.listdir(batch_module.SHM_DIR)) - before if n.startswith("dlbench-ring")}
+    assert not os.listdir(shm)
 
 
 def test_direct_reads_match_the_files_or_are_refused_in_one_sentence(tmp_path):
