@@ -46,7 +46,8 @@ def run_checkpoint(target: Path, state_spec: dict[str, tuple[str, int]], *, burs
         barrier()
     if read_back:
         files = _rank_files(target, rank)
-        drop_cache(files)
+        dropped = drop_cache(files)
+        local["resident_after_drop_bytes"] = dropped.get("resident_after_bytes")  # what stayed cached: None if unknown
         barrier()
         # a restore loads into the model's and optimizer's existing (touched) tensors: zeros_like faults the pages
         # in before the clock starts, as training's state is, rather than timing the kernel zeroing fresh memory
@@ -155,6 +156,8 @@ def merge(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
             row[f"{phase}_bytes_per_s"] = r["bytes"] / r[f"{phase}_s"] if r[f"{phase}_s"] else None
     if "read" in result:
         result["verified"] = all(r.get("verified") for r in per_rank)
+        stayed = [r.get("resident_after_drop_bytes") for r in per_rank]
+        result["read"]["resident_at_start_bytes"] = None if None in stayed else sum(stayed)
     return result
 
 
