@@ -2,6 +2,12 @@
 
     python bench/io_dlio.py DIR [--files 256] [--sample-mib 1] [--batch 4] [--workers 2] [--compute-ms 20]
                                 [--repeats 3] [--dlio PATH-TO/dlio_benchmark]
+    python bench/io_dlio.py DIR --workload unet3d|resnet50|cosmoflow --files N [--epochs E] [--workers 2]
+
+``--workload`` takes MLPerf Storage's preset (DLIO's ``*_h100.yaml``: its sample size, batch, compute time
+per batch and AU threshold; both tools read npz, one sample per file, through PyTorch — DLIO's resnet50 and
+cosmoflow default to TFRecords and TensorFlow), FILES files, E epochs, and prints whether each tool's AU
+passes the threshold.
 
 Both read FILES npz files of one SAMPLE_MIB MiB sample each, one epoch, through a PyTorch DataLoader with
 WORKERS workers, BATCH samples per batch, COMPUTE_MS of emulated compute (a sleep) per batch, cold cache
@@ -27,15 +33,24 @@ from pathlib import Path
 
 from dlbench.storage.cache import drop_cache
 
+#: MLPerf Storage's presets (DLIO 2.0.0 *_h100.yaml): sample bytes, batch, compute s per batch, AU threshold.
+WORKLOADS = {"unet3d": (146_600_628, 7, 0.323, 0.90), "resnet50": (114_660, 400, 0.224, 0.90),
+             "cosmoflow": (2_828_486, 1, 0.0035, 0.70)}
+
 
 def dlio_overrides(args, data: Path, generate: bool) -> list[str]:
-    return ["workload=unet3d_h100", f"++workload.workflow.generate_data={generate}",
+    workload = args.workload or "unet3d"
+    extra = [] if not args.workload else [
+        "++workload.framework=pytorch", "++workload.reader.data_loader=pytorch", "++workload.dataset.format=npz",
+        "++workload.dataset.num_samples_per_file=1", f"++workload.train.epochs={args.epochs}",
+        "++workload.reader.computation_threads=1", "++workload.dataset.record_length_resize=0"]
+    return [f"workload={workload}_h100", *extra, f"++workload.workflow.generate_data={generate}",
             f"++workload.workflow.train={not generate}", "++workload.workflow.checkpoint=False",
             f"++workload.dataset.num_files_train={args.files}", "++workload.dataset.num_files_eval=0",
-            f"++workload.dataset.record_length={args.sample_mib << 20}", "++workload.dataset.record_length_stdev=0",
+            f"++workload.dataset.record_length={args.sample_bytes}", "++workload.dataset.record_length_stdev=0",
             "++workload.dataset.record_length_resize=0", f"++workload.dataset.data_folder={data}",
             f"++workload.reader.batch_size={args.batch}", f"++workload.reader.read_threads={args.workers}",
-            f"++workload.train.computation_time={args.compute_ms / 1000}", "++workload.train.epochs=1"]
+            f"++workload.train.computation_time={args.compute_ms / 1000}", f"++workload.train.epochs={args.epochs}"]
 
 
 def run_dlio(args, data: Path, out: Path, generate: bool) -> dict:
@@ -55,7 +70,7 @@ def run_dlio(args, data: Path, out: Path, generate: bool) -> dict:
 
 def run_dlbench(args, root: Path) -> dict:
     done = subprocess.run([sys.executable, "-m", "dlbench", "io", "read", str(root), "-b", str(args.batch), "-w",
-                           str(args.workers), "--compute-ms", str(args.compute_ms), "--cache", "cold", "--device", "cpu",
+                           str(args.workers), "--compute-ms", str(args.compute_ms), "--epochs", str(args.epochs), "--cache", "cold", "--device", "cpu",
                            "--no-store", "--json"], capture_output=True, text=True, check=False)
     if done.returncode:
         sys.exit(f"dlbench io read failed: {done.stderr[-2000:]}")
@@ -70,20 +85,28 @@ def main() -> None:
     parser.add_argument("dir", type=Path)
     parser.add_argument("--files", type=int, default=256)
     parser.add_argument("--sample-mib", type=int, default=1)
-    parser.add_argument("--batch", type=int, default=4)
+    parser.add_argument("--batch", type=int, default=None, help="default: the workload's, else 4")
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--compute-ms", type=float, default=20.0)
+    parser.add_argument("--compute-ms", type=float, default=None, help="default: the workload's, else 20")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--workload", choices=sorted(WORKLOADS))
+    parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--dlio", default="dlio_benchmark",
                         help="the dlio_benchmark executable (a venv of its own: its pins clash with dlbench's)")
     args = parser.parse_args()
+    args.sample_bytes, threshold = args.sample_mib << 20, None
+    if args.workload:
+        args.sample_bytes, batch, compute_s, threshold = WORKLOADS[args.workload]
+        args.batch = args.batch or batch
+        args.compute_ms = compute_s * 1000 if args.compute_ms is None else args.compute_ms
+    args.batch, args.compute_ms = args.batch or 4, 20.0 if args.compute_ms is None else args.compute_ms
     ours, theirs = args.dir / "dlbench", args.dir / "dlio" / "data"
     if not (ours / "dlbench-dataset.json").exists():
         subprocess.run([sys.executable, "-m", "dlbench", "io", "generate", str(ours), "--format", "npz", "--samples",
-                        str(args.files), "--sample-bytes", f"{args.sample_mib}M", "--json"], check=True, capture_output=True)
+                        str(args.files), "--sample-bytes", str(args.sample_bytes), "--json"], check=True, capture_output=True)
     if not theirs.exists():
         run_dlio(args, theirs, args.dir / "dlio" / "gen", generate=True)
-    print(f"# {args.files} npz files x {args.sample_mib} MiB, batch {args.batch}, {args.workers} workers, "
+    print(f"# {args.workload or 'free'}: {args.files} npz files x {args.sample_bytes:,} B, {args.epochs} epoch(s), batch {args.batch}, {args.workers} workers, "
           f"{args.compute_ms} ms compute; load {os.getloadavg()}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
     rows = []
     for i in range(args.repeats):
@@ -95,6 +118,9 @@ def main() -> None:
             f"{name} {f['samples_per_s']:.1f} samples/s AU {f['au']:.1%} (first batch {f['first_s']:.2f} s, then "
             f"{f['steady_samples_per_s']:.1f} samples/s)" for name, f in (("dlio", dlio), ("dlbench", ours_figures))),
             flush=True)
+    if threshold is not None:
+        print(f"AU threshold {threshold:.0%}: dlio {'passes' if statistics.median(d['au'] for d, _ in rows) >= threshold else 'fails'}, "
+              f"dlbench {'passes' if statistics.median(o['au'] for _, o in rows) >= threshold else 'fails'}")
     print(f"median ratio dlbench / dlio: samples/s {statistics.median(o['samples_per_s'] / d['samples_per_s'] for d, o in rows):.3f}, "
           f"AU {statistics.median(o['au'] / d['au'] for d, o in rows):.3f}; load {os.getloadavg()}")
 

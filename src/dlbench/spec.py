@@ -261,6 +261,7 @@ class IoReadSpec(BaseModel):
     shuffle: bool = Field(default=True, description="Shuffle the sample order each epoch (DistributedSampler's).")
     pin_memory: bool | None = Field(default=None, description="Pinned host buffers; None: on with CUDA.")
     decode: bool = Field(default=True, description="Decode samples (np.load, JPEG, HDF5); False: raw bytes with pread.")
+    direct: bool = Field(default=False, description="Raw reads with O_DIRECT (the page cache bypassed).")
     compute_ms: float | None = Field(default=None, ge=0, le=MAX_COMPUTE_MS, description="Emulated compute per batch per accelerator; None: the preset's, else 0.")
     compute_from: str | None = Field(default=None, description="A stored run id: its median step time is the compute per batch.")
     epochs: int = Field(default=1, gt=0, le=MAX_STEPS, description="Passes over the data set.")
@@ -283,6 +284,8 @@ class IoReadSpec(BaseModel):
     def _one_compute(self) -> IoReadSpec:
         if self.compute_ms is not None and self.compute_from is not None:
             raise ValueError("give compute_ms or compute_from, not both")
+        if self.direct and self.decode:
+            raise ValueError("direct reads raw bytes: give --raw with --direct")
         if self.nnodes > 1 and not self.rdzv_endpoint:
             raise ValueError("nnodes > 1 needs rdzv_endpoint HOST:PORT of node 0")
         return self
@@ -302,6 +305,35 @@ class StageSpec(BaseModel):
     streams: int = Field(default=8, gt=0, le=1024, description="Files copied at once.")
     cache: Literal["cold", "asis"] = Field(default="cold", description="cold: drop the source from the page cache first.")
     tags: Tags = Field(default_factory=dict)
+
+
+class CheckpointSpec(BaseModel):
+    """``dlbench io checkpoint``: write and read back an LLM's training state (parameters + Adam), sharded
+    over the ranks, as MLPerf Storage v2.0's checkpointing workload does."""
+
+    model_config = _EDGE
+
+    path: str = Field(description="Directory the checkpoint is written to (scratch).")
+    model: str = Field(default="llama3-8b", description="llama3-8b | llama3-70b | llama3-405b | llama3-1t, or an llm preset.")
+    dtype: Literal["bfloat16", "float16", "float32"] = "bfloat16"
+    scale: float = Field(default=1e-3, gt=0, le=1, description="Fraction of the full checkpoint written.")
+    burst_buffer: str | None = Field(default=None, description="Write here first, then stage to path.")
+    writer: Literal["dcp", "raw"] = Field(default="dcp", description="dcp: torch.distributed.checkpoint; raw: the bytes as in memory.")
+    read_back: bool = True
+    fio: bool = Field(default=True, description="Compare with fio's sequential write and read of the same bytes.")
+    keep: bool = Field(default=False, description="Keep the checkpoint files after the run.")
+    nproc: int = Field(default=1, gt=0, le=4096)
+    nnodes: int = Field(default=1, gt=0, le=4096)
+    node_rank: int = Field(default=0, ge=0)
+    rdzv_endpoint: str | None = None
+    torchrun: bool | None = None
+    backend: Literal["gloo", "nccl", "mpi"] | None = None
+    timeout_s: float = Field(default=600.0, gt=0)
+    tags: Tags = Field(default_factory=dict)
+
+    @property
+    def world_size(self) -> int:
+        return self.nproc * self.nnodes
 
 
 def parse_key_values(pairs: list[str], what: str) -> dict[str, str]:

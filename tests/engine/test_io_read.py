@@ -83,3 +83,13 @@ def test_ranks_merge_over_the_slowest_window_with_pooled_waits():
     assert merged["step_times_s"] == [1.5, 2.5] and merged["global_batch_size"] == 40
     assert merged["wait_s"]["max"] == 2.0 and merged["wait_s"]["n"] == 4 and merged["wait_s"]["p50"] == 0.2
     assert merged["corrupt_samples"] == 1 and merged["peak_rss_bytes"] == 30
+
+
+def test_the_record_breaks_each_sample_down_by_stage(data_set):
+    root, manifest = data_set
+    here = _read(root, manifest, batch_size=4, workers=0)["stages"]
+    assert set(here["per_sample_ms"]) == {"read", "decode", "collate", "handoff", "copy"}
+    assert here["total_s"]["decode"] > 0 and here["total_s"]["handoff"] == 0  # tar: read in the decoder; no hand-off
+    worker = _read(root, manifest, batch_size=4, workers=1, decode=False)
+    assert worker["samples"] == 20 and worker["stages"]["total_s"]["read"] > 0
+    assert worker["stages"]["per_sample_ms"]["read"] == pytest.approx(1e3 * worker["stages"]["total_s"]["read"] / 20)

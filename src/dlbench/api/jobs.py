@@ -108,6 +108,7 @@ JOBS: dict[str, str] = {
     "io": "dlbench.api.io_jobs:IoJob",
     "stage": "dlbench.api.io_jobs:StageJob",
     "node-check": "dlbench.api.node_check:NodeCheckJob",
+    "checkpoint": "dlbench.api.checkpoint:CheckpointJob",
 }
 
 

@@ -28,6 +28,7 @@ from dlbench.errors import UsageError
 from dlbench.layout import Layout, layout_of
 from dlbench.record import new_id
 from dlbench.spec import CommSpec, IoReadSpec, LaunchSettings, RunSpec, StageSpec, describe_validation_error
+from dlbench.storage.batch import check_direct
 from dlbench.storage.manifest import Manifest, load_data_set, memory_problem, read_manifest
 from dlbench.storage.stage import check_destination, source_files
 
@@ -139,6 +140,8 @@ def resolve_io(spec: IoReadSpec, joined: LaunchEnv | None = None, stored_step_s:
         raise UsageError(f"--launcher local reads with one process here, not --nproc {spec.nproc}; "
                          "use --launcher torchrun, or drop --nproc.")
     manifest = load_data_set(Path(spec.path)) if check_files else None
+    if spec.direct and manifest is not None:
+        check_direct(Path(spec.path), manifest)
     job_spec = io_settings(spec, manifest, stored_step_s)
     device = resolve_device(spec.device)
     world = joined.world_size if joined is not None else spec.world_size

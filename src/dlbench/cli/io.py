@@ -106,6 +106,7 @@ def read(
     shuffle: bool = typer.Option(True, "--shuffle/--no-shuffle", help="Shuffle each epoch (DistributedSampler)."),
     pin_memory: bool = typer.Option(None, "--pin-memory/--no-pin-memory", help="Pinned host buffers \\[default: with CUDA].", show_default=False),
     decode: bool = typer.Option(True, "--decode/--raw", help="Decode samples as a training job, or read raw bytes (pread)."),
+    direct: bool = typer.Option(False, "--direct", help="Raw reads with O_DIRECT (the page cache bypassed; with --raw)."),
     compute_ms: float = typer.Option(None, "--compute-ms", help="Emulated accelerator time per batch, ms \\[default: the preset's, else 0]."),
     compute_from: str = typer.Option(None, "--compute-from", help="A stored run id: its median step time is the compute per batch."),
     epochs: int = typer.Option(1, "--epochs", help="Passes over the data set."),
@@ -130,7 +131,7 @@ def read(
     from dlbench.spec import IoReadSpec, parse_key_values
 
     spec = _spec(IoReadSpec, path=path, batch_size=batch_size, workers=workers, prefetch=prefetch, shuffle=shuffle,
-                 pin_memory=pin_memory, decode=decode, compute_ms=compute_ms, compute_from=compute_from, epochs=epochs,
+                 pin_memory=pin_memory, decode=decode, direct=direct, compute_ms=compute_ms, compute_from=compute_from, epochs=epochs,
                  steps=steps, cache=cache, device=device, seed=seed, nproc=nproc, nnodes=nnodes, node_rank=node_rank,
                  rdzv_endpoint=rdzv_endpoint, backend=backend, threads=threads, timeout_s=timeout,
                  tags=parse_key_values(tag or [], "--tag"))
@@ -220,6 +221,10 @@ def show_read(record: dict, as_json: bool) -> None:
         emit_json(record)
     elif record.get("result"):
         render(read_table(record), title=f"dlbench io read — run {record['id']}")
+        stages = (record["result"].get("stages") or {}).get("per_sample_ms")
+        if stages:
+            info("per sample: " + ", ".join(f"{name} {ms:,.3f} ms" for name, ms in stages.items())
+                 + " (read, decode, collate: in the reading processes; hand-off to this one; copy to the device)")
     result = record.get("result") or {}
     if result.get("corrupt_samples"):
         info(f"dlbench: warning: {result['corrupt_samples']} corrupt sample(s) skipped, e.g. {result['corrupt'][0]}")
@@ -271,6 +276,78 @@ def stage(
         raise BenchmarkFailed(f"io stage {record['status']}: {record['error']}")
 
 
+@launch_options
+def checkpoint(
+    path: str = typer.Argument(..., help="Directory the checkpoint is written to (scratch); removed after unless --keep."),
+    model: str = typer.Option("llama3-8b", "--model", help="llama3-8b | llama3-70b | llama3-405b | llama3-1t (MLPerf Storage v2.0) or llm:PRESET."),
+    dtype: str = typer.Option("bfloat16", "--dtype", help="Training dtype of the parameters: bfloat16 | float16 | float32 (Adam's state is fp32)."),
+    scale: float = typer.Option(1e-3, "--scale", help="Fraction of the full checkpoint written (1: the real size)."),
+    burst_buffer: str = typer.Option(None, "--burst-buffer", help="Write here first, then stage each rank's file to PATH."),
+    writer: str = typer.Option("dcp", "--writer", help="dcp (torch.distributed.checkpoint, one file per rank) | raw (the tensors' bytes as in memory)."),
+    read_back: bool = typer.Option(True, "--read-back/--no-read-back", help="Read the checkpoint back, cold."),
+    fio: bool = typer.Option(True, "--fio/--no-fio", help="Compare with fio's sequential write (--end_fsync=1) and read of the same bytes."),
+    keep: bool = typer.Option(False, "--keep", help="Keep the checkpoint files."),
+    nproc: int = typer.Option(1, "--nproc", help="Ranks on this node, each writing its shard."),
+    nnodes: int = typer.Option(1, "--nnodes", help="Nodes (as torchrun)."),
+    node_rank: int = typer.Option(0, "--node-rank", help="This node's rank (as torchrun)."),
+    rdzv_endpoint: str = typer.Option(None, "--rdzv-endpoint", help="HOST:PORT of node 0 (as torchrun)."),
+    timeout: float = typer.Option(600.0, "--timeout", help="Seconds a rank may wait for the others."),
+    tag: list[str] = typer.Option(None, "--tag", "-t", help="Label KEY=VALUE stored with the run (repeatable)."),
+    db: str = DB_OPTION,
+    no_store: bool = typer.Option(False, "--no-store", help="Do not save the record."),
+    as_json: bool = JSON_OPTION,
+    launch: LaunchOptions = None,
+) -> None:
+    """Write and read back an LLM's sharded training state (params + Adam) as MLPerf Storage v2.0 checkpoints."""
+    from dlbench.spec import CheckpointSpec, parse_key_values
+
+    spec = _spec(CheckpointSpec, path=path, model=model, dtype=dtype, scale=scale, burst_buffer=burst_buffer,
+                 writer=writer, read_back=read_back, fio=fio, keep=keep, nproc=nproc, nnodes=nnodes, node_rank=node_rank,
+                 rdzv_endpoint=rdzv_endpoint, timeout_s=timeout, tags=parse_key_values(tag or [], "--tag"))
+    if launch.batch() or launch.dry_run or launch.no_wait:
+        raise UsageError("io checkpoint runs here or through torchrun; under Slurm, run it inside the job (srun dlbench io checkpoint).")
+    if launch.launcher_name() in ("local", "torchrun"):
+        spec = spec.model_copy(update={"torchrun": launch.launcher_name() == "torchrun"})
+    record = _checkpoint_run(spec, db, no_store)
+    if record is None:
+        return
+    if as_json:
+        emit_json(record)
+    elif record.get("result"):
+        render(checkpoint_table(record), title=f"dlbench io checkpoint — run {record['id']}")
+    if record["status"] != "ok":
+        raise BenchmarkFailed(f"io checkpoint {record['status']}: {record['error']}")
+
+
+def _checkpoint_run(spec, db: str | None, no_store: bool) -> dict | None:
+    from dlbench.api.checkpoint import resolve_checkpoint
+    from dlbench.api.resolve import joined_launch
+
+    joined = joined_launch()
+    follower = joined is not None and joined.rank != 0
+    record = _stored_run(f"io checkpoint {spec.path}", lambda _store: resolve_checkpoint(spec, joined),
+                         None if no_store or follower else open_store(db))
+    return None if follower else record
+
+
+def checkpoint_table(record: dict) -> tuple[list[str], list[list[str]]]:
+    """One row per phase: bytes, the slowest rank's seconds, overall GB/s, the slowest rank and fio's rate."""
+    result = record["result"]
+    fio = result.get("fio") or {}
+    rows = []
+    for phase in ("write", "stage", "read"):
+        figures = result.get(phase)
+        if not figures:
+            continue
+        ours = figures["bytes_per_s"] or 0
+        theirs = fio.get(f"{phase}_bytes_per_s")
+        per_rank = [r.get(f"{phase}_bytes_per_s") or 0 for r in result["per_rank"]]
+        rows.append([phase, _bytes(result["bytes"]), str(result["world_size"]), f"{figures['slowest_rank_s']:.3f}",
+                     f"{ours / 1e9:,.3f}", f"{min(per_rank) / 1e9:,.3f}–{max(per_rank) / 1e9:,.3f}",
+                     f"{theirs / 1e9:,.3f}" if theirs else "-", f"{ours / theirs:.2f}" if theirs else "-"])
+    return (["phase", "bytes", "ranks", "slowest rank s", "GB/s", "GB/s per rank", "fio GB/s", "÷ fio"], rows)
+
+
 def _bytes(n: int) -> str:
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if n < 1024 or unit == "TiB":
@@ -280,3 +357,4 @@ def _bytes(n: int) -> str:
 
 
 io_app.command("read")(read)
+io_app.command("checkpoint")(checkpoint)

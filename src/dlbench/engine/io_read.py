@@ -52,7 +52,8 @@ def read_data_set(spec: IoReadSpec, manifest: Manifest, settings: dict[str, Any]
     root = Path(spec.path)
     paths = [root / entry["name"] for entry in manifest.files]
     cache = _prepare_cache(spec.cache, paths, dist)
-    dataset = FileDataset(root, manifest, decode=spec.decode)
+    # buffers reused: a worker has at most `prefetch` batches in flight and this loop holds one (storage.batch)
+    dataset = FileDataset(root, manifest, decode=spec.decode, direct=spec.direct, ring_slots=spec.prefetch + 2)
     sampler = DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=spec.shuffle, seed=spec.seed,
                                  drop_last=world > 1)
     workers = settings["workers"]
@@ -88,6 +89,8 @@ def _timed_read(spec: IoReadSpec, loader: DataLoader, sampler: DistributedSample
                 device: torch.device, dist: DistContext | None, progress: Progress | None) -> dict[str, Any]:
     """The loop of the module docstring; this rank's figures."""
     waits: list[float] = []
+    stages = dict.fromkeys(STAGES, 0.0)
+    handed_off = bool(loader.num_workers)
     samples = nbytes = corrupt_count = 0
     corrupt: list[str] = []
     peak_rss, rss_at = _rss_bytes(), time.perf_counter()
@@ -103,11 +106,13 @@ def _timed_read(spec: IoReadSpec, loader: DataLoader, sampler: DistributedSample
             batch = next(batches, None)
             if batch is None:
                 break
+            got = time.perf_counter()
             for tensor in batch["fields"]:
                 tensor.to(device, non_blocking=True)
             if device.type == "cuda":
                 torch.cuda.synchronize(device)  # the copy is part of the wait: the accelerator needs the data
             waits.append(time.perf_counter() - started)
+            _add_stages(stages, batch.get("stages"), started, got, waits[-1] - (got - started), handed_off)
             if compute_s:
                 time.sleep(compute_s)
             clock.lap()
@@ -122,7 +127,35 @@ def _timed_read(spec: IoReadSpec, loader: DataLoader, sampler: DistributedSample
     clock.stop()
     return {"window_s": clock.window_s, "step_times_s": clock.step_times_s(), "wait_times_s": waits,
             "samples": samples, "bytes": nbytes, "compute_s": compute_s * len(waits),
-            "corrupt_samples": corrupt_count, "corrupt": corrupt, "peak_rss_bytes": max(peak_rss, _rss_bytes())}
+            "corrupt_samples": corrupt_count, "corrupt": corrupt, "peak_rss_bytes": max(peak_rss, _rss_bytes()),
+            "stages_s": stages}
+
+
+#: The stages of a sample's way to the accelerator, as ``stages`` names them in the record.
+STAGES = ("read", "decode", "collate", "handoff", "copy")
+
+
+def _add_stages(stages: dict[str, float], worker: dict | None, asked: float, got: float, copy_s: float,
+                handed_off: bool) -> None:
+    """Add one batch's stages: read/decode/collate as the process that read it timed them; the hand-off to
+    this process, the part of the wait after the batch was done (``done_at``, the same monotonic clock
+    in every process of the host) — a batch ready before it was asked for costs only its transfer; the copy
+    to the device."""
+    if worker:
+        for stage in ("read", "decode", "collate"):
+            stages[stage] += worker[f"{stage}_s"]
+        if handed_off:
+            stages["handoff"] += max(0.0, got - max(worker["done_at"], asked))
+    stages["copy"] += copy_s
+
+
+def stage_summary(per_rank: list[dict[str, Any]], samples: int, window_s: float) -> dict[str, Any]:
+    """The breakdown the record keeps: seconds per stage (all ranks and workers), per sample, and the
+    stage's share of the ranks' summed windows (> 1 for stages run by several workers at once)."""
+    totals = {stage: sum(r.get("stages_s", {}).get(stage, 0.0) for r in per_rank) for stage in STAGES}
+    windows_s = window_s * len(per_rank)
+    return {"total_s": totals, "per_sample_ms": {k: 1e3 * v / samples if samples else 0.0 for k, v in totals.items()},
+            "share_of_window": {k: v / windows_s if windows_s else 0.0 for k, v in totals.items()}}
 
 
 def _rss_bytes() -> int:
@@ -159,6 +192,7 @@ def merge_ranks(per_rank: list[dict[str, Any]], settings: dict[str, Any]) -> dic
         "corrupt_samples": sum(r["corrupt_samples"] for r in per_rank),
         "corrupt": [c for r in per_rank for c in r["corrupt"]][:NAMED_CORRUPT],
         "peak_rss_bytes": max(r["peak_rss_bytes"] for r in per_rank),
+        "stages": stage_summary(per_rank, samples, window_s),
         "world_size": len(per_rank),
         "per_rank": [{"rank": r["rank"], "host": r["host"], "samples_per_s": r["samples"] / r["window_s"] if r["window_s"] else None,
                       "au": a, "peak_rss_bytes": r["peak_rss_bytes"]} for r, a in zip(per_rank, au)],

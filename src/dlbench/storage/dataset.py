@@ -8,6 +8,7 @@ traceback): it comes back as a :class:`Corrupt` entry, which :func:`collate` cou
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ import torch
 from torch.utils.data import Dataset, get_worker_info
 
 from dlbench.storage._base import get_format, read_spans
+from dlbench.storage.batch import BufferRing, read_batch
 from dlbench.storage.manifest import Manifest
 
 
@@ -31,20 +33,43 @@ class Corrupt:
 class FileDataset(Dataset):
     """The samples of ``manifest`` in ``root`` (see the module docstring)."""
 
-    def __init__(self, root: Path, manifest: Manifest, decode: bool = True):
-        self.root, self.manifest, self.decode = Path(root), manifest, decode
+    def __init__(self, root: Path, manifest: Manifest, decode: bool = True, *, direct: bool = False,
+                 ring_slots: int | None = None):
+        """``direct``: raw reads with O_DIRECT; ``ring_slots``: reuse that many buffers per batch size in
+        each process (:class:`~dlbench.storage.batch.BufferRing`; None: a fresh buffer per batch)."""
+        self.root, self.manifest, self.decode, self.direct = Path(root), manifest, decode, direct
         self.form = get_format(manifest.format)
         self.shapes = [tuple(f["shape"]) for f in manifest.fields]
+        self.ring_slots = ring_slots
+        self._ring: tuple[int, BufferRing] | None = None
 
     def __len__(self) -> int:
         return self.manifest.samples
 
-    def __getitem__(self, index: int) -> tuple[list[torch.Tensor], int] | Corrupt:
+    def place(self, index: int) -> tuple[Path, int, Any, list[tuple[int, int]], str]:
+        """Where sample ``index`` lies: its file, index within it, layout, byte spans and name for errors."""
         entry = self.manifest.files[index // self.manifest.samples_per_file]
         within = index % self.manifest.samples_per_file
         path = self.root / entry["name"]
         layout = entry.get("layout")
-        spans = self.form.spans(path, within, layout, entry["bytes"])
+        return path, within, layout, self.form.spans(path, within, layout, entry["bytes"]), f"{entry['name']}#{within}"
+
+    def ring(self) -> BufferRing | None:
+        """This process's buffer ring (each DataLoader worker makes its own, in shared memory)."""
+        if self.ring_slots is None:
+            return None
+        if self._ring is None or self._ring[0] != os.getpid():
+            shared = get_worker_info() is not None or self.direct
+            self._ring = (os.getpid(), BufferRing(self.ring_slots, shared))
+        return self._ring[1]
+
+    def __getitems__(self, indices: list[int]) -> dict[str, Any]:
+        """A whole batch, read into its own buffers (the DataLoader's batched fetch; see storage.batch)."""
+        return read_batch(self, indices)
+
+    def __getitem__(self, index: int) -> tuple[list[torch.Tensor], int] | Corrupt:
+        path, within, layout, spans, _where = self.place(index)
+        entry = self.manifest.files[index // self.manifest.samples_per_file]
         nbytes = sum(size for _, size in spans)
         try:
             if not self.decode:
@@ -84,9 +109,12 @@ def _writable(array: np.ndarray) -> np.ndarray:
     return np.array(array, order="C", copy=True)  # not ascontiguousarray: it makes a 0-d target 1-d
 
 
-def collate(items: list[Any], stack: bool = True) -> dict[str, Any]:
+def collate(items: list[Any] | dict[str, Any], stack: bool = True) -> dict[str, Any]:
     """A batch: the good samples' fields stacked as ``default_collate`` does (``stack=False``, for raw reads,
-    or samples of unequal sizes: the buffers as read, not copied), their byte count, the corrupt ones by name."""
+    or samples of unequal sizes: the buffers as read, not copied), their byte count, the corrupt ones by name.
+    A batch :meth:`FileDataset.__getitems__` read whole is already one, and is returned as it is."""
+    if isinstance(items, dict):
+        return items
     good = [item for item in items if not isinstance(item, Corrupt)]
     corrupt = [(item.where, item.error) for item in items if isinstance(item, Corrupt)]
     fields: list[torch.Tensor] = []

@@ -1,0 +1,83 @@
+"""`dlbench io checkpoint` against fio's sequential write/read of the same bytes, ABBA.
+
+    python bench/io_checkpoint.py DIR [--model llama3-8b] [--scale 0.004] [--nproc 1] [--writers dcp raw] [--rounds 2]
+
+For each writer, ROUNDS × (fio, dlbench, dlbench, fio): dlbench = ``io checkpoint DIR --no-fio`` (write with
+fsync, then read back cold), fio = one job per rank writing (``--bs=4M --ioengine=psync --end_fsync=1``) and
+reading cold (``--invalidate=1``) each rank's share of the same bytes. The page cache is dropped before each
+run where allowed (root). Prints every figure, the load, and the median ratios dlbench ÷ fio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from dlbench.storage.checkpoint import fio_rates
+
+
+def drop_all_caches() -> None:
+    try:
+        os.sync()
+        Path("/proc/sys/vm/drop_caches").write_text("3\n")
+    except OSError:
+        pass  # fio --invalidate and dlbench's own drop still make the reads cold
+
+
+def dlbench(args, directory: Path, writer: str) -> dict:
+    argv = [sys.executable, "-m", "dlbench", "io", "checkpoint", str(directory), "--model", args.model, "--scale",
+            str(args.scale), "--writer", writer, "--no-fio", "--no-store", "--json"]
+    if args.nproc > 1:
+        argv += ["--nproc", str(args.nproc), "--launcher", "torchrun"]
+    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if done.returncode:
+        sys.exit(f"dlbench failed: {done.stderr[-2000:]}")
+    result = json.loads(done.stdout)["result"]
+    return {"write": result["write"]["bytes_per_s"], "read": result["read"]["bytes_per_s"], "bytes": result["bytes"]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("dir", type=Path)
+    parser.add_argument("--model", default="llama3-8b")
+    parser.add_argument("--scale", type=float, default=0.004)
+    parser.add_argument("--nproc", type=int, default=1)
+    parser.add_argument("--writers", nargs="+", default=["dcp", "raw"])
+    parser.add_argument("--rounds", type=int, default=2)
+    args = parser.parse_args()
+    print(f"# {args.model} x {args.scale}, {args.nproc} rank(s); {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}", flush=True)
+    summary = []
+    for writer in args.writers:
+        ours, fio, loads, nbytes = [], [], [], 0
+        for _ in range(args.rounds):
+            for who in ("fio", "dlbench", "dlbench", "fio"):
+                drop_all_caches()
+                loads.append(os.getloadavg()[0])
+                if who == "dlbench":
+                    ours.append(dlbench(args, args.dir / "ckpt", writer))
+                    nbytes = ours[-1]["bytes"]
+                    figures = ours[-1]
+                else:
+                    figures = fio_rates(args.dir / "fio", nbytes // args.nproc if nbytes else int(112.4e9 * args.scale) // args.nproc, args.nproc)
+                    fio.append({"write": figures["write_bytes_per_s"], "read": figures["read_bytes_per_s"]})
+                    figures = fio[-1]
+                print(f"  {writer} {who}: write {figures['write'] / 1e6:,.0f} MB/s, read {figures['read'] / 1e6:,.0f} MB/s "
+                      f"(load {loads[-1]:.1f})", flush=True)
+        ratios = {phase: statistics.median(o[phase] for o in ours) / statistics.median(f[phase] for f in fio)
+                  for phase in ("write", "read")}
+        summary.append(f"{writer}: {nbytes / 1e6:,.0f} MB; median write {statistics.median(o['write'] for o in ours) / 1e6:,.0f} MB/s "
+                       f"vs fio {statistics.median(f['write'] for f in fio) / 1e6:,.0f} ({ratios['write']:.2f}); read "
+                       f"{statistics.median(o['read'] for o in ours) / 1e6:,.0f} vs fio {statistics.median(f['read'] for f in fio) / 1e6:,.0f} "
+                       f"({ratios['read']:.2f}); load {min(loads):.1f}–{max(loads):.1f}")
+        print(summary[-1], flush=True)
+    print("\n".join(["# summary", *summary]))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,171 @@
+"""The timed checkpoint of ``dlbench io checkpoint``: each rank writes its shard of the training state with
+torch.distributed.checkpoint (one file per rank, every file fsynced), then reads it back cold.
+
+Per rank: ``write`` = ``dcp.save`` (plan, write, fsync, the metadata on rank 0); with a burst buffer the
+write goes there and ``stage`` copies the rank's file to the target (fsynced); ``read`` = ``dcp.load`` into
+fresh tensors after the rank's files are dropped from the page cache. The ranks start each phase together
+(a barrier); a phase lasts as long as its slowest rank (MLPerf Storage's duration), and the overall rate
+is all bytes over that duration.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed.checkpoint as dcp
+
+from dlbench.engine.dist import DistContext
+from dlbench.storage.cache import drop_cache
+from dlbench.storage.checkpoint import fio_rates, state_bytes
+
+
+def run_checkpoint(target: Path, state_spec: dict[str, tuple[str, int]], *, burst_buffer: Path | None, read_back: bool,
+                   fio: bool, keep: bool, dist: DistContext | None, writer: str = "dcp") -> dict[str, Any]:
+    """Write (and read back) this rank's shard; the global result (every rank's figures merged).
+    ``writer``: ``dcp`` (torch.distributed.checkpoint, as training saves) or ``raw`` (the tensors' bytes
+    written and read back as they lie in memory, one file per rank: the floor under any checkpoint format)."""
+    rank, world = (dist.rank, dist.world_size) if dist else (0, 1)
+    barrier = dist.barrier if dist else (lambda: None)
+    if dist is None:  # DCP says it saves in one process: that is what was asked
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled", category=UserWarning)
+    state = _state(state_spec, rank)
+    first = burst_buffer or target
+    local: dict[str, Any] = {"rank": rank, "bytes": state_bytes(state_spec)}
+    barrier()
+    save, load = (_dcp_save, _dcp_load) if writer == "dcp" else (_raw_save, _raw_load)
+    local["write_s"] = _timed(lambda: save(state, first, rank))
+    barrier()
+    if burst_buffer is not None:
+        local["stage_s"] = _timed(lambda: _stage(burst_buffer, target, rank))
+        barrier()
+    if read_back:
+        files = _rank_files(target, rank)
+        dropped = drop_cache(files)
+        local["resident_after_drop_bytes"] = dropped.get("resident_after_bytes")  # what stayed cached: None if unknown
+        barrier()
+        # a restore loads into the model's and optimizer's existing (touched) tensors: zeros_like faults the pages
+        # in before the clock starts, as training's state is, rather than timing the kernel zeroing fresh memory
+        fresh = {name: torch.zeros_like(tensor) for name, tensor in state.items()}
+        local["read_s"] = _timed(lambda: load(fresh, target, rank))
+        # bytes compared, not values: random bits make NaNs, which equal nothing
+        local["verified"] = all(torch.equal(fresh[n].view(torch.uint8)[:1 << 16], state[n].view(torch.uint8)[:1 << 16])
+                                for n in state)
+        barrier()
+    per_rank = dist.all_gather_object(local) if dist else [local]
+    result = merge(per_rank)
+    if not keep and (dist is None or dist.local_rank == 0):
+        for where in {target, first}:
+            shutil.rmtree(where, ignore_errors=True)
+    if fio and rank == 0:
+        jobs = dist.local_world_size if dist else 1
+        result["fio"] = fio_rates(target / "fio", result["bytes"] // world, jobs)
+        result["fio"]["jobs"], result["fio"]["bytes_per_job"] = jobs, result["bytes"] // world
+        result |= _ratios(result)
+        if not keep:
+            shutil.rmtree(target, ignore_errors=True)
+    if dist:
+        barrier()
+    return result
+
+
+def _state(spec: dict[str, tuple[str, int]], rank: int) -> dict[str, torch.Tensor]:
+    """The rank's tensors, random bytes (incompressible), keyed by rank: each rank writes its own file."""
+    generator = torch.Generator().manual_seed(rank)
+    state = {}
+    for name, (dtype, count) in spec.items():
+        tensor = torch.empty(count, dtype=getattr(torch, dtype))
+        tensor.view(torch.uint8).copy_(torch.randint(0, 256, (tensor.nbytes,), dtype=torch.uint8, generator=generator))
+        state[f"rank{rank:05d}.{name}"] = tensor
+    return state
+
+
+def _dcp_save(state: dict[str, torch.Tensor], directory: Path, rank: int) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    dcp.save(state, storage_writer=dcp.FileSystemWriter(str(directory), single_file_per_rank=True, sync_files=True,
+                                                        thread_count=1))
+
+
+def _dcp_load(state: dict[str, torch.Tensor], directory: Path, rank: int) -> None:
+    dcp.load(state, storage_reader=dcp.FileSystemReader(str(directory)))
+
+
+def _raw_save(state: dict[str, torch.Tensor], directory: Path, rank: int) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    fd = os.open(directory / f"__{rank}_0.raw", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        for tensor in state.values():
+            view, at = memoryview(tensor.view(torch.uint8).numpy()), 0
+            while at < len(view):
+                at += os.write(fd, view[at:at + (1 << 30)])
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _raw_load(state: dict[str, torch.Tensor], directory: Path, rank: int) -> None:
+    with open(directory / f"__{rank}_0.raw", "rb", buffering=0) as f:
+        for tensor in state.values():
+            view = memoryview(tensor.view(torch.uint8).numpy())
+            at = 0
+            while at < len(view):
+                got = f.readinto(view[at:])
+                if not got:
+                    raise ValueError(f"checkpoint file of rank {rank} is shorter than its state")
+                at += got
+
+
+def _rank_files(directory: Path, rank: int) -> list[Path]:
+    return sorted(directory.glob(f"__{rank}_*.*")) + ([directory / ".metadata"] if rank == 0 and (directory / ".metadata").exists() else [])
+
+
+def _stage(source: Path, target: Path, rank: int) -> None:
+    """Copy this rank's file(s) from the burst buffer to the target, each flushed to its device."""
+    target.mkdir(parents=True, exist_ok=True)
+    for path in _rank_files(source, rank):
+        copy = target / path.name
+        shutil.copyfile(path, copy)
+        with open(copy, "rb+") as f:  # the copy counts once it is on the target's device
+            os.fsync(f.fileno())
+
+
+def _timed(action) -> float:
+    started = time.perf_counter()
+    action()
+    return time.perf_counter() - started
+
+
+def merge(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per rank and overall rates of each phase (pure): the overall rate is all bytes over the slowest rank."""
+    total = sum(r["bytes"] for r in per_rank)
+    result: dict[str, Any] = {"mode": "checkpoint", "bytes": total, "world_size": len(per_rank),
+                              "per_rank": [{"rank": r["rank"], "bytes": r["bytes"]} for r in per_rank]}
+    for phase in ("write", "stage", "read"):
+        if any(f"{phase}_s" not in r for r in per_rank):
+            continue
+        slowest = max(r[f"{phase}_s"] for r in per_rank)
+        result[phase] = {"slowest_rank_s": slowest, "bytes_per_s": total / slowest if slowest else None,
+                         "slowest_rank": max(per_rank, key=lambda r: r[f"{phase}_s"])["rank"]}
+        for row, r in zip(result["per_rank"], per_rank):
+            row[f"{phase}_s"] = r[f"{phase}_s"]
+            row[f"{phase}_bytes_per_s"] = r["bytes"] / r[f"{phase}_s"] if r[f"{phase}_s"] else None
+    if "read" in result:
+        result["verified"] = all(r.get("verified") for r in per_rank)
+        stayed = [r.get("resident_after_drop_bytes") for r in per_rank]
+        result["read"]["resident_at_start_bytes"] = None if None in stayed else sum(stayed)
+    return result
+
+
+def _ratios(result: dict[str, Any]) -> dict[str, Any]:
+    fio = result["fio"]
+    out = {}
+    for phase in ("write", "read"):
+        ours = (result.get(phase) or {}).get("bytes_per_s")
+        if ours and fio.get(f"{phase}_bytes_per_s"):
+            out[f"{phase}_vs_fio"] = ours / fio[f"{phase}_bytes_per_s"]
+    return out

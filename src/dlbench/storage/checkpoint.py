@@ -1,0 +1,85 @@
+"""A training checkpoint's bytes: how big (MLPerf Storage v2.0's LLM checkpoints, scaled), where they may go,
+and fio's rate for the same bytes.
+
+A checkpoint of mixed-precision Adam training holds, per parameter: the parameter in the training dtype,
+an fp32 master copy (when that dtype is not fp32) and Adam's two fp32 moments — 14 bytes per parameter in
+bf16: Llama 3 8B's 8.03 B parameters make 112 GB (104.7 GiB), MLPerf Storage v2.0's "105 GB".
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from dlbench.errors import UsageError
+
+#: MLPerf Storage v2.0's checkpointing models: parameters, and the processes its closed division uses.
+MLPERF_MODELS: dict[str, dict[str, Any]] = {
+    "llama3-8b": {"parameters": 8_030_261_248, "mlperf_processes": 8},
+    "llama3-70b": {"parameters": 70_553_706_496, "mlperf_processes": 64},
+    "llama3-405b": {"parameters": 405_853_388_800, "mlperf_processes": 512},
+    "llama3-1t": {"parameters": 1_000_000_000_000, "mlperf_processes": 1024},
+}
+ITEM_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+#: fio's block size (the issue's comparison: sequential, 4 MiB, psync); smaller for smaller files.
+FIO_BLOCK_BYTES = 4 << 20
+
+
+def state_tensors(parameters: int, dtype: str, scale: float, world_size: int) -> dict[str, tuple[str, int]]:
+    """One rank's shard of the training state: name -> (dtype, elements); the parameters split evenly."""
+    per_rank = max(1, int(parameters * scale) // world_size)
+    state = {"params": (dtype, per_rank)}
+    if dtype != "float32":
+        state["master"] = ("float32", per_rank)
+    state |= {"exp_avg": ("float32", per_rank), "exp_avg_sq": ("float32", per_rank)}
+    return state
+
+
+def state_bytes(state: dict[str, tuple[str, int]]) -> int:
+    """Bytes of one rank's state."""
+    return sum(ITEM_BYTES[dtype] * count for dtype, count in state.values())
+
+
+def check_target(path: Path, need_bytes: int, what: str) -> None:
+    """``path`` can take ``need_bytes`` (a writable directory with the free space): else one sentence."""
+    probe = path
+    while not probe.exists():
+        probe = probe.parent
+    if not probe.is_dir():
+        raise UsageError(f"{what} {path} is not a directory ({probe} is a file); give a directory.")
+    if os.statvfs(probe).f_flag & os.ST_RDONLY or not os.access(probe, os.W_OK | os.X_OK):
+        raise UsageError(f"{what} {path} is on a read-only file system or not writable ({probe}); give a writable directory.")
+    free = shutil.disk_usage(probe).free
+    if need_bytes > free:
+        raise UsageError(f"the checkpoint needs {need_bytes / 1e9:,.2f} GB but {probe} has {free / 1e9:,.2f} GB free; "
+                         "lower --scale or free space.")
+
+
+def fio_rates(directory: Path, bytes_per_job: int, jobs: int) -> dict[str, float]:
+    """fio's sequential write (fsync at the end of each file, as a checkpoint's) and cold read of ``jobs``
+    files of ``bytes_per_job`` in ``directory``: bytes/s of all jobs; the files removed after. A failing fio
+    is the ``error`` of this comparison, not of the checkpoint measured before it."""
+    directory.mkdir(parents=True, exist_ok=True)
+    size = -(-bytes_per_job // 4096) * 4096  # fio wants whole blocks
+    block = min(FIO_BLOCK_BYTES, size)
+    common = ["fio", f"--directory={directory}", f"--bs={block}", "--ioengine=psync", f"--size={size}",
+              f"--numjobs={jobs}", "--group_reporting", "--output-format=json", "--filename_format=fio.$jobnum"]
+    try:
+        write = _fio([*common, "--name=write", "--rw=write", "--end_fsync=1"])["write"]["bw_bytes"]
+        read = _fio([*common, "--name=read", "--rw=read", "--invalidate=1"])["read"]["bw_bytes"]
+    except (OSError, subprocess.CalledProcessError, ValueError, KeyError) as exc:
+        stderr = getattr(exc, "stderr", None) or ""
+        return {"error": f"fio failed: {stderr.strip()[-300:] or exc}"}
+    finally:
+        for job in range(jobs):
+            (directory / f"fio.{job}").unlink(missing_ok=True)
+    return {"write_bytes_per_s": float(write), "read_bytes_per_s": float(read)}
+
+
+def _fio(argv: list[str]) -> dict[str, Any]:
+    stdout = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+    return json.loads(stdout[stdout.index("{"):])["jobs"][0]  # fio may print notes before its JSON
