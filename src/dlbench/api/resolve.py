@@ -52,6 +52,9 @@ def resolve_train(spec: RunSpec, joined: LaunchEnv | None = None) -> ResolvedRun
         spec = spec.model_copy(update={"profile": str(writable_dir(spec.profile, "--profile") / new_id())})
     elif spec.profile:
         writable_dir(spec.profile, "--profile")
+    if spec.torchrun is False and spec.container is not None and joined is None:
+        raise UsageError("--launcher local runs in this process, which cannot be in --container; drop --launcher local "
+                         "(a container run starts its ranks through torchrun in the image).")
     if spec.torchrun is False and spec.distributed and joined is None:
         raise UsageError(f"--launcher local runs one process here, not --nproc {spec.nproc} × --nnodes {spec.nnodes}; "
                          "use --launcher torchrun, or drop --nproc/--nnodes.")
@@ -71,7 +74,8 @@ def resolve_train(spec: RunSpec, joined: LaunchEnv | None = None) -> ResolvedRun
             f"--nproc {spec.nproc} asks for more processes than the {torch.cuda.device_count()} GPU(s) on "
             f"this node; use --nproc {torch.cuda.device_count()} or fewer (one process per GPU)."
         )
-    launched = joined is None and (spec.distributed or bool(spec.torchrun))
+    # a run in a container is one torchrun in the image, even for one process (the ranks start there)
+    launched = joined is None and (spec.distributed or bool(spec.torchrun) or spec.container is not None)
     if launched:
         check_endpoint(spec.rdzv_endpoint, spec.node_rank)
     threads = spec.threads or (default_threads(spec.nproc) if launched else torch.get_num_threads())
