@@ -31,7 +31,6 @@ from dlbench.safety import (
     shown,
 )
 
-
 #: Container runtimes that run a node's ranks in an image (``--container IMAGE --runtime R``).
 CONTAINER_RUNTIMES = ("podman", "docker", "apptainer")
 

@@ -190,7 +190,9 @@ def _pip_wheel(args: list[str], wheels: Path) -> None:
 
 
 def _build(runtime: str, args: list[str], context: Path) -> None:
-    _run([runtime, "build", "-q", "-f", str(context / "Containerfile"), *args, str(context)], timeout_s=BUILD_TIMEOUT_S)
+    # --no-cache: the wheels come in through a bind mount, which is no part of the layer cache's key (a cached
+    # layer would hold another dlbench or torch); the dependency layer is cached by its own tag instead
+    _run([runtime, "build", "-q", "--no-cache", "-f", str(context / "Containerfile"), *args, str(context)], timeout_s=BUILD_TIMEOUT_S)
 
 
 def _run(argv: list[str], check: bool = True, timeout_s: float = 120.0, stdin=None) -> subprocess.CompletedProcess:

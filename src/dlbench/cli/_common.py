@@ -13,7 +13,7 @@ from typing import Any
 
 import typer
 
-from dlbench.errors import UsageError
+from dlbench.errors import UsageError, unknown_name
 from dlbench.safety import MAX_RANKS_PER_NODE, printable
 
 DB_OPTION = typer.Option(
@@ -166,12 +166,14 @@ class LaunchOptions:
             if runtime is not None:
                 raise UsageError("--runtime names the runtime of --container IMAGE; give the image too.")
             return specs
-        from dlbench.spec import ContainerSpec, describe_validation_error
+        from dlbench.safety import image_problem, shown
+        from dlbench.spec import CONTAINER_RUNTIMES, ContainerSpec
 
-        try:
-            container = ContainerSpec(image=image, runtime=runtime or "podman")
-        except ValueError as exc:
-            raise UsageError(f"--container/--runtime: {describe_validation_error(exc)}") from None
+        if image_problem(image):
+            raise UsageError(f"--container {shown(image)} is refused: {image_problem(image)}.")
+        if runtime is not None and runtime not in CONTAINER_RUNTIMES:
+            raise unknown_name("container runtime", runtime, CONTAINER_RUNTIMES)
+        container = ContainerSpec(image=image, runtime=runtime or "podman")
         return [s.model_copy(update={"container": container, "tags": {"container": container.runtime, **s.tags}})
                 for s in specs]
 
