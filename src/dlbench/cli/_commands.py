@@ -66,6 +66,8 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
      "Jobs dlbench submitted to Slurm or Kubernetes: list (live state), logs, cancel, collect."),
     ("tensorboard", "dlbench.cli.tensorboard:tensorboard_app",
      "Stored runs for TensorBoard's Scalars and HParams views."),
+    ("bare-vs-container", "dlbench.cli.bare_vs_container:bare_vs_container", "Run workloads on this host and in "
+     "an image alternately; print container ÷ bare-metal throughput with its interval and a verdict."),
     ("image", "dlbench.cli.image:image_app", "The container image of the benchmark: build it from this checkout "
      "(deploy/container/Containerfile); run in it with --container."),
     ("io", "dlbench.cli.io:io_app", "Storage I/O: write a data set, read it as a training job does (samples/s, "
