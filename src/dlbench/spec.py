@@ -33,6 +33,8 @@ from dlbench.safety import (
 
 #: Container runtimes that run a node's ranks in an image (``--container IMAGE --runtime R``).
 CONTAINER_RUNTIMES = ("podman", "docker", "apptainer")
+LOCAL_IN_CONTAINER = ("--launcher local runs in this process, which cannot be in --container; drop --launcher local "
+                      "(a container run starts its ranks through torchrun in the image).")
 
 
 class ContainerSpec(BaseModel):

@@ -26,7 +26,7 @@ from dlbench.engine.run import ResolvedRun, frozen
 from dlbench.errors import UsageError
 from dlbench.layout import Layout, layout_of
 from dlbench.record import new_id
-from dlbench.spec import CommSpec, IoReadSpec, LaunchSettings, RunSpec, StageSpec
+from dlbench.spec import LOCAL_IN_CONTAINER, CommSpec, IoReadSpec, LaunchSettings, RunSpec, StageSpec
 from dlbench.storage.manifest import Manifest, load_data_set, read_manifest
 from dlbench.storage.stage import check_destination, source_files
 
@@ -53,8 +53,7 @@ def resolve_train(spec: RunSpec, joined: LaunchEnv | None = None) -> ResolvedRun
     elif spec.profile:
         writable_dir(spec.profile, "--profile")
     if spec.torchrun is False and spec.container is not None and joined is None:
-        raise UsageError("--launcher local runs in this process, which cannot be in --container; drop --launcher local "
-                         "(a container run starts its ranks through torchrun in the image).")
+        raise UsageError(LOCAL_IN_CONTAINER)
     if spec.torchrun is False and spec.distributed and joined is None:
         raise UsageError(f"--launcher local runs one process here, not --nproc {spec.nproc} × --nnodes {spec.nnodes}; "
                          "use --launcher torchrun, or drop --nproc/--nnodes.")

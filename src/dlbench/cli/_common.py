@@ -152,8 +152,12 @@ class LaunchOptions:
     def on_this_node(self, specs: list, config: str | None = None) -> list:
         """``specs`` as ``--launcher local|torchrun`` asks: torchrun even for one process, or one process
         here (several is then a usage error when resolved); unchanged without --launcher."""
-        specs = self.in_container(specs)
         name = self.launcher_name(config)
+        if name == "local" and self.values.get("container"):
+            from dlbench.spec import LOCAL_IN_CONTAINER
+
+            raise UsageError(LOCAL_IN_CONTAINER)
+        specs = self.in_container(specs)
         if name not in ("local", "torchrun"):
             return specs
         return [s.model_copy(update={"torchrun": name == "torchrun"}) for s in specs]
@@ -174,6 +178,9 @@ class LaunchOptions:
         if runtime is not None and runtime not in CONTAINER_RUNTIMES:
             raise unknown_name("container runtime", runtime, CONTAINER_RUNTIMES)
         container = ContainerSpec(image=image, runtime=runtime or "podman")
+        from dlbench.launch.container import inspect_image  # a subprocess: only for runs in a container
+
+        inspect_image(container.runtime, container.image)  # a bad image is exit 2 before any work (the result is kept)
         return [s.model_copy(update={"container": container, "tags": {"container": container.runtime, **s.tags}})
                 for s in specs]
 

@@ -20,6 +20,7 @@ def bare_vs_container(
     warmup: int = typer.Option(None, "--warmup", help="Unmeasured warmup steps \\[default: 5]."),
     threads: int = typer.Option(None, "--threads", help="torch threads on both sides \\[default: the cores]."),
     device: str = typer.Option(None, "--device", help="auto | cpu | cuda \\[default: auto]."),
+    telemetry: bool = typer.Option(None, "--telemetry/--no-telemetry", help="Sample host/GPU telemetry (default: on).", show_default=False),
     tag: list[str] = typer.Option(None, "--tag", "-t", help="Label KEY=VALUE stored with every run (repeatable)."),
     db: str = DB_OPTION,
     as_json: bool = JSON_OPTION,
@@ -47,7 +48,7 @@ def bare_vs_container(
     if config and workloads:
         raise UsageError("give WORKLOADS or --config FILE, not both.")
     overrides = _overrides(param=param, batch_size=batch_size, steps=steps, warmup=warmup, threads=threads,
-                           device=device, tag=tag)
+                           device=device, tag=tag, telemetry=telemetry)
     specs = load_config(config, overrides) if config else [
         make_spec({"workload": name, **overrides}) for name in (workloads or ["resnet50", "lstm", "llm"])]
     store = open_store(db)
