@@ -191,3 +191,14 @@ def left_running(monkeypatch) -> Iterator[Callable[[], list[psutil.Process]]]:
             proc.kill()
         except psutil.Error:
             continue
+
+
+@pytest.fixture(scope="session")
+def container_image(tmp_path_factory) -> Iterator[str]:
+    """The benchmark's podman image, built once per session over a dependency layer cached per machine
+    (tests/podman_image.py); skipped, with the reason, where podman cannot run."""
+    from podman_image import build_test_image, remove_test_image
+
+    tag = build_test_image(tmp_path_factory)
+    yield tag
+    remove_test_image(tag)

@@ -102,3 +102,5 @@ def test_a_bad_image_is_one_sentence_exit_2_and_nothing_recorded(bad, message, c
     errors = [line for line in out.stderr.splitlines() if not line.startswith("dlbench: warning: ")]  # a busy host warns
     assert len(errors) == 1 and errors[0].startswith("dlbench: error: ")
     assert "Traceback" not in out.stderr and stored(db) == []
+    if bad == "other_version":
+        subprocess.run(["podman", "rmi", "localhost/dlbench-test:other-version"], capture_output=True, check=False)

@@ -133,8 +133,11 @@ def build_image(tag: str | None = None, base: str | None = None, torch_requireme
             _pip_wheel(["-r", str(wheels / "requirements.txt")], wheels)
             _build(runtime, ["--target", "deps", "--build-arg", f"BASE={base}", "-t", deps_image], context)
             built.append(deps_image)
+        replaced = image_id(runtime, tag) if image_exists(runtime, tag) else None
         _build(runtime, ["--build-arg", f"DEPS={deps_image}", "-t", tag], context)
         built.append(tag)
+    if replaced and replaced != image_id(runtime, tag):  # the image this tag named before: no name left, a GB of disk
+        _run([runtime, "rmi", replaced], check=False)  # refused (kept) while a container or another tag uses it
     return BuiltImage(tag=tag, digest=image_id(runtime, tag), base=base, deps_image=deps_image, torch=torch_requirement,
                       built=tuple(built), seconds=round(time.monotonic() - started_s, 1))
 

@@ -1,4 +1,5 @@
-"""The container tests' image: built once per session from this checkout over a dependency layer that is built
+"""The container tests' image (the ``container_image`` fixture of tests/conftest.py, for tests/container and the
+multi-node container test in tests/cluster): built once per session from this checkout over a dependency layer that is built
 once per machine and dependency set (``dlbench.api.image``: the layer's tag is a hash of the requirements, the
 base and the Containerfile), so a session pays for dlbench's own thin layer only (seconds). Skipped, with the
 reason, where podman cannot run a container here."""
@@ -6,6 +7,7 @@ reason, where podman cannot run a container here."""
 from __future__ import annotations
 
 import fcntl
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -15,7 +17,9 @@ import pytest
 #: The CPU build of torch (small): the host's CUDA build would make a 5 GB image. The stacks then differ,
 #: which the comparison must say (a test below checks that it does).
 TEST_TORCH = "torch==2.13.0+cpu"
-TEST_TAG = "localhost/dlbench-test:session"
+#: One tag per pytest process (each xdist worker builds its own thin layer; the dependency layer is shared):
+#: a worker never sees the image change under its tests. Removed when the session ends.
+TEST_TAG = f"localhost/dlbench-test:session-{os.getpid()}"
 
 
 def podman_problem() -> str | None:
@@ -29,9 +33,9 @@ def podman_problem() -> str | None:
     return None
 
 
-@pytest.fixture(scope="session")
-def container_image(tmp_path_factory) -> str:
-    """The tag of an image holding this checkout's dlbench and the CPU torch."""
+def build_test_image(tmp_path_factory) -> str:
+    """The tag of an image holding this checkout's dlbench and the CPU torch (skips where podman cannot run);
+    :func:`remove_test_image` removes it."""
     why = podman_problem()
     if why:
         pytest.skip(why)
@@ -42,3 +46,7 @@ def container_image(tmp_path_factory) -> str:
         fcntl.flock(held, fcntl.LOCK_EX)  # two pytest sessions on one machine build one at a time
         built = build_image(tag=TEST_TAG, torch_requirement=TEST_TORCH)
     return built.tag
+
+
+def remove_test_image(tag: str) -> None:
+    subprocess.run(["podman", "rmi", tag], capture_output=True, check=False, timeout=120)
