@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from dlbench.api.resolve import resolve_batch, resolve_train
+from dlbench.api.resolve import resolve_batch, resolve_comm, resolve_train
 from dlbench.cli.app import main
 from dlbench.env import detect_container
 from dlbench.launch.container import DIGEST_VAR, IMAGE_VAR, RUNTIME_VAR, Container, ImageFacts, wrap_argv
 from dlbench.launch.slurm import sbatch_script
 from dlbench.launch.torchrun import TorchrunLauncher
-from dlbench.spec import ContainerSpec, LaunchSettings, RunSpec
+from dlbench.spec import CommSpec, ContainerSpec, LaunchSettings, RunSpec
 
 WORKDIR = Path("/tmp/dlbench-run-x")
 TINY = {"workload": "lstm", "params": {"seq_len": 4, "input_size": 8, "hidden_size": 8}, "batch_size": 4}
@@ -60,6 +60,13 @@ def test_a_container_run_is_one_torchrun_in_the_image_even_for_one_process():
     assert plan.argv[image_at + 1:image_at + 4] == ("python3", "-m", "torch.distributed.run")  # the image's Python
     assert f"--env=OMP_NUM_THREADS={run.threads}" in plan.argv[:image_at]
     assert '"container": true' in plan.files["job.json"]  # rank 0 reports the environment it sees inside
+
+
+def test_a_collective_benchmark_runs_its_ranks_in_the_image_too():
+    run = resolve_comm(CommSpec(nproc=2, device="cpu", container=ContainerSpec(image="localhost/dlbench:1", runtime="docker")))
+    plan = TorchrunLauncher().plan(run, WORKDIR)
+    assert plan.argv[:2] == ("docker", "run") and "--nproc-per-node" in plan.argv
+    assert plan.argv[plan.argv.index("localhost/dlbench:1") + 1] == "python3"
 
 
 def test_a_run_without_a_container_plans_the_hosts_python():
