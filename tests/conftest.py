@@ -33,6 +33,7 @@ HEAVY_FIXTURES = {
     "cluster2": "a 2-node Slurm cluster of network namespaces (tests/cluster/cluster.py)",
     "cluster4": "a 4-node Slurm cluster of network namespaces (tests/cluster/cluster.py)",
     "one_job": "one 2-rank torchrun job making the layout and scaling runs (tests/distributed/one_job.py)",
+    "container_image": "the benchmark's podman image, built once per session over a cached layer (tests/container)",
 }
 
 #: What, in the source of a test, of a fixture it uses or of a helper in tests/ it calls (two calls deep),
@@ -190,3 +191,14 @@ def left_running(monkeypatch) -> Iterator[Callable[[], list[psutil.Process]]]:
             proc.kill()
         except psutil.Error:
             continue
+
+
+@pytest.fixture(scope="session")
+def container_image(tmp_path_factory) -> Iterator[str]:
+    """The benchmark's podman image, built once per session over a dependency layer cached per machine
+    (tests/podman_image.py); skipped, with the reason, where podman cannot run."""
+    from podman_image import build_test_image, remove_test_image
+
+    tag = build_test_image(tmp_path_factory)
+    yield tag
+    remove_test_image(tag)

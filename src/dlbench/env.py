@@ -135,7 +135,18 @@ def detect_container(environ: Mapping[str, str], root: Path = Path("/")) -> dict
         info["pod_name"] = environ.get("POD_NAME") or environ.get("HOSTNAME")
         namespace_file = (_read_text(root / _K8S_NAMESPACE_FILE) or "").strip()
         info["namespace"] = environ.get("POD_NAMESPACE") or namespace_file or None
-    return info
+    return _launched_in(info, environ)
+
+
+def _launched_in(info: dict[str, Any], environ: Mapping[str, str]) -> dict[str, Any]:
+    """dlbench's container wrapper (``dlbench.launch.container``) names the runtime, the image and its digest
+    in ``DLBENCH_CONTAINER_*``: what the launching side knows and an image cannot (its own digest)."""
+    runtime = environ.get("DLBENCH_CONTAINER_RUNTIME")
+    if not runtime:
+        return info
+    return info | {"runtime": runtime, "in_container": True, "source": info["source"] or "env:DLBENCH_CONTAINER_RUNTIME",
+                   "image": environ.get("DLBENCH_CONTAINER_IMAGE") or info["image"],
+                   "digest": environ.get("DLBENCH_CONTAINER_DIGEST") or None, "launched_by": "dlbench"}
 
 
 def _slurm(environ: Mapping[str, str]) -> dict:

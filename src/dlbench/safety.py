@@ -107,6 +107,20 @@ def sbatch_value(flag: str, value: object, option: str | None = None) -> str:
     return str(value)
 
 
+#: A container image reference as podman, docker and apptainer take it: ``[registry[:port]/]name[:tag][@digest]``, or an
+#: apptainer ``.sif`` path. It starts with a letter, digit or ``/`` (so it can never be read as an option) and holds
+#: no white space or shell characters.
+IMAGE_REFERENCE = re.compile(r"[A-Za-z0-9/][A-Za-z0-9._/:@+-]{0,254}")
+
+
+def image_problem(value: object) -> str | None:
+    """Why ``value`` is no container image reference (``it must be …``), or None when it is one."""
+    if IMAGE_REFERENCE.fullmatch(str(value)):
+        return None
+    return ("it must be an image reference such as localhost/dlbench:latest or registry.example.org/team/dlbench@sha256:…, "
+            "starting with a letter, digit or / and without spaces")
+
+
 def sbatch_line(flag: str, value: object | None = None) -> str:
     """One ``#SBATCH`` line holding exactly one option: ``#SBATCH --flag`` or ``#SBATCH --flag=value``."""
     if not re.fullmatch(r"[a-z][a-z-]*", flag):

@@ -28,6 +28,7 @@ from dlbench.safety import (
     MAX_RANKS_PER_NODE,
     MAX_SIGNAL_LEAD_S,
     MAX_TIME_S,
+    image_problem,
     sbatch_problem,
     shown,
 )
@@ -56,6 +57,28 @@ def _checked_tags(value: dict[str, str]) -> dict[str, str]:
 
 #: Run tags: names of 1 to 128 characters, values of up to 512 (:func:`dlbench.record.tags_problem`).
 Tags = Annotated[dict[str, str], AfterValidator(_checked_tags)]
+#: Container runtimes that run a node's ranks in an image (``--container IMAGE --runtime R``).
+CONTAINER_RUNTIMES = ("podman", "docker", "apptainer")
+LOCAL_IN_CONTAINER = ("--launcher local runs in this process, which cannot be in --container; drop --launcher local "
+                      "(a container run starts its ranks through torchrun in the image).")
+
+
+class ContainerSpec(BaseModel):
+    """The image a run's ranks run in on this node (``--container IMAGE [--runtime podman|docker|apptainer]``);
+    the launcher wraps each node's processes in it (``dlbench.launch.container``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    image: str = Field(description="Image reference (podman/docker) or .sif path (apptainer).")
+    runtime: Literal["podman", "docker", "apptainer"] = Field(default="podman", description="The container runtime.")
+
+    @field_validator("image")
+    @classmethod
+    def _image(cls, value: str) -> str:
+        problem = image_problem(value)
+        if problem:
+            raise ValueError(problem)
+        return value
 
 
 class RunSpec(BaseModel):
@@ -121,6 +144,8 @@ class RunSpec(BaseModel):
     backend: Literal["gloo", "nccl", "mpi"] | None = Field(
         default=None, description="torch.distributed backend; None: nccl on CUDA, gloo on the CPU."
     )
+    container: ContainerSpec | None = Field(
+        default=None, description="Run the ranks in this image (through torchrun in it); None: on the host.")
     scaling: Literal["weak", "strong"] = Field(
         default="weak",
         description="weak: batch_size is per process; strong: batch_size is global, split across processes.",
@@ -235,6 +260,7 @@ class CommSpec(BaseModel):
     timeout_s: float = Field(default=300.0, gt=0, le=MAX_TIME_S)
     tags: Tags = Field(default_factory=dict)
     link_rate_bits_per_s: float | None = Field(default=None, gt=0, description="The link's rate (else read on the nodes).")
+    container: ContainerSpec | None = Field(default=None, description="Run the ranks in this image; None: on the host.")
 
     @model_validator(mode="after")
     def _sizes(self) -> CommSpec:
@@ -416,7 +442,7 @@ class LaunchSettings(BaseModel):
     workdir: str | None = Field(
         default=None, description="Job directory on a filesystem every node sees (Slurm); default under $HOME.")
     container_image: str | None = Field(default=None, description="Image the ranks run in (pod image on k8s).")
-    container_runtime: Literal["pyxis", "shifter", "apptainer"] | None = Field(
+    container_runtime: Literal["pyxis", "shifter", "apptainer", "podman", "docker"] | None = Field(
         default=None, description="Slurm container runtime for container_image (k8s always runs the pod image).")
     # Slurm
     partition: str | None = None
@@ -458,6 +484,8 @@ class LaunchSettings(BaseModel):
             if image is not None and (not image.strip() or any(c.isspace() or ord(c) < 32 for c in image)):
                 raise ValueError(f"{name} {shown(image)} is refused: an image reference holds no white space or "
                                  "control characters")
+        if self.container_image and self.container_runtime in ("podman", "docker") and image_problem(self.container_image):
+            raise ValueError(f"container_image {shown(self.container_image)} is refused: {image_problem(self.container_image)}")
         if self.container_image and self.container_runtime == "shifter":
             problem = sbatch_problem("image", self.container_image)
             if problem:

@@ -98,7 +98,10 @@ def adopt_job_env(records: list[dict[str, Any]], outcome: Outcome, telemetry=Non
     main = outcome.statuses.get(min(outcome.ranks_here), {}) if outcome.statuses else {}
     for record in records:
         if main.get("env"):
-            record["env"] = main["env"] | {"submitted_from": record["env"].get("submitted_from") or record["env"].get("hostname")}
+            here = record["env"]
+            # a run in a container on this host: the host's load before it stays (the image cannot see it)
+            kept = {"host_load": here["host_load"]} if "host_load" in here and record["spec"].get("launcher") == "torchrun" else {}
+            record["env"] = main["env"] | kept | {"submitted_from": here.get("submitted_from") or here.get("hostname")}
         if main.get("rank_spec"):
             kept = {k: record["spec"][k] for k in BATCH_SPEC_KEYS if k in record["spec"]}
             record["spec"] = {**record["spec"], **main["rank_spec"], **kept}

@@ -27,7 +27,15 @@ from dlbench.engine.run import ResolvedRun, frozen
 from dlbench.errors import UsageError
 from dlbench.layout import Layout, layout_of
 from dlbench.record import new_id
-from dlbench.spec import CommSpec, IoReadSpec, LaunchSettings, RunSpec, StageSpec, describe_validation_error
+from dlbench.spec import (
+    LOCAL_IN_CONTAINER,
+    CommSpec,
+    IoReadSpec,
+    LaunchSettings,
+    RunSpec,
+    StageSpec,
+    describe_validation_error,
+)
 from dlbench.storage.batch import check_direct
 from dlbench.storage.manifest import Manifest, load_data_set, memory_problem, read_manifest
 from dlbench.storage.stage import check_destination, source_files
@@ -54,6 +62,8 @@ def resolve_train(spec: RunSpec, joined: LaunchEnv | None = None) -> ResolvedRun
         spec = spec.model_copy(update={"profile": str(writable_dir(spec.profile, "--profile") / new_id())})
     elif spec.profile:
         writable_dir(spec.profile, "--profile")
+    if spec.torchrun is False and spec.container is not None and joined is None:
+        raise UsageError(LOCAL_IN_CONTAINER)
     if spec.torchrun is False and spec.distributed and joined is None:
         raise UsageError(f"--launcher local runs one process here, not --nproc {spec.nproc} × --nnodes {spec.nnodes}; "
                          "use --launcher torchrun, or drop --nproc/--nnodes.")
@@ -73,7 +83,8 @@ def resolve_train(spec: RunSpec, joined: LaunchEnv | None = None) -> ResolvedRun
             f"--nproc {spec.nproc} asks for more processes than the {torch.cuda.device_count()} GPU(s) on "
             f"this node; use --nproc {torch.cuda.device_count()} or fewer (one process per GPU)."
         )
-    launched = joined is None and (spec.distributed or bool(spec.torchrun))
+    # a run in a container is one torchrun in the image, even for one process (the ranks start there)
+    launched = joined is None and (spec.distributed or bool(spec.torchrun) or spec.container is not None)
     if launched:
         check_endpoint(spec.rdzv_endpoint, spec.node_rank)
     threads = spec.threads or (default_threads(spec.nproc) if launched else torch.get_num_threads())

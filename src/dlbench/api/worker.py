@@ -156,11 +156,12 @@ def _report(out: Path, rank: int, document: dict, status: dict) -> None:
 
 def _batch_extras(job, document: dict, launch, spec: bool = True) -> dict:
     """Rank 0 of a batch job (``"batch": true`` in its document) reports where it ran: the node's
-    environment (the scheduler's job id included) and the spec as resolved there."""
-    if not document.get("batch") or launch.rank != 0:
+    environment (the scheduler's job id included) and the spec as resolved there. Rank 0 of a run in a
+    container (``"container": true``) reports the environment it sees inside: the versions in the image."""
+    if not (document.get("batch") or document.get("container")) or launch.rank != 0:
         return {}
     extras: dict = {"env": capture_env()}
-    if spec:  # not after a failure: resolving may be what failed
+    if spec and document.get("batch"):  # not after a failure: resolving may be what failed
         extras["rank_spec"] = job.rank_spec(document["spec"], launch)
     return extras
 

@@ -53,6 +53,8 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("advise", "dlbench.cli.advise:advise", "Try the knobs that move throughput — each try a stored run tagged "
      "advise=SESSION — and report the fastest configuration, its speed-up over the defaults (median of "
      "interleaved repeats, with the noise) and every run."),
+    ("bare-vs-container", "dlbench.cli.bare_vs_container:bare_vs_container", "Run workloads on this host and in "
+     "an image alternately; print container ÷ bare-metal throughput with its interval and a verdict."),
     ("plot", "dlbench.cli.plot:plot_app", "PNG charts of stored runs."),
     ("mlperf", "dlbench.cli.mlperf:mlperf_app", "MLPerf-style time-to-train: run reference tasks to their quality "
      "targets (mllog result logs), score result folders (olympic mean), run MLCommons' compliance checker, "
@@ -68,6 +70,8 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
      "Stored runs for TensorBoard's Scalars and HParams views."),
     ("node", "dlbench.cli.node:node_app", "Check this node before it takes jobs: GPUs (NVML), GPU step rate, "
      "all_reduce, CPU, memory, storage and network probes against its history or expectations; exit 0 healthy, 1 degraded."),
+    ("image", "dlbench.cli.image:image_app", "The container image of the benchmark: build it from this checkout "
+     "(deploy/container/Containerfile); run in it with --container."),
     ("io", "dlbench.cli.io:io_app", "Storage I/O: write a data set, read it as a training job does (samples/s, "
      "MB/s, accelerator utilisation), stage it to a faster tier."),
 )

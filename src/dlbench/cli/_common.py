@@ -13,7 +13,7 @@ from typing import Any
 
 import typer
 
-from dlbench.errors import UsageError
+from dlbench.errors import UsageError, unknown_name
 from dlbench.safety import MAX_RANKS_PER_NODE, printable
 
 DB_OPTION = typer.Option(
@@ -109,6 +109,8 @@ LAUNCH_OPTIONS: dict[str, tuple[Any, Any]] = {
     "exclusive": (bool | None, typer.Option(None, "--exclusive/--shared", help="Whole nodes for the job (other jobs would lower the numbers) \\[default: exclusive].", show_default=False, rich_help_panel=_SLURM)),
     "container_image": (str | None, typer.Option(None, "--container-image", help="Image the ranks run in (Slurm: with --container-runtime).", rich_help_panel=_SLURM)),
     "container_runtime": (str | None, typer.Option(None, "--container-runtime", help="pyxis | shifter | apptainer.", rich_help_panel=_SLURM)),
+    "container": (str | None, typer.Option(None, "--container", metavar="IMAGE", help="Run the ranks in this image (built by 'dlbench image build'): through torchrun in it here, or in each node's srun step with --launcher slurm.", rich_help_panel="Container")),
+    "runtime": (str | None, typer.Option(None, "--runtime", help="Runtime of --container: podman | docker | apptainer \\[default: podman].", rich_help_panel="Container")),
     "workdir": (str | None, typer.Option(None, "--workdir", help="Where job directories go, on a filesystem every node sees \\[default: ~/dlbench/jobs].", rich_help_panel="Launch")),
     "namespace": (str | None, typer.Option(None, "--namespace", help="Kubernetes namespace \\[default: default].", rich_help_panel=_K8S)),
     "image": (str | None, typer.Option(None, "--image", help="Pod image (default: --container-image).", rich_help_panel=_K8S)),
@@ -151,9 +153,36 @@ class LaunchOptions:
         """``specs`` as ``--launcher local|torchrun`` asks: torchrun even for one process, or one process
         here (several is then a usage error when resolved); unchanged without --launcher."""
         name = self.launcher_name(config)
+        if name == "local" and self.values.get("container"):
+            from dlbench.spec import LOCAL_IN_CONTAINER
+
+            raise UsageError(LOCAL_IN_CONTAINER)
+        specs = self.in_container(specs)
         if name not in ("local", "torchrun"):
             return specs
         return [s.model_copy(update={"torchrun": name == "torchrun"}) for s in specs]
+
+    def in_container(self, specs: list) -> list:
+        """``specs`` with ``--container IMAGE [--runtime R]`` set, each tagged ``container=R`` (unless the user
+        tagged it) so that ``dlbench compare container=bare container=podman`` finds them; unchanged without it."""
+        image, runtime = self.values.get("container"), self.values.get("runtime")
+        if image is None:
+            if runtime is not None:
+                raise UsageError("--runtime names the runtime of --container IMAGE; give the image too.")
+            return specs
+        from dlbench.safety import image_problem, shown
+        from dlbench.spec import CONTAINER_RUNTIMES, ContainerSpec
+
+        if image_problem(image):
+            raise UsageError(f"--container {shown(image)} is refused: {image_problem(image)}.")
+        if runtime is not None and runtime not in CONTAINER_RUNTIMES:
+            raise unknown_name("container runtime", runtime, CONTAINER_RUNTIMES)
+        container = ContainerSpec(image=image, runtime=runtime or "podman")
+        from dlbench.launch.container import inspect_image  # a subprocess: only for runs in a container
+
+        inspect_image(container.runtime, container.image)  # a bad image is exit 2 before any work (the result is kept)
+        return [s.model_copy(update={"container": container, "tags": {"container": container.runtime, **s.tags}})
+                for s in specs]
 
     def settings(self, config: str | None = None):
         """The LaunchSettings: the site's and ``config``'s ``launcher:`` keys, these flags on top."""
@@ -169,6 +198,7 @@ class LaunchOptions:
                  "image": v["image"], "priority_class": v["priority_class"], "store_secret": v["store_secret"],
                  "node_selector": parse_key_values(v["node_selector"], "--node-selector") if v["node_selector"] else None,
                  "tolerations": tuple(v["toleration"]) if v["toleration"] else None,
+                 **({"container_image": v["container"], "container_runtime": v["runtime"] or "podman"} if v.get("container") else {}),
                  "wait": False if v["no_wait"] else None}
         fields = {k: val for k, val in launcher_section(config).items() if k != "name"}
         fields |= {k: val for k, val in given.items() if val is not None}

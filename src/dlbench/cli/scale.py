@@ -255,6 +255,7 @@ def comm(
         if records is None:
             return
     else:
+        (spec,) = launch.in_container([spec])  # --container IMAGE: the ranks run in it
         store = open_store(db)
         try:
             records = run_comm(spec, store)

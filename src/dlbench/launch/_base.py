@@ -128,7 +128,10 @@ class Launcher(ABC):
 
 def job_document(run: ResolvedRun) -> str:
     """The JSON a launched rank reads to know what to run."""
-    return json.dumps({"kind": run.kind, "spec": dict(run.job)}, default=str)
+    doc: dict[str, Any] = {"kind": run.kind, "spec": dict(run.job)}
+    if run.job.get("container"):  # rank 0 reports the environment it sees inside the image (versions there)
+        doc["container"] = True
+    return json.dumps(doc, default=str)
 
 
 # -- the rank files (written by dlbench.api.worker, read by the executors) -----------------------

@@ -5,7 +5,8 @@ The script (rendered purely by :func:`sbatch_script`) asks for ``--nodes`` nodes
 ``srun torchrun --nproc-per-node P …`` — ``--standalone`` on one node, a c10d rendezvous on the first
 host of ``scontrol show hostnames $SLURM_JOB_NODELIST`` on several. Containers: Pyxis
 (``srun --container-image``), Shifter (``#SBATCH --image`` + ``shifter``), Apptainer
-(``apptainer exec --nv``). ``--signal=TERM@LEAD`` reaches the step's tasks (torchrun, which
+(``apptainer exec --nv``), podman or docker (``podman run … IMAGE`` in each node's step, as podman-hpc does at
+NERSC; :mod:`dlbench.launch.container`). ``--signal=TERM@LEAD`` reaches the step's tasks (torchrun, which
 passes it to the ranks) before the time limit, so the ranks record ``aborted`` with what they measured
 before SIGKILL.
 
@@ -40,6 +41,7 @@ from dlbench.launch.batch import (
     batch_job_document,
 )
 from dlbench.launch.batch_launcher import batch_launcher
+from dlbench.launch.container import IMAGE_PYTHON, SLURM_VARS, Container, inspect_image, wrap_argv
 from dlbench.safety import sbatch_line, shell_word
 
 SCRIPT = "job.sbatch"
@@ -116,6 +118,10 @@ def container_words(s: Any, workdir: Path) -> tuple[list[str], list[str], str]:
         return [f"--container-image={_q(image)}", f"--container-mounts={_q(workdir)}:{_q(workdir)}"], [], "python3"
     if image and s.container_runtime == "shifter":
         return [], ["shifter"], "python3"
+    if image and s.container_runtime in ("podman", "docker"):  # as podman-hpc at NERSC: the runtime in each node's step
+        wrapped = wrap_argv(Container(s.container_runtime, image, gpus=bool(s.gpus_per_node)), (),
+                            dict.fromkeys(SLURM_VARS), workdir)
+        return [], [_q(word) for word in wrapped], IMAGE_PYTHON
     if image and s.container_runtime == "apptainer":
         return [], ["apptainer", "exec"] + (["--nv"] if s.gpus_per_node else []) + [f"--bind={_q(workdir)}", _q(image)], "python3"
     return [], [], sys.executable
@@ -210,6 +216,9 @@ class SlurmScheduler(Scheduler):
         if shutil.which("sbatch") is None:
             raise UsageError("sbatch is not on PATH; run dlbench on a Slurm login node, or install Slurm's client "
                              "commands (Debian: apt-get install slurm-client) and point SLURM_CONF at the cluster.")
+        runtime, image = run.settings.container_runtime, run.settings.container_image
+        if image and runtime in ("podman", "docker") and shutil.which(runtime):
+            inspect_image(runtime, image)  # where the login node has the runtime too: a bad image is exit 2 now
         partition = run.settings.partition
         if partition:
             out = _run(["scontrol", "show", "partition", partition])

@@ -14,6 +14,7 @@ from typing import Any
 
 from dlbench.engine.run import ResolvedRun
 from dlbench.launch._base import JOB_FILE, RANKS_DIR, Launcher, LaunchPlan, Outcome, job_document
+from dlbench.launch.container import IMAGE_PYTHON, Container, ImageFacts, inspect_image, wrap_argv
 from dlbench.launch.process import run_plan
 
 #: Seconds the rendezvous may take beyond the run's timeout, once every rank is up.
@@ -47,14 +48,40 @@ def describe_rendezvous(run: ResolvedRun) -> str:
             "start dlbench on every node with the same --nnodes and --rdzv-endpoint")
 
 
+def container_of(run: ResolvedRun, facts: ImageFacts | None = None) -> Container | None:
+    """The image ``run``'s ranks run in on this node (``spec.container``), None on the host; GPUs are passed
+    to a CUDA run, the data directory is mounted at its own path."""
+    spec = getattr(run.spec, "container", None)
+    if spec is None:
+        return None
+    data = getattr(run.spec, "files_dir", None) or getattr(run.spec, "data_dir", None)
+    return Container(runtime=spec.runtime, image=spec.image, digest=facts.digest if facts else None,
+                     gpus=run.device_type == "cuda", mounts=(str(Path(data).resolve()),) if data else ())
+
+
+def planned_argv(run: ResolvedRun, workdir: Path, facts: ImageFacts | None = None) -> tuple[str, ...]:
+    """torchrun's argv on the host, or wrapped to run in the run's container (:mod:`dlbench.launch.container`)."""
+    container = container_of(run, facts)
+    if container is None:
+        return torchrun_argv(run, workdir)
+    return wrap_argv(container, torchrun_argv(run, workdir, python=IMAGE_PYTHON), rank_env(run), workdir)
+
+
 class TorchrunLauncher(Launcher):
-    """``--nproc`` ranks on this node (and ``--nnodes`` nodes, one dlbench per node)."""
+    """``--nproc`` ranks on this node (and ``--nnodes`` nodes, one dlbench per node); with ``spec.container``
+    torchrun and its ranks run in that image."""
 
     name = "torchrun"
+    facts: ImageFacts | None = None
+
+    def prepare(self, run: ResolvedRun, records: list[dict[str, Any]]) -> None:
+        container = container_of(run)
+        if container is not None:  # a missing image, or one without this dlbench, is exit 2 before anything runs
+            self.facts = inspect_image(container.runtime, container.image)
 
     def plan(self, run: ResolvedRun, workdir: Path) -> LaunchPlan:
         return LaunchPlan(
-            launcher=self.name, argv=torchrun_argv(run, workdir), env=rank_env(run),
+            launcher=self.name, argv=planned_argv(run, workdir, self.facts), env=rank_env(run),
             files={JOB_FILE: job_document(run)}, ranks_here=run.ranks_here,
             start_timeout_s=run.timeout_s + START_SLACK_S, grace_s=run.timeout_s,
             **({"launcher_rendezvous": True, "boot_timeout_s": LAUNCHER_BOOT_S} if run.nnodes > 1 else {}),

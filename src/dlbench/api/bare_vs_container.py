@@ -1,0 +1,46 @@
+"""Container against bare metal: each run on the host and in an image, alternately, as stored runs.
+
+Both sides start the same way — one torchrun per run (``--launcher torchrun``), so the only difference is the
+image — and take turns in ABBA order: round r runs bare then container when r is even, container then bare
+when odd, so that a drift of the host's load falls on both sides. Every run is an ordinary record (through the
+one pipeline), tagged ``container=bare`` or ``container=RUNTIME``, ``bvc=SESSION`` and ``bvc_round=r``: the
+comparison can be read back (``dlbench compare container=bare container=podman``) and is summarised by
+:func:`dlbench.report.container.container_rows`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from dlbench.api.runs import run_specs
+from dlbench.launch.container import inspect_image
+from dlbench.record import new_id
+from dlbench.spec import ContainerSpec, RunSpec
+
+
+def pair_specs(spec: RunSpec, container: ContainerSpec, session: str, round_index: int) -> list[RunSpec]:
+    """The two runs of ``spec``'s round ``round_index``, in the order they run (ABBA)."""
+    tags = {**spec.tags, "bvc": session, "bvc_round": str(round_index)}
+    bare = spec.model_copy(update={"torchrun": True, "container": None, "tags": tags | {"container": "bare"}})
+    boxed = spec.model_copy(update={"torchrun": True, "container": container, "tags": tags | {"container": container.runtime}})
+    return [bare, boxed] if round_index % 2 == 0 else [boxed, bare]
+
+
+def bare_vs_container(specs: list[RunSpec], container: ContainerSpec, repeats: int, store=None,
+                      on_done: Callable[[dict[str, Any]], Any] | None = None) -> tuple[str, list[dict[str, Any]]]:
+    """Run every spec ``repeats`` times on each side (see the module docstring); returns (session, records).
+
+    The image is checked first (it exists, holds this dlbench): a bad one is a ``UsageError`` before any run."""
+    inspect_image(container.runtime, container.image)
+    session = new_id()
+    records: list[dict[str, Any]] = []
+    for round_index in range(repeats):
+        for spec in specs:
+            for one in pair_specs(spec, container, session, round_index):
+                ended = run_specs([one], store)
+                records += ended
+                if on_done is not None:
+                    for record in ended:
+                        on_done(record)
+    return session, records

@@ -1,0 +1,142 @@
+"""Ranks in a container image: a planned argv wrapped in ``podman run`` / ``docker run`` / ``apptainer exec``.
+
+:func:`wrap_argv` is pure: it takes the argv a launcher planned for the host (torchrun and its ranks) and returns
+the argv that runs the same thing inside the image, so that ``--dry-run`` and unit tests see exactly what
+starts. What the wrapper gives the container, and why (each is a place a container can differ from bare metal):
+
+* the host's network (``--network host``): multi-node rendezvous and ``--metrics-port`` work unchanged;
+* the host's IPC namespace (``--ipc host``): ``/dev/shm`` is the host's, not podman's 64 MB default, which
+  DataLoader workers would run out of;
+* no CPU or memory limit (no ``--cpus``/``--memory``): a cgroup quota would throttle the timed steps;
+* the run's job directory mounted at the same path (the rank reports and the job file), and data directories;
+* GPUs: podman through CDI (``--device nvidia.com/gpu=all``), docker through ``--gpus all``, apptainer ``--nv``;
+* ``DLBENCH_CONTAINER_RUNTIME/IMAGE/DIGEST``, which :func:`dlbench.env.detect_container` reads inside, so the
+  record's ``env.container`` names the runtime, the image and its digest (an image cannot know its own digest).
+
+:func:`inspect_image` asks the runtime, before anything is recorded, whether the image exists and holds this
+dlbench version (``UsageError`` otherwise: one sentence, exit 2).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import dlbench
+from dlbench.errors import UsageError
+from dlbench.safety import image_problem, shown
+
+#: The Python of a dlbench image (deploy/Containerfile puts its virtual environment first on PATH).
+IMAGE_PYTHON = "python3"
+#: Variables the wrapper sets inside; dlbench.env reads them into ``env.container``.
+RUNTIME_VAR, IMAGE_VAR, DIGEST_VAR = "DLBENCH_CONTAINER_RUNTIME", "DLBENCH_CONTAINER_IMAGE", "DLBENCH_CONTAINER_DIGEST"
+#: Host variables a Slurm step passes into the container by name (the scheduler's facts for the record).
+SLURM_VARS = ("OMP_NUM_THREADS", "PYTHONUNBUFFERED", "SLURM_JOB_ID", "SLURM_JOB_NAME", "SLURM_JOB_NODELIST",
+              "SLURM_JOB_NUM_NODES", "SLURM_NODEID", "SLURM_PROCID", "SLURM_CPUS_ON_NODE", "SLURM_CLUSTER_NAME",
+              "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID")
+#: Seconds the image probe may take (one container start and ``import dlbench``).
+PROBE_TIMEOUT_S = 120.0
+
+
+@dataclass(frozen=True)
+class Container:
+    """Where a node's processes run: ``runtime`` (podman | docker | apptainer), ``image``, its ``digest`` (found
+    by :func:`inspect_image`), whether GPUs are passed, and host paths mounted at the same path inside."""
+
+    runtime: str
+    image: str
+    digest: str | None = None
+    gpus: bool = False
+    mounts: tuple[str, ...] = ()
+
+
+def wrap_argv(container: Container, argv: Sequence[str], env: Mapping[str, str | None], workdir: Path | str) -> tuple[str, ...]:
+    """``argv`` run inside ``container`` with ``env`` set there (a None value: passed from the host by name),
+    ``workdir`` and the container's mounts at their own paths, the working directory ``workdir``. Pure."""
+    marks = {RUNTIME_VAR: container.runtime, IMAGE_VAR: container.image, DIGEST_VAR: container.digest or ""}
+    mounts = list(dict.fromkeys([str(workdir), *container.mounts]))
+    if container.runtime == "apptainer":  # shares the host's network, IPC and PIDs by default
+        words = ["apptainer", "exec"] + (["--nv"] if container.gpus else []) + [f"--pwd={workdir}"]
+        words += [f"--bind={path}:{path}" for path in mounts]
+        words += [f"--env={name}={value}" for name, value in {**env, **marks}.items() if value is not None]
+        return (*words, container.image, *argv)
+    if container.runtime not in ("podman", "docker"):
+        raise ValueError(f"not a container runtime: {container.runtime!r}")  # the spec allows no other
+    words = [container.runtime, "run", "--rm", "--network=host", "--ipc=host", f"--workdir={workdir}"]
+    words += [f"--volume={path}:{path}" for path in mounts]
+    words += [f"--env={name}" if value is None else f"--env={name}={value}" for name, value in {**env, **marks}.items()]
+    if container.gpus:
+        words += ["--device=nvidia.com/gpu=all"] if container.runtime == "podman" else ["--gpus=all"]
+    return (*words, container.image, *argv)
+
+
+@dataclass(frozen=True)
+class ImageFacts:
+    """What :func:`inspect_image` found: the image's digest and the versions inside."""
+
+    digest: str | None
+    dlbench: str
+    python: str
+    torch: str | None
+
+
+#: (runtime, image) → facts, once per process: a suite's runs share one probe.
+_FACTS: dict[tuple[str, str], ImageFacts] = {}
+_PROBE = ("import json, platform, importlib.metadata as m, dlbench\n"
+          "try:\n    t = m.version('torch')\nexcept m.PackageNotFoundError:\n    t = None\n"
+          "print(json.dumps({'dlbench': dlbench.__version__, 'python': platform.python_version(), 'torch': t}))")
+
+
+def inspect_image(runtime: str, image: str) -> ImageFacts:
+    """The image's digest and versions; ``UsageError`` (one sentence) when the runtime is missing, the image
+    does not exist, holds no dlbench, or another dlbench version than this one (the ranks' reports and the
+    record written here must agree)."""
+    if (runtime, image) in _FACTS:
+        return _FACTS[(runtime, image)]
+    problem = image_problem(image)
+    if problem:
+        raise UsageError(f"--container {shown(image)} is refused: {problem}.")
+    if shutil.which(runtime) is None:
+        raise UsageError(f"--runtime {runtime} is not on PATH; install it (Debian: apt-get install {runtime}) or "
+                         "choose another with --runtime podman|docker|apptainer.")
+    digest = _digest(runtime, image)
+    run = [runtime, "run", "--rm", "--network=none", image] if runtime != "apptainer" else [runtime, "exec", image]
+    out = _call([*run, IMAGE_PYTHON, "-c", _PROBE])
+    if out.returncode != 0:
+        why = (out.stderr.strip().splitlines() or ["no message"])[-1][:200]
+        raise UsageError(f"image {image} has no usable dlbench ({IMAGE_PYTHON} -c 'import dlbench' failed there: {why}); "
+                         "build one with 'dlbench image build --tag NAME' (deploy/Containerfile).")
+    found = json.loads(out.stdout.strip().splitlines()[-1])
+    if found["dlbench"] != dlbench.__version__:
+        raise UsageError(f"image {image} holds dlbench {found['dlbench']}, this is dlbench {dlbench.__version__}; "
+                         f"rebuild it from this checkout with 'dlbench image build --tag {image}' (the ranks in the "
+                         "image and the recording here must be one version).")
+    facts = ImageFacts(digest=digest, dlbench=found["dlbench"], python=found["python"], torch=found["torch"])
+    _FACTS[(runtime, image)] = facts
+    return facts
+
+
+def _digest(runtime: str, image: str) -> str | None:
+    """The image's digest (podman/docker); an apptainer image file has none (None)."""
+    if runtime == "apptainer":
+        if not Path(image).exists() and "://" not in image:
+            raise UsageError(f"apptainer image {image} does not exist; give the path of a .sif file.")
+        return None
+    out = _call([runtime, "image", "inspect", "--format", "{{.Digest}} {{.Id}}", image])
+    if out.returncode != 0:
+        raise UsageError(f"image {image} is not in {runtime}'s image store; build it with 'dlbench image build --tag "
+                         f"{image}' or '{runtime} pull {image}' (list them: {runtime} images).")
+    digest, _, image_id = out.stdout.strip().partition(" ")
+    return digest if digest.startswith("sha256:") else (f"sha256:{image_id}" if image_id else None)
+
+
+def _call(argv: list[str]) -> subprocess.CompletedProcess:
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, check=False)
+    except subprocess.TimeoutExpired:
+        raise UsageError(f"{argv[0]} did not answer within {PROBE_TIMEOUT_S:.0f} s ({' '.join(argv[:3])} …); is the "
+                         "runtime working ('podman info')?") from None

@@ -1,0 +1,127 @@
+"""Container ÷ bare metal: the ratio of paired runs per configuration, its confidence interval and a verdict.
+
+``dlbench bare-vs-container`` runs each workload on the host and in the image alternately (ABBA: the order
+swaps every round, so a drift of the host's load falls on both sides); the runs of one round form a pair and
+its ratio is container samples/s ÷ bare samples/s. Pairing cancels what the two runs share (the host's load
+at that moment), so the interval is that of the mean of the per-round ratios: mean ± t(95%, n − 1) · sd/√n.
+
+The goal is :data:`GOAL` (a container adds no compute: published HPC figures are within 4 % of bare metal,
+arXiv 2406.11760; NERSC reports Shifter "near bare-metal"). A ratio compares containers only when the two
+stacks are the same: :func:`stack_differences` names what differs (torch build, CUDA, Python, dlbench, threads),
+and the verdict says so first.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from dlbench.report.compare import comparable, config_key, critical_value
+
+#: Container ÷ bare metal at or above which a container's cost is accepted.
+GOAL = 0.97
+#: The tag that tells the two sides apart (``container=bare`` on the host, the runtime's name in the image).
+SIDE_TAG = "container"
+BARE = "bare"
+
+
+@dataclass(frozen=True)
+class ContainerRow:
+    """One configuration: the pairs measured, each side's mean samples/s, the ratio with its 95% interval."""
+
+    key: str
+    pairs: int
+    bare_samples_per_s: float
+    container_samples_per_s: float
+    ratio: float
+    low: float | None
+    high: float | None
+    stacks_differ: tuple[str, ...] = ()
+    load_1m: float | None = None
+    verdict: str = field(default="")
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def ratio_interval(ratios: list[float]) -> tuple[float, float | None, float | None]:
+    """Mean of the per-pair ratios and its two-sided 95% interval (None, None with one pair)."""
+    mean = statistics.fmean(ratios)
+    if len(ratios) < 2:
+        return mean, None, None
+    half = critical_value(len(ratios) - 1) * statistics.stdev(ratios) / math.sqrt(len(ratios))
+    return mean, mean - half, mean + half
+
+
+def container_verdict(ratio: float, low: float | None, high: float | None, stacks_differ: tuple[str, ...] = ()) -> str:
+    """The one sentence judging a container ÷ bare-metal ratio, from the figures printed beside it."""
+    prefix = f"stacks differ ({'; '.join(stacks_differ)}): not the container alone — " if stacks_differ else ""
+    if low is None or high is None:
+        judged = f"one pair only ({ratio:.3f}): repeat (--repeats 3 or more) for an interval"
+    elif low <= 1.0 <= high:
+        judged = "no measurable cost: 1.000 is inside the interval"
+    elif high < 1.0 and ratio >= GOAL:
+        judged = f"costs {1 - ratio:.1%}, within the {1 - GOAL:.0%} goal"
+    elif high < 1.0:
+        judged = (f"costs {1 - ratio:.1%}, more than the {1 - GOAL:.0%} goal: look at threads, CPU quotas (cgroups), "
+                  "/dev/shm and seccomp")
+    else:
+        judged = f"faster in the container by {ratio - 1:.1%}"
+    return prefix + judged
+
+
+def _stack(record: dict[str, Any]) -> dict[str, Any]:
+    env = record.get("env") or {}
+    torch = env.get("torch") or {}
+    return {"torch": torch.get("version"), "CUDA": torch.get("cuda"), "Python": (env.get("python") or {}).get("version"),
+            "dlbench": env.get("dlbench"), "threads": record["spec"].get("threads")}
+
+
+def stack_differences(bare: list[dict[str, Any]], contained: list[dict[str, Any]]) -> tuple[str, ...]:
+    """What differs between the two sides' software (``torch 2.14.1 vs 2.13.0+cpu``), beyond the container."""
+    out = []
+    for name in ("torch", "CUDA", "Python", "dlbench", "threads"):
+        a = sorted({str(_stack(r)[name]) for r in bare})
+        b = sorted({str(_stack(r)[name]) for r in contained})
+        if a != b:
+            out.append(f"{name} {'/'.join(a)} on the host vs {'/'.join(b)} in the image")
+    return tuple(out)
+
+
+def container_rows(records: list[dict[str, Any]], round_tag: str = "bvc_round") -> list[ContainerRow]:
+    """Rows per configuration from the runs of one comparison (tagged ``container`` and ``round_tag``)."""
+    by_key: dict[str, dict[str, dict[str, dict]]] = {}
+    for record in records:
+        tags = record["spec"].get("tags") or {}
+        if comparable(record) and SIDE_TAG in tags and round_tag in tags:
+            side = BARE if tags[SIDE_TAG] == BARE else "image"
+            by_key.setdefault(config_key(record), {}).setdefault(tags[round_tag], {})[side] = record
+    rows = []
+    for key, rounds in sorted(by_key.items()):
+        pairs = [(p[BARE], p["image"]) for _, p in sorted(rounds.items()) if BARE in p and "image" in p]
+        if not pairs:
+            continue
+        ratios = [c["result"]["samples_per_s"] / b["result"]["samples_per_s"] for b, c in pairs]
+        ratio, low, high = ratio_interval(ratios)
+        differ = stack_differences([b for b, _ in pairs], [c for _, c in pairs])
+        loads = [((r.get("env") or {}).get("host_load") or {}).get("loadavg_1m") for pair in pairs for r in pair]
+        loads = [x for x in loads if x is not None]
+        rows.append(ContainerRow(
+            key=key, pairs=len(pairs), ratio=ratio, low=low, high=high, stacks_differ=differ,
+            bare_samples_per_s=statistics.fmean(b["result"]["samples_per_s"] for b, _ in pairs),
+            container_samples_per_s=statistics.fmean(c["result"]["samples_per_s"] for _, c in pairs),
+            load_1m=round(statistics.fmean(loads), 2) if loads else None,
+            verdict=container_verdict(ratio, low, high, differ)))
+    return rows
+
+
+def container_table(rows: list[ContainerRow]) -> tuple[list[str], list[list[str]]]:
+    """The rows as (header, cells) for :func:`dlbench.report.tables.render`."""
+    header = ["configuration", "pairs", "bare samples/s", "container samples/s", "container ÷ bare [95% CI]",
+              "load (1 min)", "verdict"]
+    cells = [[r.key, str(r.pairs), f"{r.bare_samples_per_s:,.2f}", f"{r.container_samples_per_s:,.2f}",
+              f"{r.ratio:.3f}" + (f" [{r.low:.3f}, {r.high:.3f}]" if r.low is not None else ""),
+              "-" if r.load_1m is None else f"{r.load_1m:.1f}", r.verdict] for r in rows]
+    return header, cells

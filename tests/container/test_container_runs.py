@@ -1,0 +1,106 @@
+"""Benchmarks in a real container (podman): a run in the image records the image's digest and the versions seen
+inside; two ranks under torchrun; the comparison with bare metal; and the images that must be refused (none,
+one without dlbench, one with another dlbench version) with one sentence, exit 2 and nothing recorded."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+TINY = ["-p", "seq_len=4", "-p", "input_size=8", "-p", "hidden_size=8", "-b", "4", "--steps", "3", "--warmup", "1",
+        "--no-telemetry"]
+
+
+def dlbench(*argv: str, db, timeout_s: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "dlbench", *argv, "--db", str(db)], capture_output=True, text=True,
+                          timeout=timeout_s, env=dict(os.environ, DLBENCH_SITE_CONFIG="/nonexistent"))
+
+
+def stored(db) -> list[dict]:
+    if not db.exists():
+        return []
+    out = dlbench("results", "--json", db=db)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def digest_of(image: str) -> str:
+    out = subprocess.run(["podman", "image", "inspect", "--format", "{{.Digest}}", image], capture_output=True, text=True,
+                         check=True)
+    return out.stdout.strip()
+
+
+def test_a_run_in_the_image_is_recorded_here_with_the_image_and_the_versions_inside(container_image, tmp_path):
+    db = tmp_path / "runs.db"
+    out = dlbench("run", "lstm", *TINY, "--container", container_image, "--json", db=db)
+    assert out.returncode == 0, out.stderr
+    record = json.loads(out.stdout)
+    container = record["env"]["container"]
+    assert record["status"] == "ok" and record["result"]["samples_per_s"] > 0
+    assert container["runtime"] == "podman" and container["in_container"] and container["image"] == container_image
+    assert container["digest"] == digest_of(container_image)
+    assert record["env"]["torch"]["version"] == "2.13.0+cpu"  # the image's torch, not the host's
+    assert record["env"]["python"]["version"].startswith("3.11.")
+    assert record["spec"]["container"] == {"image": container_image, "runtime": "podman"}
+    assert record["spec"]["tags"]["container"] == "podman" and "host_load" in record["env"]
+    assert [r["id"] for r in stored(db)] == [record["id"]]  # stored by the host's pipeline
+
+
+def test_two_ranks_run_under_torchrun_in_the_image(container_image, tmp_path):
+    db = tmp_path / "runs.db"
+    out = dlbench("run", "lstm", *TINY, "--nproc", "2", "--threads", "1", "--container", container_image, "--json", db=db)
+    assert out.returncode == 0, out.stderr
+    record = json.loads(out.stdout)
+    assert record["status"] == "ok" and record["spec"]["world_size"] == 2 and record["spec"]["launcher"] == "torchrun"
+    assert record["env"]["container"]["digest"] == digest_of(container_image)
+    assert len(record["result"]["per_rank"]) == 2
+
+
+def test_bare_against_container_pairs_the_runs_and_says_the_stacks_differ(container_image, tmp_path):
+    db = tmp_path / "runs.db"
+    out = dlbench("bare-vs-container", container_image, "lstm", *TINY, "--threads", "1", "--repeats", "1", "--json",
+                  db=db)
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    (row,) = doc["rows"]
+    assert row["pairs"] == 1 and row["low"] is None
+    assert row["ratio"] == pytest.approx(row["container_samples_per_s"] / row["bare_samples_per_s"])
+    # the host's torch (the CUDA build here) is not the image's CPU wheel: the verdict says so first
+    assert row["verdict"].startswith("stacks differ (torch ") and "2.13.0+cpu in the image" in row["verdict"]
+    compared = dlbench("compare", "container=bare", "container=podman", "--json", db=db)
+    assert compared.returncode == 0, compared.stderr
+    assert "lstm" in compared.stdout
+
+
+def _derived(base: str, tag: str, command: str) -> str:
+    """An image made from ``base`` by one RUN ``command`` (a thin layer, seconds)."""
+    subprocess.run(["podman", "build", "-q", "-t", tag, "-f", "-", "."], input=f"FROM {base}\nRUN {command}\n",
+                   text=True, capture_output=True, check=True)
+    return tag
+
+
+@pytest.mark.parametrize("bad,message", [
+    ("missing", "is not in podman's image store; build it with 'dlbench image build --tag"),
+    ("no_dlbench", "has no usable dlbench"),
+    ("other_version", "holds dlbench 0.0.0-other, this is dlbench"),
+])
+def test_a_bad_image_is_one_sentence_exit_2_and_nothing_recorded(bad, message, container_image, tmp_path):
+    images = {
+        "missing": lambda: "localhost/dlbench-no-such-image:1",
+        "no_dlbench": lambda: "localhost/dlbench-base:bookworm",
+        "other_version": lambda: _derived(container_image, "localhost/dlbench-test:other-version",
+                                          "sed -i 's/^__version__ = .*/__version__ = \"0.0.0-other\"/' "
+                                          "/opt/dlbench/lib/python3.11/site-packages/dlbench/__init__.py"),
+    }
+    db = tmp_path / "runs.db"
+    out = dlbench("run", "lstm", *TINY, "--container", images[bad](), db=db)
+    assert out.returncode == 2 and message in out.stderr
+    errors = [line for line in out.stderr.splitlines() if not line.startswith("dlbench: warning: ")]  # a busy host warns
+    assert len(errors) == 1 and errors[0].startswith("dlbench: error: ")
+    assert "Traceback" not in out.stderr and stored(db) == []
+    if bad == "other_version":
+        subprocess.run(["podman", "rmi", "localhost/dlbench-test:other-version"], capture_output=True, check=False)

@@ -1,0 +1,58 @@
+"""The container ÷ bare-metal verdict never contradicts the figures printed beside it (property tests), and the
+rows pair runs of one round, flag differing stacks and carry the host's load."""
+
+from __future__ import annotations
+
+import re
+
+from hypothesis import given, strategies as st
+
+from dlbench.report.container import GOAL, container_rows, container_verdict, ratio_interval
+
+ratios = st.lists(st.floats(min_value=0.5, max_value=1.5, allow_nan=False), min_size=1, max_size=8)
+
+
+@given(ratios, st.booleans())
+def test_the_verdict_agrees_with_the_ratio_and_interval_it_is_printed_with(values, differ):
+    ratio, low, high = ratio_interval(values)
+    stacks = ("torch 2.14.1 on the host vs 2.13.0+cpu in the image",) if differ else ()
+    text = container_verdict(ratio, low, high, stacks)
+    assert text.startswith("stacks differ (") == differ  # a different stack is always said first
+    if low is None:
+        assert len(values) == 1 and "one pair only" in text
+        return
+    assert low <= ratio + 1e-12 and ratio <= high + 1e-12
+    if "no measurable cost" in text:
+        assert low <= 1.0 <= high
+    elif "faster in the container" in text:
+        assert low > 1.0
+    else:
+        cost = float(re.search(r"costs (-?[\d.]+)%", text).group(1))
+        assert high < 1.0 and abs(cost - round((1 - ratio) * 100, 1)) < 0.051
+        assert ("within the 3% goal" in text) == (ratio >= GOAL)
+        assert ("more than the 3% goal" in text) == (ratio < GOAL)
+
+
+def record(side, round_index, samples_per_s, torch="2.14.1", load=1.5, workload="lstm"):
+    return {"status": "ok", "spec": {"workload": workload, "batch_size": 4, "device": "cpu", "threads": 2,
+                                     "tags": {"container": side, "bvc": "s1", "bvc_round": str(round_index)}},
+            "env": {"torch": {"version": torch, "cuda": None}, "python": {"version": "3.11.2"}, "dlbench": "0.1.0",
+                    "host_load": {"loadavg_1m": load}},
+            "result": {"samples_per_s": samples_per_s, "step_time_s": {"mean": 1.0, "sem": 0.01, "n": 5}}}
+
+
+def test_rows_pair_each_round_and_flag_a_different_torch_build():
+    runs = [record("bare", 0, 100.0), record("podman", 0, 98.0, torch="2.13.0+cpu"),
+            record("podman", 1, 99.0, torch="2.13.0+cpu"), record("bare", 1, 100.0, load=2.5),
+            record("podman", 2, 50.0)]  # round 2 has no bare run: no pair
+    (row,) = container_rows(runs)
+    assert row.pairs == 2 and abs(row.ratio - 0.985) < 1e-9 and row.load_1m == 1.75
+    assert row.stacks_differ == ("torch 2.14.1 on the host vs 2.13.0+cpu in the image",)
+    assert row.verdict.startswith("stacks differ (torch 2.14.1 on the host vs 2.13.0+cpu in the image)")
+
+
+def test_same_stacks_and_a_small_cost_are_within_the_goal():
+    runs = [record("bare", i, 100.0 + i) for i in range(3)] + [record("podman", i, 98.5 + i) for i in range(3)]
+    (row,) = container_rows(runs)
+    assert row.stacks_differ == () and row.low < row.ratio < row.high < 1.0
+    assert row.verdict == f"costs {1 - row.ratio:.1%}, within the 3% goal"
