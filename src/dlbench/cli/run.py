@@ -162,8 +162,11 @@ def execute(specs, db: str | None, no_store: bool, as_json: bool, single: bool, 
     ``--json`` prints one object for ``run WORKLOAD`` and a list for a config file or a suite (a file
     may hold several runs), whatever the file holds.
     """
-    from dlbench.api.resolve import joined_launch  # imports torch: only when running
-    from dlbench.api.runs import run_specs
+    from dlbench.api.checks import check_runs, joined_launch
+
+    if launch is None or not launch.batch(config):
+        check_runs(specs)  # a typo is refused before torch's import (seconds on a busy host)
+    from dlbench.api.runs import run_specs  # imports torch: only when running
 
     if launch is not None and launch.batch(config):
         from dlbench.cli.batch import resolve_runs, submit_runs

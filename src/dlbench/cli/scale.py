@@ -78,9 +78,7 @@ def scale(
     job per node count, collects them and reports the same figures per node count. With --busbw,
     --comm-run or --measure-comm each point also shows the efficiency the network alone allows.
     """
-    from dlbench.api.resolve import default_threads  # these import torch: only when running
-    from dlbench.api.runs import parse_counts, run_scale
-    from dlbench.api.scale_link import NetworkOptions, measure_here
+    from dlbench.api.checks import check_runs, parse_counts
     from dlbench.spec import make_spec, parse_key_values
 
     counts = parse_counts(nproc)
@@ -92,6 +90,12 @@ def scale(
     } | {key: value for key, value in (("parallel", parallel), ("tp", tp), ("pp", pp), ("ac", ac), ("pp_schedule", pp_schedule),
                                         ("microbatches", microbatches), ("reshard_after_forward", reshard_after_forward))
          if value is not None})
+    if not launch.batch():  # a typo is refused before torch's import (seconds on a busy host)
+        check_runs([base.model_copy(update={"nproc": n}) for n in counts])
+    from dlbench.api.resolve import default_threads  # these import torch: only when running
+    from dlbench.api.runs import run_scale
+    from dlbench.api.scale_link import NetworkOptions, measure_here
+
     series = new_id()
     network = NetworkOptions(busbw, comm_run, measure_comm, overlap)
     if launch.batch():
@@ -151,7 +155,7 @@ def _scale_batch(base, launch: LaunchOptions, nodes: str | None, nprocs: list[in
                  network):
     """The series through a scheduler: (link, records), or (None, None) after --dry-run / --no-wait."""
     from dlbench.api.batch import scale_runs
-    from dlbench.api.runs import parse_counts
+    from dlbench.api.checks import parse_counts
     from dlbench.api.scale_link import measure_batch
     from dlbench.cli.batch import submit_runs
 
