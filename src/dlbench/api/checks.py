@@ -41,7 +41,8 @@ def device_type(requested: str, gpu_present: bool | None = None) -> str | None:
     if requested == "cpu" or (requested == "auto" and not present):
         return "cpu"
     if requested == "cuda" and not present:
-        raise UsageError("--device cuda was asked but this host has no GPU driver (no /dev/nvidia* device); "
+        raise UsageError("--device cuda was asked but no CUDA device is available (this host has no GPU driver: no "
+                         "/dev/nvidia* device); "
                          "use --device cpu or --device auto.")
     return "cuda" if requested == "cuda" else None
 
