@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from pathlib import Path
 
 import torch
@@ -21,6 +22,7 @@ from dlbench.engine.dist import (
     default_backend,
 )
 from dlbench.engine.run import ResolvedRun, frozen
+from dlbench.env import host_load, usable_cores
 from dlbench.errors import UsageError
 from dlbench.record import new_id
 from dlbench.spec import CommSpec, IoReadSpec, LaunchSettings, RunSpec, StageSpec
@@ -28,6 +30,37 @@ from dlbench.storage.manifest import Manifest, load_data_set, read_manifest
 from dlbench.storage.stage import check_destination, source_files
 
 log = logging.getLogger("dlbench")
+
+
+def threads_for(idle_cores: float, cores: int, processes: int) -> int:
+    """Threads per process for ``--threads auto``: the idle cores shared among ``processes`` (a core three
+    quarters idle counts), at least 1 and at most an even share of ``cores``. OpenMP threads that find their
+    core taken spin against the other work: 30-80x slower than one thread was measured on a loaded 2-core host."""
+    return max(1, min(cores // processes, int((idle_cores + 0.25) / processes)))
+
+
+#: processes → (monotonic time, threads, why) of the last pick: a suite's runs, resolved together, share one
+#: sample of the host (and one line saying so).
+_auto_picks: dict[int, tuple[float, int, str]] = {}
+AUTO_PICK_REUSE_S = 10.0
+
+
+def auto_threads(processes: int = 1, sample_s: float = 0.25) -> tuple[int, str]:
+    """(threads per process, why) for ``--threads auto`` (the default): the cores idle when the run starts,
+    measured over ``sample_s``; said in one line on stderr."""
+    now_s = time.monotonic()
+    picked = _auto_picks.get(processes)
+    if picked is not None and now_s - picked[0] < AUTO_PICK_REUSE_S:
+        return picked[1], picked[2]
+    cores = usable_cores()
+    busy_percent = host_load(sample_s)["cpu_busy_percent"]
+    idle = cores * (1.0 - busy_percent / 100.0)
+    threads = threads_for(idle, cores, processes)
+    why = (f"--threads auto: {threads} thread(s) per process; {idle:.1f} of {cores} core(s) idle as the run starts "
+           f"(host {busy_percent:.0f}% busy){'' if processes == 1 else f', shared by {processes} processes'}")
+    _auto_picks[processes] = (now_s, threads, why)
+    log.warning("dlbench: %s; give --threads N for a fixed count.", why)
+    return threads, why
 
 
 def default_threads(nproc: int, cpu_count: int | None = None) -> int:
@@ -63,10 +96,15 @@ def resolve_train(spec: RunSpec, joined: LaunchEnv | None = None) -> ResolvedRun
     launched = joined is None and (spec.distributed or bool(spec.torchrun))
     if launched:
         check_endpoint(spec.rdzv_endpoint, spec.node_rank)
-    threads = spec.threads or (default_threads(spec.nproc) if launched else torch.get_num_threads())
+    threads, threads_auto = spec.threads, None
+    if not threads and joined is not None:
+        threads = torch.get_num_threads()  # the outside launcher's OMP_NUM_THREADS
+    elif not threads:
+        threads, threads_auto = auto_threads(spec.nproc if launched else 1)
+        spec = spec.model_copy(update={"threads": threads})  # the pick is what the run (and each rank) applies
     record_spec = spec.model_dump() | {
         "params": workload.params, "batch_size": batch_size, "global_batch_size": batch_size * data_ranks,
-        "device": device.type, "device_name": device_name(device), "threads": threads,
+        "device": device.type, "device_name": device_name(device), "threads": threads, "threads_auto": threads_auto,
         "learning_rate": spec.resolved_learning_rate, "world_size": world, "backend": backend,
         "launcher": "torchrun" if launched else (joined.launcher if joined else "local"),
         "joined": joined is not None, "layout": layout.describe() if layout else None,

@@ -12,7 +12,7 @@ from typing import Any, ContextManager
 
 from dlbench.api.checks import joined_launch
 from dlbench.api.pipeline import execute
-from dlbench.api.resolve import default_threads, resolve_comm, resolve_train
+from dlbench.api.resolve import auto_threads, resolve_comm, resolve_train
 from dlbench.engine.loop import OnStep
 from dlbench.engine.run import ResolvedRun
 from dlbench.env import capture_env, host_load
@@ -78,10 +78,10 @@ def run_specs(specs: list[RunSpec], store=None, env: dict | None = None, around:
 
 def series_specs(base: RunSpec, counts: list[int], series: str | None = None) -> tuple[str, list[RunSpec]]:
     """One spec per count, tagged with a new series id, with the same threads per process throughout:
-    the cores shared among the largest count unless ``base.threads`` says otherwise (a series that gives
+    the idle cores shared among the largest count (``--threads auto``) unless ``base.threads`` says otherwise (a series that gives
     one process all cores and then each of two processes half of them measures threads, not scaling)."""
     series = series or new_id()
-    threads = base.threads or default_threads(max(counts))
+    threads = base.threads or auto_threads(max(counts))[0]
     tags = base.tags | {"scale_series": series}
     return series, [base.model_copy(update={"nproc": n, "threads": threads, "tags": tags | {"scale_nproc": str(n)}})
                     for n in counts]
