@@ -534,3 +534,13 @@ def prime_host_load() -> None:
 def _own_cpu_s() -> float:
     times = os.times()
     return times.user + times.system
+
+
+def usable_cores() -> int:
+    """Physical cores this process may run on: its CPU affinity, hyperthread siblings counted once."""
+    import psutil
+
+    logical = psutil.cpu_count() or 1
+    physical = psutil.cpu_count(logical=False) or logical
+    allowed = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else logical
+    return max(1, min(physical, allowed * physical // logical))

@@ -111,7 +111,7 @@ class RunSpec(BaseModel):
         default=None, gt=0, description="None: 0.01 for SGD, 0.001 for Adam."
     )
     threads: int | None = Field(
-        default=None, gt=0, le=MAX_THREADS, description="torch intra-op threads; None: torch's default."
+        default=None, gt=0, le=MAX_THREADS, description="torch intra-op threads; None (or 'auto'): the cores idle when the run starts."
     )
     seed: int = Field(default=0, ge=0, le=MAX_SEED, description="Seeds model initialisation and synthetic data.")
     data: str = Field(
@@ -178,6 +178,15 @@ class RunSpec(BaseModel):
         for key, v in value.items():
             if not isinstance(v, (int, float, str, bool)):
                 raise ValueError(f"parameter {key!r} must be a number, string or boolean")
+        return value
+
+    @field_validator("threads", mode="before")
+    @classmethod
+    def _auto_threads(cls, value: Any) -> Any:
+        if value == "auto":  # 'auto' on the command line or in a config file: the default
+            return None
+        if isinstance(value, str) and not value.strip().isdigit():
+            raise ValueError("must be a number of threads (1 or more) or auto")
         return value
 
     @field_validator("tags", mode="before")

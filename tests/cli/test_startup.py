@@ -102,3 +102,34 @@ def test_dlbench_alone_prints_the_help_and_exits_2():
     out = subprocess.run([sys.executable, "-m", "dlbench"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and out.stdout == ""
     assert "Usage: dlbench [OPTIONS] COMMAND [ARGS]..." in out.stderr and "│ hpo " in out.stderr
+
+
+@pytest.mark.parametrize("args, said", [
+    (["run", "lstmm"], "unknown workload 'lstmm'"),
+    (["run", "lstm", "--param", "hidden=8"], "has no parameter 'hidden'"),
+    (["run", "lstm", "--parallel", "tp", "--tp", "2"], "--tp 2"),
+    (["run", "lstm", "--data", "files:/nonexistent/dlbench-data"], "does not exist"),
+    (["scale", "lstmm", "--nproc", "1,2"], "unknown workload 'lstmm'"),
+])
+def test_a_mistake_is_refused_before_torch_is_imported(args, said, tmp_path):
+    """Workload names, parameters, layouts and data sets are checked before torch's import (2-10 s on a
+    busy host): the refusal is exit 2 with its sentence, and torch never loaded."""
+    out = subprocess.run([sys.executable, "-X", "importtime", "-m", "dlbench", *args, "--db", str(tmp_path / "r.db")],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert said in out.stderr and "Traceback" not in out.stderr
+    modules = {line.split("|")[-1].strip() for line in out.stderr.splitlines() if line.startswith("import time:")}
+    assert "dlbench.catalog.registry" in modules  # the probe sees the check's own imports
+    assert "torch" not in modules, f"dlbench {' '.join(args)} imported torch before refusing"
+
+
+def test_cuda_on_a_host_without_a_gpu_driver_is_refused_before_torch(tmp_path):
+    from dlbench.api.checks import gpu_driver_present
+
+    if gpu_driver_present():
+        pytest.skip("this host has a GPU driver: torch decides whether --device cuda works")
+    out = subprocess.run([sys.executable, "-X", "importtime", "-m", "dlbench", "run", "lstm", "--device", "cuda",
+                          "--db", str(tmp_path / "r.db")], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "--device cuda was asked" in out.stderr
+    assert not any(line.split("|")[-1].strip() == "torch" for line in out.stderr.splitlines()
+                   if line.startswith("import time:"))

@@ -5,7 +5,7 @@
 
 RUNS.json is a list of argument lists (``["llm", "--parallel", "fsdp", …, "--json"]``). Every rank calls
 ``dlbench run ARGS`` for each in the same order, as a user's script under torchrun would (the run joins
-the outside launcher's job: ``dlbench.api.resolve.joined_launch``), so each run forms and leaves its own
+the outside launcher's job: ``dlbench.api.checks.joined_launch``), so each run forms and leaves its own
 process group and records itself (rank 0); rank R writes ``[{"code": EXIT, "stdout": TEXT}, …]`` to
 ``OUT_DIR/rank<R>.json``.
 

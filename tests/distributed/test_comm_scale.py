@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from dlbench.api.runs import parse_counts
+from dlbench.api.checks import parse_counts
 from dlbench.cli.app import main
 from dlbench.cli.scale import parse_size
 from dlbench.errors import UsageError

@@ -10,8 +10,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from dlbench.api.checks import joined_launch
 from dlbench.api.pipeline import execute
-from dlbench.api.resolve import joined_launch, resolve_io, resolve_stage
+from dlbench.api.resolve import resolve_io, resolve_stage
 from dlbench.api.runs import run_env
 from dlbench.catalog import registry
 from dlbench.engine.run import ResolvedRun

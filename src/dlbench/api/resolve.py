@@ -6,26 +6,25 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping
+import time
 from pathlib import Path
 
 import torch
 from pydantic import ValidationError
 
+from dlbench.api.checks import check_train, layout_and_batch
 from dlbench.catalog import registry
 from dlbench.config import writable_dir
-from dlbench.engine.aggregate import per_rank_batch
 from dlbench.engine.devices import cpu_precision_note, device_name, resolve_device
 from dlbench.engine.dist import (
     LaunchEnv,
     check_backend,
     check_endpoint,
     default_backend,
-    detect_launch_env,
 )
 from dlbench.engine.run import ResolvedRun, frozen
+from dlbench.env import host_load, usable_cores
 from dlbench.errors import UsageError
-from dlbench.layout import Layout, layout_of
 from dlbench.record import new_id
 from dlbench.spec import (
     LOCAL_IN_CONTAINER,
@@ -43,10 +42,35 @@ from dlbench.storage.stage import check_destination, source_files
 log = logging.getLogger("dlbench")
 
 
-def joined_launch(environ: Mapping[str, str] | None = None) -> LaunchEnv | None:
-    """The outside launcher's job this process is one rank of (torchrun, srun, a PyTorchJob), if any."""
-    launch = detect_launch_env(os.environ if environ is None else environ)
-    return launch if launch is not None and launch.world_size > 1 else None
+def threads_for(idle_cores: float, cores: int, processes: int) -> int:
+    """Threads per process for ``--threads auto``: the idle cores shared among ``processes`` (a core three
+    quarters idle counts), at least 1 and at most an even share of ``cores``. OpenMP threads that find their
+    core taken spin against the other work: 30-80x slower than one thread was measured on a loaded 2-core host."""
+    return max(1, min(cores // processes, int((idle_cores + 0.25) / processes)))
+
+
+#: processes → (monotonic time, threads, why) of the last pick: a suite's runs, resolved together, share one
+#: sample of the host (and one line saying so).
+_auto_picks: dict[int, tuple[float, int, str]] = {}
+AUTO_PICK_REUSE_S = 10.0
+
+
+def auto_threads(processes: int = 1, sample_s: float = 0.25) -> tuple[int, str]:
+    """(threads per process, why) for ``--threads auto`` (the default): the cores idle when the run starts,
+    measured over ``sample_s``; said in one line on stderr."""
+    now_s = time.monotonic()
+    picked = _auto_picks.get(processes)
+    if picked is not None and now_s - picked[0] < AUTO_PICK_REUSE_S:
+        return picked[1], picked[2]
+    cores = usable_cores()
+    busy_percent = host_load(sample_s)["cpu_busy_percent"]
+    idle = cores * (1.0 - busy_percent / 100.0)
+    threads = threads_for(idle, cores, processes)
+    why = (f"--threads auto: {threads} thread(s) per process; {idle:.1f} of {cores} core(s) idle as the run starts "
+           f"(host {busy_percent:.0f}% busy){'' if processes == 1 else f', shared by {processes} processes'}")
+    _auto_picks[processes] = (now_s, threads, why)
+    log.warning("dlbench: %s; give --threads N for a fixed count.", why)
+    return threads, why
 
 
 def default_threads(nproc: int, cpu_count: int | None = None) -> int:
@@ -64,9 +88,7 @@ def resolve_train(spec: RunSpec, joined: LaunchEnv | None = None) -> ResolvedRun
         writable_dir(spec.profile, "--profile")
     if spec.torchrun is False and spec.container is not None and joined is None:
         raise UsageError(LOCAL_IN_CONTAINER)
-    if spec.torchrun is False and spec.distributed and joined is None:
-        raise UsageError(f"--launcher local runs one process here, not --nproc {spec.nproc} × --nnodes {spec.nnodes}; "
-                         "use --launcher torchrun, or drop --nproc/--nnodes.")
+    check_train(spec, joined)  # what can be checked without torch, first
     workload = registry.create(spec.workload, spec.params)
     if spec.files_dir:
         check_files_fit(spec, workload)
@@ -87,10 +109,15 @@ def resolve_train(spec: RunSpec, joined: LaunchEnv | None = None) -> ResolvedRun
     launched = joined is None and (spec.distributed or bool(spec.torchrun) or spec.container is not None)
     if launched:
         check_endpoint(spec.rdzv_endpoint, spec.node_rank)
-    threads = spec.threads or (default_threads(spec.nproc) if launched else torch.get_num_threads())
+    threads, threads_auto = spec.threads, None
+    if not threads and joined is not None:
+        threads = torch.get_num_threads()  # the outside launcher's OMP_NUM_THREADS
+    elif not threads:
+        threads, threads_auto = auto_threads(spec.nproc if launched else 1)
+        spec = spec.model_copy(update={"threads": threads})  # the pick is what the run (and each rank) applies
     record_spec = spec.model_dump() | {
         "params": workload.params, "batch_size": batch_size, "global_batch_size": batch_size * data_ranks,
-        "device": device.type, "device_name": device_name(device), "threads": threads,
+        "device": device.type, "device_name": device_name(device), "threads": threads, "threads_auto": threads_auto,
         "learning_rate": spec.resolved_learning_rate, "world_size": world, "backend": backend,
         "launcher": "torchrun" if launched else (joined.launcher if joined else "local"),
         "joined": joined is not None, "layout": layout.describe() if layout else None,
@@ -290,46 +317,6 @@ def resolve_batch(spec: RunSpec | CommSpec, settings: LaunchSettings, launcher: 
         device_type=device_type, world_size=world, nproc=nproc, nnodes=settings.nodes, threads=spec.threads or 1,
         timeout_s=spec.timeout_s, launcher=launcher, tags=frozen(spec.tags), settings=settings,
     )
-
-
-def layout_and_batch(spec: RunSpec, workload, world: int, device_type: str) -> tuple[Layout | None, int, int]:
-    """(layout, batch per rank, data-parallel ranks): the ranks of a tensor or pipeline group share their
-    rows, so strong scaling splits the global batch over the data-parallel ranks only."""
-    layout = check_layout(spec, workload, world, device_type)
-    data_ranks = layout.dp if layout else world
-    batch_size = per_rank_batch(spec.batch_size or workload.default_batch_size, data_ranks, spec.scaling)
-    if layout is not None:
-        layout_of(spec, world, batch_size)  # the batch must split into the pipeline's micro-batches
-    return layout, batch_size, data_ranks
-
-
-def check_layout(spec: RunSpec, workload, world: int, device_type: str) -> Layout | None:
-    """The ``--parallel`` layout of a run, checked against the world size, the workload's sizes and the
-    other options before anything starts; None without ``--parallel`` or ``--ac``."""
-    if spec.parallel is None:
-        given = [flag for flag, value in (("--tp", spec.tp), ("--pp", spec.pp), ("--microbatches", spec.microbatches))
-                 if value is not None]
-        if given:
-            raise UsageError(f"{given[0]} needs --parallel (ddp, fsdp, tp, pp or fsdp+tp), e.g. --parallel fsdp+tp --tp 2.")
-    layout = layout_of(spec, world)
-    if layout is None:
-        return None
-    if spec.mode != "train":
-        raise UsageError(f"--parallel {layout.parallel} and --ac {spec.ac} are for training; drop them for --mode inference.")
-    workload.check_layout(layout)
-    if spec.files_dir:
-        raise UsageError(f"--parallel {layout.parallel} reads synthetic data or the workload's own (--data synthetic or "
-                         "loader; the llm workload's corpus: --param data_file=PATH), not --data files:PATH.")
-    if spec.precision == "fp16" and layout.parallel != "ddp":
-        raise UsageError(f"--precision fp16 needs a gradient scaler for sharded gradients, which --parallel {layout.parallel} "
-                         "does not set up; use --precision bf16.")
-    if spec.compile and layout.pp > 1:
-        raise UsageError("--compile with pipeline parallelism is not supported (the stages run under a schedule); "
-                         "drop --compile or use --parallel fsdp, tp or fsdp+tp.")
-    if spec.compile and device_type != "cuda" and layout.parallel != "ddp":
-        raise UsageError(f"--compile with --parallel {layout.parallel} is allowed on CUDA only (compiled FSDP2/DTensor "
-                         "blocks are not validated on the CPU with gloo); drop --compile or run on GPUs.")
-    return layout
 
 
 def resolve_io_batch(spec: IoReadSpec, settings: LaunchSettings, launcher: str, stored_step_s: float | None = None) -> ResolvedRun:

@@ -10,15 +10,14 @@ import os
 from collections.abc import Callable
 from typing import Any, ContextManager
 
+from dlbench.api.checks import joined_launch
 from dlbench.api.pipeline import execute
-from dlbench.api.resolve import default_threads, joined_launch, resolve_comm, resolve_train
+from dlbench.api.resolve import auto_threads, resolve_comm, resolve_train
 from dlbench.engine.loop import OnStep
 from dlbench.engine.run import ResolvedRun
 from dlbench.env import capture_env, host_load
-from dlbench.errors import UsageError
 from dlbench.record import new_id
-from dlbench.safety import shown
-from dlbench.spec import MAX_NODES, MAX_RANKS_PER_NODE, CommSpec, RunSpec
+from dlbench.spec import CommSpec, RunSpec
 
 log = logging.getLogger("dlbench")
 
@@ -77,24 +76,12 @@ def run_specs(specs: list[RunSpec], store=None, env: dict | None = None, around:
     return records
 
 
-def parse_counts(text: str, flag: str = "--nproc") -> list[int]:
-    """``"1,2,4"`` → ``[1, 2, 4]``: distinct positive counts in increasing order."""
-    what, most = ("node", MAX_NODES) if flag == "--nodes" else ("process", MAX_RANKS_PER_NODE)
-    try:
-        counts = sorted({int(part) for part in text.split(",")})  # an empty part (1,,2) is a typo, not skipped
-    except ValueError:
-        raise UsageError(f"{flag} {shown(text)} must be a comma-separated list of {what} counts, e.g. 1,2,4.") from None
-    if counts[0] < 1 or counts[-1] > most:
-        raise UsageError(f"{flag} {shown(text)} must list {what} counts from 1 to {most:,}, e.g. 1,2,4.")
-    return counts
-
-
 def series_specs(base: RunSpec, counts: list[int], series: str | None = None) -> tuple[str, list[RunSpec]]:
     """One spec per count, tagged with a new series id, with the same threads per process throughout:
-    the cores shared among the largest count unless ``base.threads`` says otherwise (a series that gives
+    the idle cores shared among the largest count (``--threads auto``) unless ``base.threads`` says otherwise (a series that gives
     one process all cores and then each of two processes half of them measures threads, not scaling)."""
     series = series or new_id()
-    threads = base.threads or default_threads(max(counts))
+    threads = base.threads or auto_threads(max(counts))[0]
     tags = base.tags | {"scale_series": series}
     return series, [base.model_copy(update={"nproc": n, "threads": threads, "tags": tags | {"scale_nproc": str(n)}})
                     for n in counts]

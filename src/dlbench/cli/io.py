@@ -170,8 +170,8 @@ _FLAGS = {"timeout_s": "--timeout", "path": "PATH", "source": "SOURCE", "destina
 
 
 def _run(spec, db: str | None, no_store: bool) -> dict | None:
+    from dlbench.api.checks import joined_launch
     from dlbench.api.io import resolve_read
-    from dlbench.api.resolve import joined_launch
 
     joined = joined_launch()
     follower = joined is not None and joined.rank != 0

@@ -78,8 +78,8 @@ def run(
     --launcher torchrun --nproc-per-node N starts N ranks on this node; --launcher slurm|k8s submits
     each run as one job (a job array on Slurm) and files its result log here when it ends.
     """
+    from dlbench.api.checks import joined_launch
     from dlbench.api.mlperf import run_task  # imports torch: only when running
-    from dlbench.api.resolve import joined_launch
     from dlbench.mlperf.runner import RunOptions
     from dlbench.spec import parse_key_values
 

@@ -63,7 +63,7 @@ def run(
     compile: bool = typer.Option(None, "--compile/--no-compile", help="torch.compile the model.", show_default=False),
     optimizer: str = typer.Option(None, "--optimizer", help="sgd | adam \\[default: sgd]."),
     learning_rate: float = typer.Option(None, "--lr", help="Learning rate (default: 0.01 SGD, 0.001 Adam)."),
-    threads: int = typer.Option(None, "--threads", help="torch intra-op threads (default: torch's)."),
+    threads: str = typer.Option(None, "--threads", help="torch intra-op threads: N, or auto (the default: the cores idle as the run starts, at least 1; recorded as spec.threads_auto)."),
     seed: int = typer.Option(None, "--seed", help="Seed for weights and synthetic data \\[default: 0]."),
     data: str = typer.Option(None, "--data", help="synthetic (on-device, pure compute) | loader (DataLoader + H2D copies) \\[default: synthetic]."),
     workers: int = typer.Option(None, "--workers", help="DataLoader workers with --data loader \\[default: 2]."),
@@ -132,7 +132,7 @@ def suite(
     name: str = typer.Argument(None, help="Built-in suite: quick (small sizes, a few minutes on an idle 2-core CPU), standard (catalogue defaults, for GPUs), llm (the tiny language model under every --parallel layout on 2 CPU ranks) or llm-gpu (the 1B model on one GPU). Default: quick on CPU, standard on CUDA.", show_default=False),
     device: str = typer.Option(None, "--device", help="auto | cpu | cuda \\[default: auto]."),
     precision: str = typer.Option(None, "--precision", help="fp32 | bf16 | fp16."),
-    threads: int = typer.Option(None, "--threads", help="torch intra-op threads for every run (default: torch's; on a busy host 1 is often many times faster)."),
+    threads: str = typer.Option(None, "--threads", help="torch intra-op threads for every run: N, or auto (the default: the cores idle as the suite starts, at least 1)."),
     tag: list[str] = typer.Option(None, "--tag", "-t", help="Label KEY=VALUE stored with every run (repeatable)."),
     db: str = DB_OPTION,
     no_store: bool = typer.Option(False, "--no-store", help="Do not save the records."),
@@ -162,8 +162,11 @@ def execute(specs, db: str | None, no_store: bool, as_json: bool, single: bool, 
     ``--json`` prints one object for ``run WORKLOAD`` and a list for a config file or a suite (a file
     may hold several runs), whatever the file holds.
     """
-    from dlbench.api.resolve import joined_launch  # imports torch: only when running
-    from dlbench.api.runs import run_specs
+    from dlbench.api.checks import check_runs, joined_launch
+
+    if launch is None or not launch.batch(config):
+        check_runs(specs)  # a typo is refused before torch's import (seconds on a busy host)
+    from dlbench.api.runs import run_specs  # imports torch: only when running
 
     if launch is not None and launch.batch(config):
         from dlbench.cli.batch import resolve_runs, submit_runs

@@ -49,7 +49,7 @@ def scale(
     device: str = typer.Option("auto", "--device", help="auto | cpu | cuda."),
     precision: str = typer.Option("fp32", "--precision", help="fp32 | bf16 | fp16."),
     backend: str = typer.Option(None, "--backend", help="gloo | nccl | mpi \\[default: nccl on CUDA, gloo on CPU]."),
-    threads: int = typer.Option(None, "--threads", help="Threads per process, the same at every count (default: cores / the largest count)."),
+    threads: str = typer.Option(None, "--threads", help="Threads per process, the same at every count: N, or auto (the default: the idle cores / the largest count)."),
     data: str = typer.Option("synthetic", "--data", help="synthetic | loader."),
     timeout: float = typer.Option(300.0, "--timeout", help="Seconds a rank may wait for the others."),
     tag: list[str] = typer.Option(None, "--tag", "-t", help="Label KEY=VALUE for every run (repeatable)."),
@@ -78,9 +78,7 @@ def scale(
     job per node count, collects them and reports the same figures per node count. With --busbw,
     --comm-run or --measure-comm each point also shows the efficiency the network alone allows.
     """
-    from dlbench.api.resolve import default_threads  # these import torch: only when running
-    from dlbench.api.runs import parse_counts, run_scale
-    from dlbench.api.scale_link import NetworkOptions, measure_here
+    from dlbench.api.checks import check_runs, parse_counts
     from dlbench.spec import make_spec, parse_key_values
 
     counts = parse_counts(nproc)
@@ -92,6 +90,12 @@ def scale(
     } | {key: value for key, value in (("parallel", parallel), ("tp", tp), ("pp", pp), ("ac", ac), ("pp_schedule", pp_schedule),
                                         ("microbatches", microbatches), ("reshard_after_forward", reshard_after_forward))
          if value is not None})
+    if not launch.batch():  # a typo is refused before torch's import (seconds on a busy host)
+        check_runs([base.model_copy(update={"nproc": n}) for n in counts])
+    from dlbench.api.resolve import auto_threads  # these import torch: only when running
+    from dlbench.api.runs import run_scale
+    from dlbench.api.scale_link import NetworkOptions, measure_here
+
     series = new_id()
     network = NetworkOptions(busbw, comm_run, measure_comm, overlap)
     if launch.batch():
@@ -105,7 +109,7 @@ def scale(
         store = open_store(db)
         try:
             link = network.link(base, store, between_nodes=False, measure=lambda: measure_here(
-                base.model_copy(update={"threads": base.threads or default_threads(max(counts))}), max(counts), series,
+                base.model_copy(update={"threads": base.threads or auto_threads(max(counts))[0]}), max(counts), series,
                 store, overlap))
             if link:
                 base = base.model_copy(update={"tags": base.tags | link.tags()})
@@ -151,7 +155,7 @@ def _scale_batch(base, launch: LaunchOptions, nodes: str | None, nprocs: list[in
                  network):
     """The series through a scheduler: (link, records), or (None, None) after --dry-run / --no-wait."""
     from dlbench.api.batch import scale_runs
-    from dlbench.api.runs import parse_counts
+    from dlbench.api.checks import parse_counts
     from dlbench.api.scale_link import measure_batch
     from dlbench.cli.batch import submit_runs
 

@@ -17,10 +17,12 @@ import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-import torch
-import torch.distributed as dist
-
+from dlbench.catalog._lazy import lazy_import
 from dlbench.errors import UsageError
+
+# imported on first use: reading the launcher's environment (detect_launch_env) needs no torch
+torch = lazy_import("torch")
+dist = lazy_import("torch.distributed")
 
 
 @dataclass(frozen=True)

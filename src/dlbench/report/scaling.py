@@ -64,9 +64,31 @@ def network_note(rows: list[dict[str, Any]], link: Link) -> str:
     top = max(both, key=lambda r: r["nproc"])
     measured, allowed = top["efficiency"], top["predicted_efficiency"]
     at = f"at {top['nodes']} node(s), {top['nproc']} processes" if top.get("nodes") else f"at {top['nproc']} processes"
-    gap = allowed - measured
-    verdict = ("the network explains the loss" if gap <= 0.05 else
-               f"{gap:.0%} of efficiency is lost elsewhere than the link (compute, stragglers, the host)")
-    return (f"network: {at}: measured {measured:.0%}, the link alone allows {allowed:.0%} "
+    return (f"network: {at}: measured {_percent(measured)}, the link alone allows {_percent(allowed)} "
             f"({top['gradient_bytes'] / 1e6:,.3g} MB of gradients per step, all-reduce {top['comm_s'] * 1e3:,.1f} ms; "
-            f"{where}) — {verdict}.")
+            f"{where}) — {network_verdict(measured, allowed)}.")
+
+
+#: Percentage points within which a measured efficiency and the link's prediction count as agreeing.
+AGREE_POINTS = 5
+
+
+def _percent(share: float) -> str:
+    return f"{round(share * 100)}%"
+
+
+def network_verdict(measured: float, allowed: float) -> str:
+    """What the measured efficiency beside the link's prediction says, judged on the percentages printed
+    beside it (so the sentence cannot contradict them): near-perfect scaling has no loss to explain; a run
+    near the prediction lost what the link costs; one well below it lost the rest elsewhere; one well above
+    it beat the prediction, whose inputs (bus bandwidth, overlap) are then too pessimistic."""
+    measured_pct, allowed_pct = round(measured * 100), round(allowed * 100)
+    gap = allowed_pct - measured_pct
+    if gap > AGREE_POINTS:
+        return f"{gap} percentage points of efficiency are lost elsewhere than the link (compute, stragglers, the host)"
+    if gap < -AGREE_POINTS:
+        return ("the run scaled better than the link alone allows: the link is faster than the bus bandwidth given, "
+                "or more of the all-reduce hides behind compute than --overlap says")
+    if measured_pct >= 100 - AGREE_POINTS:
+        return "scaling is near-perfect: there is no loss to explain"
+    return "the network explains the loss"
