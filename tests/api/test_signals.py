@@ -86,6 +86,7 @@ def test_a_signal_to_a_single_process_run_records_it_aborted_with_its_steps(tmp_
     assert result["partial"] is True and result["steps"] > 0
     assert len(result["step_times_s"]) == result["steps"] and result["samples_per_s"] > 0
     assert ("interrupted" if signum == signal.SIGINT else f"stopped by {name}") in err
+    assert f"run {record['id']}, in progress, was recorded as aborted" in err  # the message names the run
     assert record["telemetry"] is not None  # the sampler's summary is kept too
 
 

@@ -86,11 +86,13 @@ def test_check_a_real_v06_folder(capsys):
 def test_run_stores_records_and_exits_1_when_the_target_is_missed(capsys, tmp_path):
     db = tmp_path / "runs.db"
     code, records, err = run_json(capsys, "mlperf", "run", "gnmt", "--max-epochs", "1", "--runs", "1", "--out",
-                                  str(tmp_path / "out"), "--system", "ci", "--threads", "1", "--db", str(db))
+                                  str(tmp_path / "results"), "--system", "ci", "--threads", "1", "--db", str(db))
     assert code == 1
     assert [r["status"] for r in records] == ["aborted"]
     assert "1 of 1 run(s) did not reach the target" in err and "run 0 epoch 1: quality" in err
-    assert (tmp_path / "out" / "results" / "ci" / "gnmt" / "result_0.txt").exists()
+    # --out results/ names the results folder itself: results/ci/..., not results/results/ci/...
+    assert (tmp_path / "results" / "ci" / "gnmt" / "result_0.txt").exists()
+    assert not (tmp_path / "results" / "results").exists() and (tmp_path / "systems" / "ci.json").exists()
     code, rows, _ = run_json(capsys, "results", "--db", str(db))
     assert [(r["workload"], r["status"], r["mode"]) for r in rows] == [("mlperf/gnmt", "aborted", "time_to_train")]
 

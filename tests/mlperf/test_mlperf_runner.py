@@ -152,3 +152,11 @@ def test_two_process_gloo_run_logs_from_rank_zero_only(tmp_path):
     log = parse_file(tmp_path / files[0])
     assert log.first("global_batch_size").value == 128  # 64 per rank x 2
     assert len(log.all("run_start")) == 1 and len(log.all("eval_accuracy")) == reports[0]["epochs"]
+
+
+def test_out_naming_the_results_folder_is_not_nested(tmp_path):
+    """``mlperf run --out results/`` puts the logs in results/<system>/..., never results/results/..."""
+    from dlbench.mlperf.folder import result_path, submission_root
+
+    assert result_path(submission_root(tmp_path / "results"), "s", "gnmt", 0) == tmp_path / "results" / "s" / "gnmt" / "result_0.txt"
+    assert submission_root(tmp_path / "out") == tmp_path / "out"

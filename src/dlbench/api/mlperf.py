@@ -10,13 +10,13 @@ from typing import Any
 
 import torch
 
+from dlbench.api.checks import joined_launch
 from dlbench.api.pipeline import execute
 from dlbench.api.resolve import (
     BATCH_TELEMETRY_SAMPLED,
     batch_container,
     batch_processes,
     default_threads,
-    joined_launch,
 )
 from dlbench.api.runs import run_env
 from dlbench.engine.devices import device_name, resolve_device
@@ -33,6 +33,7 @@ from dlbench.mlperf.folder import (
     reserve_result,
     result_path,
     safe_name,
+    submission_root,
 )
 from dlbench.mlperf.runner import OnEpoch, RunOptions, check_run_options, launcher_group, prepare_task
 from dlbench.spec import LaunchSettings, MlperfJobSpec
@@ -85,7 +86,7 @@ def resolve_launched(name: str, out_dir: str | Path, options: RunOptions, launch
         default_system = default_system_name(env or capture_env(), device_type, per_node)
     world = nodes * per_node
     system = check_system_name(options.system) if options.system else default_system
-    out = Path(out_dir).absolute()
+    out = submission_root(Path(out_dir).absolute())
     first = next_result_index(out, system, task.benchmark)
     runs = []
     for index in range(first, first + options.runs):

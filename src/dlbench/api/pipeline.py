@@ -158,7 +158,7 @@ class Recording:
         if self.store is not None:
             self._save(series)
         if isinstance(exc, (Terminated, KeyboardInterrupt)):
-            exc.run_recorded = True  # the CLI says a run was recorded as aborted only when one was
+            exc.run_recorded = self.records[0]["id"]  # the CLI names the aborted run, and only when one was recorded
         # signals propagate (the command exits 128 + signal); a failed benchmark is recorded, not raised
         return exc is not None and not isinstance(exc, (Terminated, KeyboardInterrupt))
 

@@ -110,8 +110,8 @@ def main(argv: list[str] | None = None) -> int:
         signum = exc.signum if isinstance(exc, Terminated) else signal.SIGINT
         what = "interrupted" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}"
         # only the run pipeline knows whether a run was in progress (it marks the exception when it recorded one)
-        recorded = "; a run in progress was recorded as aborted with the steps it measured" if getattr(
-            exc, "run_recorded", False) else ""
+        run_id = getattr(exc, "run_recorded", None)
+        recorded = f"; run {run_id}, in progress, was recorded as aborted with the steps it measured" if run_id else ""
         progress = getattr(exc, "progress", "")  # what a long write (io generate) kept on disk
         print(f"dlbench: {what}{recorded}{progress}", file=sys.stderr)
         code = 128 + signum

@@ -43,6 +43,12 @@ def default_system_name(env: dict[str, Any], device_type: str, nproc: int = 1) -
     return f"{host}_cpu"
 
 
+def submission_root(out: Path) -> Path:
+    """The folder that holds ``results/`` and ``systems/``: ``--out results/`` names the results folder itself
+    (where a reader expects the logs), so its parent is the root, never ``results/results/``."""
+    return out.parent if out.name == "results" else out
+
+
 def result_path(out: Path, system: str, benchmark: str, index: int) -> Path:
     return out / "results" / system / benchmark / f"result_{index}.txt"
 
