@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from dlbench.api.checks import joined_launch
 from dlbench.api.jobs import Job
 from dlbench.api.pipeline import execute
-from dlbench.api.resolve import joined_launch
 from dlbench.api.runs import run_env
 from dlbench.catalog.llm_config import PRESETS, parameter_count
 from dlbench.engine.dist import check_endpoint, destroy_process_group, init_process_group

@@ -321,7 +321,7 @@ def checkpoint(
 
 def _checkpoint_run(spec, db: str | None, no_store: bool) -> dict | None:
     from dlbench.api.checkpoint import resolve_checkpoint
-    from dlbench.api.resolve import joined_launch
+    from dlbench.api.checks import joined_launch
 
     joined = joined_launch()
     follower = joined is not None and joined.rank != 0
