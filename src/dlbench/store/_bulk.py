@@ -39,12 +39,12 @@ class BulkImport:
             stored, skipped = stored + done, skipped + len(pending) - done
         return stored, skipped
 
-    def import_files(self, paths: Iterable[Path], finite: bool = True) -> tuple[int, int]:
+    def import_files(self, paths: Iterable[Path]) -> tuple[int, int]:
         """:meth:`import_runs` of run files (spooled or run-record JSON); ``ValueError`` names a file that is
         not a valid run (see :meth:`import_file`)."""
         def runs():
             for path in paths:
-                record, series = spool.read(path, finite)
+                record, series = spool.read(path)  # the one rule save applies (record_problem)
                 yield upgrade(record), series
         return self.import_runs(runs())
 
