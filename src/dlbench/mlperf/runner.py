@@ -48,6 +48,7 @@ from dlbench.mlperf.folder import (
     default_system_name,
     next_result_index,
     result_path,
+    submission_root,
     system_description,
 )
 from dlbench.mlperf.log import ResultLog, is_rank_zero, open_result_log
@@ -184,7 +185,7 @@ def prepare_task(name: str, out_dir: str | Path, options: RunOptions, env: dict[
         torch.cuda.set_device(device)
     world = _world_size()
     system = check_system_name(options.system) if options.system else default_system_name(env, device.type, world)
-    out = Path(out_dir)
+    out = submission_root(Path(out_dir))  # --out results/ names the results folder itself
     spec = {
         "workload": f"mlperf/{task.name}", "benchmark": task.benchmark, "mode": "time_to_train",
         "params": {"data_seed": options.data_seed, "data_dir": options.data_dir} | dict(options.knobs),
