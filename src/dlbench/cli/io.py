@@ -25,6 +25,14 @@ from dlbench.report.tables import render
 io_app = typer.Typer(help="Storage I/O: write a data set, read it as a training job does (samples/s, MB/s, "
                           "accelerator utilisation), stage it to a faster tier.", no_args_is_help=True)
 
+# options shared by the io commands that run ranks and record a run (read, checkpoint)
+NNODES_OPTION = typer.Option(1, "--nnodes", help="Nodes (as torchrun).")
+NODE_RANK_OPTION = typer.Option(0, "--node-rank", help="This node's rank (as torchrun).")
+RDZV_OPTION = typer.Option(None, "--rdzv-endpoint", help="HOST:PORT of node 0 (as torchrun).")
+TAG_OPTION = typer.Option(None, "--tag", "-t", help="Label KEY=VALUE stored with the run (repeatable).")
+NO_STORE_OPTION = typer.Option(False, "--no-store", help="Do not save the record.")
+
+
 
 def _shape(text: str | None) -> tuple[int, ...] | None:
     if text is None:
@@ -115,15 +123,15 @@ def read(
     device: str = typer.Option("auto", "--device", help="auto | cpu | cuda (where batches are copied)."),
     seed: int = typer.Option(0, "--seed", help="Seeds the shuffle."),
     nproc: int = typer.Option(1, "--nproc", help="Ranks on this node, each reading its shard."),
-    nnodes: int = typer.Option(1, "--nnodes", help="Nodes (as torchrun)."),
-    node_rank: int = typer.Option(0, "--node-rank", help="This node's rank (as torchrun)."),
-    rdzv_endpoint: str = typer.Option(None, "--rdzv-endpoint", help="HOST:PORT of node 0 (as torchrun)."),
+    nnodes: int = NNODES_OPTION,
+    node_rank: int = NODE_RANK_OPTION,
+    rdzv_endpoint: str = RDZV_OPTION,
     backend: str = typer.Option(None, "--backend", help="gloo | nccl | mpi."),
     threads: int = typer.Option(None, "--threads", help="torch threads per rank."),
     timeout: float = typer.Option(300.0, "--timeout", help="Seconds a rank may wait for the others."),
-    tag: list[str] = typer.Option(None, "--tag", "-t", help="Label KEY=VALUE stored with the run (repeatable)."),
+    tag: list[str] = TAG_OPTION,
     db: str = DB_OPTION,
-    no_store: bool = typer.Option(False, "--no-store", help="Do not save the record."),
+    no_store: bool = NO_STORE_OPTION,
     as_json: bool = JSON_OPTION,
     launch: LaunchOptions = None,
 ) -> None:
@@ -252,9 +260,9 @@ def stage(
     destination: str = typer.Argument(..., help="Where the copy goes (the faster tier: a burst buffer, node-local NVMe)."),
     streams: int = typer.Option(8, "--streams", help="Files copied at once."),
     cache: str = typer.Option("cold", "--cache", help="cold (drop the source from the page cache first) | asis."),
-    tag: list[str] = typer.Option(None, "--tag", "-t", help="Label KEY=VALUE stored with the run (repeatable)."),
+    tag: list[str] = TAG_OPTION,
     db: str = DB_OPTION,
-    no_store: bool = typer.Option(False, "--no-store", help="Do not save the record."),
+    no_store: bool = NO_STORE_OPTION,
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Copy a data set to a faster tier with parallel streams; the time and bandwidth are recorded."""
@@ -288,13 +296,13 @@ def checkpoint(
     fio: bool = typer.Option(True, "--fio/--no-fio", help="Compare with fio's sequential write (--end_fsync=1) and read of the same bytes."),
     keep: bool = typer.Option(False, "--keep", help="Keep the checkpoint files."),
     nproc: int = typer.Option(1, "--nproc", help="Ranks on this node, each writing its shard."),
-    nnodes: int = typer.Option(1, "--nnodes", help="Nodes (as torchrun)."),
-    node_rank: int = typer.Option(0, "--node-rank", help="This node's rank (as torchrun)."),
-    rdzv_endpoint: str = typer.Option(None, "--rdzv-endpoint", help="HOST:PORT of node 0 (as torchrun)."),
+    nnodes: int = NNODES_OPTION,
+    node_rank: int = NODE_RANK_OPTION,
+    rdzv_endpoint: str = RDZV_OPTION,
     timeout: float = typer.Option(600.0, "--timeout", help="Seconds a rank may wait for the others."),
-    tag: list[str] = typer.Option(None, "--tag", "-t", help="Label KEY=VALUE stored with the run (repeatable)."),
+    tag: list[str] = TAG_OPTION,
     db: str = DB_OPTION,
-    no_store: bool = typer.Option(False, "--no-store", help="Do not save the record."),
+    no_store: bool = NO_STORE_OPTION,
     as_json: bool = JSON_OPTION,
     launch: LaunchOptions = None,
 ) -> None:
