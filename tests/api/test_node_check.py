@@ -42,16 +42,27 @@ def _busy(core: int, count: int):
 
 
 @pytest.mark.slow  # five checks, each keeping every core busy for a second or two
-def test_a_healthy_node_passes_against_its_history_and_a_busy_core_is_caught(store, tmp_path, capsys):
-    for _ in range(3):  # the node's history
-        assert set(verdicts(run_check(plan_check(store, only=("cpu",), budget_s=2.5), store)).values()) == {"no reference"}
-    # healthy: the other xdist worker's bursts can slow one 2.5 s sample on a 2-core machine, so a healthy node
-    # must pass in one of three checks (the busy-core case below must fail every time it is asked)
-    healthy = [verdicts(run_check(plan_check(store, only=("cpu",), budget_s=2.5), store)) for _ in range(3)]
-    assert {"cpu": "healthy"} in healthy, healthy
+def test_a_healthy_node_passes_against_its_history_and_a_busy_core_is_caught(tmp_path, capsys):
+    # healthy: a node's history and its check taken together pass. On a 2-core machine the other xdist worker's
+    # bursts can slow a sample, and a history taken quiet is not a check taken under its load, so a node gets
+    # three tries, each with a history of its own (a fresh store); the busy-core case below must fail every time
+    tries = []
+    for attempt in range(3):
+        db = tmp_path / f"runs-{attempt}.db"
+        store = open_store(str(db))
+        try:
+            for _ in range(3):  # the node's history
+                history = verdicts(run_check(plan_check(store, only=("cpu",), budget_s=2.5), store))
+                assert set(history.values()) == {"no reference"}
+            tries.append(verdicts(run_check(plan_check(store, only=("cpu",), budget_s=2.5), store)))
+        finally:
+            store.close()
+        if tries[-1] == {"cpu": "healthy"}:
+            break
+    assert tries[-1] == {"cpu": "healthy"}, tries
     spinners = _busy(max(os.sched_getaffinity(0)), 2)
     try:
-        code = main(["node", "check", "--only", "cpu", "--budget", "2.5", "--db", str(tmp_path / "runs.db"), "--json"])
+        code = main(["node", "check", "--only", "cpu", "--budget", "2.5", "--db", str(db), "--json"])
     finally:
         for p in spinners:
             p.kill()
@@ -62,9 +73,13 @@ def test_a_healthy_node_passes_against_its_history_and_a_busy_core_is_caught(sto
     # the slowest core is not always the spinners' one: the scheduler moves the machine's other work to the rest
     assert cpu["verdict"] == "degraded" and set(cpu["per_core"]) == {str(c) for c in os.sched_getaffinity(0)}
     assert cpu["sentence"].startswith("cpu: ") and "below" in cpu["sentence"] and "median" in cpu["sentence"]
-    stored = store.records(RunFilter(workloads=("node-check/cpu",)))
-    assert len(stored) == 7 and {r["spec"]["mode"] for r in stored} == {"node-check"}
-    assert main(["trend", "node-check/cpu", "--by", "date", "--db", str(tmp_path / "runs.db"), "--json"]) == 0
+    store = open_store(str(db))
+    try:
+        stored = store.records(RunFilter(workloads=("node-check/cpu",)))
+    finally:
+        store.close()
+    assert len(stored) == 5 and {r["spec"]["mode"] for r in stored} == {"node-check"}
+    assert main(["trend", "node-check/cpu", "--by", "date", "--db", str(db), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["points"]
 
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import os
 import sys
 import time
 from pathlib import Path
 
 import optuna
+import pytest
 from optuna.trial import TrialState
 
 from dlbench.hpo.storage import open_storage
@@ -76,6 +78,65 @@ def test_eight_workers_on_one_sqlite_study_lose_no_trial_and_duplicate_none(tmp_
     assert len(trials) == 80 and all(t.state == TrialState.COMPLETE for t in trials)
     assert sorted(t.number for t in trials) == list(range(80))  # numbers unique and gap-free
     assert sorted(ran) == list(range(80))  # every trial ran exactly once
+
+
+def _claiming_worker(url: str, budget: int, claim: bool, start: float) -> None:
+    """run_worker's loop with an instant objective: decide, create, finish."""
+    from dlbench.hpo.run import work_left
+    from dlbench.hpo.storage import TrialClaim
+    from dlbench.hpo.study import parse_study
+
+    spec = parse_study({"name": "budget", "objective": command(), "trials": budget, "space": SPACE}, "test")
+    study = optuna.load_study(study_name="budget", storage=open_storage(url, heartbeat_s=30),
+                              sampler=optuna.samplers.RandomSampler())
+    lock = TrialClaim(url, "budget")
+    while time.time() < start:
+        time.sleep(0.001)
+    while True:
+        if claim:
+            lock.acquire()
+        try:
+            if not work_left(study, spec, None):
+                return
+            time.sleep(0.05)  # what a sampler takes to propose (TPE: tens of ms): the window two workers race in
+            trial = study.ask()
+        finally:
+            lock.release()
+        study.tell(trial, trial.suggest_float("x", 0, 1))
+
+
+def _budget_race(url: str, claim: bool, budget: int = 24, workers: int = 6) -> int:
+    optuna.create_study(study_name="budget", storage=open_storage(url))
+    ctx = multiprocessing.get_context("spawn")
+    start = time.time() + 4  # every worker imported and connected: they begin together
+    procs = [ctx.Process(target=_claiming_worker, args=(url, budget, claim, start)) for _ in range(workers)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(300)
+    assert [p.exitcode for p in procs] == [0] * workers
+    return len(optuna.load_study(study_name="budget", storage=open_storage(url)).get_trials())
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "journal"])
+def test_parallel_workers_start_exactly_the_budget(tmp_path, kind):
+    """Six workers deciding "a trial is left" and creating it at once: with the claim, exactly the budget (issue:
+    ``--trials 10`` with two workers stored 11). Without it the same race overshoots, which this test shows too,
+    so the claim is what keeps the count."""
+    url = f"sqlite:///{tmp_path / 'runs.db'}" if kind == "sqlite" else f"journal:{tmp_path / 'study.log'}"
+    assert _budget_race(url, claim=True) == 24
+    unclaimed = f"sqlite:///{tmp_path / 'free.db'}" if kind == "sqlite" else f"journal:{tmp_path / 'free.log'}"
+    assert _budget_race(unclaimed, claim=False) > 24
+
+
+@pytest.mark.postgres
+@pytest.mark.skipif(not os.environ.get("DLBENCH_TEST_POSTGRES_URL"), reason="set DLBENCH_TEST_POSTGRES_URL")
+def test_parallel_workers_start_exactly_the_budget_on_postgres():
+    url = os.environ["DLBENCH_TEST_POSTGRES_URL"]
+    try:
+        assert _budget_race(url, claim=True) == 24
+    finally:
+        optuna.delete_study(study_name="budget", storage=open_storage(url))
 
 
 def wait_for(predicate, timeout_s=120.0):

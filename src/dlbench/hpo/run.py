@@ -147,13 +147,24 @@ def run_worker(name: str, url: str | None, db: str | None, pipeline: Pipeline, i
     from dlbench.hpo.objective import TrialFailed, TrialObjective  # the run's machinery: only where trials run
 
     objective = TrialObjective(spec, store, env, pipeline)
-    while work_left(study, spec, deadline):
+    claim = hpo_storage.TrialClaim(url, name)  # "is a trial left?" and creating it: one worker at a time
+
+    def claimed(trial):
+        claim.release()  # the trial exists: the next worker may decide
+        return objective(trial)
+
+    while True:
+        claim.acquire()
         try:
-            study.optimize(objective, n_trials=1, catch=(TrialFailed,))
+            if not work_left(study, spec, deadline):
+                break
+            study.optimize(claimed, n_trials=1, catch=(TrialFailed,))
         except (Terminated, KeyboardInterrupt) as exc:
             if objective.current is not None:  # recorded aborted; failed here and queued for --resume
                 hpo_storage.requeue_interrupted(study, objective.current, f"stopped by {_signal_name(exc)}; queued again")
             raise
+        finally:
+            claim.release()
 
 
 def _trials_before(study: optuna.Study) -> int:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import os
 import sqlite3
 import time
@@ -140,6 +141,57 @@ def _init_lock(path):
             yield
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+class TrialClaim:
+    """One worker at a time decides whether the study wants another trial and creates it, so N workers never
+    start more trials than the budget (a check and a create apart let two workers both see one trial left).
+    Held from :meth:`acquire` until the new trial's objective starts (:meth:`release`, idempotent). The lock
+    is where the storage is: a ``flock`` beside an SQLite file, a session advisory lock on PostgreSQL,
+    Optuna's ``O_EXCL`` open-lock beside a journal file (safe on NFS and Lustre). A worker killed while
+    holding it lets go with its process (file and session locks) or after 30 s (the journal's)."""
+
+    def __init__(self, url: str, study_name: str):
+        self._release: Callable[[], None] | None = None
+        self._url, self._name = url, study_name
+        self._engine = None
+
+    def acquire(self) -> None:
+        if self._release is not None:
+            return
+        if self._url.startswith(JOURNAL):
+            lock = JournalFileOpenLock(self._url.removeprefix(JOURNAL) + ".claim")
+            lock.acquire()
+            self._release = lock.release
+            return
+        path = sqlite_path(self._url)
+        if path is not None:
+            handle = open(f"{path}.hpo-lock", "a")
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            self._release = handle.close  # closing the file drops its lock
+            return
+        if not self._url.startswith("postgresql"):
+            self._release = lambda: None  # other databases: Optuna's own allocation, no budget lock
+            return
+        if self._engine is None:
+            self._engine = sa.create_engine(self._url, poolclass=sa.pool.NullPool)
+        key = int.from_bytes(hashlib.blake2b(f"dlbench-hpo:{self._name}".encode(), digest_size=8).digest(), "big",
+                             signed=True)
+        conn = self._engine.connect()
+        conn.execute(sa.text("SELECT pg_advisory_lock(:key)"), {"key": key})
+
+        def unlock() -> None:
+            try:
+                conn.execute(sa.text("SELECT pg_advisory_unlock(:key)"), {"key": key})
+            finally:
+                conn.close()
+
+        self._release = unlock
+
+    def release(self) -> None:
+        release, self._release = self._release, None
+        if release is not None:
+            release()
 
 
 def _immediate(engine: sa.Engine) -> None:
