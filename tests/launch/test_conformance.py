@@ -115,7 +115,8 @@ def test_a_run_through_the_launcher_is_recorded_ok(name, tmp_path):
 
 
 def test_a_crash_is_recorded_failed_with_its_cause(name, tmp_path, faulty):
-    run = CASES[name](steps=5, workload="faulty", params={"fault": "crash", "rank": 0}, timeout_s=10)
+    # the crash comes at once; the timeout only bounds a launcher that would miss it (at load 15 a pod took 10 s to start)
+    run = CASES[name](steps=5, workload="faulty", params={"fault": "crash", "rank": 0}, timeout_s=60)
     store = open_store(str(tmp_path / "runs.db"))
     (record,) = execute(run, store, env={}, launcher=get_launcher(name))
     assert record["status"] == "failed"
