@@ -143,3 +143,33 @@ def test_advise_speedup_verdict_agrees_with_the_printed_speedup_and_interval(def
         assert high < 1 and speedup < 1
     else:
         assert not (low > 1 and speedup > 1) and not (high < 1 and speedup < 1)
+
+
+@given(st.floats(0.0, 1.0), st.sampled_from(["io/unet3d", "io/resnet50", "io/cosmoflow", "io/npy"]),
+       st.sampled_from([0.0, 3.5, 224.0]))
+def test_io_au_verdict_agrees_with_the_printed_au_and_bar(au, workload, compute_ms):
+    from dlbench.cli.io import read_table
+    from dlbench.report.io_au import AU_BARS, DEFAULT_BAR, au_verdict
+
+    text = au_verdict(au, workload, compute_ms)
+    record = {"spec": {"path": "/d", "workers": 2, "batch_size": 4, "compute_ms": compute_ms},
+              "result": {"samples_per_s": 1.0, "bytes_per_s": 1.0, "au": au}}
+    _, (cells,) = read_table(record)
+    if not compute_ms:
+        assert text.startswith("AU not judged")
+        return
+    shown, bar = re.match(r"AU ([\d.]+)% [≥<] ([\d.]+)%", text).groups()
+    assert f"{shown}%" == cells[6]  # the sentence quotes the table's AU, formatted the same way
+    assert float(bar) == round(AU_BARS.get(workload[3:], DEFAULT_BAR) * 100, 1)
+    if "kept the emulated accelerator busy" in text:
+        assert " ≥ " in text and float(shown) >= float(bar)
+    else:
+        idle = float(re.search(r"waited on data ([\d.]+)% of the time", text).group(1))
+        assert " < " in text and float(shown) < float(bar) and abs(idle - (100 - float(shown))) < 1e-9
+
+
+def test_io_au_at_the_bar_passes():
+    from dlbench.report.io_au import au_verdict
+
+    assert "busy" in au_verdict(0.8996, "io/unet3d", 323.0)  # prints 90.0%: at the bar
+    assert "waited on data 10.1%" in au_verdict(0.8994, "io/unet3d", 323.0)

@@ -20,6 +20,7 @@ from dlbench.cli._common import (
     open_store,
 )
 from dlbench.errors import BenchmarkFailed, UsageError
+from dlbench.report.io_au import au_text, au_verdict
 from dlbench.report.tables import render
 
 io_app = typer.Typer(help="Storage I/O: write a data set, read it as a training job does (samples/s, MB/s, "
@@ -229,6 +230,8 @@ def show_read(record: dict, as_json: bool) -> None:
         emit_json(record)
     elif record.get("result"):
         render(read_table(record), title=f"dlbench io read — run {record['id']}")
+        if record["result"].get("au") is not None:
+            info(au_verdict(record["result"]["au"], record["spec"]["workload"], record["spec"].get("compute_ms") or 0))
         stages = (record["result"].get("stages") or {}).get("per_sample_ms")
         if stages:
             info("per sample: " + ", ".join(f"{name} {ms:,.3f} ms" for name, ms in stages.items())
@@ -249,7 +252,7 @@ def read_table(record: dict) -> tuple[list[str], list[list[str]]]:
              "cache", "corrupt"],
             [[spec["path"], f"{spec.get('world_size', 1)}×{spec.get('workers')}", str(spec.get("batch_size")),
               f"{spec.get('compute_ms') or 0:g}", f"{result['samples_per_s'] or 0:,.1f}",
-              f"{(result['bytes_per_s'] or 0) / 1e6:,.1f}", f"{result['au']:.1%}",
+              f"{(result['bytes_per_s'] or 0) / 1e6:,.1f}", au_text(result["au"]),
               f"{wait.get('p50', 0) * 1e3:,.2f}", f"{wait.get('p99', 0) * 1e3:,.2f}", cache.get("mode", "-"),
               str(result.get("corrupt_samples", 0))]])
 
