@@ -65,7 +65,7 @@ def generate(
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Write a data set in a training job's format, with a manifest beside it; rerun to resume."""
-    from dlbench.api.io import plan_workload_data_set, prepare_data_set, write_data_set
+    from dlbench.api.io import generate_estimate_line, plan_workload_data_set, prepare_data_set, write_data_set
     from dlbench.cli.scale import parse_size
     from dlbench.spec import parse_key_values
     from dlbench.storage.presets import plan_data_set
@@ -92,6 +92,7 @@ def generate(
     else:
         planned = None  # resume the data set in DIRECTORY
     prepared = prepare_data_set(root, planned)  # before the progress bar: bad input is one sentence
+    info(generate_estimate_line(prepared[0], prepared[1], prepared[3]))  # before the work: how long, how to shorten
     # a bar on a terminal only: a full disk mid-way is then the one line on stderr, as any bad input
     bar = StepProgress(f"generate {root}") if sys.stderr.isatty() else None
     with bar or contextlib.nullcontext():
@@ -180,22 +181,24 @@ _FLAGS = {"timeout_s": "--timeout", "path": "PATH", "source": "SOURCE", "destina
 
 def _run(spec, db: str | None, no_store: bool) -> dict | None:
     from dlbench.api.checks import joined_launch
-    from dlbench.api.io import resolve_read
+    from dlbench.api.io import read_estimate_line, resolve_read
 
     joined = joined_launch()
     follower = joined is not None and joined.rank != 0
     record = _stored_run(f"io read {spec.path}", lambda store: resolve_read(spec, store),
-                         None if no_store or follower else open_store(db))
+                         None if no_store or follower else open_store(db), None if follower else read_estimate_line)
     return None if follower else record
 
 
-def _stored_run(label: str, resolve, store) -> dict:
-    """The run ``resolve(store)`` gives (checked before the progress line), recorded with a progress bar;
-    the store closed after, whatever happens."""
+def _stored_run(label: str, resolve, store, estimate=None) -> dict:
+    """The run ``resolve(store)`` gives (checked before the progress line; ``estimate(run)``: a line said before
+    the work), recorded with a progress bar; the store closed after, whatever happens."""
     from dlbench.api.io import record_run
 
     try:
         run = resolve(store)
+        if estimate is not None:
+            info(estimate(run))
         with StepProgress(label) as progress:
             record = record_run(run, store, on_step=progress.callback)
     finally:
