@@ -203,6 +203,73 @@ def test_the_runner_reads_directives_and_shell_words(tmp_path):
     assert split_shell(block.commands[0]) == (["dlbench", "run", "lstm", "--steps", "20"], "out.txt")
 
 
+SELECTING = {"compare", "regress", "report", "trend"}  # the commands whose arguments select stored runs
+
+
+def documented_selectors(command: str) -> list[str]:
+    """The selectors a documented read command names: compare's two groups, regress's --baseline/--candidate,
+    report's positional selectors and each side of --compare 'A vs B', trend's --where."""
+    argv = words(command)[1:]
+    if not argv or argv[0] not in SELECTING:
+        return []
+    out, rest = [], argv[1:]
+    takes_value = {"--out", "--plot", "--by", "--threshold", "--min-runs", "--db", "--trend-by", "--group-by",
+                   "--telemetry-runs", "--references", "--since", "--until"}
+    i = 0
+    while i < len(rest):
+        word = rest[i]
+        if word in ("--baseline", "--candidate", "--where") and i + 1 < len(rest):
+            out.append(rest[i + 1])
+            i += 2
+        elif word == "--compare" and i + 1 < len(rest):
+            out.extend(side.strip() for side in rest[i + 1].split(" vs "))
+            i += 2
+        elif word in takes_value:
+            i += 2
+        elif word.startswith("-") or word.startswith("["):
+            i += 1
+        else:
+            if not (argv[0] == "trend" and i == 0):  # trend's first argument is a workload
+                out.append(word)
+            i += 1
+    return out
+
+
+def test_documented_selectors_run_as_written_in_the_one_selector_language():
+    """A reader types a page's commands in order on a fresh store: the runs a selector names are made on the
+    page first (no docs-test directive rewrites a selector into one that matches), and every selector is
+    written in the store's language (store._base.parse_selector; a tag as tag:KEY=VALUE)."""
+    from dlbench.store._base import FIELDS, TAG_PREFIX, parse_selector
+
+    wrong = []
+    for page in PAGES:
+        for block in blocks(page):
+            for command in block.commands:
+                where = f"{page.relative_to(ROOT)}:{block.line}: {command}"
+                selectors = documented_selectors(command)
+                for old, _ in block.replacements:
+                    if old in command and any("=" in term for term in old.split() if term in " ".join(selectors)):
+                        wrong.append(f"{where}: a docs-test replace rewrites the selector text {old!r}")
+                for selector in selectors:
+                    if selector.isupper() or selector.startswith(("<", "[")):
+                        continue  # a synopsis: SELECTOR, A, B
+                    parse_selector(selector)
+                    for term in selector.split(","):
+                        key = term.partition("=")[0]
+                        if "=" in term and not key.startswith(TAG_PREFIX) and key not in FIELDS:
+                            wrong.append(f"{where}: {term!r} is a tag: write tag:{term}")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_selector_check_reads_each_commands_selectors():
+    assert documented_selectors("dlbench compare tag:try=a tag:try=b   # note") == ["tag:try=a", "tag:try=b"]
+    assert documented_selectors("dlbench report workload=resnet50 --compare 'tag:a=1 vs tag:a=2' --out x.html") == [
+        "workload=resnet50", "tag:a=1", "tag:a=2"]
+    assert documented_selectors("dlbench regress --baseline torch=2.4 --candidate torch=2.5 --threshold 5%") == [
+        "torch=2.4", "torch=2.5"]
+    assert documented_selectors("dlbench trend resnet50 --by torch --where host=a") == ["host=a"]
+
+
 # ---- running the documented commands (slow tier) ----
 
 def runnable_blocks() -> list[Block]:

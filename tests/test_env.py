@@ -419,7 +419,13 @@ def test_capture_env_is_fast():
     capture_env()
     start = time.perf_counter()
     capture_env()
-    assert time.perf_counter() - start < 0.5
+    capture_s = time.perf_counter() - start
+    # the bound scales with this machine's speed now (issue 34: fixed bounds fail on a loaded host): half a
+    # second on a quiet one, else three bare interpreter starts measured here and now
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-c", "pass"], check=True)
+    interpreter_s = time.perf_counter() - start
+    assert capture_s < max(0.5, 3 * interpreter_s), (capture_s, interpreter_s)
 
 
 def test_import_does_not_import_torch():

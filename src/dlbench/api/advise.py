@@ -16,7 +16,8 @@ One session, every run through :func:`~dlbench.api.pipeline.execute` and stored 
    objective with the HPO machinery (:mod:`dlbench.hpo`: an in-memory Optuna study whose objective is
    :class:`dlbench.hpo.objective.TrialObjective`, the one ``dlbench hpo`` uses), so there is one search loop.
 4. **confirm** — the defaults and the fastest configuration again, ``repeats`` times each, interleaved:
-   the speed-up is a ratio of medians with its range and a noise verdict (:mod:`dlbench.report.advise`).
+   the speed-up is a ratio of medians with the 95% interval of the means' ratio, its range and a noise verdict
+   read off them as printed (:mod:`dlbench.report.advise`).
 
 The budget: a stage starts no run that the runs so far say would end after the search deadline
 (``budget - time reserved for the confirmation``); what was not tried is reported by name. A run in

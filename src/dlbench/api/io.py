@@ -18,6 +18,7 @@ from dlbench.catalog import registry
 from dlbench.engine.run import ResolvedRun
 from dlbench.errors import UsageError
 from dlbench.spec import IoReadSpec, StageSpec
+from dlbench.storage.estimate import estimate_line, measure_read_rate, measure_write_rate, read_estimate
 from dlbench.storage.generate import OnFile, generate, prepare
 from dlbench.storage.manifest import Manifest, read_manifest
 from dlbench.storage.presets import checked_plan, random_samples
@@ -95,6 +96,30 @@ def stored_step_s(spec: IoReadSpec, store) -> float | None:
         raise UsageError(f"run {record['id']} has no measured step time ({record['status']}); give --compute-ms, "
                          "or a successful training run's id.")
     return float(step["median"])
+
+
+def read_estimate_line(run: ResolvedRun) -> str:
+    """The one line said before a read (:mod:`dlbench.storage.estimate`): its expected time, and how to
+    shorten it when over a minute."""
+    spec, params = run.spec, run.record_spec.get("params") or {}
+    manifest = read_manifest(Path(spec.path))
+    rate = measure_read_rate(Path(spec.path) / e["name"] for e in (manifest.files if manifest else []))
+    seconds, detail = read_estimate(params.get("samples") or 0, params.get("sample_bytes") or 0, run.world_size,
+                                    spec.batch_size or 1, spec.epochs, spec.steps, spec.compute_ms or 0.0, rate)
+    return estimate_line(f"io read of {spec.path}", seconds, detail,
+                         "--steps N stops after N batches per rank (e.g. --steps 100); fewer --epochs, or a smaller "
+                         "--compute-ms, make it shorter too")
+
+
+def generate_estimate_line(root: Path, planned: Manifest, known: dict) -> str:
+    """The one line said before a generate: the bytes still to write over a rate measured now."""
+    remaining = max(0, planned.samples * planned.sample_bytes - sum(int(e.get("bytes") or 0) for e in known.values()))
+    rate = measure_write_rate(root) if remaining else None
+    seconds = remaining / rate if rate else 0.0
+    detail = f"{remaining / 1e6:,.0f} MB to write" + (f" at {rate / 1e6:,.0f} MB/s measured now" if rate else "")
+    fewer = max(1, int(planned.samples * 30 / seconds)) if seconds else planned.samples
+    return estimate_line(f"io generate of {root}", seconds, detail,
+                         f"fewer --samples make it shorter (--samples {fewer:,} takes about 30 s here)")
 
 
 def resolve_read(spec: IoReadSpec, store=None) -> ResolvedRun:

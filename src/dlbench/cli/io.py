@@ -20,6 +20,7 @@ from dlbench.cli._common import (
     open_store,
 )
 from dlbench.errors import BenchmarkFailed, UsageError
+from dlbench.report.io_au import au_text, au_verdict
 from dlbench.report.tables import render
 
 io_app = typer.Typer(help="Storage I/O: write a data set, read it as a training job does (samples/s, MB/s, "
@@ -64,7 +65,7 @@ def generate(
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Write a data set in a training job's format, with a manifest beside it; rerun to resume."""
-    from dlbench.api.io import plan_workload_data_set, prepare_data_set, write_data_set
+    from dlbench.api.io import generate_estimate_line, plan_workload_data_set, prepare_data_set, write_data_set
     from dlbench.cli.scale import parse_size
     from dlbench.spec import parse_key_values
     from dlbench.storage.presets import plan_data_set
@@ -91,6 +92,7 @@ def generate(
     else:
         planned = None  # resume the data set in DIRECTORY
     prepared = prepare_data_set(root, planned)  # before the progress bar: bad input is one sentence
+    info(generate_estimate_line(prepared[0], prepared[1], prepared[3]))  # before the work: how long, how to shorten
     # a bar on a terminal only: a full disk mid-way is then the one line on stderr, as any bad input
     bar = StepProgress(f"generate {root}") if sys.stderr.isatty() else None
     with bar or contextlib.nullcontext():
@@ -179,22 +181,24 @@ _FLAGS = {"timeout_s": "--timeout", "path": "PATH", "source": "SOURCE", "destina
 
 def _run(spec, db: str | None, no_store: bool) -> dict | None:
     from dlbench.api.checks import joined_launch
-    from dlbench.api.io import resolve_read
+    from dlbench.api.io import read_estimate_line, resolve_read
 
     joined = joined_launch()
     follower = joined is not None and joined.rank != 0
     record = _stored_run(f"io read {spec.path}", lambda store: resolve_read(spec, store),
-                         None if no_store or follower else open_store(db))
+                         None if no_store or follower else open_store(db), None if follower else read_estimate_line)
     return None if follower else record
 
 
-def _stored_run(label: str, resolve, store) -> dict:
-    """The run ``resolve(store)`` gives (checked before the progress line), recorded with a progress bar;
-    the store closed after, whatever happens."""
+def _stored_run(label: str, resolve, store, estimate=None) -> dict:
+    """The run ``resolve(store)`` gives (checked before the progress line; ``estimate(run)``: a line said before
+    the work), recorded with a progress bar; the store closed after, whatever happens."""
     from dlbench.api.io import record_run
 
     try:
         run = resolve(store)
+        if estimate is not None:
+            info(estimate(run))
         with StepProgress(label) as progress:
             record = record_run(run, store, on_step=progress.callback)
     finally:
@@ -229,6 +233,8 @@ def show_read(record: dict, as_json: bool) -> None:
         emit_json(record)
     elif record.get("result"):
         render(read_table(record), title=f"dlbench io read — run {record['id']}")
+        if record["result"].get("au") is not None:
+            info(au_verdict(record["result"]["au"], record["spec"]["workload"], record["spec"].get("compute_ms") or 0))
         stages = (record["result"].get("stages") or {}).get("per_sample_ms")
         if stages:
             info("per sample: " + ", ".join(f"{name} {ms:,.3f} ms" for name, ms in stages.items())
@@ -249,7 +255,7 @@ def read_table(record: dict) -> tuple[list[str], list[list[str]]]:
              "cache", "corrupt"],
             [[spec["path"], f"{spec.get('world_size', 1)}×{spec.get('workers')}", str(spec.get("batch_size")),
               f"{spec.get('compute_ms') or 0:g}", f"{result['samples_per_s'] or 0:,.1f}",
-              f"{(result['bytes_per_s'] or 0) / 1e6:,.1f}", f"{result['au']:.1%}",
+              f"{(result['bytes_per_s'] or 0) / 1e6:,.1f}", au_text(result["au"]),
               f"{wait.get('p50', 0) * 1e3:,.2f}", f"{wait.get('p99', 0) * 1e3:,.2f}", cache.get("mode", "-"),
               str(result.get("corrupt_samples", 0))]])
 

@@ -183,7 +183,7 @@ def regress(
     Exit codes: 0 no regression, 1 a regression, 2 bad input. Example:
     dlbench regress --baseline torch=2.4 --candidate torch=2.5 --threshold 5%
     """
-    from dlbench.report.regress import gate, parse_threshold, regress as decide, regress_table
+    from dlbench.report.regress import gate, parse_threshold, regress as decide, regress_table, threshold_text
     from dlbench.report.tables import render
 
     fraction = parse_threshold(threshold)
@@ -204,7 +204,7 @@ def regress(
 
         for side, text, runs in (("baseline", baseline, runs_base), ("candidate", candidate, runs_cand)):
             info(f"{side} = {text}: {matched(runs)}")
-        render(regress_table(rows), title=f"baseline = {baseline}   candidate = {candidate}   threshold {fraction:.1%}")
+        render(regress_table(rows), title=f"baseline = {baseline}   candidate = {candidate}   threshold {threshold_text(fraction)}")
         for r in rows:
             if r.note:
                 info(f"note: {r.configuration}: {r.note}")

@@ -78,17 +78,28 @@ def check(task: str, epochs: Sequence[int | None]) -> dict[str, Any] | None:
     """The convergence verdict of one entry's successful runs against the task's reference point;
     None when no point is shipped for ``task``."""
     point = references().get(task)
-    done = [e for e in epochs if e is not None]
-    if point is None or not done:
+    if point is None or not any(e is not None for e in epochs):
         return None
-    mean, sigma = point["olympic_mean_epochs"], max(point["stdev_epochs"], MIN_SIGMA_EPOCHS)
+    return judge_epochs(point, epochs)
+
+
+def _shown(value: float) -> float:
+    return float(f"{value:.2f}")
+
+
+def judge_epochs(point: dict[str, Any], epochs: Sequence[int | None]) -> dict[str, Any]:
+    """The flags of runs' epochs against a reference point (pure), judged on the figures the flags print (two
+    decimals): a run is flagged only when its epochs lie outside the printed mean ± 3 x sigma, the olympic mean
+    only when it prints below the printed smallest acceptable mean."""
+    done = [e for e in epochs if e is not None]
+    mean, sigma = _shown(point["olympic_mean_epochs"]), _shown(max(point["stdev_epochs"], MIN_SIGMA_EPOCHS))
     low, high = mean - SLOW_SIGMAS * sigma, mean + SLOW_SIGMAS * sigma
     flags = [f"run {i} converged in {e} epochs, {'fewer' if e < low else 'more'} than the reference's "
              f"{mean:.2f} ± {SLOW_SIGMAS:g}x{sigma:.2f}" for i, e in enumerate(epochs) if e is not None and not low <= e <= high]
-    entry_mean = olympic(done)
-    if len(done) >= 3 and entry_mean < point["min_acceptable_mean_epochs"]:
+    entry_mean, smallest = olympic(done) if done else None, point["min_acceptable_mean_epochs"]
+    if len(done) >= 3 and _shown(entry_mean) < _shown(smallest):
         flags.append(f"olympic mean {entry_mean:.2f} epochs is below the smallest acceptable "
-                     f"{point['min_acceptable_mean_epochs']:.2f} (reference {mean:.2f}, RCP rule)")
-    return {"reference_mean_epochs": mean, "reference_stdev_epochs": point["stdev_epochs"],
-            "min_acceptable_mean_epochs": point["min_acceptable_mean_epochs"], "mean_epochs": entry_mean,
+                     f"{smallest:.2f} (reference {mean:.2f}, RCP rule)")
+    return {"reference_mean_epochs": point["olympic_mean_epochs"], "reference_stdev_epochs": point["stdev_epochs"],
+            "min_acceptable_mean_epochs": smallest, "mean_epochs": entry_mean,
             "plausible": not flags, "flags": flags}

@@ -7,6 +7,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from dlbench.mlperf.targets import quality_text
+
 Table = tuple[list[str], list[list[str]]]
 
 
@@ -49,7 +51,8 @@ def runs_table(records: Sequence[dict[str, Any]]) -> Table:
         rows.append([
             str(spec["result_index"]), spec["workload"], str(spec["seed"]),
             r["status"] if r["status"] == "ok" else f"{r['status']}: {(r.get('error') or '')[:60]}",
-            str(result.get("epochs", "-")), _num(result.get("quality"), 4), f"{spec['target']:g}",
+            str(result.get("epochs", "-")),
+            "-" if result.get("quality") is None else quality_text(result["quality"], spec.get("target")), f"{spec['target']:g}",
             _num(result.get("time_to_train_s")), _num(result.get("samples_per_s"), 1), spec["result_file"],
         ])
     return columns, rows
@@ -95,11 +98,14 @@ def score_table(entries: Sequence[dict[str, Any]]) -> Table:
     return columns, rows
 
 
-def quality(value: float | dict[str, float] | None) -> str:
-    """A last evaluated quality: a number, or Mask R-CNN's components."""
+def quality(value: float | dict[str, float] | None, target: dict[str, Any] | None = None) -> str:
+    """A last evaluated quality: a number, or Mask R-CNN's components, printed with the digits that keep it on
+    its side of ``target`` (``QualityTarget.as_dict``) as printed (:func:`dlbench.mlperf.targets.quality_text`)."""
+    goal = (target or {}).get("target")
     if isinstance(value, dict):
-        return ", ".join(f"{name} {number:.4g}" for name, number in value.items())
-    return _num(value, 4)
+        return ", ".join(f"{name} {quality_text(number, goal.get(name) if isinstance(goal, dict) else None)}"
+                         for name, number in value.items())
+    return "-" if value is None else quality_text(value, goal if isinstance(goal, (int, float)) else None)
 
 
 def target_cell(result: dict[str, Any]) -> str:
@@ -114,7 +120,7 @@ def check_table(results: Sequence[dict[str, Any]]) -> Table:
     """One row per checked file: the log's own status and, apart, its quality against the target."""
     columns = ["file", "format", "ruleset", "compliance", "log status", "target reached", "last quality", "messages"]
     rows = [[r["file"], r["format"], f"{r['usage']} {r['ruleset']}" if r["ruleset"] else "-", r["status"],
-             r["run_status"], target_cell(r)[:120], quality(r["last_quality"]),
+             r["run_status"], target_cell(r)[:120], quality(r["last_quality"], r.get("quality_target")),
              (r["messages"] or "").splitlines()[0][:100] if r["messages"] else ""] for r in results]
     return columns, rows
 

@@ -49,9 +49,11 @@ class QualityTarget:
     source: str
     large_batch: dict | None = None  # BERT v0.7: a lower target from a global batch size on
 
-    def describe(self) -> str:
-        figure = (", ".join(f"{k} {self.direction} {v:g}" for k, v in self.target.items())
-                  if isinstance(self.target, dict) else f"{self.direction} {self.target:g}")
+    def describe(self, judged: float | dict[str, float] | None = None) -> str:
+        """The target as printed; ``judged``: the figure actually judged against (BERT v0.7's large batch)."""
+        goal = self.target if judged is None else judged
+        figure = (", ".join(f"{k} {self.direction} {v:g}" for k, v in goal.items())
+                  if isinstance(goal, dict) else f"{self.direction} {goal:g}")
         return f"{self.key} {figure} ({self.round.replace('_', ' v')} {self.benchmark})"
 
     def as_dict(self) -> dict[str, Any]:
@@ -68,6 +70,33 @@ class Verdict:
     quality: float | dict[str, float] | None
     target: QualityTarget | None
     message: str | None
+
+
+def quality_text(value: float, target: float | None = None) -> str:
+    """A quality as printed beside its target (printed ``:g``): 6 significant digits (``:g``), more where fewer would put
+    it on the other side of the printed target, or on it (0.7589999 is "0.7589999", not "0.759", beside
+    ">= 0.759"), so the printed figures compare as the raw ones do, whichever the direction."""
+    if target is None or not math.isfinite(value) or not math.isfinite(target):
+        return f"{value:g}"
+    def sign(x: float) -> int:
+        return (x > 0) - (x < 0)
+
+    outcome, shown_target = sign(value - target), float(f"{target:g}")
+    for digits in range(6, 18):
+        text = f"{value:.{digits}g}"
+        if sign(float(text) - shown_target) == outcome:
+            return text
+    return repr(value)
+
+
+def missed_text(quality: float | dict[str, float], figure: float | dict[str, float], direction: str) -> str | None:
+    """None when ``quality`` meets ``figure`` (each part, for a dict), else the printed part(s) that miss it
+    (:func:`quality_text`): the one judgement of a quality against its target."""
+    if isinstance(figure, dict):
+        missed = [f"{name} {quality_text(quality[name], goal)}" for name, goal in figure.items()
+                  if not _COMPARE[direction](quality[name], goal)]
+        return ", ".join(missed) or None
+    return None if _COMPARE[direction](quality, figure) else quality_text(quality, figure)
 
 
 @cache
@@ -227,7 +256,6 @@ def judge(log: ParsedLog, path: str | Path = "") -> Verdict:
         parts = {name: _number(raw.get(name)) if isinstance(raw, dict) else None for name in figure}
         if any(v is None for v in parts.values()):
             return Verdict(UNKNOWN, None, target, f"the last {target.key} {raw!r} lacks {', '.join(figure)} as numbers")
-        missed = [f"{name} {parts[name]:g}" for name, goal in figure.items() if not _COMPARE[target.direction](parts[name], goal)]
         quality: float | dict[str, float] = parts
     else:
         number = _number(raw)
@@ -235,8 +263,8 @@ def judge(log: ParsedLog, path: str | Path = "") -> Verdict:
             return Verdict(False, None, target, f"the last {target.key} is {raw} (diverged): {target.describe()} not reached")
         if number is None:
             return Verdict(UNKNOWN, None, target, f"the last {target.key} {raw!r} is not a number")
-        missed = [] if _COMPARE[target.direction](number, figure) else [f"{number:g}"]
         quality = number
-    if not missed:
+    missed = missed_text(quality, figure, target.direction)
+    if missed is None:
         return Verdict(True, quality, target, None)
-    return Verdict(False, quality, target, f"the last {target.key} {', '.join(missed)} misses the target: {target.describe()}")
+    return Verdict(False, quality, target, f"the last {target.key} {missed} misses the target: {target.describe(figure)}")

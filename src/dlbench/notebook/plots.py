@@ -11,6 +11,7 @@ from typing import Any
 from dlbench.errors import UsageError
 from dlbench.report.advise import describe
 from dlbench.report.charts import draw_scaling, scaling_series, scaling_spread, scaling_title
+from dlbench.report.compare import ratio_text
 from dlbench.report.telemetry import draw_timeline, timeline_data
 from dlbench.store import open_store
 
@@ -78,7 +79,9 @@ def plot_advice(report: dict[str, Any]):
         medians = [s["median"] for s in sides]
         spans = [[m - s["min"] for m, s in zip(medians, sides)], [s["max"] - m for m, s in zip(medians, sides)]]
         ax_conf.bar(["defaults", "best"], medians, yerr=spans, capsize=4, color=["#888888", "#c47f3a"])
-        ax_conf.set(title=f"confirmed: {conf['speedup']:.2f}x ({conf['verdict']})", ylabel="samples/s (median, range)")
+        low, high = conf["speedup_interval"]  # the verdict is judged on these, as printed (report.compare.ratio_text)
+        ax_conf.set(title=f"confirmed: {ratio_text(conf['speedup'])}x ({conf['verdict']})\n"
+                          f"95% CI {ratio_text(low)}-{ratio_text(high)}x", ylabel="samples/s (median, range)")
     else:
         ax_conf.set_axis_off()
         ax_conf.set_title("no confirmation (defaults fastest)")

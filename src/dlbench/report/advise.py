@@ -9,8 +9,10 @@ Every run of an advise session carries the tags ``advise=<session>`` and ``advis
 The **fastest configuration** is the fastest successful run of the search stages (one run each, so it
 may be lucky); the **speed-up** comes from the confirmation: the defaults and the fastest configuration
 run again ``repeats`` times each, interleaved (default, best, default, best …) so that a change in the
-machine's load hits both alike. It is the ratio of the medians, with the range of the ratio over the
-extremes, and the Welch t verdict of :mod:`dlbench.report.compare` (faster | slower | within noise).
+machine's load hits both alike. It is the ratio of the medians, with the 95% interval of the ratio of
+the means (:func:`dlbench.report.compare.ratio_interval`, Welch) and the range of the ratio over the
+extremes; the verdict (faster | slower | within noise) is judged on the speed-up and the interval as
+printed (:func:`dlbench.report.compare.interval_verdict`): "faster" only when both lie above 1.000.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from dlbench.report.compare import estimate, verdict
+from dlbench.report.compare import estimate, interval_verdict, ratio_interval, ratio_text
 from dlbench.report.tables import Table, si
 
 #: The run settings advise varies: what tells two configurations apart.
@@ -111,11 +113,13 @@ def _confirmation(records: list[dict[str, Any]]) -> dict[str, Any] | None:
         return None
     default = spread([_rate(r) for r in sides["default"]])
     best = spread([_rate(r) for r in sides["best"]])
+    speedup = best["median"] / default["median"]
+    _, low, high = ratio_interval(estimate(sides["default"]), estimate(sides["best"]))
     return {
         "default_samples_per_s": default, "best_samples_per_s": best,
-        "speedup": best["median"] / default["median"],
+        "speedup": speedup, "speedup_interval": [low, high],
         "speedup_range": [best["min"] / default["max"], best["max"] / default["min"]],
-        "verdict": verdict(estimate(sides["default"]), estimate(sides["best"])),
+        "verdict": interval_verdict(speedup, low, high),
     }
 
 
@@ -147,7 +151,9 @@ def summary_lines(report: dict[str, Any]) -> list[str]:
     else:
         d, b = conf["default_samples_per_s"], conf["best_samples_per_s"]
         lo, hi = conf["speedup_range"]
-        lines.append(f"speed-up: {conf['speedup']:.2f}x (range {lo:.2f}-{hi:.2f}x; {conf['verdict']}), medians of "
+        low, high = conf["speedup_interval"]
+        lines.append(f"speed-up: {ratio_text(conf['speedup'])}x (95% CI of the means' ratio {ratio_text(low)}-"
+                     f"{ratio_text(high)}x, range {lo:.2f}-{hi:.2f}x; {conf['verdict']}), medians of "
                      f"{b['runs']} interleaved repeats: {si(b['median'])} ± {si(b['half_range'])} vs "
                      f"{si(d['median'])} ± {si(d['half_range'])} samples/s")
     if report["not_tried"]:

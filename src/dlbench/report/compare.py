@@ -5,7 +5,11 @@ the difference of mean throughputs exceeds the critical value of Student's t —
 Welch–Satterthwaite degrees of freedom — times the standard error of that difference; otherwise
 "within noise". The critical value is 1.96 (``Z``) for many runs but 4.30 with two runs a side and
 2.78 with three: with so few runs a 1.96 rule would call one comparison in five or eight "slower"
-on noise alone. The standard error of each side comes from the runs themselves:
+on noise alone. The same test is printed as B/A with its 95% interval, the interval of the difference of
+means over A's mean (``1.023 [1.001, 1.045]``; "+2.3% [+0.1%, +4.5%]" in regress and trend): it holds 1
+exactly when the difference is within t standard errors. The verdict is judged on that interval as printed
+(:func:`interval_verdict`), so it cannot contradict the figures beside it. The standard error of each side
+comes from the runs themselves:
 
 * two or more runs: the spread between runs (sample standard deviation / sqrt(n)), n − 1 degrees
   of freedom;
@@ -55,6 +59,8 @@ class CompareRow:
     b: GroupEstimate | None
     ratio: float | None  # b / a
     verdict: str  # faster | slower | within noise | only in A | only in B
+    low: float | None = None  # the 95% interval of ``ratio`` (see the module docstring)
+    high: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -87,9 +93,12 @@ def config_key(record: dict[str, Any]) -> str:
 
 
 def comparable(record: dict[str, Any]) -> bool:
-    """A successful run with a throughput and step times: what :func:`estimate` can use."""
+    """A successful run with a finite throughput and step times: what :func:`estimate` can use (a diverged
+    run's inf samples/s is kept and flagged in its record, but is no speed to compare)."""
     result = record.get("result") or {}
-    return record["status"] == "ok" and bool(result.get("samples_per_s")) and bool(result.get("step_time_s"))
+    rate = result.get("samples_per_s")
+    return (record["status"] == "ok" and bool(rate) and math.isfinite(rate) and rate > 0
+            and bool(result.get("step_time_s")))
 
 
 def estimate(records: list[dict[str, Any]]) -> GroupEstimate:
@@ -115,14 +124,52 @@ def welch_df(a: GroupEstimate, b: GroupEstimate) -> float | None:
     return variance ** 2 / sum(terms) if sum(terms) > 0 else None
 
 
+def ratio_interval(a: GroupEstimate, b: GroupEstimate, z: float | None = None) -> tuple[float, float, float]:
+    """B/A and its two-sided 95% interval: Welch's interval of the difference of means over A's mean
+    (``z`` overrides the t critical value)."""
+    limit = z if z is not None else critical_value(welch_df(a, b))
+    ratio = b.samples_per_s / a.samples_per_s
+    half = limit * math.hypot(a.sem, b.sem) / a.samples_per_s
+    return ratio, ratio - half, ratio + half
+
+
+def permille(value: float) -> float:
+    """A ratio as the whole per-mille it is printed in: 1.02349 → 1023 ("1.023", "+2.3%"); inf stays inf."""
+    return round(value * 1000) if math.isfinite(value) else value
+
+
+def interval_verdict(ratio: float, low: float, high: float) -> str:
+    """faster | slower | within noise, judged on B/A and its 95% interval as printed (whole per-mille, as
+    :func:`ratio_text` and :func:`change_text` show them): "faster" only when the printed interval lies above
+    1.000 and the ratio too, "slower" only when it lies below; otherwise (1.000 inside or on its edge, or a
+    ratio outside its interval) "within noise"."""
+    shown, shown_low, shown_high = permille(ratio), permille(low), permille(high)
+    if shown_low > 1000 and shown > 1000:
+        return "faster"
+    if shown_high < 1000 and shown < 1000:
+        return "slower"
+    return "within noise"
+
+
+def ratio_text(ratio: float, low: float | None = None, high: float | None = None) -> str:
+    """``1.023 [1.001, 1.045]`` (the ratio alone without an interval), from :func:`permille`."""
+    def one(x: float) -> str:
+        return f"{permille(x) / 1000:.3f}"
+
+    return one(ratio) + ("" if low is None or high is None else f" [{one(low)}, {one(high)}]")
+
+
+def change_text(ratio: float, low: float | None = None, high: float | None = None) -> str:
+    """The same figures as a change: ``+2.3% [+0.1%, +4.5%]``, from :func:`permille`."""
+    def one(x: float) -> str:
+        return f"{(permille(x) - 1000) / 10:+.1f}%"
+
+    return one(ratio) + ("" if low is None or high is None else f" [{one(low)}, {one(high)}]")
+
+
 def verdict(a: GroupEstimate, b: GroupEstimate, z: float | None = None) -> str:
     """faster | slower | within noise, for B against A (``z`` overrides the t critical value)."""
-    diff = b.samples_per_s - a.samples_per_s
-    se = math.hypot(a.sem, b.sem)
-    limit = z if z is not None else critical_value(welch_df(a, b))
-    if abs(diff) <= limit * se or diff == 0:
-        return "within noise"
-    return "faster" if diff > 0 else "slower"
+    return interval_verdict(*ratio_interval(a, b, z))
 
 
 def compare(group_a: list[dict[str, Any]], group_b: list[dict[str, Any]]) -> list[CompareRow]:
@@ -139,7 +186,8 @@ def compare(group_a: list[dict[str, Any]], group_b: list[dict[str, Any]]) -> lis
         a = estimate(runs_a) if runs_a else None
         b = estimate(runs_b) if runs_b else None
         if a and b:
-            rows.append(CompareRow(key, a, b, b.samples_per_s / a.samples_per_s, verdict(a, b)))
+            ratio, low, high = ratio_interval(a, b)
+            rows.append(CompareRow(key, a, b, ratio, interval_verdict(ratio, low, high), low, high))
         else:
             rows.append(CompareRow(key, a, b, None, "only in A" if a else "only in B"))
     return rows

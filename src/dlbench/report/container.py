@@ -18,7 +18,7 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from dlbench.report.compare import comparable, config_key, critical_value
+from dlbench.report.compare import comparable, config_key, critical_value, permille, ratio_text
 
 #: Container ÷ bare metal at or above which a container's cost is accepted.
 GOAL = 0.97
@@ -56,19 +56,23 @@ def ratio_interval(ratios: list[float]) -> tuple[float, float | None, float | No
 
 
 def container_verdict(ratio: float, low: float | None, high: float | None, stacks_differ: tuple[str, ...] = ()) -> str:
-    """The one sentence judging a container ÷ bare-metal ratio, from the figures printed beside it."""
+    """The one sentence judging a container ÷ bare-metal ratio, from the figures printed beside it (three
+    decimals: whole per-mille, :func:`dlbench.report.compare.permille`), so an interval printed
+    ``[0.990, 1.000]`` holds 1.000 whatever the digits not shown."""
     prefix = f"stacks differ ({'; '.join(stacks_differ)}): not the container alone — " if stacks_differ else ""
     if low is None or high is None:
-        judged = f"one pair only ({ratio:.3f}): repeat (--repeats 3 or more) for an interval"
-    elif low <= 1.0 <= high:
+        return prefix + f"one pair only ({ratio:.3f}): repeat (--repeats 3 or more) for an interval"
+    shown, shown_low, shown_high = permille(ratio), permille(low), permille(high)
+    cost = f"{(1000 - shown) / 10:.1f}%"
+    if shown_low <= 1000 <= shown_high:
         judged = "no measurable cost: 1.000 is inside the interval"
-    elif high < 1.0 and ratio >= GOAL:
-        judged = f"costs {1 - ratio:.1%}, within the {1 - GOAL:.0%} goal"
-    elif high < 1.0:
-        judged = (f"costs {1 - ratio:.1%}, more than the {1 - GOAL:.0%} goal: look at threads, CPU quotas (cgroups), "
+    elif shown_high < 1000 and shown >= permille(GOAL):
+        judged = f"costs {cost}, within the {1 - GOAL:.0%} goal"
+    elif shown_high < 1000:
+        judged = (f"costs {cost}, more than the {1 - GOAL:.0%} goal: look at threads, CPU quotas (cgroups), "
                   "/dev/shm and seccomp")
     else:
-        judged = f"faster in the container by {ratio - 1:.1%}"
+        judged = f"faster in the container by {(shown - 1000) / 10:.1f}%"
     return prefix + judged
 
 
@@ -122,6 +126,6 @@ def container_table(rows: list[ContainerRow]) -> tuple[list[str], list[list[str]
     header = ["configuration", "pairs", "bare samples/s", "container samples/s", "container ÷ bare [95% CI]",
               "load (1 min)", "verdict"]
     cells = [[r.key, str(r.pairs), f"{r.bare_samples_per_s:,.2f}", f"{r.container_samples_per_s:,.2f}",
-              f"{r.ratio:.3f}" + (f" [{r.low:.3f}, {r.high:.3f}]" if r.low is not None else ""),
+              ratio_text(r.ratio, r.low, r.high),
               "-" if r.load_1m is None else f"{r.load_1m:.1f}", r.verdict] for r in rows]
     return header, cells

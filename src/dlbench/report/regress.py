@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from dlbench.errors import UsageError
-from dlbench.report.compare import GroupEstimate, compare
+from dlbench.report.compare import GroupEstimate, change_text, compare, permille
 
 DEFAULT_THRESHOLD = 0.05
 #: Fewer runs than this on a side leave a configuration undecided: one run's error is its step-time
@@ -42,6 +42,8 @@ class RegressRow:
     statistical: str  # compare's verdict: faster | slower | within noise | only in baseline | only in candidate
     decision: str  # regression | ok | improved | too few runs | not compared
     note: str
+    low: float | None = None  # the 95% interval of ``ratio`` (compare's)
+    high: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -60,10 +62,19 @@ def parse_threshold(text: str) -> float:
     return fraction
 
 
-def _decide(statistical: str, ratio: float, threshold: float) -> str:
-    if statistical == "slower" and ratio < 1 - threshold:
+def threshold_text(threshold: float) -> str:
+    """The threshold as printed beside the decisions (``5.0%``), in the per-mille the decision is judged on."""
+    return f"{permille(threshold) / 10:.1f}%"
+
+
+def decide(statistical: str, ratio: float, threshold: float) -> str:
+    """regression | improved | ok, from the noise test and the change as printed (whole per-mille, as
+    :func:`~dlbench.report.compare.change_text`) against the threshold as printed (:func:`threshold_text`): a
+    regression is "slower" *and* a printed change below minus the threshold; a printed -5.0% at 5.0% is ok."""
+    change, limit = permille(ratio) - 1000, permille(threshold)
+    if statistical == "slower" and change < -limit:
         return "regression"
-    if statistical == "faster" and ratio > 1 + threshold:
+    if statistical == "faster" and change > limit:
         return "improved"
     return "ok"
 
@@ -82,14 +93,15 @@ def regress(baseline: list[dict[str, Any]], candidate: list[dict[str, Any]], thr
                                    f"no successful run of this configuration in the {'candidate' if row.a else 'baseline'}"))
             continue
         fewest = min(row.a.runs, row.b.runs)
-        decision, note = _decide(row.verdict, row.ratio, threshold), ""
+        decision, note = decide(row.verdict, row.ratio, threshold), ""
         if fewest < min_runs:
             decision = "too few runs"
             note = (f"{fewest} run(s) on a side, fewer than --min-runs {min_runs}: repeat the runs, baseline and "
                     "candidate alternating (3+ each)")
         elif fewest < 2:
             note = "one run on a side: its error is the step-time spread only, which misses run-to-run noise"
-        rows.append(RegressRow(row.key, row.a, row.b, row.ratio, (row.ratio - 1) * 100, row.verdict, decision, note))
+        rows.append(RegressRow(row.key, row.a, row.b, row.ratio, (row.ratio - 1) * 100, row.verdict, decision, note,
+                               row.low, row.high))
     return rows
 
 
@@ -115,10 +127,10 @@ def regress_table(rows: list[RegressRow]) -> tuple[list[str], list[list[str]]]:
     def side(est: GroupEstimate | None) -> str:
         return "-" if est is None else f"{est.samples_per_s:,.1f} ± {est.sem:,.1f} (n={est.runs})"
 
-    columns = ["configuration", "baseline samples/s", "candidate samples/s", "change", "noise test", "decision"]
+    columns = ["configuration", "baseline samples/s", "candidate samples/s", "change [95% CI]", "noise test", "decision"]
     return columns, [
         [r.configuration, side(r.baseline), side(r.candidate),
-         "-" if r.change_percent is None else f"{r.change_percent:+.1f}%", r.statistical,
+         "-" if r.ratio is None else change_text(r.ratio, r.low, r.high), r.statistical,
          r.decision.upper() if r.decision == "regression" else r.decision]
         for r in rows
     ]

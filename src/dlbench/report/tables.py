@@ -11,6 +11,7 @@ import io
 from collections.abc import Sequence
 from typing import Any
 
+from dlbench.report.compare import ratio_text
 from dlbench.safety import printable
 
 Table = tuple[list[str], list[list[str]]]
@@ -128,14 +129,14 @@ def summary_table(summaries: Sequence[Any]) -> Table:
 
 
 def compare_table(rows: Sequence[Any]) -> Table:
-    """One row per configuration (``CompareRow``)."""
-    columns = ["configuration", "A samples/s", "B samples/s", "B/A", "verdict"]
+    """One row per configuration (``CompareRow``): B/A with its 95% interval, the figures the verdict is judged on."""
+    columns = ["configuration", "A samples/s", "B samples/s", "B/A [95% CI]", "verdict"]
 
     def side(est) -> str:
         return "-" if est is None else f"{rate_text(est.samples_per_s)} ± {rate_text(est.sem)} (n={est.runs})"
 
     return columns, [
-        [row.key, side(row.a), side(row.b), "-" if row.ratio is None else f"{row.ratio:.3f}", row.verdict]
+        [row.key, side(row.a), side(row.b), "-" if row.ratio is None else ratio_text(row.ratio, row.low, row.high), row.verdict]
         for row in rows
     ]
 

@@ -5,7 +5,8 @@ environment dimension (``--by``): torch or CUDA version (in version order), cont
 host (in order of their first run), or date (UTC day). Each group's throughput is estimated as
 ``dlbench compare`` does (mean, standard error from the run-to-run spread, else from the step
 times). A **change point** is flagged between two consecutive groups when ``compare``'s verdict on
-them is "faster" or "slower" (Welch's t-test at 95 %).
+them is "faster" or "slower" (Welch's t-test at 95 %), judged on the change and its 95% interval printed
+beside it (``+4.1% [+1.2%, +7.0%]``, :func:`~dlbench.report.compare.interval_verdict`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,15 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from dlbench.errors import UsageError
-from dlbench.report.compare import GroupEstimate, comparable, config_key, estimate, verdict
+from dlbench.report.compare import (
+    GroupEstimate,
+    change_text,
+    comparable,
+    config_key,
+    estimate,
+    interval_verdict,
+    ratio_interval,
+)
 from dlbench.report.frame import environment
 
 BY = ("torch", "cuda", "container", "date", "host")
@@ -33,6 +42,9 @@ class TrendPoint:
     first_run_at: str
     change: str  # "" for the first group; else compare's verdict against the previous group
     change_percent: float | None
+    ratio: float | None = None  # this group ÷ the previous, with its 95% interval (compare's)
+    ratio_low: float | None = None
+    ratio_high: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -78,12 +90,12 @@ def trend(records: list[dict[str, Any]], by: str) -> list[TrendPoint]:
             runs = groups[name]
             est = estimate(runs)
             rates = [r["result"]["samples_per_s"] for r in runs]
-            change, percent = "", None
+            change, percent, interval = "", None, (None, None, None)
             if previous is not None:
-                change = verdict(previous, est)
-                percent = (est.samples_per_s / previous.samples_per_s - 1) * 100
+                interval = ratio_interval(previous, est)
+                change, percent = interval_verdict(*interval), (interval[0] - 1) * 100
             points.append(TrendPoint(key, name, est, min(rates), max(rates),
-                                     min(r["created_at"] for r in runs), change, percent))
+                                     min(r["created_at"] for r in runs), change, percent, *interval))
             previous = est
     return points
 
@@ -94,14 +106,14 @@ def is_change_point(point: TrendPoint) -> bool:
 
 def trend_table(points: list[TrendPoint], by: str) -> tuple[list[str], list[list[str]]]:
     """Columns and rows of text; change points are marked with ◆."""
-    columns = ["configuration", by, "runs", "samples/s (mean ± sem)", "min – max", "vs previous", "change point"]
+    columns = ["configuration", by, "runs", "samples/s (mean ± sem)", "min – max", "vs previous [95% CI]", "change point"]
     rows = []
     for p in points:
         e = p.estimate
         rows.append([
             p.configuration, p.group, str(e.runs), f"{e.samples_per_s:,.1f} ± {e.sem:,.1f}",
             f"{p.min_samples_per_s:,.1f} – {p.max_samples_per_s:,.1f}",
-            "-" if p.change_percent is None else f"{p.change_percent:+.1f}%",
+            "-" if p.ratio is None else change_text(p.ratio, p.ratio_low, p.ratio_high),
             f"◆ {p.change}" if is_change_point(p) else (p.change or "-"),
         ])
     return columns, rows

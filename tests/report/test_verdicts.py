@@ -1,0 +1,175 @@
+"""compare's, trend's, regress's and advise's verdicts never contradict the figures printed beside them
+(issue 34): each is judged on B/A and its 95% interval as printed (whole per-mille), and agrees with Welch's
+t-test wherever the printed interval does not touch 1.000. Property tests over the printed text: the
+figures are parsed back from the very cells a user reads."""
+
+from __future__ import annotations
+
+import math
+import re
+
+from hypothesis import given, settings, strategies as st
+
+from dlbench.report.advise import advice, summary_lines
+from dlbench.report.compare import (
+    compare,
+    critical_value,
+    estimate,
+    interval_verdict,
+    welch_df,
+)
+from dlbench.report.regress import decide, regress, regress_table, threshold_text
+from dlbench.report.tables import compare_table
+from dlbench.report.trend import trend, trend_table
+
+NUMBER = r"[-+]?\d+\.\d+"
+
+
+def record(samples_per_s: float, step_sem: float = 0.01, n: int = 10, **tags: str) -> dict:
+    return {"id": f"r{samples_per_s}", "status": "ok", "created_at": tags.pop("created_at", "2026-12-03T10:00:00"),
+            "spec": {"workload": "lstm", "batch_size": 4, "device": "cpu", "tags": tags},
+            "result": {"samples_per_s": samples_per_s, "step_time_s": {"mean": 1.0, "sem": step_sem, "n": n, "median": 1.0}}}
+
+
+rates = st.floats(min_value=1.0, max_value=1000.0, allow_nan=False)
+# a side: one run (its error from its step times) or several (from their spread)
+sides = st.one_of(
+    st.tuples(rates, st.floats(0.0, 0.2)).map(lambda t: [record(t[0], step_sem=t[1])]),
+    st.lists(rates, min_size=2, max_size=5).map(lambda xs: [record(x) for x in xs]),
+)
+# a B side near A's, so that the edges (an interval touching 1.000) are drawn often
+scales = st.floats(min_value=0.9, max_value=1.1, allow_nan=False)
+
+
+def _near(side: list[dict], scale: float, jitter: float) -> list[dict]:
+    return [record(r["result"]["samples_per_s"] * scale * (1 + jitter * (i % 2)), r["result"]["step_time_s"]["sem"])
+            for i, r in enumerate(side)]
+
+
+def _judged(verdict: str, ratio: float, low: float, high: float) -> None:
+    """The sentence against the printed ratio and interval."""
+    assert low <= ratio <= high
+    if verdict == "faster":
+        assert low > 1 and ratio > 1
+    elif verdict == "slower":
+        assert high < 1 and ratio < 1
+    else:
+        assert verdict == "within noise" and not (low > 1 and ratio > 1) and not (high < 1 and ratio < 1)
+
+
+def _welch(a, b) -> str:
+    diff, se = b.samples_per_s - a.samples_per_s, math.hypot(a.sem, b.sem)
+    if abs(diff) <= critical_value(welch_df(a, b)) * se or diff == 0:
+        return "within noise"
+    return "faster" if diff > 0 else "slower"
+
+
+@given(sides, scales, st.floats(0.0, 0.05))
+def test_compare_verdict_agrees_with_the_printed_ratio_and_interval(side_a, scale, jitter):
+    side_b = _near(side_a, scale, jitter)
+    (row,) = compare(side_a, side_b)
+    _, (cells,) = compare_table([row])
+    ratio, low, high = (float(x) for x in re.fullmatch(rf"({NUMBER}) \[({NUMBER}), ({NUMBER})\]", cells[3]).groups())
+    _judged(cells[4], ratio, low, high)
+    assert ratio == float(f"{row.ratio:.3f}") or abs(ratio - row.ratio) < 0.00051  # the ratio shown is the ratio
+    if 1.0 not in (low, high):  # away from the printed edge, the sentence is Welch's test
+        assert cells[4] == _welch(estimate(side_a), estimate(side_b))
+
+
+@given(sides, scales, st.floats(0.0, 0.05), st.floats(0.0, 0.2))
+@settings(max_examples=60)
+def test_regress_decision_agrees_with_the_printed_change_interval_and_threshold(side_a, scale, jitter, fraction):
+    side_b = _near(side_a, scale, jitter)
+    (row,) = regress(side_a, side_b, fraction, min_runs=1)
+    _, (cells,) = regress_table([row])
+    change, low, high = (float(x) for x in re.fullmatch(rf"({NUMBER})% \[({NUMBER})%, ({NUMBER})%\]", cells[3]).groups())
+    limit = float(threshold_text(fraction).rstrip("%"))
+    _judged(cells[4], 1 + change / 100, 1 + low / 100, 1 + high / 100)
+    if cells[5] == "REGRESSION":
+        assert cells[4] == "slower" and high < 0 and change < -limit
+    elif cells[5] == "improved":
+        assert cells[4] == "faster" and low > 0 and change > limit
+    else:
+        assert cells[5] == "ok" and not (cells[4] == "slower" and change < -limit) and not (cells[4] == "faster" and change > limit)
+
+
+def test_a_change_printed_at_the_threshold_is_not_a_regression():
+    # -5.004 % prints as -5.0 %: at a 5.0 % threshold that is not beyond it, whatever the digits not shown
+    assert decide("slower", 0.94996, 0.05) == "ok" and decide("slower", 0.9494, 0.05) == "regression"
+    assert threshold_text(0.05) == "5.0%" and decide("faster", 1.05004, 0.05) == "ok"
+
+
+def test_an_interval_that_prints_1000_is_within_noise():
+    # an interval whose low end is 1.0004 prints "1.000": not "faster", whatever Welch's test said on the raw numbers
+    assert interval_verdict(1.01, 1.0004, 1.02) == "within noise" and interval_verdict(1.01, 1.0006, 1.02) == "faster"
+    assert interval_verdict(0.99, 0.98, 0.9996) == "within noise" and interval_verdict(0.99, 0.98, 0.9994) == "slower"
+
+
+@given(st.lists(st.tuples(rates, st.floats(0.0, 0.2)), min_size=2, max_size=4))
+@settings(max_examples=60)
+def test_trend_change_points_agree_with_the_printed_change_and_interval(groups):
+    runs = [record(rate, step_sem=sem, created_at=f"2026-12-0{day + 1}T10:00:00") for day, (rate, sem) in enumerate(groups)]
+    _, rows = trend_table(trend(runs, "date"), "date")
+    assert rows[0][5] == "-" and rows[0][6] == "-"
+    for cells in rows[1:]:
+        change, low, high = (float(x) for x in re.fullmatch(rf"({NUMBER})% \[({NUMBER})%, ({NUMBER})%\]", cells[5]).groups())
+        _judged(cells[6].removeprefix("◆ "), 1 + change / 100, 1 + low / 100, 1 + high / 100)
+        assert cells[6].startswith("◆") == (cells[6] != "within noise")
+
+
+def _advise_runs(default: list[float], best: list[float]) -> list[dict]:
+    runs = [record(1.0, advise="s", advise_stage="baseline", advise_run="0")]
+    runs[0]["result"]["samples_per_s"] = min(default)
+    for i, (d, b) in enumerate(zip(default, best)):
+        runs.append(record(d, advise="s", advise_stage="confirm", advise_role="default", advise_run=str(2 * i + 1)))
+        runs.append(record(b, advise="s", advise_stage="confirm", advise_role="best", advise_run=str(2 * i + 2)))
+        runs[-1]["spec"]["batch_size"] = 8  # the best configuration differs from the defaults
+    return runs
+
+
+@given(st.lists(rates, min_size=2, max_size=4), scales, st.floats(0.0, 0.1))
+@settings(max_examples=60)
+def test_advise_speedup_verdict_agrees_with_the_printed_speedup_and_interval(default, scale, jitter):
+    best = [d * scale * (1 + jitter * (i % 2)) for i, d in enumerate(default)]
+    line = next(x for x in summary_lines(advice(_advise_runs(default, best))) if x.startswith("speed-up"))
+    found = re.match(rf"speed-up: ({NUMBER})x \(95% CI of the means' ratio ({NUMBER})-({NUMBER})x, range "
+                     rf"{NUMBER}-{NUMBER}x; (faster|slower|within noise)\)", line)
+    assert found, line
+    speedup, low, high = (float(x) for x in found.groups()[:3])
+    verdict = found.group(4)
+    if verdict == "faster":
+        assert low > 1 and speedup > 1
+    elif verdict == "slower":
+        assert high < 1 and speedup < 1
+    else:
+        assert not (low > 1 and speedup > 1) and not (high < 1 and speedup < 1)
+
+
+@given(st.floats(0.0, 1.0), st.sampled_from(["io/unet3d", "io/resnet50", "io/cosmoflow", "io/npy"]),
+       st.sampled_from([0.0, 3.5, 224.0]))
+def test_io_au_verdict_agrees_with_the_printed_au_and_bar(au, workload, compute_ms):
+    from dlbench.cli.io import read_table
+    from dlbench.report.io_au import AU_BARS, DEFAULT_BAR, au_verdict
+
+    text = au_verdict(au, workload, compute_ms)
+    record = {"spec": {"path": "/d", "workers": 2, "batch_size": 4, "compute_ms": compute_ms},
+              "result": {"samples_per_s": 1.0, "bytes_per_s": 1.0, "au": au}}
+    _, (cells,) = read_table(record)
+    if not compute_ms:
+        assert text.startswith("AU not judged")
+        return
+    shown, bar = re.match(r"AU ([\d.]+)% [≥<] ([\d.]+)%", text).groups()
+    assert f"{shown}%" == cells[6]  # the sentence quotes the table's AU, formatted the same way
+    assert float(bar) == round(AU_BARS.get(workload[3:], DEFAULT_BAR) * 100, 1)
+    if "kept the emulated accelerator busy" in text:
+        assert " ≥ " in text and float(shown) >= float(bar)
+    else:
+        idle = float(re.search(r"waited on data ([\d.]+)% of the time", text).group(1))
+        assert " < " in text and float(shown) < float(bar) and abs(idle - (100 - float(shown))) < 1e-9
+
+
+def test_io_au_at_the_bar_passes():
+    from dlbench.report.io_au import au_verdict
+
+    assert "busy" in au_verdict(0.8996, "io/unet3d", 323.0)  # prints 90.0%: at the bar
+    assert "waited on data 10.1%" in au_verdict(0.8994, "io/unet3d", 323.0)
