@@ -11,7 +11,16 @@ import pytest
 from dlbench.api.resolve import resolve_batch, resolve_comm, resolve_train
 from dlbench.cli.app import main
 from dlbench.env import detect_container
-from dlbench.launch.container import DIGEST_VAR, IMAGE_VAR, RUNTIME_VAR, Container, ImageFacts, wrap_argv
+from dlbench.launch.container import (
+    DIGEST_VAR,
+    IMAGE_VAR,
+    REAP,
+    RUNTIME_VAR,
+    Container,
+    ImageFacts,
+    job_label,
+    wrap_argv,
+)
 from dlbench.launch.slurm import sbatch_script
 from dlbench.launch.torchrun import TorchrunLauncher
 from dlbench.spec import CommSpec, ContainerSpec, LaunchSettings, RunSpec
@@ -60,6 +69,9 @@ def test_a_container_run_is_one_torchrun_in_the_image_even_for_one_process():
     assert plan.argv[image_at + 1:image_at + 4] == ("python3", "-m", "torch.distributed.run")  # the image's Python
     assert f"--env=OMP_NUM_THREADS={run.threads}" in plan.argv[:image_at]
     assert '"container": true' in plan.files["job.json"]  # rank 0 reports the environment it sees inside
+    # the container carries the job's label; the reaper removes what has it once dlbench is gone (SIGKILL too)
+    assert f"--label={job_label(WORKDIR)}" in plan.argv[:image_at]
+    assert plan.reaper == ("/bin/sh", "-c", REAP, "podman", job_label(WORKDIR), "rm", "-f", "-t", "0")
 
 
 def test_a_collective_benchmark_runs_its_ranks_in_the_image_too():
@@ -67,13 +79,14 @@ def test_a_collective_benchmark_runs_its_ranks_in_the_image_too():
     plan = TorchrunLauncher().plan(run, WORKDIR)
     assert plan.argv[:2] == ("docker", "run") and "--nproc-per-node" in plan.argv
     assert plan.argv[plan.argv.index("localhost/dlbench:1") + 1] == "python3"
+    assert plan.reaper[3:] == ("docker", job_label(WORKDIR), "rm", "-f")
 
 
 def test_a_run_without_a_container_plans_the_hosts_python():
     run = resolve_train(RunSpec(**TINY, nproc=2))
     plan = TorchrunLauncher().plan(run, WORKDIR)
     assert plan.argv[1:3] == ("-m", "torch.distributed.run") and "podman" not in plan.argv
-    assert '"container": true' not in plan.files["job.json"]
+    assert '"container": true' not in plan.files["job.json"] and plan.reaper == ()
 
 
 @pytest.mark.parametrize("runtime,gpu_flag", [("podman", "--device=nvidia.com/gpu=all"), ("docker", "--gpus=all")])

@@ -11,7 +11,15 @@ starts. What the wrapper gives the container, and why (each is a place a contain
 * the run's job directory mounted at the same path (the rank reports and the job file), and data directories;
 * GPUs: podman through CDI (``--device nvidia.com/gpu=all``), docker through ``--gpus all``, apptainer ``--nv``;
 * ``DLBENCH_CONTAINER_RUNTIME/IMAGE/DIGEST``, which :func:`dlbench.env.detect_container` reads inside, so the
-  record's ``env.container`` names the runtime, the image and its digest (an image cannot know its own digest).
+  record's ``env.container`` names the runtime, the image and its digest (an image cannot know its own digest);
+* a label naming the job directory (:func:`job_label`), by which :func:`reaper_argv` finds the container.
+
+**The container dies with its dlbench.** podman's container is not dlbench's child (conmon runs it), so a
+SIGKILL of dlbench — or of the ``podman run`` client — would leave it running. The executor therefore starts
+:func:`reaper_argv` beside every container run, in a session of its own, with its stdin the read end of a pipe
+only dlbench holds: when the run ends, or dlbench dies however it dies (the kernel closes the pipe), the reaper
+reads EOF and removes (``rm -f``) every container with the run's label. Nothing inside the image is needed,
+and no stale state waits for a next dlbench. (apptainer's processes are dlbench's own descendants: none.)
 
 :func:`inspect_image` asks the runtime, before anything is recorded, whether the image exists and holds this
 dlbench version (``UsageError`` otherwise: one sentence, exit 2).
@@ -19,6 +27,7 @@ dlbench version (``UsageError`` otherwise: one sentence, exit 2).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import subprocess
@@ -40,6 +49,25 @@ SLURM_VARS = ("OMP_NUM_THREADS", "PYTHONUNBUFFERED", "SLURM_JOB_ID", "SLURM_JOB_
               "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID")
 #: Seconds the image probe may take (one container start and ``import dlbench``).
 PROBE_TIMEOUT_S = 120.0
+#: The label key of a run's containers (the value: :func:`job_label`).
+JOB_LABEL = "dlbench.job"
+#: The reaper: wait for EOF on stdin, then remove the labelled containers ($0 the runtime, $1 the label, then rm's
+#: argv). Only dlbench-made words reach it, as arguments: the script itself is constant.
+REAP = 'cat >/dev/null; ids=$("$0" ps -aq --filter "label=$1") && shift && [ -n "$ids" ] && exec "$0" "$@" $ids'
+
+
+def job_label(workdir: Path | str) -> str:
+    """``dlbench.job=HASH``: the label of the containers of the run in ``workdir`` (a job directory is one run's)."""
+    return f"{JOB_LABEL}={hashlib.sha256(str(workdir).encode()).hexdigest()[:16]}"
+
+
+def reaper_argv(runtime: str, workdir: Path | str) -> tuple[str, ...]:
+    """The argv that removes the containers of the run in ``workdir`` once its stdin ends (see the module
+    docstring); empty for apptainer, whose processes are the launcher's descendants."""
+    if runtime not in ("podman", "docker"):
+        return ()
+    kill_now = ("-t", "0") if runtime == "podman" else ()  # docker's rm -f is SIGKILL already
+    return ("/bin/sh", "-c", REAP, runtime, job_label(workdir), "rm", "-f", *kill_now)
 
 
 @dataclass(frozen=True)
@@ -66,7 +94,8 @@ def wrap_argv(container: Container, argv: Sequence[str], env: Mapping[str, str |
         return (*words, container.image, *argv)
     if container.runtime not in ("podman", "docker"):
         raise ValueError(f"not a container runtime: {container.runtime!r}")  # the spec allows no other
-    words = [container.runtime, "run", "--rm", "--network=host", "--ipc=host", f"--workdir={workdir}"]
+    words = [container.runtime, "run", "--rm", "--network=host", "--ipc=host", f"--workdir={workdir}",
+             f"--label={job_label(workdir)}"]
     words += [f"--volume={path}:{path}" for path in mounts]
     words += [f"--env={name}" if value is None else f"--env={name}={value}" for name, value in {**env, **marks}.items()]
     if container.gpus:

@@ -14,7 +14,7 @@ from typing import Any
 
 from dlbench.engine.run import ResolvedRun
 from dlbench.launch._base import JOB_FILE, RANKS_DIR, Launcher, LaunchPlan, Outcome, job_document
-from dlbench.launch.container import IMAGE_PYTHON, Container, ImageFacts, inspect_image, wrap_argv
+from dlbench.launch.container import IMAGE_PYTHON, Container, ImageFacts, inspect_image, reaper_argv, wrap_argv
 from dlbench.launch.process import run_plan
 
 #: Seconds the rendezvous may take beyond the run's timeout, once every rank is up.
@@ -80,12 +80,13 @@ class TorchrunLauncher(Launcher):
             self.facts = inspect_image(container.runtime, container.image)
 
     def plan(self, run: ResolvedRun, workdir: Path) -> LaunchPlan:
+        container = container_of(run)
         return LaunchPlan(
             launcher=self.name, argv=planned_argv(run, workdir, self.facts), env=rank_env(run),
             files={JOB_FILE: job_document(run)}, ranks_here=run.ranks_here,
             start_timeout_s=run.timeout_s + START_SLACK_S, grace_s=run.timeout_s,
             **({"launcher_rendezvous": True, "boot_timeout_s": LAUNCHER_BOOT_S} if run.nnodes > 1 else {}),
-            describe=describe_rendezvous(run),
+            describe=describe_rendezvous(run), reaper=reaper_argv(container.runtime, workdir) if container else (),
         )
 
     def execute(self, plan: LaunchPlan, workdir: Path, run_here: Callable[[], Any]) -> Outcome:
