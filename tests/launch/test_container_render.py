@@ -94,10 +94,14 @@ def test_slurm_runs_the_runtime_in_each_nodes_step(runtime, gpu_flag):
     run = resolve_batch(RunSpec(**TINY), LaunchSettings(nodes=2, gpus_per_node=4, container_image="localhost/dlbench:1",
                                                         container_runtime=runtime), "slurm")
     (step,) = [line for line in sbatch_script(run, Path("/home/u/jobs/j1")).splitlines() if line.startswith("srun ")]
-    before, _, after = step.partition(" localhost/dlbench:1 ")
+    before, _, after = step.partition(" localhost/dlbench:1 python3 ")
     assert f"{runtime} run --rm --network=host" in before and gpu_flag in before
     assert "--volume=/home/u/jobs/j1:/home/u/jobs/j1" in before and "--env=SLURM_JOB_ID" in before
     assert before.index("nodes") < before.index(f"{runtime} run")  # the node marks itself outside the image
+    # ... and inspects its own copy of the image: the digest goes in by name (the local path passes it by value)
+    assert f'"$JOBDIR"/nodes localhost/dlbench:1 {runtime} run ' in before and "image inspect --format" in before
+    assert f" --env={DIGEST_VAR} " in before + " " and f"--env={DIGEST_VAR}=" not in before
+    after = "python3 " + after
     assert after.startswith("python3 -m torch.distributed.run")
 
 

@@ -85,7 +85,8 @@ class Container:
 def wrap_argv(container: Container, argv: Sequence[str], env: Mapping[str, str | None], workdir: Path | str) -> tuple[str, ...]:
     """``argv`` run inside ``container`` with ``env`` set there (a None value: passed from the host by name),
     ``workdir`` and the container's mounts at their own paths, the working directory ``workdir``. Pure."""
-    marks = {RUNTIME_VAR: container.runtime, IMAGE_VAR: container.image, DIGEST_VAR: container.digest or ""}
+    # no digest known here (a Slurm step): passed by name from the node, which inspects its own copy of the image
+    marks = {RUNTIME_VAR: container.runtime, IMAGE_VAR: container.image, DIGEST_VAR: container.digest}
     mounts = list(dict.fromkeys([str(workdir), *container.mounts]))
     if container.runtime == "apptainer":  # shares the host's network, IPC and PIDs by default
         words = ["apptainer", "exec"] + (["--nv"] if container.gpus else []) + [f"--pwd={workdir}"]
