@@ -13,11 +13,11 @@ from pathlib import Path
 
 import psutil
 
-from dlbench.launch.container import job_label
+from dlbench.launch.container import job_label, own_cgroup
 from dlbench.store import open_store
 
 TINY = ["lstm", "-p", "seq_len=4", "-p", "input_size=8", "-p", "hidden_size=8", "-b", "4", "--warmup", "1",
-        "--steps", "1000000", "--threads", "1", "--no-telemetry"]
+        "--steps", "1000000", "--threads", "2", "--no-telemetry"]
 
 
 def start(tmp_path: Path, image: str) -> tuple[subprocess.Popen, Path]:
@@ -73,7 +73,12 @@ def containers(workdir: Path) -> list[str]:
 def test_sigterm_records_the_run_aborted_with_its_steps_and_ends_its_container(container_image, tmp_path, left_running):
     proc, db = start(tmp_path, container_image)
     workdir, _ = computing_rank(tmp_path)
-    assert len(containers(workdir)) == 1
+    (container,) = containers(workdir)
+    # the container's cgroup weighs its rank's two threads (not one process's share for all), beside our cgroup
+    out = subprocess.run(["podman", "inspect", "--format", "{{.HostConfig.CpuShares}} {{.HostConfig.CgroupParent}}",
+                          container], capture_output=True, text=True, check=True, timeout=60)
+    shares, _, parent = out.stdout.strip().partition(" ")
+    assert shares == "2048" and parent == own_cgroup()
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=90)
     assert proc.returncode == 128 + signal.SIGTERM, err[-2000:]

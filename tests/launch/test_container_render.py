@@ -18,7 +18,9 @@ from dlbench.launch.container import (
     RUNTIME_VAR,
     Container,
     ImageFacts,
+    cpu_shares,
     job_label,
+    own_cgroup,
     wrap_argv,
 )
 from dlbench.launch.slurm import sbatch_script
@@ -62,12 +64,14 @@ def test_a_container_run_is_one_torchrun_in_the_image_even_for_one_process():
     run = resolve_train(RunSpec(**TINY, container=ContainerSpec(image="localhost/dlbench:1")))
     assert run.launcher == "torchrun" and run.record_spec["container"] == {"image": "localhost/dlbench:1", "runtime": "podman"}
     launcher = TorchrunLauncher()
-    launcher.facts = ImageFacts(digest="sha256:cd", dlbench="0.1.0", python="3.11.2", torch="2.13.0")
+    launcher.facts = ImageFacts(digest="sha256:cd", dlbench="0.1.0", python="3.11.2", torch="2.13.0", cgroup_parent="/")
     plan = launcher.plan(run, WORKDIR)
     image_at = plan.argv.index("localhost/dlbench:1")
     assert plan.argv[0] == "podman" and f"--env={DIGEST_VAR}=sha256:cd" in plan.argv[:image_at]
     assert plan.argv[image_at + 1:image_at + 4] == ("python3", "-m", "torch.distributed.run")  # the image's Python
     assert f"--env=OMP_NUM_THREADS={run.threads}" in plan.argv[:image_at]
+    # the container's cgroup beside this process's, weighing what its threads weigh bare (not one process's share)
+    assert f"--cpu-shares={1024 * run.threads}" in plan.argv[:image_at] and "--cgroup-parent=/" in plan.argv[:image_at]
     assert '"container": true' in plan.files["job.json"]  # rank 0 reports the environment it sees inside
     # the container carries the job's label; the reaper removes what has it once dlbench is gone (SIGKILL too)
     assert f"--label={job_label(WORKDIR)}" in plan.argv[:image_at]
@@ -131,3 +135,13 @@ def test_the_record_names_runtime_image_and_digest_that_the_wrapper_set(tmp_path
     assert inside["runtime"] == "podman" and inside["in_container"] and inside["image"] == "localhost/dlbench:1"
     assert inside["digest"] == "sha256:ef" and inside["launched_by"] == "dlbench"
     assert "digest" not in detect_container({}, tmp_path)  # a container dlbench did not start: as before
+
+
+def test_the_cpu_weight_is_the_busy_threads_and_the_parent_this_process_v1_cpu_cgroup():
+    assert (cpu_shares(1), cpu_shares(4), cpu_shares(0), cpu_shares(10**6)) == (1024, 4096, 1024, 262144)
+    assert own_cgroup("12:pids:/a\n4:cpu,cpuacct:/slurm/uid_0/job_5/step_0\n0::/x") == "/slurm/uid_0/job_5/step_0"
+    assert own_cgroup("1:cpu:/\n0::/") == "/"
+    assert own_cgroup("0::/user.slice/session-1.scope") is None  # cgroup v2 only: the runtime's default place
+    run = resolve_comm(CommSpec(nproc=2, device="cpu", threads=3, container=ContainerSpec(image="localhost/dlbench:1")))
+    plan = TorchrunLauncher().plan(run, WORKDIR)  # no facts (a dry run): no parent named
+    assert "--cpu-shares=6144" in plan.argv and not any(w.startswith("--cgroup-parent") for w in plan.argv)

@@ -8,6 +8,12 @@ starts. What the wrapper gives the container, and why (each is a place a contain
 * the host's IPC namespace (``--ipc host``): ``/dev/shm`` is the host's, not podman's 64 MB default, which
   DataLoader workers would run out of;
 * no CPU or memory limit (no ``--cpus``/``--memory``): a cgroup quota would throttle the timed steps;
+* the CPU share of bare ranks: the runtime puts a container in a cgroup of its own (podman's cgroupfs manager:
+  ``/libpod_parent/libpod-ID``, weight 1024 for the whole group), where all its threads together weigh what one
+  process beside them weighs — on a busy host 2 threads in the container got a fraction of what 2 bare threads
+  got (bench/RESULTS.md). So the container's cgroup is made beside the launching process's own
+  (``--cgroup-parent``, where the runtime's cgroup manager is cgroupfs on cgroup v1; :func:`own_cgroup`) and weighs what its
+  busy threads weigh bare (``--cpu-shares`` = 1024 × ranks × threads: :func:`cpu_shares`);
 * the run's job directory mounted at the same path (the rank reports and the job file), and data directories;
 * GPUs: podman through CDI (``--device nvidia.com/gpu=all``), docker through ``--gpus all``, apptainer ``--nv``;
 * ``DLBENCH_CONTAINER_RUNTIME/IMAGE/DIGEST``, which :func:`dlbench.env.detect_container` reads inside, so the
@@ -73,13 +79,16 @@ def reaper_argv(runtime: str, workdir: Path | str) -> tuple[str, ...]:
 @dataclass(frozen=True)
 class Container:
     """Where a node's processes run: ``runtime`` (podman | docker | apptainer), ``image``, its ``digest`` (found
-    by :func:`inspect_image`), whether GPUs are passed, and host paths mounted at the same path inside."""
+    by :func:`inspect_image`), whether GPUs are passed, host paths mounted at the same path inside, and the
+    container cgroup's CPU weight and parent (see the module docstring)."""
 
     runtime: str
     image: str
     digest: str | None = None
     gpus: bool = False
     mounts: tuple[str, ...] = ()
+    cpu_shares: int | None = None
+    cgroup_parent: str | None = None
 
 
 def wrap_argv(container: Container, argv: Sequence[str], env: Mapping[str, str | None], workdir: Path | str) -> tuple[str, ...]:
@@ -99,6 +108,10 @@ def wrap_argv(container: Container, argv: Sequence[str], env: Mapping[str, str |
              f"--label={job_label(workdir)}"]
     words += [f"--volume={path}:{path}" for path in mounts]
     words += [f"--env={name}" if value is None else f"--env={name}={value}" for name, value in {**env, **marks}.items()]
+    if container.cpu_shares:
+        words.append(f"--cpu-shares={container.cpu_shares}")
+    if container.cgroup_parent:
+        words.append(f"--cgroup-parent={container.cgroup_parent}")
     if container.gpus:
         words += ["--device=nvidia.com/gpu=all"] if container.runtime == "podman" else ["--gpus=all"]
     return (*words, container.image, *argv)
@@ -106,12 +119,14 @@ def wrap_argv(container: Container, argv: Sequence[str], env: Mapping[str, str |
 
 @dataclass(frozen=True)
 class ImageFacts:
-    """What :func:`inspect_image` found: the image's digest and the versions inside."""
+    """What :func:`inspect_image` found: the image's digest and the versions inside; and where the runtime's
+    cgroup manager lets a container's cgroup go beside this process's (:func:`own_cgroup`), else None."""
 
     digest: str | None
     dlbench: str
     python: str
     torch: str | None
+    cgroup_parent: str | None = None
 
 
 #: (runtime, image) → facts, once per process: a suite's runs share one probe.
@@ -145,9 +160,45 @@ def inspect_image(runtime: str, image: str) -> ImageFacts:
         raise UsageError(f"image {image} holds dlbench {found['dlbench']}, this is dlbench {dlbench.__version__}; "
                          f"rebuild it from this checkout with 'dlbench image build --tag {image}' (the ranks in the "
                          "image and the recording here must be one version).")
-    facts = ImageFacts(digest=digest, dlbench=found["dlbench"], python=found["python"], torch=found["torch"])
+    facts = ImageFacts(digest=digest, dlbench=found["dlbench"], python=found["python"], torch=found["torch"],
+                       cgroup_parent=own_cgroup() if _cgroup_manager(runtime) == "cgroupfs" else None)
     _FACTS[(runtime, image)] = facts
     return facts
+
+
+#: cgroup v1's weight of one process at nice 0 (``cpu.shares``), and the largest a cgroup takes.
+SHARES_PER_THREAD, MAX_SHARES = 1024, 262144
+
+
+def cpu_shares(busy_threads: int) -> int:
+    """The container's ``--cpu-shares``: what ``busy_threads`` bare processes weigh together."""
+    return max(2, min(MAX_SHARES, SHARES_PER_THREAD * max(1, busy_threads)))
+
+
+def own_cgroup(text: str | None = None) -> str | None:
+    """This process's cgroup v1 ``cpu`` controller path (``/proc/self/cgroup``); None on a cgroup v2-only host,
+    where a cgroup holding processes may have no child with controllers (the runtime's default place stays)."""
+    if text is None:
+        try:
+            text = Path("/proc/self/cgroup").read_text()
+        except OSError:
+            return None
+    for line in text.splitlines():
+        _, controllers, path = (line.split(":", 2) + ["", ""])[:3]
+        if "cpu" in controllers.split(","):
+            return path or "/"
+    return None
+
+
+def _cgroup_manager(runtime: str) -> str | None:
+    """cgroupfs | systemd (podman's manager, docker's driver); None when the runtime does not say."""
+    fmt = "{{.Host.CgroupManager}}" if runtime == "podman" else "{{.CgroupDriver}}"
+    if runtime not in ("podman", "docker"):
+        return None
+    out = _call([runtime, "info", "--format", fmt])
+    if out.returncode != 0:
+        return None
+    return out.stdout.strip() or None
 
 
 def _digest(runtime: str, image: str) -> str | None:
