@@ -13,7 +13,7 @@ from pathlib import Path
 
 import psutil
 
-from dlbench.launch.container import job_label, own_cgroup
+from dlbench.launch.container import cpu_shares, job_label, own_cgroup
 from dlbench.store import open_store
 
 TINY = ["lstm", "-p", "seq_len=4", "-p", "input_size=8", "-p", "hidden_size=8", "-b", "4", "--warmup", "1",
@@ -74,11 +74,11 @@ def test_sigterm_records_the_run_aborted_with_its_steps_and_ends_its_container(c
     proc, db = start(tmp_path, container_image)
     workdir, _ = computing_rank(tmp_path)
     (container,) = containers(workdir)
-    # the container's cgroup weighs its rank's two threads (not one process's share for all), beside our cgroup
+    # the container's cgroup weighs its rank's two threads at dlbench's nice (not one process's share for all)
     out = subprocess.run(["podman", "inspect", "--format", "{{.HostConfig.CpuShares}} {{.HostConfig.CgroupParent}}",
                           container], capture_output=True, text=True, check=True, timeout=60)
     shares, _, parent = out.stdout.strip().partition(" ")
-    assert shares == "2048" and parent == own_cgroup()
+    assert int(shares) == cpu_shares(2, nice=os.getpriority(os.PRIO_PROCESS, 0)) and parent == own_cgroup()
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=90)
     assert proc.returncode == 128 + signal.SIGTERM, err[-2000:]

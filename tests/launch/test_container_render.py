@@ -137,8 +137,9 @@ def test_the_record_names_runtime_image_and_digest_that_the_wrapper_set(tmp_path
     assert "digest" not in detect_container({}, tmp_path)  # a container dlbench did not start: as before
 
 
-def test_the_cpu_weight_is_the_busy_threads_and_the_parent_this_process_v1_cpu_cgroup():
+def test_the_cpu_weight_is_the_busy_threads_at_our_nice_and_the_parent_this_process_v1_cpu_cgroup():
     assert (cpu_shares(1), cpu_shares(4), cpu_shares(0), cpu_shares(10**6)) == (1024, 4096, 1024, 262144)
+    assert (cpu_shares(2, nice=19), cpu_shares(1, nice=-20), cpu_shares(1, nice=99)) == (30, 88761, 15)
     assert own_cgroup("12:pids:/a\n4:cpu,cpuacct:/slurm/uid_0/job_5/step_0\n0::/x") == "/slurm/uid_0/job_5/step_0"
     assert own_cgroup("1:cpu:/\n0::/") == "/"
     assert own_cgroup("0::/user.slice/session-1.scope") is None  # cgroup v2 only: the runtime's default place

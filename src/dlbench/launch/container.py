@@ -13,7 +13,9 @@ starts. What the wrapper gives the container, and why (each is a place a contain
   process beside them weighs — on a busy host 2 threads in the container got a fraction of what 2 bare threads
   got (bench/RESULTS.md). So the container's cgroup is made beside the launching process's own
   (``--cgroup-parent``, where the runtime's cgroup manager is cgroupfs on cgroup v1; :func:`own_cgroup`) and weighs what its
-  busy threads weigh bare (``--cpu-shares`` = 1024 × ranks × threads: :func:`cpu_shares`);
+  busy threads weigh bare (``--cpu-shares`` = ranks × threads × the weight of dlbench's nice value, 1024 at nice 0:
+  :func:`cpu_shares`; a group's weight ignores its threads' nice values, so a niced dlbench's container would
+  otherwise outweigh the bare ranks);
 * the run's job directory mounted at the same path (the rank reports and the job file), and data directories;
 * GPUs: podman through CDI (``--device nvidia.com/gpu=all``), docker through ``--gpus all``, apptainer ``--nv``;
 * ``DLBENCH_CONTAINER_RUNTIME/IMAGE/DIGEST``, which :func:`dlbench.env.detect_container` reads inside, so the
@@ -35,6 +37,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
@@ -120,13 +123,15 @@ def wrap_argv(container: Container, argv: Sequence[str], env: Mapping[str, str |
 @dataclass(frozen=True)
 class ImageFacts:
     """What :func:`inspect_image` found: the image's digest and the versions inside; and where the runtime's
-    cgroup manager lets a container's cgroup go beside this process's (:func:`own_cgroup`), else None."""
+    cgroup manager lets a container's cgroup go beside this process's (:func:`own_cgroup`), else None; and this
+    process's nice value (its ranks' threads have it; the container's cgroup weight follows it)."""
 
     digest: str | None
     dlbench: str
     python: str
     torch: str | None
     cgroup_parent: str | None = None
+    nice: int = 0
 
 
 #: (runtime, image) → facts, once per process: a suite's runs share one probe.
@@ -161,18 +166,25 @@ def inspect_image(runtime: str, image: str) -> ImageFacts:
                          f"rebuild it from this checkout with 'dlbench image build --tag {image}' (the ranks in the "
                          "image and the recording here must be one version).")
     facts = ImageFacts(digest=digest, dlbench=found["dlbench"], python=found["python"], torch=found["torch"],
-                       cgroup_parent=own_cgroup() if _cgroup_manager(runtime) == "cgroupfs" else None)
+                       cgroup_parent=own_cgroup() if _cgroup_manager(runtime) == "cgroupfs" else None,
+                       nice=os.getpriority(os.PRIO_PROCESS, 0))
     _FACTS[(runtime, image)] = facts
     return facts
 
 
-#: cgroup v1's weight of one process at nice 0 (``cpu.shares``), and the largest a cgroup takes.
-SHARES_PER_THREAD, MAX_SHARES = 1024, 262144
+#: The scheduler's weight of a thread at nice -20 … 19 (the kernel's sched_prio_to_weight; nice 0: 1024), and the
+#: cgroup v1 ``cpu.shares`` bounds. A container's group weighs its shares whatever its threads' nice values.
+NICE_WEIGHTS = (88761, 71755, 56483, 46273, 36291, 29154, 23254, 18705, 14949, 11916, 9548, 7620, 6100, 4904, 3906,
+                3121, 2501, 1991, 1586, 1277, 1024, 820, 655, 526, 423, 335, 272, 215, 172, 137, 110, 87, 70, 56, 45,
+                36, 29, 23, 18, 15)
+MIN_SHARES, MAX_SHARES = 2, 262144
 
 
-def cpu_shares(busy_threads: int) -> int:
-    """The container's ``--cpu-shares``: what ``busy_threads`` bare processes weigh together."""
-    return max(2, min(MAX_SHARES, SHARES_PER_THREAD * max(1, busy_threads)))
+def cpu_shares(busy_threads: int, nice: int = 0) -> int:
+    """The container's ``--cpu-shares``: what ``busy_threads`` bare threads at ``nice`` weigh together (a niced
+    dlbench's container must not outweigh the bare ranks it is compared with)."""
+    weight = NICE_WEIGHTS[max(-20, min(19, nice)) + 20]
+    return max(MIN_SHARES, min(MAX_SHARES, weight * max(1, busy_threads)))
 
 
 def own_cgroup(text: str | None = None) -> str | None:

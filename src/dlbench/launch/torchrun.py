@@ -65,7 +65,7 @@ def container_of(run: ResolvedRun, facts: ImageFacts | None = None) -> Container
     data = getattr(run.spec, "files_dir", None) or getattr(run.spec, "data_dir", None)
     return Container(runtime=spec.runtime, image=spec.image, digest=facts.digest if facts else None,
                      gpus=run.device_type == "cuda", mounts=(str(Path(data).resolve()),) if data else (),
-                     cpu_shares=cpu_shares(run.nproc * (run.threads or 1)),  # the node's ranks × their threads
+                     cpu_shares=cpu_shares(run.nproc * (run.threads or 1), facts.nice if facts else 0),
                      cgroup_parent=facts.cgroup_parent if facts else None)
 
 
