@@ -1,7 +1,8 @@
 """Container ÷ bare metal on this machine (issue 32): resnet50, lstm and the tiny llm, ABBA pairs, and what a
 container's start costs.
 
-    python bench/container_vs_bare.py --image localhost/dlbench:host-torch --repeats 3 --threads 2
+    dlbench image build --tag localhost/dlbench:host-torch     # the host's torch build in the image (once; then seconds)
+    python bench/container_vs_bare.py --image localhost/dlbench:host-torch --repeats 5 --threads 1
 
 1. ``dlbench bare-vs-container IMAGE --config bench/container_vs_bare.yaml`` (every run stored in a temporary store;
    both sides through torchrun, one process, the same threads); its table and JSON rows are printed;
@@ -56,6 +57,7 @@ def main() -> int:
     args = parser.parse_args()
     before = load()
     started = dt.datetime.now(dt.timezone.utc)
+    clock_s = time.monotonic()
     with tempfile.TemporaryDirectory() as tmp:
         out = subprocess.run(
             [sys.executable, "-m", "dlbench", "bare-vs-container", args.image, "--config", str(HERE / "container_vs_bare.yaml"),
@@ -76,6 +78,7 @@ def main() -> int:
         interval = f" [{r['low']:.3f}, {r['high']:.3f}]" if r["low"] is not None else ""
         print(f"| {r['key']} | {r['pairs']} | {r['bare_samples_per_s']:.2f} | {r['container_samples_per_s']:.2f} | "
               f"**{r['ratio']:.3f}**{interval} | {r['load_1m']} | {r['verdict']} |")
+    print(f"\n{3 * 2 * args.repeats} runs and {2 * args.starts} starts in {time.monotonic() - clock_s:.0f} s.")
     print(f"\nStart (median of {args.starts}, `python3 -c '{IMPORT}'`): {boxed_s:.2f} s in a new container, {bare_s:.2f} s "
           f"on the host: **{boxed_s - bare_s:+.2f} s** per container (one per node; its ranks share it).")
     return 0

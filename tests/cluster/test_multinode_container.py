@@ -1,8 +1,10 @@
 """``dlbench run --launcher slurm --nodes 2 --container IMAGE`` on the 2-node namespace cluster: each node's srun
 step runs podman, torchrun and the ranks in the image; the record (written on the login node) holds the versions
-seen inside and the image."""
+seen inside, the image and its digest."""
 
 from __future__ import annotations
+
+import subprocess
 
 import pytest
 from login import TINY
@@ -22,5 +24,9 @@ def test_a_two_node_slurm_run_in_the_image(login2, container_image):
     inside = record["env"]
     assert inside["container"]["runtime"] == "podman" and inside["container"]["image"] == container_image
     assert inside["torch"]["version"] == "2.13.0+cpu" and inside["hostname"] == "node0"
+    # the node inspected its copy of the image: the digest is recorded as on the local path
+    digest = subprocess.run(["podman", "image", "inspect", "--format", "{{.Digest}}", container_image], capture_output=True,
+                            text=True, check=True).stdout.strip()
+    assert digest.startswith("sha256:") and inside["container"]["digest"] == digest
     assert [r["host"] for r in record["result"]["per_rank"]] == login.cluster.nodes
     assert login.cluster.left_running() == []

@@ -44,7 +44,10 @@ class LaunchPlan:
     ``env`` is set on top of this process's environment; ``files`` are written into the run's work
     directory (name relative to it → text) before ``argv`` starts. ``start_timeout_s`` bounds the whole
     start (every local rank has joined its process group), ``grace_s`` how long the other ranks get
-    to end once one has failed; ``describe`` names the rendezvous for messages.
+    to end once one has failed; ``describe`` names the rendezvous for messages. ``reaper``: an argv started
+    beside the run, in a session of its own, whose stdin ends when the run has ended or this process died
+    (SIGKILL too): it removes what the run left outside its process tree (a container,
+    :func:`dlbench.launch.container.reaper_argv`).
     """
 
     launcher: str
@@ -57,6 +60,7 @@ class LaunchPlan:
     launcher_rendezvous: bool = False
     grace_s: float = 300.0
     describe: str = ""
+    reaper: tuple[str, ...] = ()
 
     @property
     def in_process(self) -> bool:

@@ -11,7 +11,9 @@
   ``aborted``.
 * **Nothing left behind.** torchrun starts each worker in a session of its own, so killing torchrun's
   process group misses them; the executor tracks the whole process tree while the run goes (psutil,
-  which also guards against reused pids) and kills whatever survives at the end.
+  which also guards against reused pids) and kills whatever survives at the end. What runs outside that
+  tree (a container, which podman's conmon runs) is the plan's ``reaper``'s: it is started first, reads a
+  pipe only this process holds, and removes it once the run has ended or this process died, SIGKILL too.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ POLL_S = 0.2  # while the run starts
 #: Once every rank has joined, the watcher looks less often: on a busy node it must not take the ranks' CPU.
 POLL_RUNNING_S = 1.0
 TREE_REFRESH_S = 5.0
+#: Seconds the reaper may take to list and remove a run's containers once the run is over.
+REAPER_WAIT_S = 60.0
 
 
 class ProcessTree:
@@ -99,6 +103,7 @@ def run_plan(plan: LaunchPlan, workdir: Path, out_dir: Path, show_output: bool =
     for name, text in plan.files.items():
         (workdir / name).write_text(text)
     out_dir.mkdir(parents=True, exist_ok=True)
+    reaper = _start_reaper(plan.reaper) if plan.reaper else None
     proc = subprocess.Popen(  # noqa: S603 - an argv list built by a launcher, no shell
         list(plan.argv), env=dict(os.environ) | dict(plan.env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL, text=True, errors="replace", start_new_session=True,
@@ -117,10 +122,37 @@ def run_plan(plan: LaunchPlan, workdir: Path, out_dir: Path, show_output: bool =
         tree.kill()  # nothing of the run outlives it, whatever happened
         proc.wait()
         reader.join(timeout=5)
+        if reaper is not None:
+            _end_reaper(*reaper)
     outcome.returncode = proc.returncode
     outcome.statuses = read_statuses(out_dir)
     outcome.output_tail = "".join(tail)
     return outcome
+
+
+def _start_reaper(argv: tuple[str, ...]) -> tuple[subprocess.Popen, int]:
+    """``argv`` in a session of its own (a signal to our process group must not reach it), its stdin a pipe whose
+    write end only this process holds (pipes are close-on-exec: the run's processes do not inherit it)."""
+    read_fd, write_fd = os.pipe()
+    try:
+        reaper = subprocess.Popen(list(argv), stdin=read_fd, stdout=subprocess.DEVNULL,  # noqa: S603 - no shell
+                                  stderr=subprocess.DEVNULL, start_new_session=True)
+    except BaseException:
+        os.close(write_fd)
+        raise
+    finally:
+        os.close(read_fd)
+    return reaper, write_fd
+
+
+def _end_reaper(reaper: subprocess.Popen, write_fd: int) -> None:
+    """The run is over: let the reaper remove what is left of it, and wait for it (bounded)."""
+    os.close(write_fd)
+    try:
+        reaper.wait(timeout=REAPER_WAIT_S)
+    except subprocess.TimeoutExpired:
+        reaper.kill()
+        reaper.wait()
 
 
 def _watch(proc: subprocess.Popen, tree: ProcessTree, plan: LaunchPlan, out_dir: Path, outcome: Outcome) -> None:

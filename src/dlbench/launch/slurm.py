@@ -47,6 +47,13 @@ from dlbench.safety import sbatch_line, shell_word
 SCRIPT = "job.sbatch"
 #: The step's first words on each node: mark JOBDIR/nodes/HOST ($0 is that folder), then run the rest.
 NODE_MARK = 'mkdir -p "$0" && : > "$0/$(hostname)" && exec "$@"'
+#: The same for a podman/docker step ($1 the image, then the runtime's argv): the node inspects its copy of the
+#: image and passes the digest in (DLBENCH_CONTAINER_DIGEST, by name), so the record names it as a local run does.
+#: Digest, else the image id (an image built here and never pushed), as launch.container does on this host.
+NODE_MARK_IMAGE = ('mkdir -p "$0" && : > "$0/$(hostname)" && image=$1 && shift && '
+                   'found=$("$1" image inspect --format "{{.Digest}} {{.Id}}" "$image" 2>/dev/null); '
+                   'id=${found#* }; case $found in sha256:*) DLBENCH_CONTAINER_DIGEST=${found%% *} ;; '
+                   '?*) DLBENCH_CONTAINER_DIGEST=sha256:${id#sha256:} ;; esac; export DLBENCH_CONTAINER_DIGEST; exec "$@"')
 #: Slurm job states → dlbench's.
 STATES = {
     "PENDING": QUEUED, "REQUEUED": QUEUED, "REQUEUE_HOLD": QUEUED, "REQUEUE_FED": QUEUED,
@@ -135,6 +142,8 @@ def step_command(run: ResolvedRun, workdir: Path) -> list[str]:
     options, prefix, python = container_words(run.settings, workdir)  # prefix: between the marker and python
     srun += options
     marker = ["/bin/sh", "-c", _q(NODE_MARK), f'"$JOBDIR"/{NODES_DIR}']
+    if run.settings.container_image and run.settings.container_runtime in ("podman", "docker"):
+        marker = ["/bin/sh", "-c", _q(NODE_MARK_IMAGE), f'"$JOBDIR"/{NODES_DIR}', _q(run.settings.container_image)]
     torchrun = [_q(python), "-m", "torch.distributed.run", '--nproc-per-node="$NPROC"', "--max-restarts=0",
                 "--monitor-interval=0.5"]
     if run.nnodes == 1:

@@ -14,7 +14,15 @@ from typing import Any
 
 from dlbench.engine.run import ResolvedRun
 from dlbench.launch._base import JOB_FILE, RANKS_DIR, Launcher, LaunchPlan, Outcome, job_document
-from dlbench.launch.container import IMAGE_PYTHON, Container, ImageFacts, inspect_image, wrap_argv
+from dlbench.launch.container import (
+    IMAGE_PYTHON,
+    Container,
+    ImageFacts,
+    cpu_shares,
+    inspect_image,
+    reaper_argv,
+    wrap_argv,
+)
 from dlbench.launch.process import run_plan
 
 #: Seconds the rendezvous may take beyond the run's timeout, once every rank is up.
@@ -50,13 +58,15 @@ def describe_rendezvous(run: ResolvedRun) -> str:
 
 def container_of(run: ResolvedRun, facts: ImageFacts | None = None) -> Container | None:
     """The image ``run``'s ranks run in on this node (``spec.container``), None on the host; GPUs are passed
-    to a CUDA run, the data directory is mounted at its own path."""
+    to a CUDA run, the data directory is mounted at its own path, the CPU weight is its busy threads'."""
     spec = getattr(run.spec, "container", None)
     if spec is None:
         return None
     data = getattr(run.spec, "files_dir", None) or getattr(run.spec, "data_dir", None)
     return Container(runtime=spec.runtime, image=spec.image, digest=facts.digest if facts else None,
-                     gpus=run.device_type == "cuda", mounts=(str(Path(data).resolve()),) if data else ())
+                     gpus=run.device_type == "cuda", mounts=(str(Path(data).resolve()),) if data else (),
+                     cpu_shares=cpu_shares(run.nproc * (run.threads or 1), facts.nice if facts else 0),
+                     cgroup_parent=facts.cgroup_parent if facts else None)
 
 
 def planned_argv(run: ResolvedRun, workdir: Path, facts: ImageFacts | None = None) -> tuple[str, ...]:
@@ -80,12 +90,13 @@ class TorchrunLauncher(Launcher):
             self.facts = inspect_image(container.runtime, container.image)
 
     def plan(self, run: ResolvedRun, workdir: Path) -> LaunchPlan:
+        container = container_of(run)
         return LaunchPlan(
             launcher=self.name, argv=planned_argv(run, workdir, self.facts), env=rank_env(run),
             files={JOB_FILE: job_document(run)}, ranks_here=run.ranks_here,
             start_timeout_s=run.timeout_s + START_SLACK_S, grace_s=run.timeout_s,
             **({"launcher_rendezvous": True, "boot_timeout_s": LAUNCHER_BOOT_S} if run.nnodes > 1 else {}),
-            describe=describe_rendezvous(run),
+            describe=describe_rendezvous(run), reaper=reaper_argv(container.runtime, workdir) if container else (),
         )
 
     def execute(self, plan: LaunchPlan, workdir: Path, run_here: Callable[[], Any]) -> Outcome:

@@ -9,6 +9,9 @@ The goal is :data:`GOAL` (a container adds no compute: published HPC figures are
 arXiv 2406.11760; NERSC reports Shifter "near bare-metal"). A ratio compares containers only when the two
 stacks are the same: :func:`stack_differences` names what differs (torch build, CUDA, Python, dlbench, threads),
 and the verdict says so first.
+
+The same rows, one table per comparison (tag ``bvc``), are the HTML report's container section
+(:func:`container_sessions`, :func:`container_section`): the figures and verdicts are those the terminal prints.
 """
 
 from __future__ import annotations
@@ -16,15 +19,19 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import asdict, dataclass, field
+from html import escape
 from typing import Any
 
 from dlbench.report.compare import comparable, config_key, critical_value, permille, ratio_text
+from dlbench.report.page import method, table
 
 #: Container ÷ bare metal at or above which a container's cost is accepted.
 GOAL = 0.97
 #: The tag that tells the two sides apart (``container=bare`` on the host, the runtime's name in the image).
 SIDE_TAG = "container"
 BARE = "bare"
+#: The tag naming one comparison (``dlbench bare-vs-container``'s session): its runs are paired round by round.
+SESSION_TAG = "bvc"
 
 
 @dataclass(frozen=True)
@@ -96,12 +103,13 @@ def stack_differences(bare: list[dict[str, Any]], contained: list[dict[str, Any]
 
 def container_rows(records: list[dict[str, Any]], round_tag: str = "bvc_round") -> list[ContainerRow]:
     """Rows per configuration from the runs of one comparison (tagged ``container`` and ``round_tag``)."""
-    by_key: dict[str, dict[str, dict[str, dict]]] = {}
+    by_key: dict[str, dict[tuple[str, str], dict[str, dict]]] = {}
     for record in records:
         tags = record["spec"].get("tags") or {}
         if comparable(record) and SIDE_TAG in tags and round_tag in tags:
             side = BARE if tags[SIDE_TAG] == BARE else "image"
-            by_key.setdefault(config_key(record), {}).setdefault(tags[round_tag], {})[side] = record
+            round_key = (tags.get(SESSION_TAG, ""), tags[round_tag])  # round 0 of two comparisons is not one pair
+            by_key.setdefault(config_key(record), {}).setdefault(round_key, {})[side] = record
     rows = []
     for key, rounds in sorted(by_key.items()):
         pairs = [(p[BARE], p["image"]) for _, p in sorted(rounds.items()) if BARE in p and "image" in p]
@@ -129,3 +137,48 @@ def container_table(rows: list[ContainerRow]) -> tuple[list[str], list[list[str]
               ratio_text(r.ratio, r.low, r.high),
               "-" if r.load_1m is None else f"{r.load_1m:.1f}", r.verdict] for r in rows]
     return header, cells
+
+
+def container_sessions(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The comparisons among ``records`` (one per ``bvc`` tag), newest first: session, runtime, image, its
+    first run's time and :func:`container_rows` of its runs; empty when no run is part of one."""
+    by_session: dict[str, list[dict[str, Any]]] = {}
+    for record in records:
+        tags = record["spec"].get("tags") or {}
+        if SESSION_TAG in tags and SIDE_TAG in tags:
+            by_session.setdefault(tags[SESSION_TAG], []).append(record)
+    out = []
+    for session, runs in by_session.items():
+        rows = container_rows(runs)
+        if not rows:
+            continue
+        boxed = [r for r in runs if r["spec"]["tags"][SIDE_TAG] != BARE]
+        spec_container = (boxed[0]["spec"].get("container") or {}) if boxed else {}
+        out.append({"session": session, "rows": rows, "started": min(r["created_at"] for r in runs),
+                    "runtime": spec_container.get("runtime") or (boxed[0]["spec"]["tags"][SIDE_TAG] if boxed else "?"),
+                    "image": spec_container.get("image") or "?"})
+    return sorted(out, key=lambda s: s["started"], reverse=True)
+
+
+def _verdict_class(row: ContainerRow) -> str:
+    if row.stacks_differ:
+        return "diff"
+    return "slower" if row.high is not None and row.high < 1.0 and row.ratio < GOAL else ""
+
+
+def container_section(sessions: list[dict[str, Any]]) -> str:
+    """The report's section: per comparison, :func:`container_table`'s rows (stacks that differ highlighted)."""
+    out = []
+    for s in sessions:
+        header, cells = container_table(s["rows"])
+        rows = s["rows"]
+        out.append(f"<h3>{escape(s['runtime'])} {escape(s['image'])} (bvc={escape(s['session'])}, "
+                   f"{escape(s['started'][:16].replace('T', ' '))} UTC)</h3>"
+                   + table(header, cells, numeric={1, 2, 3, 4, 5}, row_class=lambda i, rows=rows: _verdict_class(rows[i])))
+    return "".join(out) + method(
+        "As <code>dlbench bare-vs-container</code>: each workload runs on the host and in the image alternately "
+        "(ABBA), both through torchrun with the same threads; a round's two runs form a pair, and the ratio is "
+        "the mean of the pairs' container ÷ bare samples/s with its 95 % interval (t over the pairs). Goal: "
+        f"≥ {GOAL} (HPC codes in containers are within 4 % of bare metal, arXiv 2406.11760). Where the two "
+        "software stacks differ (torch, CUDA, Python, dlbench, threads) the verdict says so first and the row "
+        "is highlighted: then it is not the container alone that differs.")

@@ -16,6 +16,7 @@ from dlbench import __version__
 from dlbench.report import sections
 from dlbench.report.centre import DRILL_RUNS, TREND_POINTS, configurations, configurations_section
 from dlbench.report.compare import Z
+from dlbench.report.container import container_section, container_sessions
 from dlbench.report.page import method, page, runs_table, section, table
 from dlbench.report.svg import bar_chart, line_chart
 from dlbench.report.tables import token_table
@@ -279,6 +280,9 @@ def build_report(records: list[dict[str, Any]], *, title: str, selectors: list[s
     comparisons = [c for c in sections.comparisons(records, explicit) if c["rows"]]
     if comparisons:
         parts.append(("compare", "Comparisons", _compare_section(comparisons)))
+    boxed = container_sessions(records)
+    if boxed:
+        parts.append(("container", "Container ÷ bare metal", container_section(boxed)))
     timelines = sections.telemetry(records, series_of, telemetry_runs, series_many) if telemetry_runs else []
     if timelines:
         parts.append(("telemetry", "Telemetry timelines", _telemetry_section(timelines, telemetry_runs)))
