@@ -161,9 +161,9 @@ CASES: list[Case] = [
          files=yaml_file("workload: lstm\n")),
     # -- MLPerf commands on things that are not MLPerf logs ------------------------------------------
     Case("mlperf-compare-random", ["mlperf", "compare", "{tmp}/r.txt", "--reference", "dgx1-v0.6"],
-         "holds no MLPerf result log", files={"r.txt": os.urandom(2048)}),
+         "r.txt: no MLPerf log lines", files={"r.txt": os.urandom(2048)}),
     Case("mlperf-compare-yaml", ["mlperf", "compare", "{tmp}/c.yaml", "--reference", "dgx1-v0.6"],
-         "holds no MLPerf result log", files=yaml_file("workload: lstm\n")),
+         "c.yaml: no MLPerf log lines", files=yaml_file("workload: lstm\n")),
     Case("mlperf-compare-dev-zero", ["mlperf", "compare", "/dev/zero", "--reference", "dgx1-v0.6"],
          "neither a results folder nor a result file"),
     Case("mlperf-compare-bomb-references", ["mlperf", "compare", "{tmp}", "--reference", "x", "--references",
