@@ -17,7 +17,7 @@ import pytest
 from hostile_corpus import Case, check, params
 
 from dlbench.storage.generate import generate
-from dlbench.storage.manifest import MANIFEST_NAME
+from dlbench.storage.manifest import MANIFEST_NAME, MAX_MANIFEST_BYTES
 from dlbench.storage.presets import plan_data_set, random_samples
 
 LSTM = ["lstm", "-p", "seq_len=4", "-p", "input_size=8", "-p", "hidden_size=8", "-b", "4", "--steps", "1",
@@ -58,6 +58,23 @@ def garbage_manifest(folder: Path) -> None:
     (folder / "ds" / MANIFEST_NAME).write_bytes(os.urandom(300))
 
 
+def manifest_replaced(make):
+    """A tiny data set whose manifest is replaced by what ``make(path)`` puts there (a FIFO, a link, a hole)."""
+    def edit(folder: Path) -> None:
+        data_set(folder)
+        path = folder / "ds" / MANIFEST_NAME
+        path.unlink()
+        make(path)
+    return edit
+
+
+def sparse_file(size_bytes: int):
+    def make(path: Path) -> None:
+        with open(path, "wb") as handle:
+            handle.truncate(size_bytes)  # a hole: huge to read, free to make
+    return make
+
+
 def tiny_disk(folder: Path) -> None:
     """A 64 KiB tmpfs at folder/disk (root only; unmounted by the fixture)."""
     if os.geteuid() != 0:
@@ -75,6 +92,18 @@ CASES = [
     Case("read-manifest-garbage", READ, "not a readable dlbench data set manifest", files={"x": garbage_manifest}),
     Case("read-manifest-wrong-types", READ, "not a readable", files={"x": manifest_edit(samples="many")}),
     Case("read-manifest-climbs-out", READ, "not a plain file name", files={"x": manifest_edit(first_file="../../etc/passwd")}),
+    Case("read-manifest-fifo", READ, "data set manifest '{tmp}/ds/dlbench-dataset.json' is a FIFO, not a regular file",
+         files={"x": manifest_replaced(os.mkfifo)}),
+    Case("read-manifest-dev-zero", READ, "dlbench-dataset.json' is a device, not a regular file",
+         files={"x": manifest_replaced(lambda p: p.symlink_to("/dev/zero"))}),
+    Case("read-manifest-oversized", READ, f"larger than the {MAX_MANIFEST_BYTES:,} bytes a data set manifest may be",
+         files={"x": manifest_replaced(sparse_file(MAX_MANIFEST_BYTES + 1))}),
+    Case("read-manifest-dangling-link", READ, "cannot read data set manifest",
+         files={"x": manifest_replaced(lambda p: p.symlink_to("/nonexistent/m.json"))}),
+    Case("generate-over-a-fifo-manifest", ["io", "generate", "{tmp}/ds", "-n", "6"], "is a FIFO, not a regular file",
+         files={"x": manifest_replaced(os.mkfifo)}),
+    Case("stage-fifo-manifest", ["io", "stage", "{tmp}/ds", "{tmp}/d"], "is a FIFO, not a regular file",
+         files={"x": manifest_replaced(os.mkfifo)}),
     Case("read-missing-shard", READ, "shard-0000001.tar (listed in dlbench-dataset.json) is missing",
          files={"x": missing_shard}),
     Case("read-truncated-shard", READ, "shard-0000002.tar has 100 bytes", files={"x": truncated_shard}),
