@@ -181,6 +181,8 @@ def resolve_io(spec: IoReadSpec, joined: LaunchEnv | None = None, stored_step_s:
     if spec.direct and manifest is not None:
         check_direct(Path(spec.path), manifest)
     job_spec = io_settings(spec, manifest, stored_step_s)
+    if manifest is not None and joined is None:  # once, where the read is asked for (a rank's peers may be reading)
+        _check_read_buffers(job_spec, manifest)
     device = resolve_device(spec.device)
     world = joined.world_size if joined is not None else spec.world_size
     launched = joined is None and (world > 1 or bool(spec.torchrun))
@@ -246,6 +248,24 @@ def io_settings(spec: IoReadSpec, manifest: Manifest | None, stored_step_s: floa
         if problem:
             raise UsageError(f"io read {spec.path}: {problem}; give a smaller --batch-size.")
     return job_spec
+
+
+def _check_read_buffers(spec: IoReadSpec, manifest: Manifest) -> None:
+    """Refuse, before a worker starts, a read whose batch buffers do not fit in this node's available memory.
+
+    Each reading process (every DataLoader worker, or the rank itself with --workers 0) keeps a ring of
+    ``prefetch + 2`` batch buffers (storage/batch.py: ``prefetch`` batches in flight, one being consumed, one
+    being filled) in shared memory, made as batches come: a rank never holds more than the batches of its
+    share of an epoch. Every rank on the node (``nproc``) has its own."""
+    readers = max(1, spec.workers or 0)
+    slots = spec.prefetch + 2
+    per_rank_batches = -(-(-(-manifest.samples // spec.world_size)) // spec.batch_size)
+    held = min(readers * slots, per_rank_batches, *([spec.steps] if spec.steps else []))
+    why = "a rank's batches" if held < readers * slots else f"{readers} reading process(es) x (--prefetch {spec.prefetch} + 2)"
+    what = f"a read of {spec.nproc} rank(s) x {held:,} batch buffer(s) ({why}) x {spec.batch_size:,} samples"
+    problem = memory_problem(manifest, spec.nproc * held * spec.batch_size, what)
+    if problem:
+        raise UsageError(f"io read {spec.path}: {problem}; lower --workers, --prefetch or --batch-size.")
 
 
 def io_record_spec(spec: IoReadSpec, manifest: Manifest | None) -> dict:
