@@ -36,7 +36,7 @@ from dlbench.spec import (
     describe_validation_error,
 )
 from dlbench.storage.batch import check_direct
-from dlbench.storage.manifest import Manifest, load_data_set, memory_problem, read_manifest
+from dlbench.storage.manifest import Manifest, available_memory_bytes, load_data_set, memory_problem, read_manifest
 from dlbench.storage.stage import check_destination, source_files
 
 log = logging.getLogger("dlbench")
@@ -153,6 +153,7 @@ def resolve_comm(spec: CommSpec) -> ResolvedRun:
     if spec.world_size < 2:
         raise UsageError("a collective benchmark needs at least 2 processes; use --nproc 2 or more.")
     device = resolve_device(spec.device)
+    _check_comm_memory(spec, device)
     backend = _backend(spec.backend, device.type, spec.world_size)
     check_endpoint(spec.rdzv_endpoint, spec.node_rank)
     threads = spec.threads or default_threads(spec.nproc)
@@ -167,6 +168,25 @@ def resolve_comm(spec: CommSpec) -> ResolvedRun:
         node_rank=spec.node_rank, rdzv_endpoint=spec.rdzv_endpoint, threads=threads, timeout_s=spec.timeout_s,
         launcher="torchrun", tags=frozen(spec.tags),
     )
+
+
+#: Buffers of the largest message a comm rank holds at once: all_gather's output and its check's expected values,
+#: its input (1/world of it) and the comparison's booleans (1/4) -- engine/comm.py.
+COMM_BUFFERS_PER_RANK = 3
+
+
+def _check_comm_memory(spec: CommSpec, device: torch.device) -> None:
+    """Refuse, before any rank starts, a --max-bytes whose buffers do not fit: on CUDA one rank's in its GPU's
+    memory, on CPU this node's ``nproc`` ranks' in the available host memory."""
+    per_rank = COMM_BUFFERS_PER_RANK * spec.max_bytes
+    if device.type == "cuda":
+        need, have, where = per_rank, torch.cuda.get_device_properties(device).total_memory, "each GPU holds"
+    else:
+        need, have, where = spec.nproc * per_rank, available_memory_bytes(), "this machine has available"
+    if have is not None and need > have:
+        raise UsageError(f"--max-bytes {spec.max_bytes:,} needs about {need / 2**30:.1f} GiB ({spec.nproc if device.type != 'cuda' else 1} "
+                         f"rank(s) x {COMM_BUFFERS_PER_RANK} buffers of the largest message), but {where} "
+                         f"{have / 2**30:.1f} GiB; give a smaller --max-bytes (or fewer --nproc).")
 
 
 def resolve_io(spec: IoReadSpec, joined: LaunchEnv | None = None, stored_step_s: float | None = None,
