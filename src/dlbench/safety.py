@@ -160,24 +160,37 @@ def markup(text: object) -> str:
     return escaped + "\\" * trailing + "[bold][/bold]" if trailing else escaped
 
 
+def input_file_problem(info: os.stat_result, what: str, limit_bytes: int) -> str | None:
+    """Why a file (its ``os.fstat``) may not be read as the user's ``what``, as the end of a sentence that names it
+    ("is a FIFO, not a regular file"), or None: a user's input is a regular file of at most ``limit_bytes``."""
+    if not stat.S_ISREG(info.st_mode):
+        kind = ("a directory" if stat.S_ISDIR(info.st_mode) else "a FIFO" if stat.S_ISFIFO(info.st_mode)
+                else "a device" if stat.S_ISCHR(info.st_mode) or stat.S_ISBLK(info.st_mode) else "not a regular file")
+        return f"is {kind}, not a regular file" if kind != "not a regular file" else "is not a regular file"
+    if info.st_size > limit_bytes:
+        return f"is {info.st_size:,} bytes, larger than the {limit_bytes:,} bytes a {what} may be"
+    return None
+
+
+def open_input_fd(path: str | Path) -> int:
+    """A descriptor of ``path`` opened without blocking (a FIFO with no writer, a terminal), to be checked with
+    :func:`input_file_problem` before a byte is read; OSError as ``os.open`` raises it."""
+    return os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
+
+
 def read_input_file(path: str | Path, what: str, limit_bytes: int) -> bytes:
     """The bytes of the user's input file ``path``: a regular file (a link to one is followed) of at most
     ``limit_bytes``. A FIFO, a device (``/dev/zero``), a socket or a directory is one sentence at once: the
     file is opened without blocking and checked before a byte is read, and never more than the limit is read."""
     shown_path = repr(str(path))
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
+        fd = open_input_fd(path)
     except OSError as exc:
         raise UsageError(f"cannot read {what} {shown_path} ({exc.strerror or exc}); check the path.") from None
     try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            kind = ("a directory" if stat.S_ISDIR(info.st_mode) else "a FIFO" if stat.S_ISFIFO(info.st_mode)
-                    else "a device" if stat.S_ISCHR(info.st_mode) or stat.S_ISBLK(info.st_mode) else "not a regular file")
-            raise UsageError(f"{what} {shown_path} is {kind}, not a regular file")
-        if info.st_size > limit_bytes:
-            raise UsageError(f"{what} {shown_path} is {info.st_size:,} bytes, larger than the {limit_bytes:,} bytes a "
-                             f"{what} may be; give the right file.")
+        problem = input_file_problem(os.fstat(fd), what, limit_bytes)
+        if problem:
+            raise UsageError(f"{what} {shown_path} {problem}" + ("; give the right file." if "bytes" in problem else ""))
         with os.fdopen(os.dup(fd), "rb") as handle:
             data = handle.read(limit_bytes + 1)  # a file growing meanwhile is still read no further
     except OSError as exc:

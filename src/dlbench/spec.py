@@ -46,6 +46,8 @@ MAX_COMPUTE_MS = 3_600_000.0  # an hour of emulated compute per batch
 MAX_STEPS = 10**9  # steps, epochs, iterations
 MAX_THREADS = 4096  # torch threads per process
 MAX_SEED = 2**63 - 1
+MAX_COMM_BYTES = 1 << 36  # 64 GiB: a collective's largest message (nccl-tests' sweeps end at 8-16 GiB)
+MAX_COMM_FACTOR = 1 << 10  # size multiplier between a sweep's steps
 
 
 def _checked_tags(value: dict[str, str]) -> dict[str, str]:
@@ -254,9 +256,10 @@ class CommSpec(BaseModel):
     model_config = _EDGE
 
     collectives: tuple[Literal["all_reduce", "all_gather", "broadcast"], ...] = COLLECTIVES
-    min_bytes: int = Field(default=1024, ge=4, description="Smallest message (bytes of the result buffer).")
-    max_bytes: int = Field(default=16 << 20, ge=4, description="Largest message.")
-    factor: int = Field(default=4, ge=2, description="Size multiplier between steps.")
+    min_bytes: int = Field(default=1024, ge=4, le=MAX_COMM_BYTES, description="Smallest message (bytes of the result buffer).")
+    max_bytes: int = Field(default=16 << 20, ge=4, le=MAX_COMM_BYTES, description="Largest message (each rank holds about "
+                           "3 x this: api.resolve checks it against memory).")
+    factor: int = Field(default=4, ge=2, le=MAX_COMM_FACTOR, description="Size multiplier between steps.")
     iters: int = Field(default=20, gt=0, le=MAX_STEPS, description="Timed iterations per size.")
     warmup: int = Field(default=5, ge=0, le=MAX_STEPS, description="Untimed iterations per size.")
     device: Literal["auto", "cpu", "cuda"] = "auto"

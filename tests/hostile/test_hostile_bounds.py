@@ -122,6 +122,15 @@ CASES = [
     Case("run-steps-huge", ["run", *TINY[:-4], "--steps", str(10**12)], "steps=1000000000000"),
     Case("run-tag-10kb", ["run", *TINY, "--tag", "note=" + "x" * 10_000], "must be text of at most 512 characters"),
     Case("run-tag-long-name", ["run", *TINY, "--tag", "n" * 200 + "=x"], "tag name"),
+    # comm: every size option bounded (spec.MAX_COMM_BYTES, MAX_COMM_FACTOR), the largest message against memory
+    Case("comm-max-bytes-beyond-bound", ["comm", "--max-bytes", "65G"], "--max-bytes 69793218560: input should be less than or "
+         "equal to 68719476736"),
+    Case("comm-min-bytes-huge", ["comm", "--min-bytes", "99999999999G"], "--min-bytes 107374182398926258176"),
+    Case("comm-min-above-max", ["comm", "--min-bytes", "2M", "--max-bytes", "1M"], "min_bytes 2097152 is larger than max_bytes"),
+    Case("comm-factor-huge", ["comm", "--factor", "100000"], "--factor 100000: input should be less than or equal to 1024"),
+    Case("comm-max-bytes-beyond-memory", ["comm", "--max-bytes", "64G", "--nproc", "64"],
+         "x 3 buffers of the largest message), but"),
+    Case("comm-size-not-a-number", ["comm", "--max-bytes", "1e99"], "size '1e99' must be a number of bytes"),
 ]
 
 

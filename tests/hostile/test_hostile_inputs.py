@@ -161,9 +161,9 @@ CASES: list[Case] = [
          files=yaml_file("workload: lstm\n")),
     # -- MLPerf commands on things that are not MLPerf logs ------------------------------------------
     Case("mlperf-compare-random", ["mlperf", "compare", "{tmp}/r.txt", "--reference", "dgx1-v0.6"],
-         "holds no MLPerf result log", files={"r.txt": os.urandom(2048)}),
+         "r.txt: no MLPerf log lines", files={"r.txt": os.urandom(2048)}),
     Case("mlperf-compare-yaml", ["mlperf", "compare", "{tmp}/c.yaml", "--reference", "dgx1-v0.6"],
-         "holds no MLPerf result log", files=yaml_file("workload: lstm\n")),
+         "c.yaml: no MLPerf log lines", files=yaml_file("workload: lstm\n")),
     Case("mlperf-compare-dev-zero", ["mlperf", "compare", "/dev/zero", "--reference", "dgx1-v0.6"],
          "neither a results folder nor a result file"),
     Case("mlperf-compare-bomb-references", ["mlperf", "compare", "{tmp}", "--reference", "x", "--references",
@@ -238,6 +238,13 @@ CASES: list[Case] = [
     Case("scale-tensorboard-dir-is-a-file", ["scale", *TINY, "--nproc", "1", "--tensorboard", "{tmp}/f"], "is a file",
          files={"f": b"x"}),
     Case("profile-steps-zero", ["run", *TINY, "--profile", "{tmp}/p", "--profile-steps", "0"], "profile_steps=0"),
+    # -- other files a command reads: the same rule (a regular file of bounded size, opened without blocking) --
+    Case("node-expect-fifo", ["node", "check", "--expect", "{tmp}/e.yaml", "--budget", "1"],
+         "--expect file '{tmp}/e.yaml' is a FIFO, not a regular file", files={"e.yaml": lambda f: os.mkfifo(f / "e.yaml")}),
+    Case("node-expect-dev-zero", ["node", "check", "--expect", "{tmp}/link", "--budget", "1"], "is a device",
+         files={"link": link_to("/dev/zero")}),
+    Case("references-fifo", ["mlperf", "references", "list", "--references", "{tmp}/r.yaml"],
+         "is a FIFO, not a regular file", files={"r.yaml": lambda f: os.mkfifo(f / "r.yaml")}),
 ]
 
 

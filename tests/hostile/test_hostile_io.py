@@ -17,7 +17,7 @@ import pytest
 from hostile_corpus import Case, check, params
 
 from dlbench.storage.generate import generate
-from dlbench.storage.manifest import MANIFEST_NAME
+from dlbench.storage.manifest import MANIFEST_NAME, MAX_MANIFEST_BYTES, available_memory_bytes
 from dlbench.storage.presets import plan_data_set, random_samples
 
 LSTM = ["lstm", "-p", "seq_len=4", "-p", "input_size=8", "-p", "hidden_size=8", "-b", "4", "--steps", "1",
@@ -58,6 +58,45 @@ def garbage_manifest(folder: Path) -> None:
     (folder / "ds" / MANIFEST_NAME).write_bytes(os.urandom(300))
 
 
+def manifest_replaced(make):
+    """A tiny data set whose manifest is replaced by what ``make(path)`` puts there (a FIFO, a link, a hole)."""
+    def edit(folder: Path) -> None:
+        data_set(folder)
+        path = folder / "ds" / MANIFEST_NAME
+        path.unlink()
+        make(path)
+    return edit
+
+
+def sparse_file(size_bytes: int):
+    def make(path: Path) -> None:
+        with open(path, "wb") as handle:
+            handle.truncate(size_bytes)  # a hole: huge to read, free to make
+    return make
+
+
+#: io read's buffers for the memory case: 8 workers x (--prefetch 64 + 2) batch buffers of 64 samples each.
+BUFFERED = ["-w", "8", "--prefetch", "64", "-b", "64"]
+BUFFERED_SAMPLES = 8 * 66 * 64
+
+
+def bigger_than_memory(folder: Path) -> None:
+    """A tokens data set in ``folder/ds`` whose BUFFERED read holds 1.5 x this machine's available memory: a real
+    tiny data set grown, manifest and all, to ``BUFFERED_SAMPLES`` samples in one sparse file (a hole, no disk)."""
+    sample_bytes = -(-3 * available_memory_bytes() // (2 * BUFFERED_SAMPLES))
+    planned = plan_data_set(fmt="tokens", samples=2, samples_per_file=2, shape=(8,), dtype="|u1")
+    generate(folder / "ds", planned, random_samples(planned))
+    path = folder / "ds" / MANIFEST_NAME
+    doc = json.loads(path.read_text())
+    (entry,) = doc["files"]
+    size = BUFFERED_SAMPLES * sample_bytes
+    os.truncate(folder / "ds" / entry["name"], size)
+    doc["samples"] = doc["samples_per_file"] = entry["samples"] = BUFFERED_SAMPLES
+    doc["fields"][0]["shape"] = [sample_bytes]
+    entry.update(bytes=size, layout=[[0, sample_bytes, sample_bytes]])
+    path.write_text(json.dumps(doc))
+
+
 def tiny_disk(folder: Path) -> None:
     """A 64 KiB tmpfs at folder/disk (root only; unmounted by the fixture)."""
     if os.geteuid() != 0:
@@ -75,6 +114,21 @@ CASES = [
     Case("read-manifest-garbage", READ, "not a readable dlbench data set manifest", files={"x": garbage_manifest}),
     Case("read-manifest-wrong-types", READ, "not a readable", files={"x": manifest_edit(samples="many")}),
     Case("read-manifest-climbs-out", READ, "not a plain file name", files={"x": manifest_edit(first_file="../../etc/passwd")}),
+    Case("read-manifest-fifo", READ, "data set manifest '{tmp}/ds/dlbench-dataset.json' is a FIFO, not a regular file",
+         files={"x": manifest_replaced(os.mkfifo)}),
+    Case("read-manifest-dev-zero", READ, "dlbench-dataset.json' is a device, not a regular file",
+         files={"x": manifest_replaced(lambda p: p.symlink_to("/dev/zero"))}),
+    Case("read-manifest-oversized", READ, f"larger than the {MAX_MANIFEST_BYTES:,} bytes a data set manifest may be",
+         files={"x": manifest_replaced(sparse_file(MAX_MANIFEST_BYTES + 1))}),
+    Case("read-manifest-dangling-link", READ, "cannot read data set manifest",
+         files={"x": manifest_replaced(lambda p: p.symlink_to("/nonexistent/m.json"))}),
+    Case("generate-over-a-fifo-manifest", ["io", "generate", "{tmp}/ds", "-n", "6"], "is a FIFO, not a regular file",
+         files={"x": manifest_replaced(os.mkfifo)}),
+    Case("stage-fifo-manifest", ["io", "stage", "{tmp}/ds", "{tmp}/d"], "is a FIFO, not a regular file",
+         files={"x": manifest_replaced(os.mkfifo)}),
+    Case("read-buffers-beyond-memory", [*READ[:3], *BUFFERED],
+         "x 528 batch buffer(s) (8 reading process(es) x (--prefetch 64 + 2)) x 64 samples holds 33,792 sample(s)",
+         files={"x": bigger_than_memory}),
     Case("read-missing-shard", READ, "shard-0000001.tar (listed in dlbench-dataset.json) is missing",
          files={"x": missing_shard}),
     Case("read-truncated-shard", READ, "shard-0000002.tar has 100 bytes", files={"x": truncated_shard}),

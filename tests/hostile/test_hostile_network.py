@@ -113,3 +113,69 @@ current-context: x
     with pytest.raises(UsageError, match="could not reach the Kubernetes API to read the PyTorchJob CRD"):
         k8s._has_operator()
     assert time.monotonic() - started < 4 * 2.0 + 10  # the client retries a read 3 times: 4 timeouts at most
+
+
+def test_joining_a_silent_ray_address_is_one_sentence_within_the_start_timeout(silent_server, tmp_path, monkeypatch, capsys):
+    """``hpo run --engine ray --address`` of a server that accepts and never answers: Ray's own connect retries for
+    ever (seen: still waiting after 300 s with DLBENCH_RAY_START_TIMEOUT_S=5); dlbench's probe ends it in that time."""
+    pytest.importorskip("ray.tune", reason="the ray engine needs pip install 'dlbench[ray]'")
+    import json
+
+    import yaml
+
+    import dlbench.hpo.ray_engine  # noqa: F401 - imported before the clock starts: Ray's import is not the wait timed
+
+    config = tmp_path / "s.yaml"
+    config.write_text(yaml.safe_dump({"name": "silent", "engine": "ray", "objective": {"command": ["/bin/true"]},
+                                      "sampler": "random", "trials": 1, "space": {"x": {"type": "float", "low": 0.0, "high": 1.0}}}))
+    db = str(tmp_path / "runs.db")
+    monkeypatch.setenv("DLBENCH_RAY_START_TIMEOUT_S", "2")
+    started = time.monotonic()
+    code = main(["hpo", "run", "--config", str(config), "--address", f"127.0.0.1:{silent_server}", "--db", db])
+    took_s = time.monotonic() - started
+    err = capsys.readouterr().err
+    assert code == 1 and took_s < 2 + 20, (code, took_s, err[-2000:])  # the start timeout, and the study's set-up
+    assert err.strip() == (f"dlbench: the Ray cluster at 127.0.0.1:{silent_server} accepted a connection but sent nothing in 2 s "
+                           "(not a Ray GCS, or it hangs); no study was created: give the head's GCS address (ray start --head "
+                           "prints it), or raise DLBENCH_RAY_START_TIMEOUT_S on a busy cluster.")
+    assert main(["hpo", "list", "--json", "--db", db]) == 0
+    assert json.loads(capsys.readouterr().out) == []
+
+
+def test_a_run_on_a_silent_kubernetes_api_is_one_sentence_within_the_bound_and_records_nothing(
+        silent_server, tmp_path, monkeypatch, capsys):
+    """The whole command, ``dlbench run --launcher k8s``: its first API call (is the training operator there?) meets
+    a server that accepts and never answers; the (connect, read) limit ends it, nothing is submitted or recorded."""
+    pytest.importorskip("kubernetes")
+    import dlbench.api.runs  # noqa: F401 - torch and the run pipeline imported before the clock starts
+    from dlbench.launch.k8s import scheduler
+    from dlbench.store import RunFilter, open_store
+
+    config = tmp_path / "kubeconfig"
+    config.write_text(f"""apiVersion: v1
+kind: Config
+clusters: [{{name: c, cluster: {{server: "http://127.0.0.1:{silent_server}"}}}}]
+users: [{{name: u, user: {{token: t}}}}]
+contexts: [{{name: x, context: {{cluster: c, user: u}}}}]
+current-context: x
+""")
+    monkeypatch.setenv("KUBECONFIG", str(config))
+    monkeypatch.setenv("DLBENCH_METRICS_DIR", str(tmp_path / "metrics"))
+    monkeypatch.setattr(scheduler, "API_TIMEOUT_S", (1.0, 2.0))
+    db = tmp_path / "runs.db"
+    started = time.monotonic()
+    code = main(["run", "lstm", "--steps", "1", "--launcher", "k8s", "--image", "registry.example/dlbench:1",
+                 "--workdir", str(tmp_path / "jobs"), "--db", str(db)])
+    took_s = time.monotonic() - started
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and took_s < 4 * 2.0 + 10, (code, took_s)  # the client retries a read 3 times: 4 timeouts at most
+    assert err.startswith("dlbench: error: could not reach the Kubernetes API to read the PyTorchJob CRD (")
+    assert "Read timed out. (read timeout=2.0)" in err and err.endswith("check the cluster in your kubeconfig.")
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    if db.exists():
+        store = open_store(str(db), create=False)
+        try:
+            assert store.records(RunFilter()) == []
+        finally:
+            store.close()
+    assert not (tmp_path / "jobs").exists() or not any((tmp_path / "jobs").iterdir())

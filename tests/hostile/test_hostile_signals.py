@@ -3,8 +3,8 @@ was stopped, and does not claim that "a run in progress was recorded as aborted"
 
 from __future__ import annotations
 
-import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -14,26 +14,26 @@ import pytest
 
 @pytest.mark.slow
 def test_a_read_command_stopped_by_sigterm_claims_no_recorded_run(tmp_path):
-    folder = tmp_path / "res"
-    folder.mkdir()
-    fifo = folder / "result_0.txt"
-    os.mkfifo(fifo)  # 'mlperf score' blocks reading it: a read command caught mid-way, for real
-    proc = subprocess.Popen([sys.executable, "-m", "dlbench", "mlperf", "score", str(folder)], cwd=tmp_path,
+    """The read command waits where it legitimately may: connecting to a results store whose server accepts and
+    has not answered yet (a real loopback socket; the wait is bounded by the connect timeout, 10 s)."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(4)
+    server.settimeout(120)
+    url = f"postgresql://dlbench:secret@127.0.0.1:{server.getsockname()[1]}/runs"
+    proc = subprocess.Popen([sys.executable, "-m", "dlbench", "results", "--db", url], cwd=tmp_path,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    writer, deadline = None, time.monotonic() + 120
-    while writer is None and time.monotonic() < deadline and proc.poll() is None:
-        try:
-            writer = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)  # ENXIO until the command opens it to read
-        except OSError:
-            time.sleep(0.1)
-    assert writer is not None, proc.communicate(timeout=60)
     try:
-        time.sleep(0.5)
-        proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=60)
+        conn, _ = server.accept()  # the command is now waiting for the server's first word
+        with conn:
+            time.sleep(0.5)
+            proc.send_signal(signal.SIGTERM)
+            out, err = proc.communicate(timeout=60)
     finally:
-        os.close(writer)
-    assert proc.returncode == 128 + signal.SIGTERM
+        if proc.poll() is None:
+            proc.kill()
+        server.close()
+    assert proc.returncode == 128 + signal.SIGTERM, err[-2000:]
     assert err.strip() == "dlbench: stopped by SIGTERM"
     assert out == ""
 

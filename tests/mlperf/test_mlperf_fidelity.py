@@ -127,7 +127,7 @@ def test_bad_logs_are_invalid_with_the_reason(tmp_path):
     [entry] = score_folder(tmp_path)
     problems = {f["path"].rsplit("/", 1)[1]: (f["status"], f["problem"]) for f in entry["files"]}
     assert problems["result_4.txt"] == ("invalid", "2 malformed MLPerf line(s), none parsable")
-    assert problems["result_5.txt"] == ("invalid", "unreadable: it is a directory, not a result file")
+    assert problems["result_5.txt"] == ("invalid", "unreadable: it is a directory, not a regular file")
     assert problems["result_6.txt"] == ("invalid", "unreadable: the file does not exist (a dangling symbolic link?)")
     assert problems["result_7.txt"][0] == "invalid"
     assert problems["result_8.txt"] == ("failed", "no run_stop (crashed or truncated)")

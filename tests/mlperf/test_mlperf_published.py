@@ -112,6 +112,16 @@ def test_unreadable_scaling_json_leaves_the_score_unscaled_and_says_so(tmp_path,
     assert any(said in w and "left unscaled" in w for w in entry["warnings"])
 
 
+
+def test_a_huge_scaling_json_is_not_read_and_the_score_is_left_unscaled(tmp_path):
+    """A sparse 2 MiB scaling.json (no disk taken): refused by its size before a byte is read."""
+    folder = shutil.copytree(V51_NEBIUS, tmp_path / "Nebius")
+    with open(folder / "results" / "nebius_h200_n64" / "llama31_405b" / "scaling.json", "wb") as handle:
+        handle.truncate(2 << 20)
+    entry = _entry(folder, "llama31_405b")
+    assert entry["score_minutes"] == entry["olympic_minutes"] and entry["rcp_scaled"] is False
+    assert any("larger than the 1,048,576 bytes a scaling file may be" in w for w in entry["warnings"])
+
 def test_compliance_drops_a_run_the_official_checker_fails_as_the_summarizer_does():
     """tinycorp's v5.0 tinybox_green BERT run 2 initialised for longer than the checker's 30 minutes
     of compile time: the summarizer drops it; dlbench does with --compliance."""

@@ -51,6 +51,18 @@ def test_publish_and_read_back(tmp_path):
     assert next(s for s in states if s.run_id == "abc") == state
 
 
+def test_a_fifo_or_dev_zero_in_a_metrics_directory_is_skipped_not_waited_on(tmp_path):
+    """The exporter reads every *.json there: a FIFO with no writer, a link to /dev/zero and a sparse file of a
+    gigabyte are skipped at once (safety's rule for a file read), the real state beside them is read."""
+    publish(TrainingState(run_id="abc", workload="w"), tmp_path)
+    os.mkfifo(tmp_path / "fifo.json")
+    (tmp_path / "zero.json").symlink_to("/dev/zero")
+    with open(tmp_path / "huge.json", "wb") as handle:
+        handle.truncate(1 << 30)
+    started = time.monotonic()
+    assert [s.run_id for s in read_published([tmp_path])] == ["abc"]
+    assert time.monotonic() - started < 5
+
 def test_stale_states_are_ignored_and_pruned(tmp_path):
     old = TrainingState(run_id="old", workload="w", updated_at=time.time() - 600)
     publish(old, tmp_path)

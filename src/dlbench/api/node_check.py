@@ -34,11 +34,13 @@ from dlbench.report.node_health import (
     judge,
     load_expectations,
 )
+from dlbench.safety import read_input_file
 from dlbench.spec import CommSpec
 from dlbench.store import RunFilter
 from dlbench.telemetry.nvml import NVMLSource
 
 HISTORY_RUNS = 20
+MAX_EXPECT_BYTES = 1 << 20  # an expectations file is a few lines of YAML
 #: Seconds each probe measures for when the budget allows (the default budget of 60 s does).
 DURATIONS_S = {"gpus": 0.0, "gpu_step_rate": 4.0, "allreduce_busbw": 4.0, "cpu": 2.0, "host_memory_bandwidth": 1.5,
                "data_read": 2.0, "network": 2.0}
@@ -107,6 +109,8 @@ def plan_check(store=None, expect: Path | None = None, data_dir: Path | None = N
     if data_dir is not None and not os.access(data_dir, os.W_OK | os.X_OK):
         raise UsageError(f"--data-dir {data_dir} is not writable by this user; the read probe writes a 64 MiB file "
                          "there first: give a directory it may write (e.g. a scratch directory on that file system).")
+    if expect is not None:  # safety's rule before the file is parsed: a regular file of at most 1 MiB
+        read_input_file(expect, "--expect file", MAX_EXPECT_BYTES)
     expectations = load_expectations(expect) if expect is not None else None
     peer_address = parse_peer(peer) if peer else None
     gpus, model = gpu_inventory(nvml)

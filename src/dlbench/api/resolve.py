@@ -36,7 +36,7 @@ from dlbench.spec import (
     describe_validation_error,
 )
 from dlbench.storage.batch import check_direct
-from dlbench.storage.manifest import Manifest, load_data_set, memory_problem, read_manifest
+from dlbench.storage.manifest import Manifest, available_memory_bytes, load_data_set, memory_problem, read_manifest
 from dlbench.storage.stage import check_destination, source_files
 
 log = logging.getLogger("dlbench")
@@ -153,6 +153,7 @@ def resolve_comm(spec: CommSpec) -> ResolvedRun:
     if spec.world_size < 2:
         raise UsageError("a collective benchmark needs at least 2 processes; use --nproc 2 or more.")
     device = resolve_device(spec.device)
+    _check_comm_memory(spec, device)
     backend = _backend(spec.backend, device.type, spec.world_size)
     check_endpoint(spec.rdzv_endpoint, spec.node_rank)
     threads = spec.threads or default_threads(spec.nproc)
@@ -169,6 +170,25 @@ def resolve_comm(spec: CommSpec) -> ResolvedRun:
     )
 
 
+#: Buffers of the largest message a comm rank holds at once: all_gather's output and its check's expected values,
+#: its input (1/world of it) and the comparison's booleans (1/4) -- engine/comm.py.
+COMM_BUFFERS_PER_RANK = 3
+
+
+def _check_comm_memory(spec: CommSpec, device: torch.device) -> None:
+    """Refuse, before any rank starts, a --max-bytes whose buffers do not fit: on CUDA one rank's in its GPU's
+    memory, on CPU this node's ``nproc`` ranks' in the available host memory."""
+    per_rank = COMM_BUFFERS_PER_RANK * spec.max_bytes
+    if device.type == "cuda":
+        need, have, where = per_rank, torch.cuda.get_device_properties(device).total_memory, "each GPU holds"
+    else:
+        need, have, where = spec.nproc * per_rank, available_memory_bytes(), "this machine has available"
+    if have is not None and need > have:
+        raise UsageError(f"--max-bytes {spec.max_bytes:,} needs about {need / 2**30:.1f} GiB ({spec.nproc if device.type != 'cuda' else 1} "
+                         f"rank(s) x {COMM_BUFFERS_PER_RANK} buffers of the largest message), but {where} "
+                         f"{have / 2**30:.1f} GiB; give a smaller --max-bytes (or fewer --nproc).")
+
+
 def resolve_io(spec: IoReadSpec, joined: LaunchEnv | None = None, stored_step_s: float | None = None,
                check_files: bool = True) -> ResolvedRun:
     """A storage read (``dlbench io read``): the data set checked against its manifest (every file there,
@@ -181,6 +201,8 @@ def resolve_io(spec: IoReadSpec, joined: LaunchEnv | None = None, stored_step_s:
     if spec.direct and manifest is not None:
         check_direct(Path(spec.path), manifest)
     job_spec = io_settings(spec, manifest, stored_step_s)
+    if manifest is not None and joined is None:  # once, where the read is asked for (a rank's peers may be reading)
+        _check_read_buffers(job_spec, manifest)
     device = resolve_device(spec.device)
     world = joined.world_size if joined is not None else spec.world_size
     launched = joined is None and (world > 1 or bool(spec.torchrun))
@@ -246,6 +268,24 @@ def io_settings(spec: IoReadSpec, manifest: Manifest | None, stored_step_s: floa
         if problem:
             raise UsageError(f"io read {spec.path}: {problem}; give a smaller --batch-size.")
     return job_spec
+
+
+def _check_read_buffers(spec: IoReadSpec, manifest: Manifest) -> None:
+    """Refuse, before a worker starts, a read whose batch buffers do not fit in this node's available memory.
+
+    Each reading process (every DataLoader worker, or the rank itself with --workers 0) keeps a ring of
+    ``prefetch + 2`` batch buffers (storage/batch.py: ``prefetch`` batches in flight, one being consumed, one
+    being filled) in shared memory, made as batches come: a rank never holds more than the batches of its
+    share of an epoch. Every rank on the node (``nproc``) has its own."""
+    readers = max(1, spec.workers or 0)
+    slots = spec.prefetch + 2
+    per_rank_batches = -(-(-(-manifest.samples // spec.world_size)) // spec.batch_size)
+    held = min(readers * slots, per_rank_batches, *([spec.steps] if spec.steps else []))
+    why = "a rank's batches" if held < readers * slots else f"{readers} reading process(es) x (--prefetch {spec.prefetch} + 2)"
+    what = f"a read of {spec.nproc} rank(s) x {held:,} batch buffer(s) ({why}) x {spec.batch_size:,} samples"
+    problem = memory_problem(manifest, spec.nproc * held * spec.batch_size, what)
+    if problem:
+        raise UsageError(f"io read {spec.path}: {problem}; lower --workers, --prefetch or --batch-size.")
 
 
 def io_record_spec(spec: IoReadSpec, manifest: Manifest | None) -> dict:

@@ -34,6 +34,15 @@ def info(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
+def option_error(message: str, fields: Any, flags: dict[str, str] | None = None) -> UsageError:
+    """A spec's validation sentence (``describe_validation_error``) saying the flag, not the field:
+    ``compute_ms=-1.0: …`` → ``--compute-ms -1.0: …`` (``flags`` for those not spelled ``--field-name``)."""
+    name, eq, rest = message.partition("=")
+    if eq and name in fields:
+        message = (flags or {}).get(name, "--" + name.replace("_", "-")) + " " + rest
+    return UsageError(message)
+
+
 def open_store(location: str | None, create: bool = True):
     """The results store; ``create=False`` for read commands (a missing store is exit 2, never created)."""
     from dlbench.store import (

@@ -18,6 +18,7 @@ from dlbench.cli._common import (
     info,
     launch_options,
     open_store,
+    option_error,
 )
 from dlbench.errors import BenchmarkFailed, UsageError
 from dlbench.report.io_au import au_text, au_verdict
@@ -169,11 +170,7 @@ def _spec(cls, **fields: Any):
     try:
         return cls(**fields)
     except ValidationError as exc:
-        message = describe_validation_error(exc)
-        name, eq, rest = message.partition("=")
-        if eq and name in cls.model_fields:  # say the flag, not the field: compute_ms=-1.0 → --compute-ms -1.0
-            message = _FLAGS.get(name, "--" + name.replace("_", "-")) + " " + rest
-        raise UsageError(message) from None
+        raise option_error(describe_validation_error(exc), cls.model_fields, _FLAGS) from None
 
 
 _FLAGS = {"timeout_s": "--timeout", "path": "PATH", "source": "SOURCE", "destination": "DESTINATION"}

@@ -188,11 +188,7 @@ def score(
     from dlbench.mlperf.score import score_folder
 
     entries = score_folder(folder, compliance=compliance)
-    files = [f for e in entries for f in e["files"]]
-    if files and all(f["status"] == "invalid" for f in files):  # nothing there is a run: bad input, no table
-        first = files[0]
-        raise UsageError(f"no file in {folder} is an MLPerf result log ({len(files)} tried; {first['path']}: "
-                         f"{first['problem']}); give a folder of MLPerf result logs (result_*.txt).")
+    files = _some_log(folder, entries)
     if as_json:
         emit_json(entries)
     else:
@@ -207,6 +203,17 @@ def score(
         raise BenchmarkFailed("; ".join(f"{e['system']}/{e['benchmark']}: {e['message']}" for e in invalid))
     if not any(f["status"] == "success" for f in files):  # a folder with no valid score must not look like success
         raise BenchmarkFailed(f"no run in {folder} succeeded, so nothing in it has a score; each file's reason is above.")
+
+
+def _some_log(folder: str, entries: list[dict]) -> list[dict]:
+    """The scored files of ``entries``; a folder where no file is a run (each unreadable, or no log at all) is bad
+    input, named by its first file's reason."""
+    files = [f for e in entries for f in e["files"]]
+    if files and all(f["status"] == "invalid" for f in files):  # nothing there is a run: bad input, no table
+        first = files[0]
+        raise UsageError(f"no file in {folder} is an MLPerf result log ({len(files)} tried; {first['path']}: "
+                         f"{first['problem']}); give a folder of MLPerf result logs (result_*.txt).")
+    return files
 
 
 def _report_scaling(entries: list[dict]) -> None:
@@ -351,9 +358,7 @@ def compare(
         raise UsageError(f"--reference NAME is required; known references: {names}.")
     chosen = get_reference(reference, references or [])
     entries = score_folder(folder)
-    if all(set(e["formats"]) <= {"unknown"} for e in entries):  # nothing parsed: not MLPerf logs at all
-        raise UsageError(f"{folder!r} holds no MLPerf result log (no ':::MLLOG', ':::MLL' or ':::MLPv0.5.0' lines); "
-                         "point at an MLPerf results folder or result file.")
+    _some_log(folder, entries)  # nothing parsed: not MLPerf logs at all
     rows = compare_scores(entries, chosen)
     if as_json:
         emit_json(rows)
@@ -406,12 +411,13 @@ def references_add(
 ) -> None:
     """Build one reference per system from a results folder: its published scores (olympic mean x
     scaling.json), accelerators, division, round and each benchmark's folder."""
-    from dlbench.mlperf.reference_builder import add_to_file, system_references
+    from dlbench.mlperf.reference_builder import add_to_file, read_reference_file, system_references
 
     if round_name is not None and not _ROUND_TEXT.fullmatch(round_name):
         raise UsageError(f"--round {round_name!r} must be '<training|hpc> X.Y', for example --round 'training 5.1'.")
+    existing = read_reference_file(out)  # a bad --out is refused before the folder is scored
     built = system_references(folder, prefix, round_name, origin="")
-    add_to_file(out, built)
+    add_to_file(out, built, existing)
     if as_json:
         emit_json(built)
         return

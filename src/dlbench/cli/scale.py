@@ -22,6 +22,7 @@ from dlbench.cli._common import (
     info,
     launch_options,
     open_store,
+    option_error,
 )
 from dlbench.errors import BenchmarkFailed, UsageError, unknown_name
 from dlbench.record import new_id
@@ -251,7 +252,7 @@ def comm(
             link_rate_bits_per_s=parse_rate(link_rate, "--link-rate") if link_rate else None,
         )
     except ValidationError as exc:
-        raise UsageError(describe_validation_error(exc)) from None
+        raise option_error(describe_validation_error(exc), CommSpec.model_fields, {"timeout_s": "--timeout"}) from None
     if launch.batch():
         from dlbench.cli.batch import resolve_runs, submit_runs
 

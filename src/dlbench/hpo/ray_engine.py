@@ -42,6 +42,7 @@ import io
 import logging
 import os
 import signal
+import socket
 import sys
 import tempfile
 import threading
@@ -113,6 +114,34 @@ def start_timeout_s() -> float:
     return value
 
 
+#: The first bytes of an HTTP/2 (gRPC) client: the connection preface and an empty SETTINGS frame, which a gRPC
+#: server such as Ray's GCS answers at once with its own SETTINGS frame.
+_HTTP2_HELLO = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+
+
+def gcs_silence(address: str, timeout_s: float) -> str | None:
+    """Why ``address`` (HOST:PORT) is not a gRPC server answering within ``timeout_s``, as the end of a sentence
+    ("accepted a connection but sent nothing in 5 s"), or None when it answered. Ray's own connect retries for
+    ever on a server that accepts and stays silent; this bounded probe comes first."""
+    host, _, port = address.rpartition(":")
+    try:
+        conn = socket.create_connection((host.strip("[]") or "127.0.0.1", int(port)), timeout=timeout_s)
+    except ValueError:
+        return "is not HOST:PORT"
+    except OSError as exc:  # refused, unreachable, or no handshake within the time
+        return f"could not be reached in {timeout_s:g} s ({exc.strerror or exc})"
+    with conn:
+        try:
+            conn.sendall(_HTTP2_HELLO)
+            if conn.recv(9):
+                return None
+            return "closed the connection without answering (not a Ray GCS)"
+        except TimeoutError:
+            return f"accepted a connection but sent nothing in {timeout_s:g} s (not a Ray GCS, or it hangs)"
+        except OSError as exc:
+            return f"dropped the connection ({exc.strerror or exc})"
+
+
 class RayEngine(Engine):
     """The study on Ray Tune (see the module docstring). Ray starts (or is joined at ``--address``) in
     :meth:`start`, before the study is created: a Ray that will not start leaves no study behind."""
@@ -126,6 +155,10 @@ class RayEngine(Engine):
         timeout_s = start_timeout_s()  # a bad setting is refused even where a Ray is up already
         if ray.is_initialized():
             return
+        silent = gcs_silence(address, timeout_s) if address else None
+        if silent:  # ray.init would retry for ever on a server that accepts and never answers
+            raise BenchmarkFailed(f"the Ray cluster at {address} {silent}; no study was created: give the head's GCS "
+                                  f"address (ray start --head prints it), or raise {START_TIMEOUT_ENV} on a busy cluster.")
         os.environ.update(start_timeouts(timeout_s))  # read by the processes ray.init starts
         deadline = time.monotonic() + timeout_s
         while True:  # Ray waits a fixed 30 s for its node to register: on a loaded machine, try again

@@ -24,7 +24,9 @@ from typing import Any
 
 from dlbench.errors import UsageError
 from dlbench.mlperf.parse import canonical_benchmark
+from dlbench.safety import read_input_file
 
+MAX_DESCRIPTION_BYTES = 1 << 20  # a system description is a few kB of JSON
 _DIVISION_WORD = re.compile(r"(?:^|[_-])(open|closed)(?:$|[_-])", re.IGNORECASE)
 
 
@@ -82,11 +84,10 @@ def system_description(result_file: str | Path) -> tuple[dict[str, Any] | None, 
     org = system_folder.parent.parent  # <org>/results/<system>
     candidates = [org / "systems" / f"{system_folder.name}.json", system_folder / "entry.json"]
     for where in candidates:
-        try:
-            text = where.read_text(encoding="utf-8")
-        except (OSError, ValueError):
+        if not where.exists():  # lexists would count a dangling link: it names no description either
             continue
-        return _description(text), str(where)
+        data = read_input_file(where, "system description", MAX_DESCRIPTION_BYTES)  # a FIFO or /dev/zero: one sentence
+        return _description(data.decode("utf-8", errors="replace")), str(where)
     return None, str(candidates[0])
 
 

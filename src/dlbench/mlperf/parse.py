@@ -20,18 +20,22 @@ in ``ParsedLog.unparsed`` and never raises; ``unparsed_reasons`` counts why (met
 Python dict with single quotes, as Intel's v0.6 MiniGo logs do, is the commonest), and
 ``unparsed_keys`` names the keys those lines carried, so that a missing ``run_start`` can be told
 from one on a line that could not be read. A file that cannot be read at all (a directory, a
-dangling link, no permission) gives a ParsedLog whose ``unreadable`` says why.
+dangling link, no permission, a FIFO, a device, more than :data:`MAX_LOG_BYTES`) gives a ParsedLog whose
+``unreadable`` says why.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from dlbench.safety import input_file_problem, open_input_fd
 
 TOKEN = ":::ML"
 #: Other names for a benchmark → the name MLCommons' tools score it under. ``mask`` is the alias
@@ -47,6 +51,8 @@ _V05 = re.compile(r":::MLPv0\.5\.0 (\S+) (\d+(?:\.\d+)?) \(([^)]*)\) ([A-Za-z0-9
 MAX_EXAMPLES = 3  # unparsable lines kept for the report
 MAX_LINE_CHARS = 1 << 20  # a longer "line" is not a log event (a 300 MB line must not fill memory)
 TOO_LONG = ":::ML line longer than 1 MiB, skipped"
+#: The largest result log read: the biggest published ones are a few MB; parsing streams, so this bounds time, not memory.
+MAX_LOG_BYTES = 512 * 2**20
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,13 +217,22 @@ def _bounded_lines(handle) -> Iterable[str]:
 
 def parse_file(path: str | Path) -> ParsedLog:
     """:func:`parse_lines` over a file; bytes that are not UTF-8 are replaced, not fatal, and a
-    file that cannot be read gives an empty log whose ``unreadable`` says why."""
+    file that cannot be read gives an empty log whose ``unreadable`` says why. The file is opened without
+    blocking and must be a regular file of at most :data:`MAX_LOG_BYTES` (``safety``'s rule for a user's
+    input): a FIFO, a link to ``/dev/zero`` or a sparse terabyte is a reason, not a hang."""
     try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            return parse_lines(_bounded_lines(handle))
-    except IsADirectoryError:
-        return ParsedLog(unreadable="it is a directory, not a result file")
+        fd = open_input_fd(path)
     except FileNotFoundError:
         return ParsedLog(unreadable="the file does not exist (a dangling symbolic link?)")
     except OSError as exc:
         return ParsedLog(unreadable=f"it cannot be read ({exc.strerror or exc})")
+    try:
+        problem = input_file_problem(os.fstat(fd), "result log", MAX_LOG_BYTES)
+        if problem:
+            return ParsedLog(unreadable=f"it {problem}")
+        with open(os.dup(fd), encoding="utf-8", errors="replace") as handle:
+            return parse_lines(_bounded_lines(handle))
+    except OSError as exc:
+        return ParsedLog(unreadable=f"it cannot be read ({exc.strerror or exc})")
+    finally:
+        os.close(fd)

@@ -24,9 +24,12 @@ import math
 from pathlib import Path
 from typing import Any
 
+from dlbench.errors import UsageError
 from dlbench.mlperf.layout import described_accelerators
+from dlbench.safety import read_input_file
 
 SCALING_FILE = "scaling.json"
+MAX_SCALING_BYTES = 1 << 20  # a scaling.json holds one number
 
 
 def scaling_factor(benchmark_folder: str | Path) -> tuple[float | None, str | None]:
@@ -36,9 +39,11 @@ def scaling_factor(benchmark_folder: str | Path) -> tuple[float | None, str | No
     if not path.is_file():
         return None, None
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        doc = json.loads(read_input_file(path, "scaling file", MAX_SCALING_BYTES))
         factor = doc["scaling_factor"]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except UsageError as exc:
+        return None, str(exc)
+    except (ValueError, KeyError, TypeError) as exc:
         return None, f"{path} is not a JSON object with a scaling_factor ({type(exc).__name__}: {exc})"
     if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not math.isfinite(factor) or factor <= 0:
         return None, f"{path}: scaling_factor {factor!r} is not a positive number"

@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from dlbench.config import parse_yaml, read_text_file
 from dlbench.errors import UsageError
 from dlbench.mlperf.compare import entry_round
 from dlbench.mlperf.folder import safe_name
@@ -112,18 +113,23 @@ def headline(folder: str | Path, round_name: str, origin: str) -> dict[str, dict
     return out
 
 
-def add_to_file(path: str | Path, references: dict[str, dict[str, Any]]) -> None:
-    """Merge ``references`` into the user reference file ``path`` (``results:``), creating it."""
-    import yaml
-
+def read_reference_file(path: str | Path) -> dict[str, Any]:
+    """The user reference file ``path`` to merge into (``{"results": {}}`` when there is none yet), read by the
+    rule of every user file (a regular file of bounded size) before any folder is scored."""
     target = Path(path)
     doc: Any = {}
-    if target.exists():
-        try:
-            doc = yaml.safe_load(target.read_text()) or {}
-        except (OSError, yaml.YAMLError) as exc:
-            raise UsageError(f"cannot read the reference file {str(target)!r} ({exc}); give another --out.") from None
+    if target.exists() or target.is_symlink():
+        doc = parse_yaml(read_text_file(target, "reference file"), f"the reference file {str(target)!r}") or {}
     if not isinstance(doc, dict) or not isinstance(doc.setdefault("results", {}), dict):
         raise UsageError(f"{str(target)!r} is not a dlbench reference file (no 'results:' mapping); give another --out.")
+    return doc
+
+
+def add_to_file(path: str | Path, references: dict[str, dict[str, Any]], doc: dict[str, Any] | None = None) -> None:
+    """Merge ``references`` into the user reference file ``path`` (``results:``; ``doc`` when it was read
+    already with :func:`read_reference_file`), creating it."""
+    import yaml
+
+    doc = read_reference_file(path) if doc is None else doc
     doc["results"].update(references)
-    target.write_text(yaml.safe_dump(doc, sort_keys=False, width=200))
+    Path(path).write_text(yaml.safe_dump(doc, sort_keys=False, width=200))

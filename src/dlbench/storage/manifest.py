@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from dlbench.errors import UsageError
+from dlbench.safety import read_input_file
 
 MANIFEST_NAME = "dlbench-dataset.json"
 MANIFEST_VERSION = 1
@@ -99,12 +100,11 @@ def write_manifest(root: Path, manifest: Manifest) -> None:
 def read_manifest(root: Path) -> Manifest | None:
     """The manifest in ``root`` (None when there is none); a malformed one is a ``UsageError``."""
     path = root / MANIFEST_NAME
-    if not path.is_file():
+    if not path.exists() and not path.is_symlink():
         return None
+    data = read_input_file(path, "data set manifest", MAX_MANIFEST_BYTES)  # a FIFO, a device, a sparse terabyte: one sentence
     try:
-        if path.stat().st_size > MAX_MANIFEST_BYTES:
-            raise ValueError(f"larger than {MAX_MANIFEST_BYTES >> 20} MiB")
-        doc = json.loads(path.read_text())
+        doc = json.loads(data)
         if not isinstance(doc, dict):
             raise ValueError(f"a JSON {type(doc).__name__}, not an object")
         manifest = Manifest(**doc)

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from dlbench.errors import UsageError
+from dlbench.safety import read_input_file
 
 METRICS_DIR_ENV = "DLBENCH_METRICS_DIR"
 STALE_S = 60.0
@@ -173,9 +174,9 @@ def read_published(directories: Iterable[Path], now: float | None = None, stale_
         except OSError:
             continue
         for path in paths:
-            try:
-                state = TrainingState.from_dict(json.loads(path.read_text()))
-            except (OSError, ValueError, TypeError):
+            try:  # safety's rule: a FIFO or a link to /dev/zero planted here must not hang the exporter
+                state = TrainingState.from_dict(json.loads(read_input_file(path, "training state", _MAX_STATE_BYTES)))
+            except (UsageError, ValueError, TypeError):
                 continue
             if not _is_stale(state, now, stale_s):
                 states.append(state)
