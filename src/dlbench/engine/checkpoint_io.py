@@ -10,8 +10,10 @@ is all bytes over that duration.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import socket
 import time
 import warnings
 from pathlib import Path
@@ -20,25 +22,30 @@ from typing import Any
 import torch
 import torch.distributed.checkpoint as dcp
 
+from dlbench.engine.dcp_reader import read_into
 from dlbench.engine.dist import DistContext
 from dlbench.storage.cache import drop_cache
-from dlbench.storage.checkpoint import fio_rates, state_bytes
+from dlbench.storage.checkpoint import fio_all_nodes, fio_phase, remove_fio_files, state_bytes
 
 
 def run_checkpoint(target: Path, state_spec: dict[str, tuple[str, int]], *, burst_buffer: Path | None, read_back: bool,
-                   fio: bool, keep: bool, dist: DistContext | None, writer: str = "dcp") -> dict[str, Any]:
+                   fio: bool, keep: bool, dist: DistContext | None, writer: str = "dcp",
+                   reader: str = "in-place") -> dict[str, Any]:
     """Write (and read back) this rank's shard; the global result (every rank's figures merged).
     ``writer``: ``dcp`` (torch.distributed.checkpoint, as training saves) or ``raw`` (the tensors' bytes
-    written and read back as they lie in memory, one file per rank: the floor under any checkpoint format)."""
+    written and read back as they lie in memory, one file per rank: the floor under any checkpoint format).
+    ``reader`` (dcp): ``in-place`` (each tensor's bytes read into it: :mod:`dlbench.engine.dcp_reader`) or
+    ``stock`` (``dcp.FileSystemReader``: ``torch.load`` per item, then a copy)."""
     rank, world = (dist.rank, dist.world_size) if dist else (0, 1)
     barrier = dist.barrier if dist else (lambda: None)
     if dist is None:  # DCP says it saves in one process: that is what was asked
         warnings.filterwarnings("ignore", message="torch.distributed is disabled", category=UserWarning)
     state = _state(state_spec, rank)
     first = burst_buffer or target
-    local: dict[str, Any] = {"rank": rank, "bytes": state_bytes(state_spec)}
+    local: dict[str, Any] = {"rank": rank, "host": socket.gethostname(), "bytes": state_bytes(state_spec)}
     barrier()
-    save, load = (_dcp_save, _dcp_load) if writer == "dcp" else (_raw_save, _raw_load)
+    save = _dcp_save if writer == "dcp" else _raw_save
+    load = _raw_load if writer == "raw" else (_dcp_load if reader == "stock" else _dcp_load_in_place)
     local["write_s"] = _timed(lambda: save(state, first, rank))
     barrier()
     if burst_buffer is not None:
@@ -52,26 +59,55 @@ def run_checkpoint(target: Path, state_spec: dict[str, tuple[str, int]], *, burs
         # a restore loads into the model's and optimizer's existing (touched) tensors: zeros_like faults the pages
         # in before the clock starts, as training's state is, rather than timing the kernel zeroing fresh memory
         fresh = {name: torch.zeros_like(tensor) for name, tensor in state.items()}
-        local["read_s"] = _timed(lambda: load(fresh, target, rank))
+        figures: dict[str, Any] = {}
+        local["read_s"] = _timed(lambda: figures.update(load(fresh, target, rank) or {}))
+        local["read_in_place_bytes"] = figures.get("direct_bytes", state_bytes(state_spec) if writer == "raw" else 0)
         # bytes compared, not values: random bits make NaNs, which equal nothing
         local["verified"] = all(torch.equal(fresh[n].view(torch.uint8)[:1 << 16], state[n].view(torch.uint8)[:1 << 16])
                                 for n in state)
         barrier()
     per_rank = dist.all_gather_object(local) if dist else [local]
     result = merge(per_rank)
-    if not keep and (dist is None or dist.local_rank == 0):
+    if not keep and (dist is None or dist.local_rank == 0):  # one rank a node: the target may be node-local
         for where in {target, first}:
             shutil.rmtree(where, ignore_errors=True)
-    if fio and rank == 0:
-        jobs = dist.local_world_size if dist else 1
-        result["fio"] = fio_rates(target / "fio", result["bytes"] // world, jobs)
-        result["fio"]["jobs"], result["fio"]["bytes_per_job"] = jobs, result["bytes"] // world
-        result |= _ratios(result)
-        if not keep:
-            shutil.rmtree(target, ignore_errors=True)
+    if dist:  # on a shared target another node's removal would otherwise race fio's files
+        barrier()
+    if fio:
+        figures = _fio_every_node(target / "fio", result["bytes"] // world, dist)
+        if rank == 0:
+            result["fio"] = figures
+            result |= _ratios(result)
+    if not keep and (dist is None or dist.local_rank == 0):
+        shutil.rmtree(target, ignore_errors=True)
     if dist:
         barrier()
     return result
+
+
+def _fio_every_node(directory: Path, bytes_per_job: int, dist: DistContext | None) -> dict[str, Any]:
+    """fio on every node at once (its local rank 0: one job per local rank, each a rank's share of the bytes),
+    write then read, each phase started together: the same bytes as the checkpoint, from the same nodes.
+    The merged figures on rank 0 (see :func:`fio_all_nodes`)."""
+    lead = dist is None or dist.local_rank == 0
+    jobs = dist.local_world_size if dist else 1
+    node = dist.rank // max(1, dist.local_world_size) if dist else 0
+    here = directory / f"node{node}"  # a directory per node: a shared target holds every node's files
+    mine: dict[str, dict[str, Any]] = {}
+    try:
+        for phase in ("write", "read"):
+            if dist:
+                dist.barrier()
+            if lead and "error" not in mine.get("write", {}):
+                mine[phase] = fio_phase(here, bytes_per_job, jobs, phase)
+    finally:
+        if lead:
+            remove_fio_files(here, jobs)
+            for empty in (here, directory):  # the last node out removes the shared one (--keep keeps only the checkpoint)
+                with contextlib.suppress(OSError):
+                    empty.rmdir()
+    gathered = dist.all_gather_object(mine) if dist else [mine]
+    return fio_all_nodes(gathered) | {"jobs_per_node": jobs, "bytes_per_job": bytes_per_job}
 
 
 def _state(spec: dict[str, tuple[str, int]], rank: int) -> dict[str, torch.Tensor]:
@@ -93,6 +129,10 @@ def _dcp_save(state: dict[str, torch.Tensor], directory: Path, rank: int) -> Non
 
 def _dcp_load(state: dict[str, torch.Tensor], directory: Path, rank: int) -> None:
     dcp.load(state, storage_reader=dcp.FileSystemReader(str(directory)))
+
+
+def _dcp_load_in_place(state: dict[str, torch.Tensor], directory: Path, rank: int) -> dict[str, Any]:
+    return read_into(state, directory)
 
 
 def _raw_save(state: dict[str, torch.Tensor], directory: Path, rank: int) -> None:
@@ -144,7 +184,7 @@ def merge(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
     """Per rank and overall rates of each phase (pure): the overall rate is all bytes over the slowest rank."""
     total = sum(r["bytes"] for r in per_rank)
     result: dict[str, Any] = {"mode": "checkpoint", "bytes": total, "world_size": len(per_rank),
-                              "per_rank": [{"rank": r["rank"], "bytes": r["bytes"]} for r in per_rank]}
+                              "per_rank": [{"rank": r["rank"], "host": r.get("host"), "bytes": r["bytes"]} for r in per_rank]}
     for phase in ("write", "stage", "read"):
         if any(f"{phase}_s" not in r for r in per_rank):
             continue
@@ -158,6 +198,7 @@ def merge(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
         result["verified"] = all(r.get("verified") for r in per_rank)
         stayed = [r.get("resident_after_drop_bytes") for r in per_rank]
         result["read"]["resident_at_start_bytes"] = None if None in stayed else sum(stayed)
+        result["read"]["in_place_bytes"] = sum(r.get("read_in_place_bytes") or 0 for r in per_rank)
     return result
 
 
