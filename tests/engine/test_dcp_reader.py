@@ -26,7 +26,8 @@ def test_whole_contiguous_tensors_are_read_in_place_into_the_state(tmp_path):
     restored = {name: torch.zeros_like(t) for name, t in state.items()}
     pointers = {name: t.data_ptr() for name, t in restored.items()}
     figures = read_into(restored, _saved(tmp_path, state))
-    assert figures == {"direct_bytes": sum(t.nbytes for t in state.values()), "stock_items": 0}
+    assert figures["direct_bytes"] == sum(t.nbytes for t in state.values()) and figures["stock_items"] == 0
+    assert figures["read_io_s"] > 0  # the reads themselves, timed apart from DCP's planning
     assert all(torch.equal(restored[n], state[n]) for n in state)
     assert {name: t.data_ptr() for name, t in restored.items()} == pointers  # the same memory, filled
 
@@ -35,7 +36,7 @@ def test_what_cannot_be_read_in_place_goes_the_stock_way_and_still_comes_back(tm
     state = {"transposed": torch.randn(30, 20).t(), "plain": torch.randn(100), "cast": torch.randn(64)}
     restored = {"transposed": torch.zeros(20, 30), "plain": torch.zeros(100), "cast": torch.zeros(64, dtype=torch.float64)}
     figures = read_into(restored, _saved(tmp_path, state))
-    assert figures == {"direct_bytes": 400, "stock_items": 2}  # only "plain": 100 fp32 values
+    assert (figures["direct_bytes"], figures["stock_items"]) == (400, 2)  # only "plain": 100 fp32 values
     assert torch.equal(restored["transposed"], state["transposed"]) and torch.equal(restored["plain"], state["plain"])
     assert torch.equal(restored["cast"], state["cast"].double())
 
