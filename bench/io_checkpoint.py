@@ -1,9 +1,11 @@
 """`dlbench io checkpoint` against fio's sequential write/read of the same bytes, ABBA.
 
-    python bench/io_checkpoint.py DIR [--model llama3-8b] [--scale 0.004] [--nproc 1] [--writers dcp raw] [--rounds 2]
+    python bench/io_checkpoint.py DIR [--model llama3-8b] [--scale 0.004] [--nproc 1] [--configs dcp dcp-stock raw] [--rounds 2]
 
-For each writer, ROUNDS × (fio, dlbench, dlbench, fio): dlbench = ``io checkpoint DIR --no-fio`` (write with
-fsync, then read back cold), fio = one job per rank writing (``--bs=4M --ioengine=psync --end_fsync=1``) and
+Configurations: ``dcp`` (dlbench's defaults: ``dcp.save`` without torch.save's CRC-32, read back in place),
+``dcp-stock`` (``--crc32 --reader stock``: ``dcp.save``/``dcp.load`` as they ship), ``raw`` (``--writer raw``).
+For each, ROUNDS × (fio, dlbench, dlbench, fio): dlbench = ``io checkpoint DIR --no-fio`` (write with
+fsync, then read back cold; the slowest rank's stages printed), fio = one job per rank writing (``--bs=4M --ioengine=psync --end_fsync=1``) and
 reading cold (``--invalidate=1``) each rank's share of the same bytes. The page cache is dropped before each
 run where allowed (root). Prints every figure, the load, and the median ratios dlbench ÷ fio.
 """
@@ -30,16 +32,20 @@ def drop_all_caches() -> None:
         pass  # fio --invalidate and dlbench's own drop still make the reads cold
 
 
-def dlbench(args, directory: Path, writer: str) -> dict:
+CONFIGS = {"dcp": [], "dcp-stock": ["--crc32", "--reader", "stock"], "raw": ["--writer", "raw"]}
+
+
+def dlbench(args, directory: Path, config: str) -> dict:
     argv = [sys.executable, "-m", "dlbench", "io", "checkpoint", str(directory), "--model", args.model, "--scale",
-            str(args.scale), "--writer", writer, "--no-fio", "--no-store", "--json"]
+            str(args.scale), *CONFIGS[config], "--no-fio", "--no-store", "--json"]
     if args.nproc > 1:
         argv += ["--nproc", str(args.nproc), "--launcher", "torchrun"]
     done = subprocess.run(argv, capture_output=True, text=True, check=False)
     if done.returncode:
         sys.exit(f"dlbench failed: {done.stderr[-2000:]}")
     result = json.loads(done.stdout)["result"]
-    return {"write": result["write"]["bytes_per_s"], "read": result["read"]["bytes_per_s"], "bytes": result["bytes"]}
+    return {"write": result["write"]["bytes_per_s"], "read": result["read"]["bytes_per_s"], "bytes": result["bytes"],
+            "stages": {phase: result[phase].get("stages") for phase in ("write", "read")}}
 
 
 def main() -> None:
@@ -48,12 +54,12 @@ def main() -> None:
     parser.add_argument("--model", default="llama3-8b")
     parser.add_argument("--scale", type=float, default=0.004)
     parser.add_argument("--nproc", type=int, default=1)
-    parser.add_argument("--writers", nargs="+", default=["dcp", "raw"])
+    parser.add_argument("--configs", nargs="+", default=["dcp", "dcp-stock", "raw"], choices=list(CONFIGS))
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
     print(f"# {args.model} x {args.scale}, {args.nproc} rank(s); {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}", flush=True)
     summary = []
-    for writer in args.writers:
+    for writer in args.configs:
         ours, fio, loads, nbytes = [], [], [], 0
         for _ in range(args.rounds):
             for who in ("fio", "dlbench", "dlbench", "fio"):
@@ -67,8 +73,10 @@ def main() -> None:
                     figures = fio_rates(args.dir / "fio", nbytes // args.nproc if nbytes else int(112.4e9 * args.scale) // args.nproc, args.nproc)
                     fio.append({"write": figures["write_bytes_per_s"], "read": figures["read_bytes_per_s"]})
                     figures = fio[-1]
+                stages = "; ".join(f"{phase} " + ", ".join(f"{k.removesuffix('_s')} {v:.2f}s" for k, v in st.items())
+                                   for phase, st in (figures.get("stages") or {}).items() if st)
                 print(f"  {writer} {who}: write {figures['write'] / 1e6:,.0f} MB/s, read {figures['read'] / 1e6:,.0f} MB/s "
-                      f"(load {loads[-1]:.1f})", flush=True)
+                      f"(load {loads[-1]:.1f}){' [' + stages + ']' if stages else ''}", flush=True)
         ratios = {phase: statistics.median(o[phase] for o in ours) / statistics.median(f[phase] for f in fio)
                   for phase in ("write", "read")}
         summary.append(f"{writer}: {nbytes / 1e6:,.0f} MB; median write {statistics.median(o['write'] for o in ours) / 1e6:,.0f} MB/s "

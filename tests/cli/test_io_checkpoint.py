@@ -47,6 +47,10 @@ def test_a_checkpoint_is_written_read_back_verified_and_stored(capsys, db, tmp_p
     assert result["bytes"] == 14 * 8030 and result["verified"]
     assert result["write"]["bytes_per_s"] > 0 and result["read"]["slowest_rank_s"] > 0
     assert result["fio"]["write_bytes_per_s"] > 0 and result["write_vs_fio"] > 0
+    # dcp read back in place: every byte straight into the state's tensors; each phase's stages add up to it
+    assert result["read"]["in_place_bytes"] == result["bytes"]
+    assert set(result["write"]["stages"]) == {"save_s", "fsync_s"} and set(result["read"]["stages"]) == {"plan_s", "read_io_s"}
+    assert sum(result["read"]["stages"].values()) == pytest.approx(result["read"]["slowest_rank_s"])
     assert not target.exists()  # removed after the run (--keep keeps it)
     store = open_store(str(db))
     try:
@@ -87,8 +91,11 @@ def test_a_read_only_target_is_refused(capsys, db, tmp_path):
 
 
 def test_the_overall_rate_is_all_bytes_over_the_slowest_rank():
-    merged = merge([{"rank": 0, "bytes": 100, "write_s": 1.0}, {"rank": 1, "bytes": 100, "write_s": 4.0}])
-    assert merged["write"] == {"slowest_rank_s": 4.0, "bytes_per_s": 50.0, "slowest_rank": 1}
+    merged = merge([{"rank": 0, "bytes": 100, "write_s": 1.0, "write_stages": {"save_s": 0.5, "fsync_s": 0.5}},
+                    {"rank": 1, "bytes": 100, "write_s": 4.0, "write_stages": {"save_s": 1.0, "fsync_s": 3.0}}])
+    # the phase's stages are the slowest rank's: what made it the slowest
+    assert merged["write"] == {"slowest_rank_s": 4.0, "bytes_per_s": 50.0, "slowest_rank": 1,
+                               "stages": {"save_s": 1.0, "fsync_s": 3.0}}
     assert [r["write_bytes_per_s"] for r in merged["per_rank"]] == [100.0, 25.0]
 
 
@@ -96,8 +103,9 @@ def test_the_overall_rate_is_all_bytes_over_the_slowest_rank():
 def test_two_torchrun_ranks_each_write_their_own_file(capsys, db, tmp_path, left_running):
     target = tmp_path / "ckpt"
     record = run_json(capsys, "io", "checkpoint", str(target), *TINY, "--nproc", "2", "--launcher", "torchrun",
-                      "--keep", "--no-fio")
+                      "--keep", "--no-fio", "--reader", "stock", "--crc32")
     result = record["result"]
     assert record["spec"]["launcher"] == "torchrun" and result["world_size"] == 2 and result["verified"]
+    assert result["read"]["in_place_bytes"] == 0 and result["read"]["stages"] is None  # dcp.FileSystemReader as it ships
     assert sorted(p.name for p in target.glob("__*_0.distcp")) == ["__0_0.distcp", "__1_0.distcp"]
     assert [r["rank"] for r in result["per_rank"]] == [0, 1]

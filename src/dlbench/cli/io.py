@@ -295,6 +295,8 @@ def checkpoint(
     scale: float = typer.Option(1e-3, "--scale", help="Fraction of the full checkpoint written (1: the real size)."),
     burst_buffer: str = typer.Option(None, "--burst-buffer", help="Write here first, then stage each rank's file to PATH."),
     writer: str = typer.Option("dcp", "--writer", help="dcp (torch.distributed.checkpoint, one file per rank) | raw (the tensors' bytes as in memory)."),
+    reader: str = typer.Option("in-place", "--reader", help="dcp's read: in-place (each tensor's bytes read straight into it) | stock (dcp.FileSystemReader: torch.load per item, then a copy)."),
+    crc32: bool = typer.Option(False, "--crc32/--no-crc32", help="dcp: torch.save's CRC-32 of each item as it writes (torch's default; torch.load never checks it)."),
     read_back: bool = typer.Option(True, "--read-back/--no-read-back", help="Read the checkpoint back, cold."),
     fio: bool = typer.Option(True, "--fio/--no-fio", help="Compare with fio's sequential write (--end_fsync=1) and read of the same bytes."),
     keep: bool = typer.Option(False, "--keep", help="Keep the checkpoint files."),
@@ -313,19 +315,35 @@ def checkpoint(
     from dlbench.spec import CheckpointSpec, parse_key_values
 
     spec = _spec(CheckpointSpec, path=path, model=model, dtype=dtype, scale=scale, burst_buffer=burst_buffer,
-                 writer=writer, read_back=read_back, fio=fio, keep=keep, nproc=nproc, nnodes=nnodes, node_rank=node_rank,
+                 writer=writer, reader=reader, crc32=crc32, read_back=read_back, fio=fio, keep=keep, nproc=nproc, nnodes=nnodes, node_rank=node_rank,
                  rdzv_endpoint=rdzv_endpoint, timeout_s=timeout, tags=parse_key_values(tag or [], "--tag"))
-    if launch.batch() or launch.dry_run or launch.no_wait:
-        raise UsageError("io checkpoint runs here or through torchrun; under Slurm, run it inside the job (srun dlbench io checkpoint).")
-    if launch.launcher_name() in ("local", "torchrun"):
-        spec = spec.model_copy(update={"torchrun": launch.launcher_name() == "torchrun"})
-    record = _checkpoint_run(spec, db, no_store)
-    if record is None:
-        return
+    if launch.batch():
+        from dlbench.api.checkpoint import resolve_checkpoint_batch
+        from dlbench.cli.batch import submit_runs
+
+        if launch.nproc_per_node:
+            spec = spec.model_copy(update={"nproc": launch.nproc_per_node})
+        records = submit_runs([resolve_checkpoint_batch(spec, launch.settings(), launch.launcher_name())], launch, db,
+                              no_store, as_json)
+        if records is None:
+            return
+        record = records[0]
+    else:
+        if launch.dry_run or launch.no_wait:
+            raise UsageError("--dry-run and --no-wait are for jobs submitted with --launcher slurm.")
+        if launch.launcher_name() in ("local", "torchrun"):
+            spec = spec.model_copy(update={"torchrun": launch.launcher_name() == "torchrun"})
+        record = _checkpoint_run(spec, db, no_store)
+        if record is None:
+            return
     if as_json:
         emit_json(record)
     elif record.get("result"):
         render(checkpoint_table(record), title=f"dlbench io checkpoint — run {record['id']}")
+        for phase in ("write", "read"):
+            stages = (record["result"].get(phase) or {}).get("stages")
+            if stages:
+                info(f"{phase}, slowest rank: " + ", ".join(f"{name.removesuffix('_s')} {s:.3f} s" for name, s in stages.items()))
     if record["status"] != "ok":
         raise BenchmarkFailed(f"io checkpoint {record['status']}: {record['error']}")
 

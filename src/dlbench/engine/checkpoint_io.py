@@ -10,8 +10,10 @@ is all bytes over that duration.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import socket
 import time
 import warnings
 from pathlib import Path
@@ -20,26 +22,35 @@ from typing import Any
 import torch
 import torch.distributed.checkpoint as dcp
 
+from dlbench.engine.dcp_reader import read_into
 from dlbench.engine.dist import DistContext
 from dlbench.storage.cache import drop_cache
-from dlbench.storage.checkpoint import fio_rates, state_bytes
+from dlbench.storage.checkpoint import fio_all_nodes, fio_phase, remove_fio_files, state_bytes
 
 
 def run_checkpoint(target: Path, state_spec: dict[str, tuple[str, int]], *, burst_buffer: Path | None, read_back: bool,
-                   fio: bool, keep: bool, dist: DistContext | None, writer: str = "dcp") -> dict[str, Any]:
+                   fio: bool, keep: bool, dist: DistContext | None, writer: str = "dcp",
+                   reader: str = "in-place", crc32: bool = False) -> dict[str, Any]:
     """Write (and read back) this rank's shard; the global result (every rank's figures merged).
     ``writer``: ``dcp`` (torch.distributed.checkpoint, as training saves) or ``raw`` (the tensors' bytes
-    written and read back as they lie in memory, one file per rank: the floor under any checkpoint format)."""
+    written and read back as they lie in memory, one file per rank: the floor under any checkpoint format).
+    ``reader`` (dcp): ``in-place`` (each tensor's bytes read into it: :mod:`dlbench.engine.dcp_reader`) or
+    ``stock`` (``dcp.FileSystemReader``: ``torch.load`` per item, then a copy). ``crc32``: ``torch.save``
+    checksums each item as it writes (its default; ``torch.load`` never checks it).
+    Each rank's write and read carry their stages' seconds (``write_stages``, ``read_stages``)."""
     rank, world = (dist.rank, dist.world_size) if dist else (0, 1)
     barrier = dist.barrier if dist else (lambda: None)
     if dist is None:  # DCP says it saves in one process: that is what was asked
         warnings.filterwarnings("ignore", message="torch.distributed is disabled", category=UserWarning)
     state = _state(state_spec, rank)
     first = burst_buffer or target
-    local: dict[str, Any] = {"rank": rank, "bytes": state_bytes(state_spec)}
+    local: dict[str, Any] = {"rank": rank, "host": socket.gethostname(), "bytes": state_bytes(state_spec)}
     barrier()
-    save, load = (_dcp_save, _dcp_load) if writer == "dcp" else (_raw_save, _raw_load)
-    local["write_s"] = _timed(lambda: save(state, first, rank))
+    save = (lambda *a: _dcp_save(*a, crc32=crc32)) if writer == "dcp" else _raw_save
+    load = _raw_load if writer == "raw" else (_dcp_load if reader == "stock" else _dcp_load_in_place)
+    written: dict[str, Any] = {}
+    local["write_s"] = _timed(lambda: written.update(save(state, first, rank)))
+    local["write_stages"] = _stages(written, local["write_s"], "save_s" if writer == "dcp" else "write_s")
     barrier()
     if burst_buffer is not None:
         local["stage_s"] = _timed(lambda: _stage(burst_buffer, target, rank))
@@ -52,26 +63,56 @@ def run_checkpoint(target: Path, state_spec: dict[str, tuple[str, int]], *, burs
         # a restore loads into the model's and optimizer's existing (touched) tensors: zeros_like faults the pages
         # in before the clock starts, as training's state is, rather than timing the kernel zeroing fresh memory
         fresh = {name: torch.zeros_like(tensor) for name, tensor in state.items()}
-        local["read_s"] = _timed(lambda: load(fresh, target, rank))
+        figures: dict[str, Any] = {}
+        local["read_s"] = _timed(lambda: figures.update(load(fresh, target, rank) or {}))
+        local["read_in_place_bytes"] = figures.get("direct_bytes", state_bytes(state_spec) if writer == "raw" else 0)
+        local["read_stages"] = _stages(figures, local["read_s"], "plan_s")
         # bytes compared, not values: random bits make NaNs, which equal nothing
         local["verified"] = all(torch.equal(fresh[n].view(torch.uint8)[:1 << 16], state[n].view(torch.uint8)[:1 << 16])
                                 for n in state)
         barrier()
     per_rank = dist.all_gather_object(local) if dist else [local]
     result = merge(per_rank)
-    if not keep and (dist is None or dist.local_rank == 0):
+    if not keep and (dist is None or dist.local_rank == 0):  # one rank a node: the target may be node-local
         for where in {target, first}:
             shutil.rmtree(where, ignore_errors=True)
-    if fio and rank == 0:
-        jobs = dist.local_world_size if dist else 1
-        result["fio"] = fio_rates(target / "fio", result["bytes"] // world, jobs)
-        result["fio"]["jobs"], result["fio"]["bytes_per_job"] = jobs, result["bytes"] // world
-        result |= _ratios(result)
-        if not keep:
-            shutil.rmtree(target, ignore_errors=True)
+    if dist:  # on a shared target another node's removal would otherwise race fio's files
+        barrier()
+    if fio:
+        figures = _fio_every_node(target / "fio", result["bytes"] // world, dist)
+        if rank == 0:
+            result["fio"] = figures
+            result |= _ratios(result)
+    if not keep and (dist is None or dist.local_rank == 0):
+        shutil.rmtree(target, ignore_errors=True)
     if dist:
         barrier()
     return result
+
+
+def _fio_every_node(directory: Path, bytes_per_job: int, dist: DistContext | None) -> dict[str, Any]:
+    """fio on every node at once (its local rank 0: one job per local rank, each a rank's share of the bytes),
+    write then read, each phase started together: the same bytes as the checkpoint, from the same nodes.
+    The merged figures on rank 0 (see :func:`fio_all_nodes`)."""
+    lead = dist is None or dist.local_rank == 0
+    jobs = dist.local_world_size if dist else 1
+    node = dist.rank // max(1, dist.local_world_size) if dist else 0
+    here = directory / f"node{node}"  # a directory per node: a shared target holds every node's files
+    mine: dict[str, dict[str, Any]] = {}
+    try:
+        for phase in ("write", "read"):
+            if dist:
+                dist.barrier()
+            if lead and "error" not in mine.get("write", {}):
+                mine[phase] = fio_phase(here, bytes_per_job, jobs, phase)
+    finally:
+        if lead:
+            remove_fio_files(here, jobs)
+            for empty in (here, directory):  # the last node out removes the shared one (--keep keeps only the checkpoint)
+                with contextlib.suppress(OSError):
+                    empty.rmdir()
+    gathered = dist.all_gather_object(mine) if dist else [mine]
+    return fio_all_nodes(gathered) | {"jobs_per_node": jobs, "bytes_per_job": bytes_per_job}
 
 
 def _state(spec: dict[str, tuple[str, int]], rank: int) -> dict[str, torch.Tensor]:
@@ -85,17 +126,51 @@ def _state(spec: dict[str, tuple[str, int]], rank: int) -> dict[str, torch.Tenso
     return state
 
 
-def _dcp_save(state: dict[str, torch.Tensor], directory: Path, rank: int) -> None:
+def _stages(figures: dict[str, Any], total_s: float, rest: str) -> dict[str, float] | None:
+    """A phase's stages: the seconds its save/load measured (``fsync_s``, ``read_io_s``) and ``rest``, the
+    remainder of ``total_s`` (a DCP save's ``save_s``: plan, serialise, copy into the page cache; a raw write's
+    ``write_s``; a DCP load's ``plan_s``: metadata, plan, finding each record); None when the phase measured
+    none (the stock reader, the raw read: all of it is the read)."""
+    stages = {k: v for k, v in figures.items() if k.endswith("_s")}
+    if not stages:
+        return None
+    return {rest: max(0.0, total_s - sum(stages.values()))} | stages
+
+
+def _dcp_save(state: dict[str, torch.Tensor], directory: Path, rank: int, crc32: bool = False) -> dict[str, float]:
+    """``dcp.save`` (its writes to the page cache: ``write_s`` is the rest of the phase), then this rank's files
+    fsynced (``fsync_s``): the bytes DCP's own ``sync_files`` would flush, the flush timed apart."""
     directory.mkdir(parents=True, exist_ok=True)
-    dcp.save(state, storage_writer=dcp.FileSystemWriter(str(directory), single_file_per_rank=True, sync_files=True,
-                                                        thread_count=1))
+    before = torch.serialization.get_crc32_options()
+    torch.serialization.set_crc32_options(crc32)
+    try:
+        dcp.save(state, storage_writer=dcp.FileSystemWriter(str(directory), single_file_per_rank=True, sync_files=False,
+                                                            thread_count=1))
+    finally:
+        torch.serialization.set_crc32_options(before)
+    return {"fsync_s": _fsync(_rank_files(directory, rank))}
+
+
+def _fsync(paths: list[Path]) -> float:
+    started = time.perf_counter()
+    for path in paths:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    return time.perf_counter() - started
 
 
 def _dcp_load(state: dict[str, torch.Tensor], directory: Path, rank: int) -> None:
     dcp.load(state, storage_reader=dcp.FileSystemReader(str(directory)))
 
 
-def _raw_save(state: dict[str, torch.Tensor], directory: Path, rank: int) -> None:
+def _dcp_load_in_place(state: dict[str, torch.Tensor], directory: Path, rank: int) -> dict[str, Any]:
+    return read_into(state, directory)
+
+
+def _raw_save(state: dict[str, torch.Tensor], directory: Path, rank: int) -> dict[str, float]:
     directory.mkdir(parents=True, exist_ok=True)
     fd = os.open(directory / f"__{rank}_0.raw", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
@@ -103,7 +178,9 @@ def _raw_save(state: dict[str, torch.Tensor], directory: Path, rank: int) -> Non
             view, at = memoryview(tensor.view(torch.uint8).numpy()), 0
             while at < len(view):
                 at += os.write(fd, view[at:at + (1 << 30)])
+        started = time.perf_counter()
         os.fsync(fd)
+        return {"fsync_s": time.perf_counter() - started}
     finally:
         os.close(fd)
 
@@ -144,21 +221,29 @@ def merge(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
     """Per rank and overall rates of each phase (pure): the overall rate is all bytes over the slowest rank."""
     total = sum(r["bytes"] for r in per_rank)
     result: dict[str, Any] = {"mode": "checkpoint", "bytes": total, "world_size": len(per_rank),
-                              "per_rank": [{"rank": r["rank"], "bytes": r["bytes"]} for r in per_rank]}
+                              "per_rank": [{"rank": r["rank"], "host": r.get("host"), "bytes": r["bytes"]} for r in per_rank]}
     for phase in ("write", "stage", "read"):
         if any(f"{phase}_s" not in r for r in per_rank):
             continue
         slowest = max(r[f"{phase}_s"] for r in per_rank)
         result[phase] = {"slowest_rank_s": slowest, "bytes_per_s": total / slowest if slowest else None,
-                         "slowest_rank": max(per_rank, key=lambda r: r[f"{phase}_s"])["rank"]}
+                         "slowest_rank": _slowest(per_rank, phase)["rank"]}
         for row, r in zip(result["per_rank"], per_rank):
             row[f"{phase}_s"] = r[f"{phase}_s"]
             row[f"{phase}_bytes_per_s"] = r["bytes"] / r[f"{phase}_s"] if r[f"{phase}_s"] else None
+            if r.get(f"{phase}_stages"):
+                row[f"{phase}_stages"] = r[f"{phase}_stages"]
+        result[phase]["stages"] = _slowest(per_rank, phase).get(f"{phase}_stages")
     if "read" in result:
         result["verified"] = all(r.get("verified") for r in per_rank)
         stayed = [r.get("resident_after_drop_bytes") for r in per_rank]
         result["read"]["resident_at_start_bytes"] = None if None in stayed else sum(stayed)
+        result["read"]["in_place_bytes"] = sum(r.get("read_in_place_bytes") or 0 for r in per_rank)
     return result
+
+
+def _slowest(per_rank: list[dict[str, Any]], phase: str) -> dict[str, Any]:
+    return max(per_rank, key=lambda r: r[f"{phase}_s"])
 
 
 def _ratios(result: dict[str, Any]) -> dict[str, Any]:

@@ -174,6 +174,11 @@ exit $RC
 """
 
 
+def _spec_threads(run: ResolvedRun) -> int | None:
+    """The run's ``--threads``; None for a kind without that option (a checkpoint's ranks: I/O, no compute)."""
+    return getattr(run.spec, "threads", None)
+
+
 def _threads_line(threads: int | None) -> str:
     if threads:
         return f"export OMP_NUM_THREADS={threads}"
@@ -184,7 +189,7 @@ def _threads_line(threads: int | None) -> str:
 def sbatch_script(run: ResolvedRun, workdir: Path) -> str:
     """The sbatch script that runs ``run`` with ``workdir`` as its job directory. Pure."""
     head = ["#!/bin/bash", *sbatch_header(run, workdir), f"JOBDIR={_q(workdir)}", f"NPROC={run.nproc}"]
-    body = BODY.format(threads=_threads_line(run.spec.threads), ranks=RANKS_DIR, step=" ".join(step_command(run, workdir)))
+    body = BODY.format(threads=_threads_line(_spec_threads(run)), ranks=RANKS_DIR, step=" ".join(step_command(run, workdir)))
     return "\n".join(head) + "\n" + body
 
 
@@ -194,7 +199,7 @@ def sbatch_array_script(runs: list[ResolvedRun], workdir: Path) -> str:
     head = ["#!/bin/bash", *sbatch_header(runs[0], workdir, array=len(runs), nproc=max(nprocs)),
             f'JOBDIR={_q(workdir)}/"$SLURM_ARRAY_TASK_ID"', f"NPROCS=({' '.join(map(str, nprocs))})",
             'NPROC="${NPROCS[$SLURM_ARRAY_TASK_ID]}"']
-    threads = {r.spec.threads for r in runs}
+    threads = {_spec_threads(r) for r in runs}
     body = BODY.format(threads=_threads_line(threads.pop() if len(threads) == 1 else None), ranks=RANKS_DIR,
                        step=" ".join(step_command(runs[0], workdir)))
     return "\n".join(head) + "\n" + body

@@ -59,25 +59,55 @@ def check_target(path: Path, need_bytes: int, what: str) -> None:
                          "lower --scale or free space.")
 
 
-def fio_rates(directory: Path, bytes_per_job: int, jobs: int) -> dict[str, float]:
-    """fio's sequential write (fsync at the end of each file, as a checkpoint's) and cold read of ``jobs``
-    files of ``bytes_per_job`` in ``directory``: bytes/s of all jobs; the files removed after. A failing fio
-    is the ``error`` of this comparison, not of the checkpoint measured before it."""
+def fio_phase(directory: Path, bytes_per_job: int, jobs: int, phase: str) -> dict[str, Any]:
+    """fio's sequential ``write`` (fsync at the end of each file, as a checkpoint's) or cold ``read`` of ``jobs``
+    files of ``bytes_per_job`` in ``directory``: ``{"bytes", "seconds", "bytes_per_s"}`` of all jobs (the read
+    reads what the write left). A failing fio is ``{"error": …}``: the comparison's, not the checkpoint's."""
     directory.mkdir(parents=True, exist_ok=True)
     size = -(-bytes_per_job // 4096) * 4096  # fio wants whole blocks
     block = min(FIO_BLOCK_BYTES, size)
-    common = ["fio", f"--directory={directory}", f"--bs={block}", "--ioengine=psync", f"--size={size}",
-              f"--numjobs={jobs}", "--group_reporting", "--output-format=json", "--filename_format=fio.$jobnum"]
+    argv = ["fio", f"--directory={directory}", f"--bs={block}", "--ioengine=psync", f"--size={size}",
+            f"--numjobs={jobs}", "--group_reporting", "--output-format=json", "--filename_format=fio.$jobnum",
+            f"--name={phase}", f"--rw={phase}", "--end_fsync=1" if phase == "write" else "--invalidate=1"]
     try:
-        write = _fio([*common, "--name=write", "--rw=write", "--end_fsync=1"])["write"]["bw_bytes"]
-        read = _fio([*common, "--name=read", "--rw=read", "--invalidate=1"])["read"]["bw_bytes"]
+        figures = _fio(argv)[phase]
+        rate, moved = float(figures["bw_bytes"]), int(figures["io_bytes"])
     except (OSError, subprocess.CalledProcessError, ValueError, KeyError) as exc:
         stderr = getattr(exc, "stderr", None) or ""
         return {"error": f"fio failed: {stderr.strip()[-300:] or exc}"}
+    return {"bytes": moved, "seconds": moved / rate if rate else None, "bytes_per_s": rate}
+
+
+def remove_fio_files(directory: Path, jobs: int) -> None:
+    """The files :func:`fio_phase` wrote in ``directory``."""
+    for job in range(jobs):
+        (directory / f"fio.{job}").unlink(missing_ok=True)
+
+
+def fio_rates(directory: Path, bytes_per_job: int, jobs: int) -> dict[str, float]:
+    """fio's write then cold read (:func:`fio_phase`) in ``directory``: bytes/s of all jobs; the files removed after."""
+    try:
+        write = fio_phase(directory, bytes_per_job, jobs, "write")
+        read = fio_phase(directory, bytes_per_job, jobs, "read") if "error" not in write else write
     finally:
-        for job in range(jobs):
-            (directory / f"fio.{job}").unlink(missing_ok=True)
-    return {"write_bytes_per_s": float(write), "read_bytes_per_s": float(read)}
+        remove_fio_files(directory, jobs)
+    if "error" in write or "error" in read:
+        return {"error": write.get("error") or read["error"]}
+    return {"write_bytes_per_s": write["bytes_per_s"], "read_bytes_per_s": read["bytes_per_s"]}
+
+
+def fio_all_nodes(per_node: list[dict[str, dict[str, Any]]]) -> dict[str, Any]:
+    """fio's figures of the nodes that ran it at once, as one (pure): each phase's bytes over the slowest node's
+    seconds — the same rule as the checkpoint's own rate; the first node's error, if any, is the comparison's."""
+    nodes = [n for n in per_node if n]
+    errors = [phase.get("error") for n in nodes for phase in n.values() if phase.get("error")]
+    if errors:
+        return {"error": errors[0], "nodes": len(nodes)}
+    out: dict[str, Any] = {"nodes": len(nodes)}
+    for phase in ("write", "read"):
+        seconds = max((n[phase]["seconds"] or 0) for n in nodes)
+        out[f"{phase}_bytes_per_s"] = sum(n[phase]["bytes"] for n in nodes) / seconds if seconds else None
+    return out
 
 
 def _fio(argv: list[str]) -> dict[str, Any]:

@@ -1,0 +1,58 @@
+"""The in-place DCP reader on real checkpoints written by ``dcp.save`` (tiny, in this process): whole
+contiguous tensors are read straight into the state's own tensors, everything else (a transposed tensor, a
+cast to another dtype) through the stock path, and every value comes back either way; fio's figures of
+several nodes merge as the checkpoint's own (bytes over the slowest node)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.distributed.checkpoint as dcp
+
+from dlbench.engine.dcp_reader import read_into
+from dlbench.storage.checkpoint import fio_all_nodes
+
+#: DCP in one process says so on every call: that is what these tests do
+pytestmark = pytest.mark.filterwarnings("ignore:torch.distributed is disabled:UserWarning")
+
+
+def _saved(tmp_path, state):
+    dcp.save(state, storage_writer=dcp.FileSystemWriter(str(tmp_path), single_file_per_rank=True, sync_files=False))
+    return tmp_path
+
+
+def test_whole_contiguous_tensors_are_read_in_place_into_the_state(tmp_path):
+    state = {"params": torch.randn(3000).to(torch.bfloat16), "exp_avg": torch.randn(40, 50), "step": torch.arange(9)}
+    restored = {name: torch.zeros_like(t) for name, t in state.items()}
+    pointers = {name: t.data_ptr() for name, t in restored.items()}
+    figures = read_into(restored, _saved(tmp_path, state))
+    assert figures["direct_bytes"] == sum(t.nbytes for t in state.values()) and figures["stock_items"] == 0
+    assert figures["read_io_s"] > 0  # the reads themselves, timed apart from DCP's planning
+    assert all(torch.equal(restored[n], state[n]) for n in state)
+    assert {name: t.data_ptr() for name, t in restored.items()} == pointers  # the same memory, filled
+
+
+def test_what_cannot_be_read_in_place_goes_the_stock_way_and_still_comes_back(tmp_path):
+    state = {"transposed": torch.randn(30, 20).t(), "plain": torch.randn(100), "cast": torch.randn(64)}
+    restored = {"transposed": torch.zeros(20, 30), "plain": torch.zeros(100), "cast": torch.zeros(64, dtype=torch.float64)}
+    figures = read_into(restored, _saved(tmp_path, state))
+    assert (figures["direct_bytes"], figures["stock_items"]) == (400, 2)  # only "plain": 100 fp32 values
+    assert torch.equal(restored["transposed"], state["transposed"]) and torch.equal(restored["plain"], state["plain"])
+    assert torch.equal(restored["cast"], state["cast"].double())
+
+
+def test_fio_on_several_nodes_is_all_bytes_over_the_slowest_node():
+    node = {"write": {"bytes": 100, "seconds": 1.0, "bytes_per_s": 100.0}, "read": {"bytes": 100, "seconds": 0.5, "bytes_per_s": 200.0}}
+    slow = {"write": {"bytes": 100, "seconds": 4.0, "bytes_per_s": 25.0}, "read": {"bytes": 100, "seconds": 1.0, "bytes_per_s": 100.0}}
+    merged = fio_all_nodes([node, {}, slow])  # {}: a rank that is not its node's first ran no fio
+    assert merged == {"nodes": 2, "write_bytes_per_s": 50.0, "read_bytes_per_s": 200.0}
+    failed = fio_all_nodes([node, {"write": {"error": "fio failed: no space"}}])
+    assert failed == {"error": "fio failed: no space", "nodes": 2}
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+def test_a_state_of_one_dtype_round_trips(tmp_path, dtype):
+    state = {"w": torch.randn(257).to(dtype)}
+    restored = {"w": torch.zeros(257, dtype=dtype)}
+    assert read_into(restored, _saved(tmp_path, state))["direct_bytes"] == state["w"].nbytes
+    assert torch.equal(restored["w"], state["w"])
