@@ -119,7 +119,7 @@ def build(db: str, size: int, template: dict, series: list) -> float:
 
 
 def import_files(size: int, template: dict, series: list, work: Path) -> float:
-    """Runs per second of ``dlbench store import`` of ``size`` run files (each checked, then loaded in batches)."""
+    """Runs per second of ``dlbench store import`` of ``size`` run files (each read and checked once as it loads)."""
     folder = work / "files"
     folder.mkdir(exist_ok=True)
     for record, samples in runs(size, template, series):
