@@ -155,7 +155,7 @@ def specs_from_document(doc: Any, where: str, overrides: dict[str, Any] | None =
     if not isinstance(doc, dict):
         raise UsageError(f"{where}: expected a mapping of run settings or a suite with 'runs:', got {type(doc).__name__}.")
     _require_string_keys(doc, where)
-    doc = {k: v for k, v in doc.items() if k != "launcher"}  # where to run: see launcher_section
+    doc = {k: v for k, v in doc.items() if k not in ("launcher", "cluster")}  # where to run: see launcher_section
     if "model_config" in doc or "data_config" in doc:
         entries = [from_nersc(doc, where)]
     elif "runs" in doc:
@@ -184,6 +184,18 @@ def site_config_path() -> Path:
     if os.environ.get("DLBENCH_SITE_CONFIG"):
         return Path(os.environ["DLBENCH_SITE_CONFIG"])
     return Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "dlbench" / "config.yaml"
+
+
+def cluster_setting(path: str | Path | None = None) -> tuple[Any, str] | None:
+    """The ``cluster:`` value of ``path`` (a config file), else of the site config, with where it was written; None
+    when neither names one (``--cluster`` overrides both; see :func:`dlbench.safety.cluster_name`)."""
+    for source in (path, site_config_path()):
+        if source is None or (source != path and not Path(source).is_file()):
+            continue
+        doc = load_yaml(source)
+        if isinstance(doc, dict) and doc.get("cluster") is not None:
+            return doc["cluster"], f"config file {str(source)!r}: cluster"
+    return None
 
 
 def launcher_section(path: str | Path | None = None) -> dict[str, Any]:

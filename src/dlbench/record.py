@@ -167,6 +167,8 @@ def _finite_problem(value: Any, where: str) -> str | None:
 
 def not_finite_paths(value: Any, where: str = "") -> list[str]:
     """Where ``value`` holds a NaN or an infinity (``final_loss``, ``step_time_s.max``), in document order."""
+    if not _any_not_finite(value):  # the common case, without building a path for every value
+        return []
     found, stack = [], [(where, value)]
     while stack:
         path, item = stack.pop()
@@ -177,6 +179,20 @@ def not_finite_paths(value: Any, where: str = "") -> list[str]:
         elif isinstance(item, list):
             stack.extend(reversed([(f"{path}[{i}]", v) for i, v in enumerate(item)]))
     return found
+
+
+def _any_not_finite(value: Any) -> bool:
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, float):
+            if not math.isfinite(item):
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
 
 
 def _is_number(value: Any) -> bool:

@@ -11,6 +11,8 @@ and SQL by SQLAlchemy's bound parameters, never by formatting text — so neithe
   an unquoted ``#``; so a value must be one token of the characters its kind allows, checked, never quoted;
 * :func:`path_inside` — a file name built from stored or user text that must stay inside its folder;
 * :func:`markup` — text shown through rich, so ``[/bold]`` in a tag or an error prints as typed;
+* :func:`cluster_name` — the name of the cluster a run ran on (``--cluster``, a config's ``cluster:``), recorded and
+  passed to the ranks in ``$DLBENCH_CLUSTER``;
 * :func:`read_input_file` — a file named by the user (a config, a run record to import): a regular file of
   bounded size, never a FIFO that blocks, a device that never ends, or a directory.
 
@@ -126,6 +128,19 @@ def sbatch_line(flag: str, value: object | None = None) -> str:
     if not re.fullmatch(r"[a-z][a-z-]*", flag):
         raise ValueError(f"not an sbatch option name: {flag!r}")  # a programming error, not user input
     return f"#SBATCH --{flag}" if value is None else f"#SBATCH --{flag}={sbatch_value(flag, value)}"
+
+
+#: A cluster's name: what Slurm's ClusterName holds, and fits the store's column (128).
+_CLUSTER = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:@+=\-]{0,127}")
+
+
+def cluster_name(value: object, option: str = "--cluster") -> str:
+    """``value`` checked as a cluster name (1 to 128 letters, digits and ``_ . : @ + = -``, starting with a letter or
+    digit: one word in a job script, a terminal and the store's column); unchanged."""
+    if not isinstance(value, str) or not _CLUSTER.fullmatch(value):
+        raise UsageError(f"{option} {shown(value)} is refused: a cluster name is 1 to 128 letters, digits and "
+                         "_ . : @ + = - (starting with a letter or digit), e.g. --cluster perlmutter.")
+    return value
 
 
 def path_inside(root: Path, name: str, what: str = "name") -> Path:

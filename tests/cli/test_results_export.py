@@ -78,3 +78,27 @@ def test_bad_export_input_exits_2(capsys, db, argv, message):
     assert main(["results", "--db", db, *argv]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
+
+
+def test_parquet_is_written_a_row_group_at_a_time_with_columns_seen_late(tmp_path):
+    """Rows streamed into row groups of a fixed size: a column only later rows have (another workload's parameter),
+    whole numbers beside fractions, text beside numbers, and UTC times all come back as written."""
+    pq = pytest.importorskip("pyarrow.parquet")
+    from dlbench.report.frame import write_parquet
+
+    def rows():
+        for i in range(7):
+            row = {"id": f"run{i}", "created_at": f"2026-12-0{i + 1}T10:00:00+00:00", "samples_per_s": 10 if i == 0 else 10.5 + i,
+                   "status": "ok", "param.mixed": "auto" if i == 3 else i}
+            if i >= 5:
+                row["param.late"] = i
+            yield row
+
+    out = tmp_path / "runs.parquet"
+    assert write_parquet(rows(), out, batch_rows=2) == 7
+    table = pq.ParquetFile(out)
+    assert table.metadata.num_row_groups == 4
+    got = table.read().to_pylist()
+    assert [r["param.late"] for r in got] == [None] * 5 + [5, 6]
+    assert [r["samples_per_s"] for r in got][:2] == [10.0, 11.5] and [r["param.mixed"] for r in got][2:4] == ["2", "auto"]
+    assert str(got[0]["created_at"]) == "2026-12-01 10:00:00+00:00"

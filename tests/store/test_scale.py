@@ -187,3 +187,36 @@ def test_an_older_store_is_migrated_on_open_and_still_read_before(tmp_path):
         assert len(store.query()) == 3
     finally:
         store.close()
+
+
+def test_the_report_summary_read_in_one_pass_is_that_of_the_full_records(big_db):
+    """The report's summary streamed from the store (a few fields per run, no record held) equals the one computed
+    from every full record: environments, configurations with their trend lines and newest runs, throughput per
+    workload, the trend section and the automatic comparisons; a union of selectors counts each run once."""
+    from dlbench.report.centre import Digest, gather, gather_records
+    from dlbench.store import RunFilter
+
+    store = open_store(big_db, create=False)
+    try:
+        streamed = gather(store, [], RunFilter(), Digest(("site",), "host"))
+        held = gather_records(store.records(), Digest(("site",), "host"))
+        union = gather(store, ["tag:site=a", "workload=w1"], RunFilter(), Digest())
+        expected_union = {s.id for s in store.query(RunFilter(tags={"site": "a"}))} | {
+            s.id for s in store.query(RunFilter(workloads=("w1",)))}
+        two = gather(store, ["torch=2.4", "torch=2.5"], RunFilter(), Digest())  # two versions: compared
+        two_held = gather_records([r for r in store.records() if r["env"]["torch"]["version"] < "2.6"], Digest())
+    finally:
+        store.close()
+    a, b = streamed.digest, held.digest
+    assert a.runs == b.runs == RUNS
+    assert a.environments() == b.environments() and len(a.environments()["environments"]) == 60  # 20 hosts x 3 torch
+    assert a.configurations() == b.configurations()
+    for row in a.configurations():  # 10 workloads x 2 sites; every successful run in some point of the trend line
+        assert len(row["trend"]) <= 24 and sum(n for _, _, n in row["trend"]) == row["runs"] - row["failed"]
+        assert [r["created_at"] for r in row["newest"]] == sorted((r["created_at"] for r in row["newest"]), reverse=True)
+    assert len(a.configurations()) == 10  # a workload runs on one site only (i % 10 fixes i % 2)
+    assert a.workload_rows() == b.workload_rows() and a.trend_points() == b.trend_points()
+    assert [c["label"] for c in two.digest.comparisons()] == ["torch: A = 2.4.1, B = 2.5.1"]
+    assert two.digest.comparisons() == two_held.digest.comparisons() and len(two.digest.comparisons()[0]["rows"]) == 10
+    assert [r["id"] for r in streamed.listed] == [r["id"] for r in held.listed] and len(streamed.listed) == 200
+    assert union.digest.runs == len(expected_union) < RUNS

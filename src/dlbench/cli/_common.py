@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import inspect
 import json
+import os
 import sys
 import typing
 from collections.abc import Callable
@@ -127,6 +128,7 @@ LAUNCH_OPTIONS: dict[str, tuple[Any, Any]] = {
     "toleration": (list[str] | None, typer.Option(None, "--toleration", help="KEY[=VALUE][:EFFECT] (repeatable), e.g. nvidia.com/gpu:NoSchedule.", rich_help_panel=_K8S)),
     "priority_class": (str | None, typer.Option(None, "--priority-class", help="Kubernetes PriorityClass.", rich_help_panel=_K8S)),
     "store_secret": (str | None, typer.Option(None, "--store-secret", help="Secret (key 'url') with the PostgreSQL URL the pods record into.", rich_help_panel=_K8S)),
+    "cluster": (str | None, typer.Option(None, "--cluster", help="The cluster the runs run on, recorded as env.cluster for a store several sites share \\[default: the config's cluster:, else $DLBENCH_CLUSTER, else Slurm's ClusterName].", rich_help_panel="Launch")),
     "dry_run": (bool, typer.Option(False, "--dry-run", help="Print exactly what would be submitted (sbatch script, manifests) and exit.", rich_help_panel="Launch")),
     "no_wait": (bool, typer.Option(False, "--no-wait", help="Submit and return; record later with 'dlbench jobs collect ID'.", rich_help_panel="Launch")),
 }
@@ -149,6 +151,7 @@ class LaunchOptions:
         from dlbench.config import launcher_section
         from dlbench.errors import unknown_name
 
+        name_cluster(self.values.get("cluster"), config)  # where the config files are first read (after the store)
         name = self.values["launcher"] or launcher_section(config).get("name")
         if name is not None and name not in LAUNCHER_NAMES:
             raise unknown_name("launcher", str(name), LAUNCHER_NAMES)
@@ -217,6 +220,17 @@ class LaunchOptions:
         return make_launch_settings(fields)
 
 
+def name_cluster(option: str | None, config: str | None) -> None:
+    """``--cluster`` (else the config's or the site's ``cluster:``) checked and set as ``$DLBENCH_CLUSTER``, which the
+    environment capture records as ``env.cluster`` here and in every rank and job this process starts."""
+    from dlbench.config import cluster_setting
+    from dlbench.safety import cluster_name
+
+    given = (option, "--cluster") if option is not None else cluster_setting(config)
+    if given is not None:
+        os.environ["DLBENCH_CLUSTER"] = cluster_name(*given)
+
+
 def launch_options(command: Callable | None = None, *, own: tuple[str, ...] = ()) -> Callable:
     """Add the launch options to a typer command; it receives them as one ``launch: LaunchOptions``.
     ``own``: options the command declares itself (``scale``'s ``--nodes 1,2,4``); it passes them on."""
@@ -231,6 +245,8 @@ def launch_options(command: Callable | None = None, *, own: tuple[str, ...] = ()
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
         values = {name: kwargs.pop(name) for name in added} | {name: None for name in own}
+        if values.get("cluster") is not None:  # a typo is refused before anything; a config's cluster: in launcher_name
+            name_cluster(values["cluster"], None)
         return command(*args, launch=LaunchOptions(values), **kwargs)
 
     hints = {k: v for k, v in typing.get_type_hints(command).items() if k != "launch"}

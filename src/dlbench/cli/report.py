@@ -54,13 +54,14 @@ def _select(store, selectors: list[str], within=None) -> list[dict]:
     return sorted(seen.values(), key=lambda r: (r["created_at"], r["id"]), reverse=True)
 
 
-def _comparisons(store, pairs: list[str]) -> list[tuple[str, list, list]]:
+def _comparisons(pairs: list[str]) -> list[tuple[str, str, str]]:
+    """(label, selector A, selector B) of each --compare 'A vs B'."""
     out = []
     for text in pairs:
         a, sep, b = text.partition(" vs ")
         if not sep or not a.strip() or not b.strip():
             raise UsageError(f"--compare {text!r} must look like 'A vs B', e.g. --compare 'container=bare vs container=docker'.")
-        out.append((f"A = {a.strip()}, B = {b.strip()}", _select(store, [a.strip()]), _select(store, [b.strip()])))
+        out.append((f"A = {a.strip()}, B = {b.strip()}", a.strip(), b.strip()))
     return out
 
 
@@ -84,7 +85,8 @@ def report(
     Examples: dlbench report --out report.html ; dlbench report workload=resnet50 --compare 'container=bare vs container=docker'
     """
     from dlbench.mlperf.references import load_references
-    from dlbench.report.html import build_report
+    from dlbench.report.centre import Digest, gather
+    from dlbench.report.html import RUNS_LISTED, build_report
     from dlbench.report.trend import BY
 
     started = time.perf_counter()
@@ -99,13 +101,12 @@ def report(
     within = RunFilter(since=parse_date(since, "--since") if since else None,
                        until=parse_date(until, "--until") if until else None)
     refs = {name: {"description": r.description, "minutes": dict(r.minutes)} for name, r in load_references(references or []).items()}
+    pairs = _comparisons(compare or [])
     store = open_store(db, create=False)
-    try:
-        records = _select(store, selectors or [], within)
-        explicit = _comparisons(store, compare or [])
-        document = build_report(records, title=title, selectors=selectors or [], series_of=store.series, series_many=store.series_of,
-                                references=refs, explicit=explicit, telemetry_runs=telemetry_runs, trend_by=trend_by,
-                                group_by=tuple(group_by or ()))
+    try:  # one pass over the selected runs; full records only of those the page lists
+        got = gather(store, selectors or [], within, Digest(tuple(group_by or ()), trend_by, RUNS_LISTED, telemetry_runs), pairs)
+        document = build_report(got, title=title, selectors=selectors or [], series_of=store.series, series_many=store.series_of,
+                                references=refs, telemetry_runs=telemetry_runs)
     finally:
         store.close()
     try:
@@ -114,9 +115,9 @@ def report(
         raise UsageError(f"cannot write {out!r} ({exc.strerror}); choose a writable path with --out.") from None
     elapsed = time.perf_counter() - started
     if as_json:
-        emit_json({"path": str(target), "bytes": len(document.encode()), "runs": len(records), "seconds": round(elapsed, 3)})
+        emit_json({"path": str(target), "bytes": len(document.encode()), "runs": got.digest.runs, "seconds": round(elapsed, 3)})
     else:
-        info(f"report: {target} ({len(document.encode()) / 1024:.0f} KiB, {len(records)} runs, {elapsed:.1f} s)")
+        info(f"report: {target} ({len(document.encode()) / 1024:.0f} KiB, {got.digest.runs} runs, {elapsed:.1f} s)")
 
 
 def trend(

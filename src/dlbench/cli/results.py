@@ -69,19 +69,17 @@ def results(
 
 def _export(db: str | None, flt, fmt: str, out: str | None) -> None:
     """Full records flattened (see ``dlbench.report.frame``) in the chosen format."""
-    from dlbench.report.frame import FORMATS, flatten, write_rows, write_stream
+    from dlbench.report.frame import FORMATS, flatten, write_parquet, write_stream
 
     if fmt not in FORMATS:
         raise UsageError(f"--format {fmt!r} is not an export format; choose one of {', '.join(FORMATS)}.")
     if fmt == "parquet" and not out:
         raise UsageError("Parquet is binary; give a file with --out runs.parquet.")
     store = open_store(db, create=False)
-    try:  # the runs stream from the store into the file: one held at a time (csv, json)
+    try:  # the runs stream from the store into the file: one held at a time (csv, json), a row group (parquet)
         rows = (flatten(r) for r in store.iter_records(flt))
         if fmt == "parquet":
-            kept = list(rows)
-            write_rows(kept, fmt, out)
-            count = len(kept)
+            count = write_parquet(rows, out)  # row groups of a few thousand runs: one group held at a time
         elif out:
             with open(out, "w", newline="") as stream:
                 count = write_stream(rows, fmt, stream)

@@ -8,65 +8,134 @@ Data (:func:`configurations`) first, then the HTML (:func:`configurations_sectio
 
 from __future__ import annotations
 
+import heapq
 import json
-import statistics
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from html import escape
 from typing import Any
 
-from dlbench.report.compare import comparable, config_key, estimate
+from dlbench.errors import UsageError
+from dlbench.report.compare import compare
+from dlbench.report.digest import DRILL_RUNS, TREND_POINTS, Acc, Digest, Parts, Run, acc_of, compare_accs, run_of
+from dlbench.store._base import narrowed, parse_selector
 
-#: Points of a configuration's trend line: its runs, oldest first, in this many groups of about equal size.
-TREND_POINTS = 24
-
-#: Runs listed in a configuration's drill-down (its newest); the rest are one ``dlbench results`` away.
-DRILL_RUNS = 20
-
-
-def key_of(record: dict[str, Any], group_by: tuple[str, ...] = ()) -> str:
-    """The configuration of a run: compare's key, its device, its cluster (if recorded), the grouping tags."""
-    spec, env = record["spec"], record.get("env") or {}
-    tags = spec.get("tags") or {}
-    parts = [config_key(record), spec.get("device_name") or spec.get("device") or "?"]
-    if env.get("cluster"):
-        parts.append(f"cluster={env['cluster']}")
-    parts += [f"{tag}={tags.get(tag, '-')}" for tag in group_by]
-    return " · ".join(parts)
-
+__all__ = ["DRILL_RUNS", "TREND_POINTS", "Digest", "Gathered", "configurations", "configurations_section", "gather",
+           "gather_records", "slim", "sparkline"]
 
 def configurations(records: list[dict[str, Any]], group_by: tuple[str, ...] = ()) -> list[dict[str, Any]]:
     """Per configuration: runs, failures, mean ± sem, range, coefficient of variation, first and last run,
     a trend line (mean samples/s of up to :data:`TREND_POINTS` consecutive groups of runs, with the group's
-    last date) and the newest :data:`DRILL_RUNS` runs. Sorted by workload, then configuration."""
-    groups: dict[str, list[dict[str, Any]]] = {}
-    for record in records:
-        if record["spec"].get("mode") in ("collective", "time_to_train"):
-            continue  # their own sections show them
-        groups.setdefault(key_of(record, group_by), []).append(record)
-    out = []
-    for key, runs in sorted(groups.items(), key=lambda kv: (kv[1][0]["spec"]["workload"], kv[0])):
-        runs.sort(key=lambda r: (r["created_at"], r["id"]))
-        ok = [r for r in runs if comparable(r)]
-        rates = [r["result"]["samples_per_s"] for r in ok]
-        row: dict[str, Any] = {"configuration": key, "workload": runs[0]["spec"]["workload"], "runs": len(runs),
-                               "failed": len(runs) - len(ok), "first": runs[0]["created_at"], "last": runs[-1]["created_at"],
-                               "newest": runs[::-1][:DRILL_RUNS], "estimate": estimate(ok) if ok else None}
-        if ok:
-            mean = statistics.fmean(rates)
-            row.update(min=min(rates), max=max(rates),
-                       cv=statistics.stdev(rates) / mean if len(rates) > 1 and mean else None,
-                       trend=_trend(ok))
-        out.append(row)
+    newest date) and the newest :data:`DRILL_RUNS` runs. Sorted by workload, then configuration."""
+    return digest_records(records, Digest(group_by)).configurations()
+
+
+def digest_records(records: list[dict[str, Any]], digest: Digest) -> Digest:
+    """``digest`` fed with ``records`` (in memory), newest first."""
+    return digest.add_all(run_of(r) for r in sorted(records, key=lambda r: (r["created_at"], r["id"]), reverse=True))
+
+
+@dataclass
+class Gathered:
+    """What a report shows: the summary of every selected run, and the full records of the runs it lists one by
+    one (newest first): the newest runs, the runs of the scaling, collective, MLPerf, HPO and language-model
+    sections, and the telemetry candidates; ``explicit``: the --compare sections."""
+
+    digest: Digest
+    listed: list[dict[str, Any]]
+    special: list[dict[str, Any]]
+    telemetry: list[dict[str, Any]]
+    explicit: list[dict[str, Any]] = field(default_factory=list)
+
+
+def gather_records(records: list[dict[str, Any]], digest: Digest,
+                   explicit: list[tuple[str, list, list]] = ()) -> Gathered:
+    """:class:`Gathered` from records in memory (``explicit``: (label, runs A, runs B) comparisons)."""
+    digest_records(records, digest)
+    by_id = {r["id"]: r for r in records}
+    return Gathered(digest, [by_id[i] for i in digest.listed], [by_id[i] for i in digest.special],
+                    [by_id[i] for i in digest.telemetry],
+                    [{"label": label, "auto": False, "rows": compare(a, b)} for label, a, b in explicit])
+
+
+def gather(store, selectors: list[str], within, digest: Digest, explicit: list[tuple[str, str, str]] = ()) -> Gathered:
+    """:class:`Gathered` from a store in one pass over the runs ``selectors`` select (their union; all runs when
+    none), each narrowed by ``within`` (a ``RunFilter``: --since/--until); ``explicit``: (label, selector A,
+    selector B). Memory grows with the configurations and the listed runs, not with the runs selected."""
+    filters = [(text, narrowed(parse_selector(text), within)) for text in selectors] or [(None, within)]
+    counted = [_Counted(_runs(store, flt)) for _, flt in filters]
+    digest.add_all(counted[0] if len(counted) == 1 else _union(counted))
+    for (text, _), stream in zip(filters, counted):
+        if not stream.seen:
+            raise UsageError(f"selector {text!r} matches no stored run; check it with 'dlbench results'." if text else
+                             "the results store holds no runs; run a benchmark first (e.g. 'dlbench run lstm') or point "
+                             "--db at a store.")
+    records = _fetch(store, [*digest.listed, *digest.special, *digest.telemetry])
+    sides = [{"label": label, "auto": False, "rows": compare_accs(_side(store, a), _side(store, b))}
+             for label, a, b in explicit]
+    return Gathered(digest, [records[i] for i in digest.listed if i in records],
+                    [records[i] for i in digest.special if i in records],
+                    [records[i] for i in digest.telemetry if i in records], sides)
+
+
+def _runs(store, flt) -> Iterator[Run]:
+    """The store's runs as :class:`Run` (its digest rows where it has them), newest first."""
+    if hasattr(store, "iter_digest"):
+        parts = Parts()
+        return (parts.run(row) for row in store.iter_digest(flt))
+    return (run_of(r) for r in store.iter_records(flt))
+
+
+class _Counted:
+    """An iterator that counts what it yields."""
+
+    def __init__(self, items):
+        self.items, self.seen = iter(items), 0
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        item = next(self.items)
+        self.seen += 1
+        return item
+
+
+def _union(streams: list[_Counted]) -> Iterator[Run]:
+    """Newest-first streams merged newest first (the store's order: created_at descending, then id), each run once."""
+    last = None
+    for run in heapq.merge(*streams, key=lambda r: (_descending(r.created_at), r.id)):
+        if run.id != last:
+            last = run.id
+            yield run
+
+
+def _descending(text: str) -> str:
+    """A key that sorts ``text`` in reverse (each code point mirrored; a longer text first when one is a prefix)."""
+    return "".join(chr(0x10FFFE - ord(ch)) for ch in text) + "\U0010ffff"
+
+
+def _side(store, selector: str) -> dict[str, Acc]:
+    """One side of an explicit comparison: its successful runs' throughput per configuration key."""
+    out: dict[str, Acc] = {}
+    found = 0
+    for run in _runs(store, parse_selector(selector)):
+        found += 1
+        if run.comparable():
+            acc_of(out, run.spec.key).add(run.samples_per_s, run.step, run.created_at)
+    if not found:
+        raise UsageError(f"selector {selector!r} matches no stored run; check it with 'dlbench results'.")
     return out
 
 
-def _trend(ok: list[dict[str, Any]]) -> list[tuple[str, float, int]]:
-    """(last date, mean samples/s, runs) of up to :data:`TREND_POINTS` consecutive groups of ``ok`` (oldest first)."""
-    size = -(-len(ok) // TREND_POINTS)
-    points = []
-    for start in range(0, len(ok), size):
-        part = ok[start:start + size]
-        points.append((part[-1]["created_at"][:10], statistics.fmean(r["result"]["samples_per_s"] for r in part), len(part)))
-    return points
+def _fetch(store, run_ids: list[str]) -> dict[str, dict[str, Any]]:
+    """The slimmed full records of ``run_ids``, by id."""
+    shared: dict[str, dict[str, Any]] = {}
+    if hasattr(store, "records_by_id"):
+        found = store.records_by_id(run_ids)
+    else:
+        found = {i: store.get(i) for i in dict.fromkeys(run_ids)}
+    return {i: slim(r, shared) for i, r in found.items()}
 
 
 def sparkline(points: list[tuple[str, float, int]], width: int = 160, height: int = 32) -> str:
@@ -90,9 +159,8 @@ def _drill(row: dict[str, Any]) -> str:
     """The configuration's newest runs, one click away."""
     lines = "".join(
         f"<tr><td>{escape(r['id'])}</td><td>{escape(r['created_at'][:16].replace('T', ' '))}</td>"
-        f"<td>{escape(str((r.get('env') or {}).get('hostname') or '-'))}</td>"
-        f"<td>{escape(str(((r.get('env') or {}).get('torch') or {}).get('version') or '-'))}</td>"
-        f"<td>{escape(r['status'])}</td><td class=\"num\">{_rate(r)}</td></tr>" for r in row["newest"])
+        f"<td>{escape(str(r['host'] or '-'))}</td><td>{escape(str(r['torch'] or '-'))}</td>"
+        f"<td>{escape(r['status'])}</td><td class=\"num\">{_rate(r['samples_per_s'])}</td></tr>" for r in row["newest"])
     more = row["runs"] - len(row["newest"])
     note = (f"<p>and {more} older run(s): <code>dlbench results -w {escape(row['workload'])} --since "
             f"{escape(row['first'][:10])} -n 0</code> lists them.</p>" if more > 0 else "")
@@ -101,8 +169,7 @@ def _drill(row: dict[str, Any]) -> str:
             f"{note}</details>")
 
 
-def _rate(record: dict[str, Any]) -> str:
-    rate = (record.get("result") or {}).get("samples_per_s")
+def _rate(rate: float | None) -> str:
     return "-" if rate is None else f"{rate:,.4g}"
 
 

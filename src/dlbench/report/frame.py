@@ -9,6 +9,8 @@ imported only where needed.
 from __future__ import annotations
 
 import csv
+import datetime as dt
+import itertools
 import json
 import tempfile
 from collections.abc import Iterable
@@ -100,11 +102,7 @@ def write_rows(rows: list[dict[str, Any]], fmt: str, out: IO[str] | str | Path) 
     if fmt == "parquet":
         if not isinstance(out, (str, Path)):
             raise UsageError("Parquet is binary; give a file with --out runs.parquet.")
-        frame = to_dataframe(rows)
-        try:
-            frame.to_parquet(out, index=False)
-        except ImportError:
-            raise UsageError("Parquet needs pyarrow; install it with: pip install 'dlbench[export]'") from None
+        write_parquet(rows, out)
         return
     if isinstance(out, (str, Path)):
         with open(out, "w", newline="") as stream:
@@ -139,6 +137,68 @@ def write_stream(rows: Iterable[dict[str, Any]], fmt: str, out: IO[str]) -> int:
         writer.writeheader()
         writer.writerows(json.loads(line) for line in waiting)
     return count
+
+
+#: Rows per Parquet row group (and held at once while a Parquet file is written).
+PARQUET_BATCH_ROWS = 5000
+
+
+def write_parquet(rows: Iterable[dict[str, Any]], path: str | Path, batch_rows: int = PARQUET_BATCH_ROWS) -> int:
+    """Flat rows, coming one at a time, as a Parquet file of row groups of ``batch_rows``: the rows wait in a temporary
+    file while their columns and each column's type are learnt (a workload's parameters appear only with its runs),
+    then go to ``pyarrow``'s ``ParquetWriter`` a batch at a time, so only one batch is held. Returns the number of rows."""
+    try:
+        import pyarrow as pa  # optional (the export extra): only Parquet needs it
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise UsageError("Parquet needs pyarrow; install it with: pip install 'dlbench[export]'") from None
+    kinds: dict[str, set[str]] = {}
+    count = 0
+    with tempfile.TemporaryFile("w+", encoding="utf-8") as waiting:
+        for count, row in enumerate(rows, 1):
+            for key, value in row.items():
+                kinds.setdefault(key, set()).add(_kind(value))
+            waiting.write(json.dumps(row, default=str) + "\n")
+        types = {key: _arrow_type(key, found - {"null"}, pa) for key, found in kinds.items()} or {"id": pa.string()}
+        schema = pa.schema(list(types.items()))
+        waiting.seek(0)
+        with pq.ParquetWriter(str(path), schema) as writer:
+            while batch := [json.loads(line) for line in itertools.islice(waiting, batch_rows)]:
+                columns = {key: [_arrow_value(row.get(key), kind) for row in batch] for key, kind in types.items()}
+                writer.write_table(pa.Table.from_pydict(columns, schema=schema))
+    return count
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "int"
+    return "float" if isinstance(value, float) else "str"
+
+
+def _arrow_type(key: str, found: set[str], pa):
+    """One column's Parquet type: created_at a UTC time; whole numbers, numbers (with whole ones), booleans; else text."""
+    if key == "created_at":
+        return pa.timestamp("us", tz="UTC")
+    return {frozenset({"bool"}): pa.bool_(), frozenset({"int"}): pa.int64(), frozenset({"float"}): pa.float64(),
+            frozenset({"int", "float"}): pa.float64()}.get(frozenset(found), pa.string())
+
+
+def _arrow_value(value: Any, kind) -> Any:
+    """``value`` as its column's type takes it (text for a column of mixed kinds, a time for created_at)."""
+    if value is None:
+        return None
+    name = str(kind)
+    if name.startswith("timestamp"):
+        return dt.datetime.fromisoformat(value)
+    if name == "double":
+        return float(value)
+    if name == "string" and not isinstance(value, str):
+        return json.dumps(value) if isinstance(value, (list, dict)) else str(value)
+    return value
 
 
 def to_dataframe(rows: list[dict[str, Any]]):

@@ -14,13 +14,13 @@ from typing import Any
 
 from dlbench import __version__
 from dlbench.report import sections
-from dlbench.report.centre import DRILL_RUNS, TREND_POINTS, configurations, configurations_section
+from dlbench.report.centre import DRILL_RUNS, TREND_POINTS, Digest, Gathered, configurations_section, gather_records
 from dlbench.report.compare import Z
 from dlbench.report.container import container_section, container_sessions
 from dlbench.report.page import method, page, runs_table, section, table
 from dlbench.report.svg import bar_chart, line_chart
 from dlbench.report.tables import token_table
-from dlbench.report.trend import is_change_point, trend
+from dlbench.report.trend import is_change_point
 
 _MAX_LINE_POINTS = 200  # telemetry lines are thinned to this many points: the page stays small
 
@@ -193,8 +193,7 @@ def trend_chart(configuration: str, points: list, by: str) -> str:
                       xlabels=[p.group for p in points])
 
 
-def _trend_section(records: list[dict[str, Any]], by: str) -> str:
-    points = trend(records, by)
+def _trend_section(points: list, by: str) -> str:
     by_config: dict[str, list] = {}
     for p in points:
         by_config.setdefault(p.configuration, []).append(p)
@@ -241,59 +240,61 @@ def _hpo_section(studies: list[dict[str, Any]]) -> str:
                                  "by figure of merit (FoM, in the study's direction) for command objectives, else by throughput.")
 
 
-def build_report(records: list[dict[str, Any]], *, title: str, selectors: list[str],
+def build_report(records: list[dict[str, Any]] | Gathered, *, title: str, selectors: list[str],
                  series_of: Callable[[str], list[dict[str, Any]]], references: dict[str, dict[str, Any]] | None = None,
                  explicit: list[tuple[str, list, list]] = (), telemetry_runs: int = 12, trend_by: str = "torch",
                  series_many: Callable[[list[str]], dict[str, list[dict[str, Any]]]] | None = None,
                  group_by: tuple[str, ...] = ()) -> str:
-    """The whole HTML document for ``records`` (newest first, as the store returns them); ``group_by``: tags
-    whose values split a configuration."""
-    listed = records[:RUNS_LISTED]
+    """The whole HTML document for ``records`` (run records, or what :func:`dlbench.report.centre.gather` read of a
+    store in one pass); ``group_by``: tags whose values split a configuration."""
+    got = records if isinstance(records, Gathered) else gather_records(
+        records, Digest(group_by, trend_by, RUNS_LISTED, telemetry_runs), explicit)
+    digest, special, total = got.digest, got.special, got.digest.runs
     parts: list[tuple[str, str, str]] = [
-        ("environments", "Environments", _env_section(sections.environments(records))),
-        ("configurations", "Configurations", configurations_section(configurations(records, group_by)) + method(
+        ("environments", "Environments", _env_section(digest.environments())),
+        ("configurations", "Configurations", configurations_section(digest.configurations()) + method(
             "One row per configuration (workload, mode, precision, batch size, processes or layout, parameters, device"
-            + (", cluster" if any((r.get("env") or {}).get("cluster") for r in records) else "")
-            + (f", and the tags {escape(', '.join(group_by))}" if group_by else "") + "): its runs, failed ones, "
+            + (", cluster" if digest.clusters else "")
+            + (f", and the tags {escape(', '.join(digest.group_by))}" if digest.group_by else "") + "): its runs, failed ones, "
             f"the mean throughput of the successful ones ± its standard error, their range and coefficient of "
             f"variation (standard deviation / mean), and the trend over time — the runs, oldest first, in up to "
             f"{TREND_POINTS} groups of about equal size, each drawn at its mean (hover a point). 'runs of it' lists "
             f"the newest {DRILL_RUNS} runs of the configuration; --group-by TAG splits configurations by a tag.")),
-        ("runs", "Runs", runs_table(listed) + method(
-            ("Every selected run" if len(records) <= RUNS_LISTED else
-             f"The newest {RUNS_LISTED} of the {len(records)} selected runs (narrow the selection with --since, "
+        ("runs", "Runs", runs_table(got.listed) + method(
+            ("Every selected run" if total <= len(got.listed) else
+             f"The newest {len(got.listed)} of the {total} selected runs (narrow the selection with --since, "
              "--until, workloads or tags, or list them with 'dlbench results')")
             + ", failed ones too, with the settings that tell runs apart.")),
     ]
-    workloads = sections.workload_rows(records)
+    workloads = digest.workload_rows()
     if workloads:
         parts.append(("workloads", "Throughput per workload", _workloads_section(workloads)))
-    tokens = token_table(records)
+    tokens = token_table(special)
     if tokens[1]:
         parts.append(("tokens", "Language models per layout", _tokens_section(tokens)))
-    scaling = _scaling_section(sections.scaling(records), sections.bandwidth(records))
+    scaling = _scaling_section(sections.scaling(special), sections.bandwidth(special))
     if scaling:
         parts.append(("scaling", "Scaling and collectives", scaling))
-    trend_html = _trend_section(records, trend_by)
+    trend_html = _trend_section(digest.trend_points(), digest.trend_by)
     if trend_html:
-        parts.append(("trend", f"Trend by {trend_by}", trend_html))
-    comparisons = [c for c in sections.comparisons(records, explicit) if c["rows"]]
+        parts.append(("trend", f"Trend by {digest.trend_by}", trend_html))
+    comparisons = [c for c in got.explicit + digest.comparisons() if c["rows"]]
     if comparisons:
         parts.append(("compare", "Comparisons", _compare_section(comparisons)))
-    boxed = container_sessions(records)
+    boxed = container_sessions(special)
     if boxed:
         parts.append(("container", "Container ÷ bare metal", container_section(boxed)))
-    timelines = sections.telemetry(records, series_of, telemetry_runs, series_many) if telemetry_runs else []
+    timelines = sections.telemetry(got.telemetry, series_of, telemetry_runs, series_many) if telemetry_runs else []
     if timelines:
         parts.append(("telemetry", "Telemetry timelines", _telemetry_section(timelines, telemetry_runs)))
-    mlperf = sections.mlperf(records, references or {})
+    mlperf = sections.mlperf(special, references or {})
     if mlperf:
         parts.append(("mlperf", "MLPerf-style time to train", _mlperf_section(mlperf)))
-    studies = sections.hpo(records)
+    studies = sections.hpo(special)
     if studies:
         parts.append(("hpo", "Hyperparameter studies", _hpo_section(studies)))
     now = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-    span = f"{min(r['created_at'] for r in records)[:10]} to {max(r['created_at'] for r in records)[:10]}"
-    meta = (f"{len(records)} runs from {span}; selection: {escape(' | '.join(selectors) or 'all runs')}; "
+    span = f"{digest.first[:10]} to {digest.last[:10]}"
+    meta = (f"{total} runs from {span}; selection: {escape(' | '.join(selectors) or 'all runs')}; "
             f"generated {now} by dlbench {escape(__version__)}. Hover over a chart mark for its value; click a chart to enlarge it.")
     return page(title, meta, [(a, t) for a, t, _ in parts], "".join(section(a, t, c) for a, t, c in parts))

@@ -10,60 +10,32 @@ import statistics
 from collections.abc import Callable
 from typing import Any
 
+from dlbench.report.centre import digest_records
 from dlbench.report.charts import scaling_series, scaling_spread
-from dlbench.report.compare import CompareRow, comparable, compare, config_key, estimate
+from dlbench.report.compare import comparable, compare
+from dlbench.report.digest import (
+    AUTO_COMPARE as AUTO_COMPARE,  # named in the report's method text
+    Digest,
+)
 from dlbench.report.frame import environment, world_size
 from dlbench.report.network import link_from_tags
 from dlbench.report.scaling import scale_rows
 from dlbench.report.telemetry import _host_panels, timeline_data
 
-#: Environment fields that, when they take exactly two values among the runs, get an automatic comparison.
-AUTO_COMPARE = ("container", "torch", "gpu", "cuda", "cluster", "host")
-
 
 def environments(records: list[dict[str, Any]]) -> dict[str, Any]:
     """Distinct environments (with their run counts) and the fields in which they differ."""
-    distinct: dict[tuple, dict[str, Any]] = {}
-    for record in records:
-        env = environment(record)
-        key = tuple(sorted((k, str(v)) for k, v in env.items()))
-        entry = distinct.setdefault(key, {"env": env, "runs": 0, "first": record["created_at"], "last": record["created_at"]})
-        entry["runs"] += 1
-        entry["first"] = min(entry["first"], record["created_at"])
-        entry["last"] = max(entry["last"], record["created_at"])
-    envs = sorted(distinct.values(), key=lambda e: e["first"])
-    fields = list(envs[0]["env"]) if envs else []
-    differs = [f for f in fields if len({str(e["env"][f]) for e in envs}) > 1]
-    return {"environments": envs, "fields": fields, "differs": differs}
+    return _digest(records).environments()
 
 
 def workload_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per configuration (training/inference runs with a throughput): runs, mean ± sem, range, MFU, failures."""
-    groups: dict[str, list[dict[str, Any]]] = {}
-    failed: dict[str, int] = {}
-    for record in records:
-        if record["spec"].get("mode") in ("collective", "time_to_train", "hpo_trial"):
-            continue  # no samples/s to tabulate: their own sections show them
-        key = config_key(record)
-        if comparable(record):
-            groups.setdefault(key, []).append(record)
-        else:
-            failed[key] = failed.get(key, 0) + 1
-    rows = []
-    for key in sorted(set(groups) | set(failed)):
-        runs = groups.get(key, [])
-        row: dict[str, Any] = {"configuration": key, "workload": key.split()[0], "failed": failed.get(key, 0), "runs": len(runs)}
-        if runs:
-            rates = [r["result"]["samples_per_s"] for r in runs]
-            mfus = [r["result"]["mfu"] for r in runs if r["result"].get("mfu") is not None]
-            medians = [(r["result"].get("step_time_s") or {}).get("median") for r in runs]
-            medians = [m for m in medians if m is not None]
-            row.update(estimate=estimate(runs), min=min(rates), max=max(rates),
-                       mfu=statistics.fmean(mfus) if mfus else None,
-                       step_median_s=statistics.median(medians) if medians else None,
-                       device=sorted({r["spec"].get("device_name") or r["spec"].get("device", "?") for r in runs}))
-        rows.append(row)
-    return rows
+    return _digest(records).workload_rows()
+
+
+def _digest(records: list[dict[str, Any]]) -> Digest:
+    """The one-pass summary of :mod:`dlbench.report.digest` (the report's, on a store) of records in memory."""
+    return digest_records(records, Digest())
 
 
 def _speedup(by_n: dict[int, float]) -> list[dict[str, float]]:
@@ -124,29 +96,11 @@ def bandwidth(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def _subsets(records: list[dict[str, Any]], field: str) -> dict[str, list[dict[str, Any]]]:
-    out: dict[str, list[dict[str, Any]]] = {}
-    for record in records:
-        out.setdefault(str(environment(record)[field]), []).append(record)
-    return out
-
-
 def comparisons(records: list[dict[str, Any]], explicit: list[tuple[str, list, list]] = ()) -> list[dict[str, Any]]:
     """Explicit ``(label, group A, group B)`` comparisons, then automatic ones: for each field of
     :data:`AUTO_COMPARE` that takes exactly two values, the runs of one value against the other.
     Only configurations present on both sides are kept."""
-    out = []
-    for label, runs_a, runs_b in explicit:
-        out.append({"label": label, "auto": False, "rows": compare(runs_a, runs_b)})
-    for field in AUTO_COMPARE:
-        subsets = _subsets([r for r in records if comparable(r)], field)
-        if len(subsets) != 2:
-            continue
-        (name_a, runs_a), (name_b, runs_b) = sorted(subsets.items(), key=lambda kv: min(r["created_at"] for r in kv[1]))
-        rows: list[CompareRow] = [row for row in compare(runs_a, runs_b) if row.ratio is not None]
-        if rows:
-            out.append({"label": f"{field}: A = {name_a}, B = {name_b}", "auto": True, "rows": rows})
-    return out
+    return [{"label": label, "auto": False, "rows": compare(a, b)} for label, a, b in explicit] + _digest(records).comparisons()
 
 
 def mlperf(records: list[dict[str, Any]], references: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:

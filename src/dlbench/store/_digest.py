@@ -1,0 +1,96 @@
+"""Reads for a report over a whole history: a stream of the few facts per run that a summary needs, the
+summary columns plus small parts of the record cut out by the database (its spec without tags, its
+environment without the per-run load, its step-time statistics), and full records fetched by id for the few
+runs a page lists. The spec and environment come as text so that a reader parses each distinct one once
+(thousands of runs share a handful), not a 4 kB record per run.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import sqlalchemy as sa
+
+from dlbench.record import upgrade
+from dlbench.store._base import RunFilter
+from dlbench.store._query import chunks, filtered
+from dlbench.store._schema import runs_table
+
+#: Rows fetched at once while the digest streams.
+DIGEST_ROWS = 2000
+
+#: The names of a digest row's fields, in order (see :meth:`DigestReads.iter_digest`).
+DIGEST_FIELDS = ("id", "created_at", "status", "mode", "workload", "samples_per_s", "step_time_median_s", "host",
+                 "torch_version", "cluster", "tags_json", "device_name", "schema_version",
+                 "spec", "env", "step_time_s", "mfu", "tokens_per_s", "telemetry")
+
+#: What a summary reads of a run's spec (:func:`dlbench.report.compare.config_key` and the device) and of its
+#: environment (:func:`dlbench.report.frame.environment`): fields that the runs of one configuration, or of one
+#: host, share, so that a reader parses each distinct list once.
+SPEC_KEYS = ("workload", "params", "mode", "precision", "batch_size", "world_size", "nproc", "device", "threads",
+             "channels_last", "compile", "optimizer", "data", "layout", "device_name")
+ENV_KEYS = ("hostname", "cluster", "cpu", "gpus", "torch", "torchvision", "python", "dlbench", "container", "scheduler",
+            "dlbench_git")
+_RESULT = ("step_time_s", "mfu", "tokens_per_s")
+
+
+def _parts(dialect: str) -> list:
+    """The record's parts as columns, each list of fields one JSON array: SQLite answers every path from one
+    cached parse of the record; on PostgreSQL one ``jsonb`` parse per row feeds an array of texts."""
+    if dialect == "sqlite":
+        def paths(part: str, keys) -> str:
+            return ", ".join(f"'$.{part}.{key}'" for key in keys)
+        return [sa.literal_column(f"json_extract(runs.record, {paths('spec', SPEC_KEYS)})"),
+                sa.literal_column(f"json_extract(runs.record, {paths('env', ENV_KEYS)})"),
+                *[sa.literal_column(f"json_extract(runs.record, '$.result.{key}')") for key in _RESULT],
+                sa.literal_column("json_extract(runs.record, '$.telemetry') NOT IN ('{}', '[]')")]
+
+    def array(part: str, keys) -> str:
+        return "jsonb_build_array(" + ", ".join(f"d->'{part}'->'{key}'" for key in keys) + ")::text"
+    texts = ", ".join([array("spec", SPEC_KEYS), array("env", ENV_KEYS), *[f"(d->'result'->'{k}')::text" for k in _RESULT],
+                       "(d->'telemetry')::text"])
+    return [sa.literal_column(f"(SELECT ARRAY[{texts}] FROM (SELECT runs.record::jsonb AS d OFFSET 0) AS one)")]
+
+
+class DigestReads:
+    """The report's reads of :class:`~dlbench.store.sql.SQLStore` (which provides ``_reading``, ``engine`` and
+    ``_has_cluster``)."""
+
+    def iter_digest(self, flt: RunFilter = RunFilter()) -> Iterator[tuple]:
+        """Per run selected by ``flt``, newest first, a tuple of :data:`DIGEST_FIELDS`: the summary columns,
+        then the spec's :data:`SPEC_KEYS` and the environment's :data:`ENV_KEYS` (JSON arrays, as text), the
+        step-time statistics (JSON text or None), MFU, tokens/s, and whether it has a telemetry summary.
+        Streamed: a few thousand rows at a time."""
+        c = runs_table.c
+        dialect = self.engine.dialect.name
+        cluster = c.cluster if self._has_cluster else sa.literal("").label("cluster")
+        columns = [c.id, c.created_at, c.status, c.mode, c.workload, c.samples_per_s, c.step_time_median_s, c.host,
+                   c.torch_version, cluster, c.tags_json, c.device_name, c.schema_version, *_parts(dialect)]
+        stmt = filtered(sa.select(*columns), flt, self._has_cluster)
+        with self._reading() as conn:
+            for row in conn.execution_options(yield_per=DIGEST_ROWS).execute(stmt):
+                if row[12] != 1:
+                    upgrade({"schema_version": row[12], "id": row[0]})  # the message for a newer record
+                if dialect == "sqlite":
+                    yield tuple(row)
+                else:
+                    parts = row[13]
+                    tokens, telemetry = parts[4], parts[5]
+                    yield (*row[:13], parts[0], parts[1], parts[2], _number(parts[3]), _number(tokens),
+                           telemetry not in (None, "null", "{}", "[]"))
+
+    def records_by_id(self, run_ids: list[str]) -> dict[str, dict[str, Any]]:
+        """The full records of ``run_ids`` (full ids) by id, a few hundred per query through the primary key."""
+        out: dict[str, dict[str, Any]] = {}
+        c = runs_table.c
+        with self._reading() as conn:
+            for ids in chunks(list(dict.fromkeys(run_ids))):
+                for row in conn.execute(sa.select(c.id, c.record).where(c.id.in_(ids))):
+                    out[row.id] = upgrade(json.loads(row.record))
+        return out
+
+
+def _number(text: str | None) -> float | None:
+    return None if text in (None, "null") else float(text)
