@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from dlbench.report.compare import comparable, config_key, critical_value
+from dlbench.report.numbers import sig
 
 #: Container ÷ bare metal at or above which a container's cost is accepted.
 GOAL = 0.97
@@ -121,7 +122,7 @@ def container_table(rows: list[ContainerRow]) -> tuple[list[str], list[list[str]
     """The rows as (header, cells) for :func:`dlbench.report.tables.render`."""
     header = ["configuration", "pairs", "bare samples/s", "container samples/s", "container ÷ bare [95% CI]",
               "load (1 min)", "verdict"]
-    cells = [[r.key, str(r.pairs), f"{r.bare_samples_per_s:,.2f}", f"{r.container_samples_per_s:,.2f}",
+    cells = [[r.key, str(r.pairs), sig(r.bare_samples_per_s), sig(r.container_samples_per_s),
               f"{r.ratio:.3f}" + (f" [{r.low:.3f}, {r.high:.3f}]" if r.low is not None else ""),
               "-" if r.load_1m is None else f"{r.load_1m:.1f}", r.verdict] for r in rows]
     return header, cells

@@ -10,6 +10,8 @@ from html import escape
 from typing import Any
 
 from dlbench.report.frame import environment, world_size
+from dlbench.report.numbers import ms, sig
+from dlbench.report.tables import layout_label
 
 CSS = """
 body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:0 auto;max-width:min(1600px,98vw);padding:0 18px 40px;color:#222}
@@ -94,7 +96,10 @@ def _num(value: float | None, text: str) -> str:
 
 
 def _params(spec: dict[str, Any]) -> str:
-    return " ".join(f"{k}={v}" for k, v in sorted((spec.get("params") or {}).items()) if v is not None)
+    """The workload's parameters, then the layout of a ``--parallel`` run (runs of one model differ by it alone)."""
+    params = " ".join(f"{k}={v}" for k, v in sorted((spec.get("params") or {}).items()) if v is not None)
+    layout = layout_label(spec)
+    return f"{params} · {layout}" if layout and params else layout or params
 
 
 def _free(text: Any) -> str:
@@ -129,8 +134,8 @@ def runs_table(records: list[dict[str, Any]]) -> str:
             + _num(world_size(r), str(world_size(r)))
             + _num(spec.get("threads"), str(spec.get("threads") or "-"))
             + _free(spec.get("device_name") or spec.get("device", "")) + _status_cell(r)
-            + _num(rate, "-" if rate is None else f"{rate:,.1f}")
-            + _num(None if step is None else step * 1e3, "-" if step is None else f"{step * 1e3:.3f}")
+            + _num(rate, sig(rate))
+            + _num(None if step is None else step * 1e3, ms(step))
             + f"<td>{escape(str(env['torch']))}</td>" + _free(env["container"] + (" " + env["image"] if env["image"] else ""))
             + _free(env["host"]) + _free(" ".join(f"{k}={v}" for k, v in sorted((spec.get("tags") or {}).items())))
             + "</tr>"

@@ -17,6 +17,7 @@ from typing import Any
 from dlbench.errors import UsageError
 from dlbench.report.compare import GroupEstimate, comparable, config_key, estimate, verdict
 from dlbench.report.frame import environment
+from dlbench.report.numbers import span, with_spread
 
 BY = ("torch", "cuda", "container", "date", "host")
 
@@ -99,8 +100,7 @@ def trend_table(points: list[TrendPoint], by: str) -> tuple[list[str], list[list
     for p in points:
         e = p.estimate
         rows.append([
-            p.configuration, p.group, str(e.runs), f"{e.samples_per_s:,.1f} ± {e.sem:,.1f}",
-            f"{p.min_samples_per_s:,.1f} – {p.max_samples_per_s:,.1f}",
+            p.configuration, p.group, str(e.runs), with_spread(e.samples_per_s, e.sem), span(p.min_samples_per_s, p.max_samples_per_s),
             "-" if p.change_percent is None else f"{p.change_percent:+.1f}%",
             f"◆ {p.change}" if is_change_point(p) else (p.change or "-"),
         ])
