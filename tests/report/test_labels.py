@@ -2,8 +2,7 @@
 
 import re
 
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from dlbench.report.labels import ONLY_SHARED, settings, split_shared
 
