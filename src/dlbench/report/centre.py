@@ -117,7 +117,7 @@ def configurations_section(rows: list[dict[str, Any]]) -> str:
         mean = "-" if est is None else with_spread(est.samples_per_s, est.sem)
         spread = "-" if est is None else span(r["min"], r["max"])
         body.append(
-            f"<tr><td>{escape(r['configuration'])}</td><td class=\"num\">{r['runs']}</td><td class=\"num\">{r['failed']}</td>"
+            f"<tr><td class=\"free\">{escape(r['configuration'])}</td><td class=\"num\">{r['runs']}</td><td class=\"num\">{r['failed']}</td>"
             f"<td class=\"num\">{mean}</td><td class=\"num\">{spread}</td>"
             f"<td class=\"num\">{'-' if cv is None else format(cv, '.1%')}</td>"
             f"<td>{escape(r['first'][:10])} – {escape(r['last'][:10])}</td>"
