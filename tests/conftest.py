@@ -16,6 +16,10 @@ import pytest
 
 TESTS = Path(__file__).resolve().parent
 
+# Every PNG a test makes (here or in a child process) is checked before it is saved: a text cut at the
+# figure's edge or a second title raises instead of being repaired (dlbench.report.figures).
+os.environ.setdefault("DLBENCH_CHECK_FIGURES", "1")
+
 #: Fixtures that start a service or many processes: a test using one (directly or through another
 #: fixture) is ``slow``. Add a fixture here when it starts something that costs seconds.
 HEAVY_FIXTURES = {

@@ -13,6 +13,7 @@ and SQL by SQLAlchemy's bound parameters, never by formatting text — so neithe
 * :func:`markup` — text shown through rich, so ``[/bold]`` in a tag or an error prints as typed;
 * :func:`cluster_name` — the name of the cluster a run ran on (``--cluster``, a config's ``cluster:``), recorded and
   passed to the ranks in ``$DLBENCH_CLUSTER``;
+* :func:`plain_mathtext` — text in a matplotlib figure, so ``$`` in a name or a title never starts mathtext;
 * :func:`read_input_file` — a file named by the user (a config, a run record to import): a regular file of
   bounded size, never a FIFO that blocks, a device that never ends, or a directory.
 
@@ -157,6 +158,13 @@ def printable(text: object) -> str:
     """``text`` with every control character but newline and tab shown as an escape (``\\x1b``, ``\\r``), so stored
     text cannot move the cursor, recolour the terminal or hide what precedes it."""
     return _CONTROL.sub(lambda m: repr(m.group())[1:-1], str(text))
+
+
+def plain_mathtext(text: object) -> str:
+    """``text`` for a matplotlib label, shown as typed: every ``$`` escaped. matplotlib reads a text with an even
+    number of unescaped ``$`` as mathtext (a title ``cost $a$`` drew italics; ``$\\frac`` failed to draw), and
+    shows ``\\$`` as ``$`` outside mathtext; other backslashes are drawn as they are."""
+    return printable(text).replace("$", "\\$")
 
 
 def markup(text: object) -> str:

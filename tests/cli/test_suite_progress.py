@@ -25,6 +25,6 @@ def test_each_run_prints_its_result_and_the_eta_and_the_table_is_narrow(capsys, 
     assert max(len(line) for line in out.splitlines()) <= 120
 
 
-@pytest.mark.parametrize("value, text", [(0.0123456, "0.01235"), (12.345, "12.35"), (4712.4, "4,712"), (None, "-")])
+@pytest.mark.parametrize("value, text", [(0.0123456, "0.0123"), (12.345, "12.3"), (4712.4, "4,712"), (None, "-")])
 def test_throughput_in_significant_digits(value, text):
     assert rate_text(value) == text

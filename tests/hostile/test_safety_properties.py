@@ -27,6 +27,7 @@ from dlbench.launch.slurm import sbatch_array_script, sbatch_script
 from dlbench.safety import (
     markup,
     path_inside,
+    plain_mathtext,
     printable,
     sbatch_line,
     sbatch_value,
@@ -201,3 +202,13 @@ def test_the_reported_injections_are_refused_with_one_sentence():
     for value in ("gpu\ntouch /tmp/x", "gpu --output=/x --uid=0", "gpu#comment", "$(id)"):
         with pytest.raises(UsageError, match="partition"):
             resolve_batch(RunSpec(**TINY), make_launch_settings({"partition": value}), "slurm")
+
+
+@SETTINGS
+@given(TEXT)
+def test_plain_mathtext_is_drawn_as_typed(text):
+    from matplotlib.text import Text as MplText
+
+    shown = plain_mathtext(text)
+    # what matplotlib draws: (the string, whether it is mathtext) — its own preprocessing step, called directly
+    assert MplText(text=shown)._preprocess_math(shown) == (printable(text), False)

@@ -106,6 +106,14 @@ def test_a_stray_network_reference_would_be_caught(chromium, tmp_path):
 
 
 
+#: Every table wider than the box it sits in or than the window (a horizontal scroll): its section, width, box.
+WIDE_TABLES = """Array.from(document.querySelectorAll('table')).filter(function(t){return t.checkVisibility();}).map(function(t){
+  var s=t.closest('section'),box=t.closest('.scroll')||(s||document.body);
+  return {section:s?s.id:'',head:Array.from(t.tHead?t.tHead.rows[0].cells:[]).map(function(c){return c.textContent;}).join('|'),
+    width:Math.ceil(t.getBoundingClientRect().width),box:box.clientWidth,window:document.documentElement.clientWidth};
+  }).filter(function(t){return t.width>t.box||t.width>t.window;})"""
+
+
 #: The runs table in its page: its width beside its box's, and the lines of visible text of its tallest status cell.
 RUNS_LAYOUT = """(function(){var t=document.getElementById('runs-table'),box=t.parentElement,
   i=Array.from(t.tHead.rows[0].cells).findIndex(function(c){return c.textContent.trim()==='status';});
@@ -131,6 +139,11 @@ def test_runs_table_fits_1400px_and_a_pruned_trial_keeps_its_status_short(chromi
         pruned = variant(stored(report_db, RunFilter(workloads=("lstm",)))[0], tags={"hpo_study": "s1", "hpo_trial": "7"})
         pruned["status"], pruned["error"] = "pruned", PRUNED_WHY
         store.save(pruned)
+        # a configuration as long as an llm one's (its parameters in one unbroken bracket): the throughput
+        # table was wider than the page for it, with "median step ms" past the right edge
+        long = variant(stored(report_db, RunFilter(workloads=("lstm",)))[0], factor=0.0004)
+        long["spec"]["params"] |= {f"{name}_dimension": 4 for name in ("embedding", "hidden", "head", "kv_head", "ffn")}
+        store.save(long)
     finally:
         store.close()
     out = tmp_path / "report.html"
@@ -143,6 +156,7 @@ def test_runs_table_fits_1400px_and_a_pruned_trial_keeps_its_status_short(chromi
         assert layout["status_lines"] == 1, layout  # the status word; the reason one click away
         assert layout["table"] <= layout["box"], layout  # no horizontal scrolling at 1400 px
         assert page.evaluate("document.querySelector('#runs-table td.status summary').title") == PRUNED_WHY
+        assert page.evaluate(WIDE_TABLES) == []  # every table of the page fits 1400 px, not only the runs table
     finally:
         page.ws.close()
         proc.terminate()

@@ -22,6 +22,7 @@ from dlbench.cli._common import (
 )
 from dlbench.errors import BenchmarkFailed, UsageError
 from dlbench.report.io_au import au_text, au_verdict
+from dlbench.report.numbers import ms, sig
 from dlbench.report.tables import render
 
 io_app = typer.Typer(help="Storage I/O: write a data set, read it as a training job does (samples/s, MB/s, "
@@ -251,9 +252,9 @@ def read_table(record: dict) -> tuple[list[str], list[list[str]]]:
     return (["data set", "ranks×workers", "batch", "compute ms", "samples/s", "MB/s", "AU", "wait p50 ms", "wait p99 ms",
              "cache", "corrupt"],
             [[spec["path"], f"{spec.get('world_size', 1)}×{spec.get('workers')}", str(spec.get("batch_size")),
-              f"{spec.get('compute_ms') or 0:g}", f"{result['samples_per_s'] or 0:,.1f}",
-              f"{(result['bytes_per_s'] or 0) / 1e6:,.1f}", au_text(result["au"]),
-              f"{wait.get('p50', 0) * 1e3:,.2f}", f"{wait.get('p99', 0) * 1e3:,.2f}", cache.get("mode", "-"),
+              f"{spec.get('compute_ms') or 0:g}", sig(result['samples_per_s'] or 0),
+              sig((result['bytes_per_s'] or 0) / 1e6), au_text(result["au"]),
+              ms(wait.get('p50', 0)), ms(wait.get('p99', 0)), cache.get("mode", "-"),
               str(result.get("corrupt_samples", 0))]])
 
 

@@ -33,6 +33,7 @@ from dlbench.report.charts import (  # matplotlib only when drawing
     scaling_spread,
 )
 from dlbench.report.network import OVERLAP_BACKWARD, Link, parse_rate
+from dlbench.report.numbers import sig
 from dlbench.report.scaling import network_note, scale_rows
 from dlbench.report.tables import render, token_table
 from dlbench.report.tensorboard import with_tensorboard
@@ -284,8 +285,8 @@ def _render_comm(records) -> None:
             continue
         link = r["result"].get("link") or {}
         rate = link.get("rate_bits_per_s")
-        rows = [[str(x["size_bytes"]), str(x["count"]), f"{x['time_s'] * 1e6:,.1f}", f"{x['algbw_bytes_per_s'] / 1e9:.3f}",
-                 f"{x['busbw_bytes_per_s'] / 1e9:.3f}", *([f"{x['link_fraction']:.2f}"] if rate else []),
+        rows = [[str(x["size_bytes"]), str(x["count"]), sig(x['time_s'] * 1e6), sig(x['algbw_bytes_per_s'] / 1e9),
+                 sig(x['busbw_bytes_per_s'] / 1e9), *([f"{x['link_fraction']:.2f}"] if rate else []),
                  "ok" if x["correct"] else "WRONG"] for x in r["result"]["sizes"]]
         over = (f", link {rate / 1e9:g} Gbit/s ({link['source']})" if rate else
                 ", link rate unknown (give --link-rate)" if link else "")

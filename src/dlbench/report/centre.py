@@ -18,6 +18,7 @@ from typing import Any
 from dlbench.errors import UsageError
 from dlbench.report.compare import compare
 from dlbench.report.digest import DRILL_RUNS, TREND_POINTS, Acc, Digest, Parts, Run, acc_of, compare_accs, run_of
+from dlbench.report.numbers import sig, span, with_spread
 from dlbench.store._base import narrowed, parse_selector
 
 __all__ = ["DRILL_RUNS", "TREND_POINTS", "Digest", "Gathered", "configurations", "configurations_section", "gather",
@@ -147,10 +148,10 @@ def sparkline(points: list[tuple[str, float, int]], width: int = 160, height: in
     span = (high - low) or 1.0
     xy = [(4 + i * (width - 8) / (len(points) - 1), height - 4 - (v - low) / span * (height - 8)) for i, v in enumerate(values)]
     line = " ".join(f"{x:.1f},{y:.1f}" for x, y in xy)
-    marks = "".join(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="2.2"><title>{escape(day)}: {v:,.4g} samples/s, '
+    marks = "".join(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="2.2"><title>{escape(day)}: {sig(v)} samples/s, '
                     f'{n} run(s)</title></circle>' for (x, y), (day, v, n) in zip(xy, points))
     return (f'<svg class="spark" width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img" '
-            f'aria-label="trend from {points[0][1]:,.4g} to {points[-1][1]:,.4g} samples/s">'
+            f'aria-label="trend from {sig(points[0][1])} to {sig(points[-1][1])} samples/s">'
             f'<polyline fill="none" stroke="#1f77b4" stroke-width="1.5" points="{line}"/>'
             f'<g fill="#1f77b4">{marks}</g></svg>')
 
@@ -170,7 +171,7 @@ def _drill(row: dict[str, Any]) -> str:
 
 
 def _rate(rate: float | None) -> str:
-    return "-" if rate is None else f"{rate:,.4g}"
+    return sig(rate)
 
 
 def configurations_section(rows: list[dict[str, Any]]) -> str:
@@ -180,10 +181,10 @@ def configurations_section(rows: list[dict[str, Any]]) -> str:
     body = []
     for r in rows:
         est, cv = r["estimate"], r.get("cv")
-        mean = "-" if est is None else f"{est.samples_per_s:,.4g} ± {est.sem:,.2g}"
-        spread = "-" if est is None else f"{r['min']:,.4g} – {r['max']:,.4g}"
+        mean = "-" if est is None else with_spread(est.samples_per_s, est.sem)
+        spread = "-" if est is None else span(r["min"], r["max"])
         body.append(
-            f"<tr><td>{escape(r['configuration'])}</td><td class=\"num\">{r['runs']}</td><td class=\"num\">{r['failed']}</td>"
+            f"<tr><td class=\"free\">{escape(r['configuration'])}</td><td class=\"num\">{r['runs']}</td><td class=\"num\">{r['failed']}</td>"
             f"<td class=\"num\">{mean}</td><td class=\"num\">{spread}</td>"
             f"<td class=\"num\">{'-' if cv is None else format(cv, '.1%')}</td>"
             f"<td>{escape(r['first'][:10])} – {escape(r['last'][:10])}</td>"

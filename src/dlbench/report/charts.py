@@ -10,6 +10,7 @@ from typing import Any
 
 from dlbench.engine.aggregate import speedup_table
 from dlbench.errors import UsageError
+from dlbench.report.figures import wrapped, write
 
 
 def _pyplot():
@@ -107,20 +108,20 @@ def draw_scaling(fig, series: dict[str, dict[int, float]], title: str,
             continue
         rows = speedup_table(by_n)
         ns = [r["nproc"] for r in rows]
-        line, = ax_rate.plot(ns, [r["samples_per_s"] for r in rows], "o-", label=label)
+        line, = ax_rate.plot(ns, [r["samples_per_s"] for r in rows], "o-", label=wrapped(label, fig, 0.3, "small"))
         ax_rate.plot(ns, [r["ideal_samples_per_s"] for r in rows], "--", color=line.get_color(), alpha=0.5)
         _error_bars(ax_rate, by_n, (spread or {}).get(label, {}), line.get_color())
-        ax_eff.plot(ns, [r["efficiency"] for r in rows], "o-", color=line.get_color(), label=label)
+        ax_eff.plot(ns, [r["efficiency"] for r in rows], "o-", color=line.get_color(), label=wrapped(label, fig, 0.3, "small"))
         allowed = sorted((predicted or {}).get(label, {}).items())
         if allowed:
             ax_eff.plot([n for n, _ in allowed], [e for _, e in allowed], "^:", color=line.get_color(),
-                        label=f"{label}: the link allows")
+                        label=wrapped(f"{label}: the link allows", fig, 0.3, "small"))
         top_efficiency = max([top_efficiency, *(r["efficiency"] for r in rows)])
     bars = any((spread or {}).values())
     ax_rate.set(xlabel="workers (processes)", ylabel="samples/s (global)",
                 title="throughput (dashed: ideal; bars: spread)" if bars else "throughput (dashed: ideal)")
     ax_rate.set_ylim(bottom=0)  # from zero: an axis from 5,000 made a 10% gain look like a doubling
-    ax_eff.set(xlabel="workers (processes)", ylabel="efficiency T_N / (N·T_1)", title="scaling efficiency",
+    ax_eff.set(xlabel="workers (processes)", ylabel=r"efficiency $T_N\,/\,(N \cdot T_1)$", title="scaling efficiency",
                ylim=(0, max(1.15, top_efficiency * 1.1)))  # every point visible, suspect ones included
     ax_eff.axhline(1.0, color="grey", lw=0.8, ls=":")
     counts = sorted({n for by_n in series.values() for n in by_n})
@@ -130,11 +131,11 @@ def draw_scaling(fig, series: dict[str, dict[int, float]], title: str,
         ax.minorticks_off()
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize="small")
-    fig.suptitle(title)
+    fig.suptitle(wrapped(title, fig))
     if bars:
         low, high = STEP_SPREAD_PERCENTILES
-        fig.text(0.01, 0.01, f"bars: slowest to fastest of repeated runs; a single run: the {low}th to {high}th "
-                 "percentile of its per-step throughput", fontsize="small", color="#444")
+        fig.text(0.01, 0.01, wrapped(f"bars: slowest to fastest of repeated runs; a single run: the {low}th to {high}th "
+                                     "percentile of its per-step throughput", fig, 0.98, "small"), fontsize="small", color="#444")
     fig.tight_layout(rect=(0, 0.05 if bars else 0, 1, 1))
 
 
@@ -164,7 +165,7 @@ def render_bandwidth(records: list[dict[str, Any]], path: str | Path, title: str
     sizes = sorted({x["size_bytes"] for r in records if r.get("result") for x in r["result"]["sizes"]})
     ax.set_xticks(sizes, [_human_bytes(s) for s in sizes], rotation=45)
     ax.set_yscale("log")
-    ax.set(xlabel="message size (bytes)", ylabel="bus bandwidth (GB/s)", title=title)
+    ax.set(xlabel="message size (bytes)", ylabel="bus bandwidth (GB/s)", title=wrapped(title, fig, 0.85))
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
     fig.tight_layout()
@@ -191,7 +192,7 @@ def _save(fig, plt, path: str | Path) -> Path:
                          "choose another --out path.")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=110)
+        write(fig, path, dpi=110)  # checked first: no text cut, one title
     except OSError as exc:
         raise UsageError(f"cannot write the plot to {str(path)!r} ({exc.strerror or exc}); "
                          "choose another --out path.") from None

@@ -23,6 +23,7 @@ from html import escape
 from typing import Any
 
 from dlbench.report.compare import comparable, config_key, critical_value, permille, ratio_text
+from dlbench.report.numbers import sig
 from dlbench.report.page import method, table
 
 #: Container ÷ bare metal at or above which a container's cost is accepted.
@@ -133,7 +134,7 @@ def container_table(rows: list[ContainerRow]) -> tuple[list[str], list[list[str]
     """The rows as (header, cells) for :func:`dlbench.report.tables.render`."""
     header = ["configuration", "pairs", "bare samples/s", "container samples/s", "container ÷ bare [95% CI]",
               "load (1 min)", "verdict"]
-    cells = [[r.key, str(r.pairs), f"{r.bare_samples_per_s:,.2f}", f"{r.container_samples_per_s:,.2f}",
+    cells = [[r.key, str(r.pairs), sig(r.bare_samples_per_s), sig(r.container_samples_per_s),
               ratio_text(r.ratio, r.low, r.high),
               "-" if r.load_1m is None else f"{r.load_1m:.1f}", r.verdict] for r in rows]
     return header, cells

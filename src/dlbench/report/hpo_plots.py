@@ -16,6 +16,8 @@ import optuna  # noqa: E402
 from optuna.importance import PedAnovaImportanceEvaluator  # noqa: E402 - needs no scikit-learn
 from optuna.visualization import matplotlib as ovm  # noqa: E402
 
+from dlbench.report.figures import wrapped, write  # noqa: E402
+
 #: Fewer completed trials than this give no meaningful parameter importances.
 MIN_TRIALS_FOR_IMPORTANCE = 4
 
@@ -52,9 +54,12 @@ def study_plots(study: optuna.Study, out: Path) -> list[tuple[Path, str]]:
                 continue
         figure = getattr(axes, "figure", None) or plt.gcf()
         figure.set_size_inches(8, 5)
-        figure.suptitle(titles[name])
+        for ax in figure.axes:  # Optuna's own heading ("Optimization History Plot"): the figure has ours
+            for loc in ("left", "center", "right"):
+                ax.set_title("", loc=loc)
+        figure.suptitle(wrapped(titles[name], figure))
         figure.tight_layout()
-        figure.savefig(path, dpi=100)
+        write(figure, path, dpi=100)
         plt.close(figure)
         written.append((path, ""))
     return written
@@ -84,14 +89,14 @@ def render_best_vs_epochs(curves: dict[str, list[tuple[int, float]]], path: Path
         if points:
             # a marker and a dash per study: identical curves hid each other completely
             marker, dash = styles[i % len(styles)]
-            ax.step([e for e, _ in points], [b for _, b in points], where="post", label=name, marker=marker,
+            ax.step([e for e, _ in points], [b for _, b in points], where="post", label=wrapped(name, figure, 0.4, "medium"), marker=marker,
                     linestyle=dash, markersize=9 - 2 * (i % 3), alpha=0.8)
-    ax.set_title(f"best value against epochs spent: {', '.join(curves)}")
+    ax.set_title(wrapped(f"best value against epochs spent: {', '.join(curves)}", figure, 0.85))
     ax.set_xlabel("epochs spent (all trials)")
     ax.set_ylabel("best value found")
     ax.grid(alpha=0.3)
     ax.legend(loc="best")
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=100)
+    write(figure, path, dpi=100)
     plt.close(figure)

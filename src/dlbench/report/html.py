@@ -17,6 +17,8 @@ from dlbench.report import sections
 from dlbench.report.centre import DRILL_RUNS, TREND_POINTS, Digest, Gathered, configurations_section, gather_records
 from dlbench.report.compare import Z
 from dlbench.report.container import container_section, container_sessions
+from dlbench.report.labels import split_shared
+from dlbench.report.numbers import ms, sig, span, with_spread
 from dlbench.report.page import method, page, runs_table, section, table
 from dlbench.report.svg import bar_chart, line_chart
 from dlbench.report.tables import token_table
@@ -42,7 +44,7 @@ def _env_section(data: dict[str, Any]) -> str:
 
 
 def _est(est) -> str:
-    return f"{est.samples_per_s:,.1f} ± {est.sem:,.1f}"
+    return with_spread(est.samples_per_s, est.sem)
 
 
 def _workloads_section(rows: list[dict[str, Any]]) -> str:
@@ -51,15 +53,16 @@ def _workloads_section(rows: list[dict[str, Any]]) -> str:
     for r in rows:
         est = r.get("estimate")
         body.append([r["configuration"], ", ".join(r.get("device", [])), r["runs"], r["failed"],
-                     _est(est) if est else "-", f"{r['min']:,.1f} – {r['max']:,.1f}" if est else "-",
-                     f"{r['step_median_s'] * 1e3:.3f}" if r.get("step_median_s") else "-",
+                     _est(est) if est else "-", span(r["min"], r["max"]) if est else "-", ms(r.get("step_median_s")),
                      f"{r['mfu']:.1%}" if r.get("mfu") is not None else "-"])
     charts = []
     for workload in sorted({r["workload"] for r in rows if r.get("estimate")}):
-        bars = [(r["configuration"].removeprefix(workload).strip() or workload, r["estimate"].samples_per_s,
-                 interval_half_width(r["estimate"].sem), f"{r['configuration']}: {_est(r['estimate'])} samples/s, n={r['runs']}")
-                for r in rows if r["workload"] == workload and r.get("estimate")]
-        charts.append(bar_chart(bars, f"{workload}: throughput (whiskers: ±{Z} sem)", "samples/s"))
+        measured = [r for r in rows if r["workload"] == workload and r.get("estimate")]
+        # each bar is labelled with what tells it from the others; what they all share is in the title
+        shared, labels = split_shared([r["configuration"] for r in measured])
+        bars = [(label, r["estimate"].samples_per_s, interval_half_width(r["estimate"].sem),
+                 f"{r['configuration']}: {_est(r['estimate'])} samples/s, n={r['runs']}") for label, r in zip(labels, measured)]
+        charts.append(bar_chart(bars, f"{shared}: throughput (whiskers: ±{Z} sem)", "samples/s"))
     return (table(columns, body, numeric={2, 3, 4, 5, 6, 7}) + f'<div class="charts">{"".join(charts)}</div>'
             + method("Throughput = batch × timed steps / wall time of the timed window, after warm-up steps that are "
                      "not timed; the device is synchronised at both ends of the window. Runs of one configuration "
@@ -94,7 +97,7 @@ def _scaling_section(series: list[dict[str, Any]], comm: list[dict[str, Any]]) -
                 return row.get("samples_per_s_spread") if key == "samples_per_s" else None
 
             lines = [{"label": f"{s['workload']} {s['series'][:6]}", "points": [
-                (r["nproc"], r[key], whisker(r), f"{s['workload']} ×{r['nproc']}: {r[key]:,.3g}") for r in s["rows"]]}
+                (r["nproc"], r[key], whisker(r), f"{s['workload']} ×{r['nproc']}: {sig(r[key])}") for r in s["rows"]]}
                 for s in series]
             if key == "efficiency":  # beside each measured line, what its link alone allows
                 lines += [{"label": f"link allows {s['series'][:6]}", "points": [
@@ -116,8 +119,8 @@ def _scaling_section(series: list[dict[str, Any]], comm: list[dict[str, Any]]) -
     if comm:
         lines = [{"label": f"{c['collective']} ×{c['nproc']} {c['id'][:6]}", "points": [
             (s["size_bytes"], s["busbw_bytes_per_s"] / 1e9, None,
-             f"{c['collective']} {s['size_bytes']} B: busbw {s['busbw_bytes_per_s'] / 1e9:.3g} GB/s, algbw "
-             f"{s['algbw_bytes_per_s'] / 1e9:.3g} GB/s, {s['time_s'] * 1e6:.1f} µs"
+             f"{c['collective']} {s['size_bytes']} B: busbw {sig(s['busbw_bytes_per_s'] / 1e9)} GB/s, algbw "
+             f"{sig(s['algbw_bytes_per_s'] / 1e9)} GB/s, {sig(s['time_s'] * 1e6)} µs"
              + (f", busbw ÷ link {s['link_fraction']:.2f}" if s.get("link_fraction") is not None else ""))
             for s in c["sizes"]]} for c in comm]
         lines += [{"label": f"link {c['id'][:6]}", "points": [  # what the wire allows, flat over the sizes
@@ -137,7 +140,7 @@ def _scaling_table(series: list[dict[str, Any]]) -> str:
     with_nodes = any((r.get("nodes") or 1) > 1 for s in series for r in s["rows"])
     with_link = any(s.get("link") for s in series)
     rows = [[s["series"], s["workload"], s["scaling"], *([r.get("nodes") or "-"] if with_nodes else []), r["nproc"],
-             f"{r['samples_per_s']:,.1f}", f"{r['speedup']:.2f}", f"{r['efficiency']:.1%}",
+             sig(r['samples_per_s']), sig(r['speedup']), f"{r['efficiency']:.1%}",
              *([f"{r['predicted_efficiency']:.1%}" if r.get("predicted_efficiency") is not None else "-"] if with_link else [])]
             for s in series for r in s["rows"]]
     columns = ["series", "workload", "scaling", *(["nodes"] if with_nodes else []), "procs", "samples/s", "speed-up",
@@ -155,7 +158,7 @@ def _telemetry_section(timelines: list[dict[str, Any]], limit: int) -> str:
     for data in timelines:
         charts = []
         for panel in data["panels"]:
-            lines = [{"label": line["label"], "points": _thin([(t, v, None, f"{line['label']} at {t:.1f} s: {v:.3g} {panel['ylabel']}")
+            lines = [{"label": line["label"], "points": _thin([(t, v, None, f"{line['label']} at {t:.1f} s: {sig(v)} {panel['ylabel']}")
                                                               for t, v in zip(line["t_s"], line["values"])])}
                      for line in panel["lines"] if line["values"]]
             charts.append(line_chart(lines, panel["title"], "seconds since the run started", panel["ylabel"], band=data["window"]))
@@ -214,11 +217,8 @@ def _trend_section(points: list, by: str) -> str:
 
 
 def _mlperf_section(rows: list[dict[str, Any]]) -> str:
-    def minutes(value):
-        return "-" if value is None else f"{value:.2f}"
-
-    body = [[r["system"], r["benchmark"], r["runs"], r["reached"], minutes(r["median_minutes"]),
-             f"{minutes(r['min_minutes'])} – {minutes(r['max_minutes'])}",
+    body = [[r["system"], r["benchmark"], r["runs"], r["reached"], sig(r["median_minutes"]),
+             span(r["min_minutes"], r["max_minutes"]),
              "; ".join(f"{name}: {m:g} min" for name, m in r["references"].items()) or "-"] for r in rows]
     return table(["system", "benchmark", "runs", "reached target", "median minutes", "min – max", "published references"],
                  body, numeric={2, 3, 4}) + method(
@@ -232,7 +232,7 @@ def _hpo_section(studies: list[dict[str, Any]]) -> str:
     out = []
     for s in studies:
         rows = [[t["trial"], t["id"], t["status"], " ".join(f"{k}={v}" for k, v in sorted(t["params"].items())),
-                 t["batch_size"], "-" if t["samples_per_s"] is None else f"{t['samples_per_s']:,.1f}",
+                 t["batch_size"], sig(t["samples_per_s"]),
                  "-" if t.get("value") is None else f"{t['value']:.6g}"] for t in s["best"]]
         out.append(f"<h3>study {escape(s['study'])}: {s['trials']} trials, {s['ok']} ok</h3>"
                    + table(["trial", "run", "status", "parameters", "batch", "samples/s", "FoM"], rows, numeric={4, 5, 6}))

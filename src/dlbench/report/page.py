@@ -10,18 +10,23 @@ from html import escape
 from typing import Any
 
 from dlbench.report.frame import environment, world_size
+from dlbench.report.numbers import ms, sig
+from dlbench.report.tables import layout_label
 
+# Tables fit the window (1400 px and less): a long text cell (class free) may break anywhere (a configuration's
+# parameters are one unbroken "[a=1,b=2,…]"), so the table narrows to the page rather than scroll; short cells
+# (ids, dates, versions) and numbers never break.
 CSS = """
 body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:0 auto;max-width:min(1600px,98vw);padding:0 18px 40px;color:#222}
 h1{font-size:1.5em;margin:18px 0 4px}h2{font-size:1.2em;margin-top:34px;border-bottom:2px solid #1f77b4;padding-bottom:3px}
 h3{font-size:1em;margin:18px 0 6px}nav a{margin-right:12px}.meta{color:#555;font-size:.9em}
 table{border-collapse:collapse;font-size:.82em;margin:6px 0}th,td{border:1px solid #ccc;padding:3px 6px;text-align:left;vertical-align:top}
-th{background:#f0f4f8}td.num{text-align:right;font-variant-numeric:tabular-nums}.diff{background:#fff3cd}
+th{background:#f0f4f8}td.free{overflow-wrap:anywhere}td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}.diff{background:#fff3cd}
 .method{background:#f6f8fa;border-left:3px solid #888;padding:6px 10px;font-size:.85em;color:#333;margin:8px 0}
 .charts{display:grid;grid-template-columns:repeat(auto-fill,minmax(460px,1fr));gap:10px}
 .slower,.regression{color:#b00020;font-weight:bold}.faster{color:#087f23;font-weight:bold}.changed{background:#fde2e1}
 #runs-table th{cursor:pointer;user-select:none}#runs-table th.asc:after{content:' \\25B2'}#runs-table th.desc:after{content:' \\25BC'}
-.scroll{max-height:520px;overflow:auto;border:1px solid #ddd}#runs-table td.free{overflow-wrap:anywhere}
+.scroll{max-height:520px;overflow:auto;border:1px solid #ddd}
 #runs-table td.num,#runs-table td.status summary{white-space:nowrap}#runs-table td.status summary{cursor:pointer}input#filter{padding:4px;width:320px}
 svg.chart{cursor:zoom-in}svg.chart.zoomed{position:fixed;left:2vw;top:2vh;width:96vw;height:96vh;background:#fff;
 z-index:10;box-shadow:0 0 0 100vmax rgba(0,0,0,.45);cursor:zoom-out}
@@ -75,15 +80,21 @@ def section(anchor: str, title: str, content: str) -> str:
     return f'<section id="{anchor}"><h2>{escape(title)}</h2>{content}</section>'
 
 
+#: Characters beyond which a table's text cell may break anywhere (shorter ones break only at spaces).
+LONG_CELL = 40
+
+
 def table(columns: list[str], rows: list[list[Any]], numeric: set[int] = frozenset(), row_class=None) -> str:
-    """A plain table; cells are escaped text unless given as ``("html", markup)``."""
+    """A plain table; cells are escaped text unless given as ``("html", markup)``; a text cell longer than
+    :data:`LONG_CELL` characters may break anywhere (class ``free``), so the table fits the page."""
     head = "".join(f"<th>{escape(c)}</th>" for c in columns)
     out = []
     for i, row in enumerate(rows):
         cells = []
         for j, cell in enumerate(row):
             text = cell[1] if isinstance(cell, tuple) and cell[0] == "html" else escape("-" if cell is None else str(cell))
-            cells.append(f'<td class="num">{text}</td>' if j in numeric else f"<td>{text}</td>")
+            cls = "num" if j in numeric else "free" if len(text) > LONG_CELL else ""
+            cells.append(f'<td class="{cls}">{text}</td>' if cls else f"<td>{text}</td>")
         cls = f' class="{row_class(i)}"' if row_class and row_class(i) else ""
         out.append(f"<tr{cls}>{''.join(cells)}</tr>")
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(out)}</tbody></table>"
@@ -94,7 +105,10 @@ def _num(value: float | None, text: str) -> str:
 
 
 def _params(spec: dict[str, Any]) -> str:
-    return " ".join(f"{k}={v}" for k, v in sorted((spec.get("params") or {}).items()) if v is not None)
+    """The workload's parameters, then the layout of a ``--parallel`` run (runs of one model differ by it alone)."""
+    params = " ".join(f"{k}={v}" for k, v in sorted((spec.get("params") or {}).items()) if v is not None)
+    layout = layout_label(spec)
+    return f"{params} · {layout}" if layout and params else layout or params
 
 
 def _free(text: Any) -> str:
@@ -129,8 +143,8 @@ def runs_table(records: list[dict[str, Any]]) -> str:
             + _num(world_size(r), str(world_size(r)))
             + _num(spec.get("threads"), str(spec.get("threads") or "-"))
             + _free(spec.get("device_name") or spec.get("device", "")) + _status_cell(r)
-            + _num(rate, "-" if rate is None else f"{rate:,.1f}")
-            + _num(None if step is None else step * 1e3, "-" if step is None else f"{step * 1e3:.3f}")
+            + _num(rate, sig(rate))
+            + _num(None if step is None else step * 1e3, ms(step))
             + f"<td>{escape(str(env['torch']))}</td>" + _free(env["container"] + (" " + env["image"] if env["image"] else ""))
             + _free(env["host"]) + _free(" ".join(f"{k}={v}" for k, v in sorted((spec.get("tags") or {}).items())))
             + "</tr>"

@@ -23,6 +23,7 @@ from typing import Any
 
 from dlbench.errors import UsageError
 from dlbench.report.compare import GroupEstimate, change_text, compare, permille
+from dlbench.report.numbers import with_spread
 
 DEFAULT_THRESHOLD = 0.05
 #: Fewer runs than this on a side leave a configuration undecided: one run's error is its step-time
@@ -125,7 +126,7 @@ def regress_table(rows: list[RegressRow]) -> tuple[list[str], list[list[str]]]:
     """Columns and rows of text for the terminal."""
 
     def side(est: GroupEstimate | None) -> str:
-        return "-" if est is None else f"{est.samples_per_s:,.1f} ± {est.sem:,.1f} (n={est.runs})"
+        return "-" if est is None else f"{with_spread(est.samples_per_s, est.sem)} (n={est.runs})"
 
     columns = ["configuration", "baseline samples/s", "candidate samples/s", "change [95% CI]", "noise test", "decision"]
     return columns, [

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from dlbench.report.compare import ratio_text
+from dlbench.report.numbers import ms, sig, with_spread
 from dlbench.safety import printable
 
 Table = tuple[list[str], list[list[str]]]
@@ -27,36 +28,34 @@ def si(value: float | None, unit: str = "", digits: int = 3) -> str:
     return f"{value:.{digits}g} {unit}".rstrip()
 
 
-def _ms(seconds: float | None) -> str:
-    return "-" if seconds is None else f"{seconds * 1e3:.2f}"
+def _in_ms(seconds: float | None) -> float | None:
+    return None if seconds is None else seconds * 1e3
 
 
 def rate_text(value: float | None) -> str:
-    """A throughput in significant digits: ``4,712``, ``123.4``, ``0.01234`` (one decimal showed a slow
-    workload's 0.012 samples/s as "0.0")."""
-    if value is None:
-        return "-"
-    if abs(value) >= 1000:
-        return f"{value:,.0f}"
-    return f"{value:.4g}"
-
+    """A throughput in significant digits (:func:`dlbench.report.numbers.sig`): ``4,712``, ``123``, ``0.0123``
+    (one decimal showed a slow workload's 0.012 samples/s as "0.0")."""
+    return sig(value)
 
 
 def run_table(records: Sequence[dict[str, Any]]) -> Table:
-    """One row per run just made: what tells runs apart (parameters, processes, threads), throughput,
-    step-time spread, FLOP/s."""
-    columns = ["workload", "params", "device", "prec", "batch", "procs×threads", "samples/s", "step ms (median±MAD)",
-               "FLOP/s", "MFU", "status"]
+    """One row per run just made: what tells runs apart (parameters, the layout of a ``--parallel`` run,
+    processes, threads), throughput, step-time spread, FLOP/s. The layout column is there when a run has one:
+    a suite of one model under six layouts showed six rows with the same parameters."""
+    with_layout = any(layout_label(r["spec"]) for r in records)
+    columns = ["workload", "params", *(["layout"] if with_layout else []), "device", "prec", "batch", "procs×threads",
+               "samples/s", "step ms (median±MAD)", "FLOP/s", "MFU", "status"]
     rows = []
     for r in records:
         spec, result = r["spec"], r.get("result") or {}
         step = result.get("step_time_s") or {}
-        spread = f"{_ms(step.get('median'))} ± {_ms(step.get('mad'))}" if step else "-"
+        spread = with_spread(_in_ms(step.get("median")), _in_ms(step.get("mad"))) if step else "-"
         mfu = result.get("mfu")
         params = ",".join(f"{k}={v}" for k, v in sorted((spec.get("params") or {}).items()) if v is not None)
         procs = f"{spec.get('world_size') or spec.get('nproc', 1)}×{spec.get('threads') or '?'}"
         rows.append([
-            spec["workload"], params or "-", spec.get("device_name") or spec.get("device", "?"), spec.get("precision", ""),
+            spec["workload"], params or "-", *([layout_label(spec) or "-"] if with_layout else []),
+            spec.get("device_name") or spec.get("device", "?"), spec.get("precision", ""),
             str(spec.get("batch_size", "")), procs, rate_text(result.get("samples_per_s")), spread,
             si(result.get("achieved_flops_per_s"), "FLOP/s"), "-" if mfu is None else f"{mfu:.1%}",
             r["status"] if r["status"] == "ok" else f"{r['status']}: {(r.get('error') or '')[:60]}",
@@ -120,7 +119,7 @@ def summary_table(summaries: Sequence[Any]) -> Table:
     rows = [
         [
             s.id, s.created_at[:19].replace("T", " "), s.workload, s.device_name, str(s.nproc), s.precision,
-            str(s.batch_size or ""), rate_text(s.samples_per_s), _ms(s.step_time_median_s), s.torch_version,
+            str(s.batch_size or ""), rate_text(s.samples_per_s), ms(s.step_time_median_s), s.torch_version,
             s.host, s.status, ",".join(f"{k}={v}" for k, v in sorted(s.tags.items())),
         ]
         for s in summaries
@@ -133,7 +132,7 @@ def compare_table(rows: Sequence[Any]) -> Table:
     columns = ["configuration", "A samples/s", "B samples/s", "B/A [95% CI]", "verdict"]
 
     def side(est) -> str:
-        return "-" if est is None else f"{rate_text(est.samples_per_s)} ± {rate_text(est.sem)} (n={est.runs})"
+        return "-" if est is None else f"{with_spread(est.samples_per_s, est.sem)} (n={est.runs})"
 
     return columns, [
         [row.key, side(row.a), side(row.b), "-" if row.ratio is None else ratio_text(row.ratio, row.low, row.high), row.verdict]

@@ -97,6 +97,8 @@ def render_timeline(data: dict[str, Any], path: str | Path) -> Path:
 
 def draw_timeline(fig, data: dict[str, Any]) -> None:
     """Draw :func:`render_timeline`'s panels on ``fig`` (any backend: a file, or a notebook's inline one)."""
+    from dlbench.report.figures import wrapped  # beside matplotlib: only when drawing
+
     panels = data["panels"]
     axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False)
     for ax, panel in zip(axes[:, 0], panels):
@@ -114,7 +116,7 @@ def draw_timeline(fig, data: dict[str, Any]) -> None:
         # beside the panel, not on it: inside, it covered the host's 100 % line
         ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     axes[-1, 0].set_xlabel("seconds since the run started")
-    fig.suptitle(data["title"])
+    fig.suptitle(wrapped(data["title"], fig))
     fig.tight_layout()
 
 

@@ -26,6 +26,7 @@ from dlbench.report.compare import (
     ratio_interval,
 )
 from dlbench.report.frame import environment
+from dlbench.report.numbers import span, with_spread
 
 BY = ("torch", "cuda", "container", "date", "host")
 
@@ -111,8 +112,7 @@ def trend_table(points: list[TrendPoint], by: str) -> tuple[list[str], list[list
     for p in points:
         e = p.estimate
         rows.append([
-            p.configuration, p.group, str(e.runs), f"{e.samples_per_s:,.1f} ± {e.sem:,.1f}",
-            f"{p.min_samples_per_s:,.1f} – {p.max_samples_per_s:,.1f}",
+            p.configuration, p.group, str(e.runs), with_spread(e.samples_per_s, e.sem), span(p.min_samples_per_s, p.max_samples_per_s),
             "-" if p.ratio is None else change_text(p.ratio, p.ratio_low, p.ratio_high),
             f"◆ {p.change}" if is_change_point(p) else (p.change or "-"),
         ])

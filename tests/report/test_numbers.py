@@ -1,0 +1,69 @@
+"""The one number formatter of tables and charts (issue 34, item 5): significant digits, not fixed decimals."""
+
+import math
+
+from hypothesis import given, strategies as st
+
+from dlbench.report.numbers import DIGITS, ms, sig, span, with_spread
+
+MAGNITUDES = st.floats(min_value=1e-9, max_value=1e13, allow_nan=False, allow_infinity=False)
+VALUES = st.builds(lambda m, negative: -m if negative else m, MAGNITUDES, st.booleans())
+
+
+def _parse(text: str) -> float:
+    return float(text.replace(",", ""))
+
+
+def _decimals(text: str) -> int:
+    return len(text.split(".")[1]) if "." in text else 0
+
+
+def _reads_zero(text: str) -> bool:
+    return not text.strip("-0.,")
+
+
+def test_a_slow_workload_keeps_its_digits():
+    # maskrcnn at 0.05 samples/s was "0.1 ± 0.0" with one decimal
+    assert with_spread(0.0512, 0.0003) == "0.0512 ± 0.0003"
+    assert with_spread(4712.3, 35.2) == "4,712 ± 35"
+    assert with_spread(123.4, 0.02) == "123.40 ± 0.02"
+    assert sig(0.05) == "0.0500" and sig(None) == "-" and ms(0.0123) == "12.3"
+    assert span(0.05, 1234.5) == "0.0500 – 1,234.5000"
+
+
+@given(VALUES)
+def test_a_nonzero_value_never_reads_zero(value):
+    assert not _reads_zero(sig(value))
+
+
+@given(VALUES)
+def test_a_value_round_trips_within_its_stated_precision(value):
+    text = sig(value)
+    places = _decimals(text)
+    assert abs(_parse(text) - value) <= 0.5 * 10 ** -places * (1 + 1e-9)
+    # at least DIGITS significant digits: the relative error is within half a unit of the last of them
+    assert abs(_parse(text) - value) <= 0.5 * 10 ** (1 - DIGITS) * abs(value) * (1 + 1e-9)
+
+
+@given(VALUES, MAGNITUDES)
+def test_the_spread_keeps_the_values_decimal_place_and_never_reads_zero(value, spread):
+    text = with_spread(value, spread)
+    shown_value, shown_spread = text.split(" ± ")
+    assert _decimals(shown_value) == _decimals(shown_spread)
+    assert not _reads_zero(shown_value) and not _reads_zero(shown_spread)
+    places = _decimals(shown_value)
+    for shown, true in ((shown_value, value), (shown_spread, spread)):
+        assert abs(_parse(shown) - true) <= 0.5 * 10 ** -places * (1 + 1e-9)
+    assert abs(_parse(shown_value) - value) <= 0.5 * 10 ** (1 - DIGITS) * abs(value) * (1 + 1e-9)
+
+
+@given(VALUES, VALUES)
+def test_a_range_has_one_decimal_place_and_neither_end_reads_zero(low, high):
+    shown_low, shown_high = span(low, high).split(" – ")
+    assert _decimals(shown_low) == _decimals(shown_high)
+    assert not _reads_zero(shown_low) and not _reads_zero(shown_high)
+
+
+def test_missing_and_non_finite_values():
+    assert with_spread(None, 1.0) == "-" and with_spread(2.5, None) == "2.50" and span(None, 1.0) == "-"
+    assert sig(math.inf) == "inf" and with_spread(1.0, math.nan) == "1.00"
