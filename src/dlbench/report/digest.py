@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from dlbench.report.compare import CompareRow, GroupEstimate, config_key, verdict
+from dlbench.report.compare import CompareRow, GroupEstimate, config_key, interval_verdict, ratio_interval
 from dlbench.report.container import SESSION_TAG
 from dlbench.report.frame import environment
 from dlbench.report.trend import TrendPoint, _version_key
@@ -345,11 +345,11 @@ class Digest:
             for name in _order(self.trend_by, groups):
                 acc = groups[name]
                 est = acc.estimate()
-                change, percent = "", None
-                if previous is not None:
-                    change = verdict(previous, est)
-                    percent = (est.samples_per_s / previous.samples_per_s - 1) * 100
-                points.append(TrendPoint(key, name, est, acc.low, acc.high, acc.first_at, change, percent))
+                change, percent, interval = "", None, (None, None, None)
+                if previous is not None:  # as trend.trend: the verdict on the interval it prints
+                    interval = ratio_interval(previous, est)
+                    change, percent = interval_verdict(*interval), (interval[0] - 1) * 100
+                points.append(TrendPoint(key, name, est, acc.low, acc.high, acc.first_at, change, percent, *interval))
                 previous = est
         return points
 
@@ -380,7 +380,8 @@ def compare_accs(a: dict[str, Acc], b: dict[str, Acc]) -> list[CompareRow]:
         ea = a[key].estimate() if key in a else None
         eb = b[key].estimate() if key in b else None
         if ea and eb:
-            rows.append(CompareRow(key, ea, eb, eb.samples_per_s / ea.samples_per_s, verdict(ea, eb)))
+            ratio, low, high = ratio_interval(ea, eb)  # as compare.compare
+            rows.append(CompareRow(key, ea, eb, ratio, interval_verdict(ratio, low, high), low, high))
         else:
             rows.append(CompareRow(key, ea, eb, None, "only in A" if ea else "only in B"))
     return rows

@@ -15,7 +15,7 @@ from typing import Any
 from dlbench import __version__
 from dlbench.report import sections
 from dlbench.report.centre import DRILL_RUNS, TREND_POINTS, Digest, Gathered, configurations_section, gather_records
-from dlbench.report.compare import Z
+from dlbench.report.compare import Z, change_text, ratio_text
 from dlbench.report.container import container_section, container_sessions
 from dlbench.report.labels import split_shared
 from dlbench.report.numbers import ms, sig, span, with_spread
@@ -173,14 +173,15 @@ def _compare_section(items: list[dict[str, Any]]) -> str:
     out = []
     for item in items:
         rows = [[r.key, _est(r.a) + f" (n={r.a.runs})" if r.a else "-", _est(r.b) + f" (n={r.b.runs})" if r.b else "-",
-                 f"{r.ratio:.3f}" if r.ratio else "-", ("html", f'<span class="{r.verdict.split()[0]}">{escape(r.verdict)}</span>')]
+                 ratio_text(r.ratio, r.low, r.high) if r.ratio else "-", ("html", f'<span class="{r.verdict.split()[0]}">{escape(r.verdict)}</span>')]
                 for r in item["rows"]]
         out.append(f"<h3>{escape(item['label'])}{' (automatic)' if item['auto'] else ''}</h3>"
-                   + table(["configuration", "A samples/s", "B samples/s", "B/A", "verdict"], rows, numeric={1, 2, 3}))
+                   + table(["configuration", "A samples/s", "B samples/s", "B/A [95% CI]", "verdict"], rows, numeric={1, 2, 3}))
     return "".join(out) + method(
-        f"As <code>dlbench compare</code>: runs are paired by configuration; B is faster or slower when the difference of "
-        f"mean throughputs passes Welch's t-test at 95 % (it exceeds t standard errors of the difference: {Z} with many "
-        f"runs, 2.78 with three a side), else within noise. Automatic "
+        f"As <code>dlbench compare</code>: runs are paired by configuration; B/A is shown with its 95 % interval "
+        f"(Welch's: t standard errors of the difference of mean throughputs, {Z} with many runs, 2.78 with three a "
+        f"side, over A's mean), and B is faster or slower when the interval, as printed, lies wholly above or below "
+        f"1.000, else within noise. Automatic "
         f"comparisons appear when the selected runs take exactly two values of {', '.join(sections.AUTO_COMPARE)}.")
 
 
@@ -206,9 +207,9 @@ def _trend_section(points: list, by: str) -> str:
     charts, rows = [], []
     for key, pts in shown.items():
         charts.append(trend_chart(key, pts, by))
-        rows += [[key, p.group, p.estimate.runs, _est(p.estimate), "-" if p.change_percent is None else f"{p.change_percent:+.1f}%",
+        rows += [[key, p.group, p.estimate.runs, _est(p.estimate), "-" if p.ratio is None else change_text(p.ratio, p.ratio_low, p.ratio_high),
                   p.change or "-"] for p in pts]
-    return (table(["configuration", by, "runs", "samples/s", "vs previous", "verdict"], rows, numeric={2, 3, 4},
+    return (table(["configuration", by, "runs", "samples/s", "vs previous [95% CI]", "verdict"], rows, numeric={2, 3, 4},
                   row_class=lambda i: "changed" if rows[i][5] in ("faster", "slower") else "")
             + f'<div class="charts">{"".join(charts)}</div>'
             + method(f"Runs grouped by configuration and by {by} ({'version order' if by in ('torch', 'cuda') else 'time order'}); "
