@@ -93,20 +93,25 @@ def test_a_postgresql_statement_that_waits_on_a_lock_ends_at_the_statement_timeo
         holder.dispose()
 
 
-def test_a_silent_kubernetes_api_is_one_sentence_within_the_request_timeout(silent_server, tmp_path, monkeypatch):
-    pytest.importorskip("kubernetes")
-    from dlbench.errors import UsageError
-    from dlbench.launch.k8s import scheduler
-
+def _kubeconfig_of_silent_api(tmp_path, port: int, monkeypatch) -> None:
+    """KUBECONFIG naming the silent server on loopback as the cluster's API."""
     config = tmp_path / "kubeconfig"
     config.write_text(f"""apiVersion: v1
 kind: Config
-clusters: [{{name: c, cluster: {{server: "http://127.0.0.1:{silent_server}"}}}}]
+clusters: [{{name: c, cluster: {{server: "http://127.0.0.1:{port}"}}}}]
 users: [{{name: u, user: {{token: t}}}}]
 contexts: [{{name: x, context: {{cluster: c, user: u}}}}]
 current-context: x
 """)
     monkeypatch.setenv("KUBECONFIG", str(config))
+
+
+def test_a_silent_kubernetes_api_is_one_sentence_within_the_request_timeout(silent_server, tmp_path, monkeypatch):
+    pytest.importorskip("kubernetes")
+    from dlbench.errors import UsageError
+    from dlbench.launch.k8s import scheduler
+
+    _kubeconfig_of_silent_api(tmp_path, silent_server, monkeypatch)
     monkeypatch.setattr(scheduler, "API_TIMEOUT_S", (1.0, 2.0))
     k8s = scheduler.KubeScheduler()
     started = time.monotonic()
@@ -151,15 +156,7 @@ def test_a_run_on_a_silent_kubernetes_api_is_one_sentence_within_the_bound_and_r
     from dlbench.launch.k8s import scheduler
     from dlbench.store import RunFilter, open_store
 
-    config = tmp_path / "kubeconfig"
-    config.write_text(f"""apiVersion: v1
-kind: Config
-clusters: [{{name: c, cluster: {{server: "http://127.0.0.1:{silent_server}"}}}}]
-users: [{{name: u, user: {{token: t}}}}]
-contexts: [{{name: x, context: {{cluster: c, user: u}}}}]
-current-context: x
-""")
-    monkeypatch.setenv("KUBECONFIG", str(config))
+    _kubeconfig_of_silent_api(tmp_path, silent_server, monkeypatch)
     monkeypatch.setenv("DLBENCH_METRICS_DIR", str(tmp_path / "metrics"))
     monkeypatch.setattr(scheduler, "API_TIMEOUT_S", (1.0, 2.0))
     db = tmp_path / "runs.db"
