@@ -153,14 +153,20 @@ def read(
             return
         record = records[0]
     else:
-        if launch.dry_run or launch.no_wait:
-            raise UsageError("--dry-run and --no-wait are for jobs submitted with --launcher slurm or k8s.")
-        if launch.launcher_name() in ("local", "torchrun"):
-            spec = spec.model_copy(update={"torchrun": launch.launcher_name() == "torchrun"})
-        record = _run(spec, db, no_store)
+        record = _run_here(spec, launch, lambda here: _run(here, db, no_store), "slurm or k8s")
         if record is None:  # a follower rank of an outside launcher's job: rank 0 reports
             return
     show_read(record, as_json)
+
+
+def _run_here(spec, launch: LaunchOptions, run, batch_launchers: str):
+    """``run(spec)`` on this host, under torchrun when asked; None for a follower rank (rank 0 reports).
+    ``batch_launchers`` names the launchers --dry-run and --no-wait belong to."""
+    if launch.dry_run or launch.no_wait:
+        raise UsageError(f"--dry-run and --no-wait are for jobs submitted with --launcher {batch_launchers}.")
+    if launch.launcher_name() in ("local", "torchrun"):
+        spec = spec.model_copy(update={"torchrun": launch.launcher_name() == "torchrun"})
+    return run(spec)
 
 
 def _spec(cls, **fields: Any):
@@ -330,11 +336,7 @@ def checkpoint(
             return
         record = records[0]
     else:
-        if launch.dry_run or launch.no_wait:
-            raise UsageError("--dry-run and --no-wait are for jobs submitted with --launcher slurm.")
-        if launch.launcher_name() in ("local", "torchrun"):
-            spec = spec.model_copy(update={"torchrun": launch.launcher_name() == "torchrun"})
-        record = _checkpoint_run(spec, db, no_store)
+        record = _run_here(spec, launch, lambda here: _checkpoint_run(here, db, no_store), "slurm")
         if record is None:
             return
     if as_json:
