@@ -164,7 +164,9 @@ def container_sessions(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def _verdict_class(row: ContainerRow) -> str:
     if row.stacks_differ:
         return "diff"
-    return "slower" if row.high is not None and row.high < 1.0 and row.ratio < GOAL else ""
+    # the rule container_verdict applies, on the printed per-mille figures: a cost beyond the goal
+    beyond = row.high is not None and permille(row.high) < 1000 and permille(row.ratio) < permille(GOAL)
+    return "slower" if beyond else ""
 
 
 def container_section(sessions: list[dict[str, Any]]) -> str:
