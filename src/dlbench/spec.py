@@ -296,6 +296,9 @@ class IoReadSpec(BaseModel):
     batch_size: int | None = Field(default=None, gt=0, le=MAX_IO_BATCH, description="Samples per batch per rank; None: the preset's, else 1.")
     workers: int | None = Field(default=None, ge=0, le=MAX_WORKERS, description="DataLoader workers per rank; None: the preset's, else 4.")
     prefetch: int = Field(default=2, gt=0, le=MAX_PREFETCH, description="Batches each worker loads ahead (DataLoader prefetch_factor).")
+    buffers: Literal["ring", "fresh"] = Field(
+        default="ring", description="ring: reuse prefetch + 2 shared-memory batch buffers per worker; fresh: a new "
+        "shared tensor per batch, as PyTorch's default collate makes (what DLIO and most training scripts do).")
     shuffle: bool = Field(default=True, description="Shuffle the sample order each epoch (DistributedSampler's).")
     pin_memory: bool | None = Field(default=None, description="Pinned host buffers; None: on with CUDA.")
     decode: bool = Field(default=True, description="Decode samples (np.load, JPEG, HDF5); False: raw bytes with pread.")

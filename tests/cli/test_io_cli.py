@@ -50,6 +50,18 @@ def test_generate_read_and_stage_are_stored_runs_and_two_copies_compare(capsys, 
     assert len(rows) == 1 and rows[0]["ratio"] is not None  # one configuration: the same data set on two paths
 
 
+def test_fresh_buffers_read_the_same_samples_and_a_bad_choice_is_one_sentence(capsys, db, tmp_path):
+    run_json(capsys, "io", "generate", str(tmp_path / "d"), *TINY)
+    read = ["io", "read", str(tmp_path / "d"), "-b", "4", "-w", "1", "--compute-ms", "1"]
+    ring, fresh = run_json(capsys, *read), run_json(capsys, *read, "--buffers", "fresh")
+    assert (ring["spec"]["buffers"], fresh["spec"]["buffers"]) == ("ring", "fresh")
+    assert ring["result"]["samples"] == fresh["result"]["samples"] == 24
+    assert ring["result"]["bytes"] == fresh["result"]["bytes"] > 0
+    assert main([*read, "--buffers", "rings"]) == 2
+    err = capsys.readouterr().err
+    assert "buffers" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
 @pytest.mark.slow
 def test_compute_from_takes_a_stored_runs_median_step(capsys, db, tmp_path):
     trained = run_json(capsys, "run", "lstm", *LSTM, "-b", "4", "--steps", "2", "--warmup", "0", "--no-telemetry")

@@ -82,6 +82,21 @@ def test_workers_hand_ring_buffers_over_by_name_and_leave_no_shared_file(tmp_pat
     assert not os.listdir(shm)
 
 
+def test_fresh_buffers_hand_each_batch_over_as_the_stock_dataloader_does(tmp_path, monkeypatch):
+    # io read --buffers fresh: no ring, a new shared tensor a batch (torch's own hand-off), the same data
+    manifest, expected = _data_set(tmp_path, samples=8)
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    monkeypatch.setattr(batch_module, "SHM_DIR", str(shm))
+    attached = dict(batch_module._ATTACHED)
+    loader = DataLoader(FileDataset(tmp_path, manifest, ring_slots=None), batch_size=2, num_workers=1,
+                        prefetch_factor=2, collate_fn=collate)
+    got = [b["fields"][0] for b in loader]
+    np.testing.assert_array_equal(torch.cat(got).numpy(), np.stack(expected))
+    assert len({t.data_ptr() for t in got}) == len(got)  # every batch its own tensor: nothing reused
+    assert batch_module._ATTACHED == attached and not os.listdir(shm)  # nothing mapped by name
+
+
 def test_direct_reads_match_the_files_or_are_refused_in_one_sentence(tmp_path):
     manifest, _ = _data_set(tmp_path, shape=(5000,))
     try:

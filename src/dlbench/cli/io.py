@@ -115,6 +115,8 @@ def read(
     batch_size: int = typer.Option(None, "--batch-size", "-b", help="Samples per batch per rank \\[default: the preset's, else 1]."),
     workers: int = typer.Option(None, "--workers", "-w", help="DataLoader workers per rank \\[default: the preset's, else 4]."),
     prefetch: int = typer.Option(2, "--prefetch", help="Batches each worker loads ahead (prefetch_factor)."),
+    buffers: str = typer.Option("ring", "--buffers", help="ring (reuse prefetch + 2 shared batch buffers a worker) | "
+                                "fresh (a new shared tensor a batch, as PyTorch's default collate and DLIO)."),
     shuffle: bool = typer.Option(True, "--shuffle/--no-shuffle", help="Shuffle each epoch (DistributedSampler)."),
     pin_memory: bool = typer.Option(None, "--pin-memory/--no-pin-memory", help="Pinned host buffers \\[default: with CUDA].", show_default=False),
     decode: bool = typer.Option(True, "--decode/--raw", help="Decode samples as a training job, or read raw bytes (pread)."),
@@ -142,7 +144,7 @@ def read(
     """Read a data set as a training job does; samples/s, MB/s, accelerator utilisation (AU), batch waits."""
     from dlbench.spec import IoReadSpec, parse_key_values
 
-    spec = _spec(IoReadSpec, path=path, batch_size=batch_size, workers=workers, prefetch=prefetch, shuffle=shuffle,
+    spec = _spec(IoReadSpec, path=path, batch_size=batch_size, workers=workers, prefetch=prefetch, buffers=buffers, shuffle=shuffle,
                  pin_memory=pin_memory, decode=decode, direct=direct, compute_ms=compute_ms, compute_from=compute_from, epochs=epochs,
                  steps=steps, cache=cache, device=device, seed=seed, nproc=nproc, nnodes=nnodes, node_rank=node_rank,
                  rdzv_endpoint=rdzv_endpoint, backend=backend, threads=threads, timeout_s=timeout,

@@ -52,8 +52,10 @@ def read_data_set(spec: IoReadSpec, manifest: Manifest, settings: dict[str, Any]
     root = Path(spec.path)
     paths = [root / entry["name"] for entry in manifest.files]
     cache = _prepare_cache(spec.cache, paths, dist)
-    # buffers reused: a worker has at most `prefetch` batches in flight and this loop holds one (storage.batch)
-    dataset = FileDataset(root, manifest, decode=spec.decode, direct=spec.direct, ring_slots=spec.prefetch + 2)
+    # buffers reused: a worker has at most `prefetch` batches in flight and this loop holds one (storage.batch);
+    # --buffers fresh: a new shared tensor per batch, the stock DataLoader's hand-off (to compare with DLIO's)
+    ring_slots = spec.prefetch + 2 if spec.buffers == "ring" else None
+    dataset = FileDataset(root, manifest, decode=spec.decode, direct=spec.direct, ring_slots=ring_slots)
     sampler = DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=spec.shuffle, seed=spec.seed,
                                  drop_last=world > 1)
     workers = settings["workers"]
