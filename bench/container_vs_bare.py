@@ -54,6 +54,8 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--starts", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=None, help="measured steps a run (default: the YAML's 10, sized "
+                        "for a loaded host; more on a quiet one narrows the intervals)")
     args = parser.parse_args()
     before = load()
     started = dt.datetime.now(dt.timezone.utc)
@@ -62,6 +64,7 @@ def main() -> int:
         out = subprocess.run(
             [sys.executable, "-m", "dlbench", "bare-vs-container", args.image, "--config", str(HERE / "container_vs_bare.yaml"),
              "--repeats", str(args.repeats), "--threads", str(args.threads), "--json",
+             *(["--steps", str(args.steps)] if args.steps else []),
              "--db", os.path.join(tmp, "runs.db")], capture_output=True, text=True)
     if out.returncode != 0:
         print(out.stderr, file=sys.stderr)
@@ -71,7 +74,8 @@ def main() -> int:
     boxed_s, bare_s = start_cost(args.image, args.starts)
     after = load()
     print(f"## Container ÷ bare metal (issue 32; cpu-2c, {started:%Y-%m-%d %H:%M} UTC, load {before} → {mid} → {after})\n")
-    print(f"`python bench/container_vs_bare.py --image {args.image} --repeats {args.repeats} --threads {args.threads}`\n")
+    steps = f" --steps {args.steps}" if args.steps else ""
+    print(f"`python bench/container_vs_bare.py --image {args.image} --repeats {args.repeats} --threads {args.threads}{steps}`\n")
     print("| configuration | pairs | bare samples/s | container samples/s | container ÷ bare [95% CI] | load | verdict |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:

@@ -2,8 +2,10 @@
 
     python bench/io_checkpoint.py DIR [--model llama3-8b] [--scale 0.004] [--nproc 1] [--configs dcp dcp-stock raw] [--rounds 2]
 
-Configurations: ``dcp`` (dlbench's defaults: ``dcp.save`` without torch.save's CRC-32, read back in place),
-``dcp-stock`` (``--crc32 --reader stock``: ``dcp.save``/``dcp.load`` as they ship), ``raw`` (``--writer raw``).
+Configurations: ``dcp`` (dlbench's defaults: ``dcp.save`` without torch.save's CRC-32, each 64 MiB's write-out
+started as it is written, read back in place), ``dcp-stock`` (``--crc32 --reader stock --no-writeback``:
+``dcp.save``/``dcp.load`` as they ship), ``raw`` (``--writer raw``), ``dcp-no-writeback`` and
+``raw-no-writeback`` (all written, then fsynced, as fio's ``--end_fsync=1``).
 For each, ROUNDS × (fio, dlbench, dlbench, fio): dlbench = ``io checkpoint DIR --no-fio`` (write with
 fsync, then read back cold; the slowest rank's stages printed), fio = one job per rank writing (``--bs=4M --ioengine=psync --end_fsync=1``) and
 reading cold (``--invalidate=1``) each rank's share of the same bytes. The page cache is dropped before each
@@ -32,7 +34,8 @@ def drop_all_caches() -> None:
         pass  # fio --invalidate and dlbench's own drop still make the reads cold
 
 
-CONFIGS = {"dcp": [], "dcp-stock": ["--crc32", "--reader", "stock"], "raw": ["--writer", "raw"]}
+CONFIGS = {"dcp": [], "dcp-stock": ["--crc32", "--reader", "stock", "--no-writeback"], "raw": ["--writer", "raw"],
+           "dcp-no-writeback": ["--no-writeback"], "raw-no-writeback": ["--writer", "raw", "--no-writeback"]}
 
 
 def dlbench(args, directory: Path, config: str) -> dict:

@@ -15,7 +15,10 @@ WORKERS workers, BATCH samples per batch, COMPUTE_MS of emulated compute (a slee
 nothing). Each tool reads the data set it generated (DLIO's npz holds x and y arrays; dlbench's one array
 of the same bytes). DLIO's figures come from its summary.json (train_throughput_mean_samples_per_second,
 train_au_mean_percentage); dlbench's from its record (samples_per_s, au). Prints each pair and the median
-ratios. Delete DIR afterwards.
+ratios. ``--buffers ring fresh`` (the default) reads with each of dlbench's hand-offs: its ring of reused
+batch buffers, and ``fresh`` — a new shared tensor a batch, as PyTorch's default collate and DLIO do — which
+isolates how much of a difference is the hand-off; repeats alternate the order (DLIO first, then last).
+Delete DIR afterwards.
 
 dlio_benchmark 2.0.0 pins tensorflow, DALI and more: install it in its own venv (see bench/RESULTS.md).
 """
@@ -68,9 +71,9 @@ def run_dlio(args, data: Path, out: Path, generate: bool) -> dict:
             "steady_samples_per_s": (len(steps) - 1) * args.batch / sum(steps[1:])}
 
 
-def run_dlbench(args, root: Path) -> dict:
+def run_dlbench(args, root: Path, buffers: str) -> dict:
     done = subprocess.run([sys.executable, "-m", "dlbench", "io", "read", str(root), "-b", str(args.batch), "-w",
-                           str(args.workers), "--compute-ms", str(args.compute_ms), "--epochs", str(args.epochs), "--cache", "cold", "--device", "cpu",
+                           str(args.workers), "--buffers", buffers, "--compute-ms", str(args.compute_ms), "--epochs", str(args.epochs), "--cache", "cold", "--device", "cpu",
                            "--no-store", "--json"], capture_output=True, text=True, check=False)
     if done.returncode:
         sys.exit(f"dlbench io read failed: {done.stderr[-2000:]}")
@@ -91,6 +94,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--workload", choices=sorted(WORKLOADS))
     parser.add_argument("--epochs", type=int, default=1)
+    parser.add_argument("--buffers", nargs="+", choices=("ring", "fresh"), default=["ring", "fresh"],
+                        help="dlbench's hand-offs to read with (default: both)")
     parser.add_argument("--dlio", default="dlio_benchmark",
                         help="the dlio_benchmark executable (a venv of its own: its pins clash with dlbench's)")
     args = parser.parse_args()
@@ -108,22 +113,30 @@ def main() -> None:
         run_dlio(args, theirs, args.dir / "dlio" / "gen", generate=True)
     print(f"# {args.workload or 'free'}: {args.files} npz files x {args.sample_bytes:,} B, {args.epochs} epoch(s), batch {args.batch}, {args.workers} workers, "
           f"{args.compute_ms} ms compute; load {os.getloadavg()}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
-    rows = []
+    rows = []  # (dlio, {buffers: dlbench's figures})
     for i in range(args.repeats):
-        drop_cache(p for p in theirs.rglob("*.npz"))
-        dlio = run_dlio(args, theirs, args.dir / "dlio" / f"run{i}", generate=False)
-        ours_figures = run_dlbench(args, ours)
+        ours_figures = {}
+        order = ["dlio", *args.buffers] if i % 2 == 0 else [*reversed(args.buffers), "dlio"]
+        for who in order:
+            if who == "dlio":
+                drop_cache(p for p in theirs.rglob("*.npz"))
+                dlio = run_dlio(args, theirs, args.dir / "dlio" / f"run{i}", generate=False)
+            else:
+                ours_figures[who] = run_dlbench(args, ours, who)
         rows.append((dlio, ours_figures))
-        print(f"repeat {i}: " + " | ".join(
+        named = [("dlio", dlio), *((f"dlbench {b}", ours_figures[b]) for b in args.buffers)]
+        print(f"repeat {i} ({', '.join(order)}): " + " | ".join(
             f"{name} {f['samples_per_s']:.1f} samples/s AU {f['au']:.1%} (first batch {f['first_s']:.2f} s, then "
-            f"{f['steady_samples_per_s']:.1f} samples/s)" for name, f in (("dlio", dlio), ("dlbench", ours_figures))),
-            flush=True)
+            f"{f['steady_samples_per_s']:.1f} samples/s)" for name, f in named), flush=True)
     if threshold is not None:
-        print(f"AU threshold {threshold:.0%}: dlio {'passes' if statistics.median(d['au'] for d, _ in rows) >= threshold else 'fails'}, "
-              f"dlbench {'passes' if statistics.median(o['au'] for _, o in rows) >= threshold else 'fails'}")
-    print(f"median ratio dlbench / dlio: samples/s {statistics.median(o['samples_per_s'] / d['samples_per_s'] for d, o in rows):.3f}, "
-          f"AU {statistics.median(o['au'] / d['au'] for d, o in rows):.3f}; load {os.getloadavg()}")
-
+        verdicts = [("dlio", [d["au"] for d, _ in rows])] + [(f"dlbench {b}", [o[b]["au"] for _, o in rows]) for b in args.buffers]
+        print(f"AU threshold {threshold:.0%}: " + ", ".join(
+            f"{name} {'passes' if statistics.median(aus) >= threshold else 'fails'}" for name, aus in verdicts))
+    for b in args.buffers:
+        print(f"median ratio dlbench ({b}) / dlio: samples/s "
+              f"{statistics.median(o[b]['samples_per_s'] / d['samples_per_s'] for d, o in rows):.3f}, "
+              f"AU {statistics.median(o[b]['au'] / d['au'] for d, o in rows):.3f}")
+    print(f"load {os.getloadavg()}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
 
 if __name__ == "__main__":
     main()

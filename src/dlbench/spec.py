@@ -361,6 +361,7 @@ class CheckpointSpec(BaseModel):
     burst_buffer: str | None = Field(default=None, description="Write here first, then stage to path.")
     writer: Literal["dcp", "raw"] = Field(default="dcp", description="dcp: torch.distributed.checkpoint; raw: the bytes as in memory.")
     crc32: bool = Field(default=False, description="dcp: torch.save checksums each item as it writes (its default; torch.load never checks it).")
+    writeback: bool = Field(default=True, description="Start each 64 MiB piece's write-out to the device as it is written (the closing fsync then waits only for the rest); False: write everything, then fsync.")
     reader: Literal["in-place", "stock"] = Field(default="in-place", description="dcp's read: in-place (each tensor's bytes read into it) or stock (FileSystemReader: torch.load per item, then a copy).")
     read_back: bool = True
     fio: bool = Field(default=True, description="Compare with fio's sequential write and read of the same bytes.")

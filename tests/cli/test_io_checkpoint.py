@@ -43,7 +43,7 @@ def test_a_checkpoint_is_written_read_back_verified_and_stored(capsys, db, tmp_p
     target = tmp_path / "ckpt"
     record = run_json(capsys, "io", "checkpoint", str(target), *TINY)
     result = record["result"]
-    assert record["status"] == "ok" and record["spec"]["mode"] == "checkpoint"
+    assert record["status"] == "ok" and record["spec"]["mode"] == "checkpoint" and record["spec"]["writeback"]
     assert result["bytes"] == 14 * 8030 and result["verified"]
     assert result["write"]["bytes_per_s"] > 0 and result["read"]["slowest_rank_s"] > 0
     assert result["fio"]["write_bytes_per_s"] > 0 and result["write_vs_fio"] > 0
@@ -62,8 +62,9 @@ def test_a_checkpoint_is_written_read_back_verified_and_stored(capsys, db, tmp_p
 def test_raw_through_a_burst_buffer_stages_each_rank_file_and_keeps_it(capsys, db, tmp_path):
     target, burst = tmp_path / "scratch", tmp_path / "bb"
     record = run_json(capsys, "io", "checkpoint", str(target), *TINY, "--writer", "raw", "--burst-buffer", str(burst),
-                      "--keep", "--no-fio", "--no-store", "--model", "llm:tiny", "--dtype", "float32")
+                      "--keep", "--no-fio", "--no-store", "--model", "llm:tiny", "--dtype", "float32", "--no-writeback")
     result = record["result"]
+    assert record["spec"]["writeback"] is False
     assert result["verified"] and result["stage"]["bytes_per_s"] > 0 and "fio" not in result
     assert (target / "__0_0.raw").stat().st_size == result["bytes"] == (burst / "__0_0.raw").stat().st_size
 

@@ -129,7 +129,8 @@ def _checkpoint(run: ResolvedRun, dist) -> dict[str, Any]:
     tensors = {k: tuple(v) for k, v in run.record_spec["state"].items()}
     return run_engine(Path(spec.path), tensors, burst_buffer=Path(spec.burst_buffer) if spec.burst_buffer else None,
                       read_back=spec.read_back, fio=spec.fio, keep=spec.keep, dist=dist, writer=spec.writer,
-                      reader=spec.reader, crc32=spec.crc32)
+                      reader=spec.reader, crc32=spec.crc32,
+                      writeback=spec.writeback)
 
 
 def _checkpoint_rank(run: ResolvedRun, on_joined) -> dict[str, Any]:

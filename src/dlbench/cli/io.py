@@ -306,6 +306,7 @@ def checkpoint(
     writer: str = typer.Option("dcp", "--writer", help="dcp (torch.distributed.checkpoint, one file per rank) | raw (the tensors' bytes as in memory)."),
     reader: str = typer.Option("in-place", "--reader", help="dcp's read: in-place (each tensor's bytes read straight into it) | stock (dcp.FileSystemReader: torch.load per item, then a copy)."),
     crc32: bool = typer.Option(False, "--crc32/--no-crc32", help="dcp: torch.save's CRC-32 of each item as it writes (torch's default; torch.load never checks it)."),
+    writeback: bool = typer.Option(True, "--writeback/--no-writeback", help="Start each 64 MiB's write-out to the device as it is written (the closing fsync waits for the rest), or write all, then fsync."),
     read_back: bool = typer.Option(True, "--read-back/--no-read-back", help="Read the checkpoint back, cold."),
     fio: bool = typer.Option(True, "--fio/--no-fio", help="Compare with fio's sequential write (--end_fsync=1) and read of the same bytes."),
     keep: bool = typer.Option(False, "--keep", help="Keep the checkpoint files."),
@@ -324,7 +325,7 @@ def checkpoint(
     from dlbench.spec import CheckpointSpec, parse_key_values
 
     spec = _spec(CheckpointSpec, path=path, model=model, dtype=dtype, scale=scale, burst_buffer=burst_buffer,
-                 writer=writer, reader=reader, crc32=crc32, read_back=read_back, fio=fio, keep=keep, nproc=nproc, nnodes=nnodes, node_rank=node_rank,
+                 writer=writer, reader=reader, crc32=crc32, writeback=writeback, read_back=read_back, fio=fio, keep=keep, nproc=nproc, nnodes=nnodes, node_rank=node_rank,
                  rdzv_endpoint=rdzv_endpoint, timeout_s=timeout, tags=parse_key_values(tag or [], "--tag"))
     if launch.batch():
         from dlbench.api.checkpoint import resolve_checkpoint_batch

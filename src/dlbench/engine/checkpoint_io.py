@@ -11,6 +11,7 @@ is all bytes over that duration.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import shutil
 import socket
@@ -21,22 +22,32 @@ from typing import Any
 
 import torch
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.filesystem import FileSystem
 
 from dlbench.engine.dcp_reader import read_into
 from dlbench.engine.dist import DistContext
 from dlbench.storage.cache import drop_cache
 from dlbench.storage.checkpoint import fio_all_nodes, fio_phase, remove_fio_files, state_bytes
+from dlbench.storage.writeback import WritebackFile, writeback_stream
+
+
+class _WritebackFileSystem(FileSystem):
+    """DCP's local file system, its files written through :class:`dlbench.storage.writeback.WritebackFile`."""
+
+    def create_stream(self, path, mode):
+        return writeback_stream(path, mode)
 
 
 def run_checkpoint(target: Path, state_spec: dict[str, tuple[str, int]], *, burst_buffer: Path | None, read_back: bool,
                    fio: bool, keep: bool, dist: DistContext | None, writer: str = "dcp",
-                   reader: str = "in-place", crc32: bool = False) -> dict[str, Any]:
+                   reader: str = "in-place", crc32: bool = False, writeback: bool = True) -> dict[str, Any]:
     """Write (and read back) this rank's shard; the global result (every rank's figures merged).
     ``writer``: ``dcp`` (torch.distributed.checkpoint, as training saves) or ``raw`` (the tensors' bytes
     written and read back as they lie in memory, one file per rank: the floor under any checkpoint format).
     ``reader`` (dcp): ``in-place`` (each tensor's bytes read into it: :mod:`dlbench.engine.dcp_reader`) or
     ``stock`` (``dcp.FileSystemReader``: ``torch.load`` per item, then a copy). ``crc32``: ``torch.save``
-    checksums each item as it writes (its default; ``torch.load`` never checks it).
+    checksums each item as it writes (its default; ``torch.load`` never checks it). ``writeback``: each 64 MiB's
+    write-out to the device started as it is written (:mod:`dlbench.storage.writeback`), else all written, then fsynced.
     Each rank's write and read carry their stages' seconds (``write_stages``, ``read_stages``)."""
     rank, world = (dist.rank, dist.world_size) if dist else (0, 1)
     barrier = dist.barrier if dist else (lambda: None)
@@ -46,7 +57,8 @@ def run_checkpoint(target: Path, state_spec: dict[str, tuple[str, int]], *, burs
     first = burst_buffer or target
     local: dict[str, Any] = {"rank": rank, "host": socket.gethostname(), "bytes": state_bytes(state_spec)}
     barrier()
-    save = (lambda *a: _dcp_save(*a, crc32=crc32)) if writer == "dcp" else _raw_save
+    save = functools.partial(_dcp_save if writer == "dcp" else _raw_save, writeback=writeback,
+                             **({"crc32": crc32} if writer == "dcp" else {}))
     load = _raw_load if writer == "raw" else (_dcp_load if reader == "stock" else _dcp_load_in_place)
     written: dict[str, Any] = {}
     local["write_s"] = _timed(lambda: written.update(save(state, first, rank)))
@@ -137,15 +149,19 @@ def _stages(figures: dict[str, Any], total_s: float, rest: str) -> dict[str, flo
     return {rest: max(0.0, total_s - sum(stages.values()))} | stages
 
 
-def _dcp_save(state: dict[str, torch.Tensor], directory: Path, rank: int, crc32: bool = False) -> dict[str, float]:
-    """``dcp.save`` (its writes to the page cache: ``write_s`` is the rest of the phase), then this rank's files
-    fsynced (``fsync_s``): the bytes DCP's own ``sync_files`` would flush, the flush timed apart."""
+def _dcp_save(state: dict[str, torch.Tensor], directory: Path, rank: int, crc32: bool = False,
+              writeback: bool = True) -> dict[str, float]:
+    """``dcp.save`` (its writes to the page cache, each piece's write-out started as it lands with ``writeback``:
+    ``save_s`` is the rest of the phase), then this rank's files fsynced (``fsync_s``): the bytes DCP's own
+    ``sync_files`` would flush, the flush timed apart."""
     directory.mkdir(parents=True, exist_ok=True)
     before = torch.serialization.get_crc32_options()
     torch.serialization.set_crc32_options(crc32)
+    writer = dcp.FileSystemWriter(str(directory), single_file_per_rank=True, sync_files=False, thread_count=1)
+    if writeback:
+        writer.fs = _WritebackFileSystem()
     try:
-        dcp.save(state, storage_writer=dcp.FileSystemWriter(str(directory), single_file_per_rank=True, sync_files=False,
-                                                            thread_count=1))
+        dcp.save(state, storage_writer=writer)
     finally:
         torch.serialization.set_crc32_options(before)
     return {"fsync_s": _fsync(_rank_files(directory, rank))}
@@ -170,19 +186,15 @@ def _dcp_load_in_place(state: dict[str, torch.Tensor], directory: Path, rank: in
     return read_into(state, directory)
 
 
-def _raw_save(state: dict[str, torch.Tensor], directory: Path, rank: int) -> dict[str, float]:
+def _raw_save(state: dict[str, torch.Tensor], directory: Path, rank: int, writeback: bool = True) -> dict[str, float]:
     directory.mkdir(parents=True, exist_ok=True)
-    fd = os.open(directory / f"__{rank}_0.raw", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
+    path = directory / f"__{rank}_0.raw"
+    with WritebackFile(path, "wb", writeback=writeback) as out:
         for tensor in state.values():
-            view, at = memoryview(tensor.view(torch.uint8).numpy()), 0
-            while at < len(view):
-                at += os.write(fd, view[at:at + (1 << 30)])
+            out.write(memoryview(tensor.view(torch.uint8).numpy()))
         started = time.perf_counter()
-        os.fsync(fd)
+        os.fsync(out.fileno())
         return {"fsync_s": time.perf_counter() - started}
-    finally:
-        os.close(fd)
 
 
 def _raw_load(state: dict[str, torch.Tensor], directory: Path, rank: int) -> None:
