@@ -2,6 +2,12 @@
 
     python bench/io_checkpoint.py DIR [--model llama3-8b] [--scale 0.004] [--nproc 1] [--configs dcp dcp-stock raw] [--rounds 2]
 
+``--fio-holding``: fio runs while a second process holds the memory the checkpoint's process holds (the state
+during the write; the state and the tensors read into during the read, taken before each phase as dlbench
+takes them). On a VM whose balloon reports freed pages to the host, a process that has just taken GBs of
+fresh memory copies into page-cache pages the host must fault in, while fio alone (4 MiB of its own) reuses
+warm ones; holding the same memory makes the two comparable there and changes nothing on bare metal.
+
 Configurations: ``dcp`` (dlbench's defaults: ``dcp.save`` without torch.save's CRC-32, each 64 MiB's write-out
 started as it is written, read back in place), ``dcp-stock`` (``--crc32 --reader stock --no-writeback``:
 ``dcp.save``/``dcp.load`` as they ship), ``raw`` (``--writer raw``), ``dcp-no-writeback`` and
@@ -23,7 +29,32 @@ import sys
 import time
 from pathlib import Path
 
-from dlbench.storage.checkpoint import fio_rates
+from dlbench.storage.checkpoint import fio_phase, fio_rates, remove_fio_files
+
+#: A process that holds N more bytes of touched memory on each line it reads ("ok" once they are held).
+HOLDER = ("import sys, numpy as np\nheld = []\nfor line in sys.stdin:\n    held.append(np.ones(int(line), np.uint8))\n"
+          "    print('ok', flush=True)\n")
+
+
+def fio_holding(directory: Path, nbytes: int, jobs: int) -> dict[str, float]:
+    """fio's write and read while another process holds what the checkpoint's process holds: its state during the
+    write, the state and the tensors read into during the read (taken before each phase's clock, as dlbench's)."""
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        rates = {}
+        for phase in ("write", "read"):
+            holder.stdin.write(f"{nbytes}\n")
+            holder.stdin.flush()
+            assert holder.stdout.readline().strip() == "ok"
+            figures = fio_phase(directory, nbytes // jobs, jobs, phase)
+            if "error" in figures:
+                sys.exit(figures["error"])
+            rates[f"{phase}_bytes_per_s"] = figures["bytes_per_s"]
+        return rates
+    finally:
+        holder.kill()
+        holder.wait()
+        remove_fio_files(directory, jobs)
 
 
 def drop_all_caches() -> None:
@@ -59,8 +90,9 @@ def main() -> None:
     parser.add_argument("--nproc", type=int, default=1)
     parser.add_argument("--configs", nargs="+", default=["dcp", "dcp-stock", "raw"], choices=list(CONFIGS))
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--fio-holding", action="store_true", help="fio beside a process holding the checkpoint's memory")
     args = parser.parse_args()
-    print(f"# {args.model} x {args.scale}, {args.nproc} rank(s); {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}", flush=True)
+    print(f"# {args.model} x {args.scale}, {args.nproc} rank(s){', fio holding the same memory' if args.fio_holding else ''}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}", flush=True)
     summary = []
     for writer in args.configs:
         ours, fio, loads, nbytes = [], [], [], 0
@@ -73,7 +105,9 @@ def main() -> None:
                     nbytes = ours[-1]["bytes"]
                     figures = ours[-1]
                 else:
-                    figures = fio_rates(args.dir / "fio", nbytes // args.nproc if nbytes else int(112.4e9 * args.scale) // args.nproc, args.nproc)
+                    size = nbytes or int(112.4e9 * args.scale)
+                    figures = (fio_holding(args.dir / "fio", size, args.nproc) if args.fio_holding
+                               else fio_rates(args.dir / "fio", size // args.nproc, args.nproc))
                     fio.append({"write": figures["write_bytes_per_s"], "read": figures["read_bytes_per_s"]})
                     figures = fio[-1]
                 stages = "; ".join(f"{phase} " + ", ".join(f"{k.removesuffix('_s')} {v:.2f}s" for k, v in st.items())

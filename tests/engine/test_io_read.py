@@ -85,6 +85,23 @@ def test_ranks_merge_over_the_slowest_window_with_pooled_waits():
     assert merged["corrupt_samples"] == 1 and merged["peak_rss_bytes"] == 30
 
 
+def test_au_is_dlios_per_epoch_mean_each_without_its_first_batch(data_set):
+    # DLIO's compute_metrics_train: an epoch's AU leaves that epoch's first batch (its workers' start) out, and
+    # train_au_mean_percentage is the mean over epochs; the last epoch runs to the window's end
+    rank = {"window_s": 8.2, "samples": 60, "bytes": 600, "compute_s": 3.0, "wait_times_s": [0.1] * 6,
+            "step_times_s": [2.0, 1.0, 1.0, 3.0, 0.5, 0.5], "epoch_starts": [0, 3], "corrupt_samples": 0,
+            "corrupt": [], "peak_rss_bytes": 1, "rank": 0, "host": "a"}
+    merged = merge_ranks([rank], {"batch_size": 10, "compute_s": 0.5})
+    first, second = 0.5 * 2 / (4.0 - 2.0), 0.5 * 2 / (8.2 - 4.0 - 3.0)
+    assert merged["au"] == pytest.approx((first + second) / 2)
+    assert merged["au"] != pytest.approx(0.5 * 5 / (8.2 - 2.0))  # not the whole read's first batch alone
+    one_batch_epochs = rank | {"step_times_s": [2.0, 1.0], "epoch_starts": [0, 1], "window_s": 3.0}
+    assert merge_ranks([one_batch_epochs], {"batch_size": 10, "compute_s": 0.5})["au"] == pytest.approx(0.5 / 1.0)
+    root, manifest = data_set
+    read = _read(root, manifest, batch_size=4, workers=0, epochs=2, cache="asis")
+    assert read["steps"] == 10 and read["epoch_starts"] == [0, 5]  # 20 samples, batches of 4: five an epoch
+
+
 def test_the_record_breaks_each_sample_down_by_stage(data_set):
     root, manifest = data_set
     here = _read(root, manifest, batch_size=4, workers=0)["stages"]

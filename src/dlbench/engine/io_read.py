@@ -91,6 +91,7 @@ def _timed_read(spec: IoReadSpec, loader: DataLoader, sampler: DistributedSample
                 device: torch.device, dist: DistContext | None, progress: Progress | None) -> dict[str, Any]:
     """The loop of the module docstring; this rank's figures."""
     waits: list[float] = []
+    epoch_starts: list[int] = []  # the index of each epoch's first batch: DLIO's AU is per epoch
     stages = dict.fromkeys(STAGES, 0.0)
     handed_off = bool(loader.num_workers)
     samples = nbytes = corrupt_count = 0
@@ -102,12 +103,15 @@ def _timed_read(spec: IoReadSpec, loader: DataLoader, sampler: DistributedSample
     clock.start()
     for epoch in range(spec.epochs):
         sampler.set_epoch(epoch)
-        batches = iter(loader)
+        batches, first_of_epoch = iter(loader), True
         while spec.steps is None or len(waits) < spec.steps:
             started = time.perf_counter()
             batch = next(batches, None)
             if batch is None:
                 break
+            if first_of_epoch:
+                epoch_starts.append(len(waits))
+                first_of_epoch = False
             got = time.perf_counter()
             for tensor in batch["fields"]:
                 tensor.to(device, non_blocking=True)
@@ -127,7 +131,7 @@ def _timed_read(spec: IoReadSpec, loader: DataLoader, sampler: DistributedSample
         if spec.steps is not None and len(waits) >= spec.steps:
             break
     clock.stop()
-    return {"window_s": clock.window_s, "step_times_s": clock.step_times_s(), "wait_times_s": waits,
+    return {"window_s": clock.window_s, "step_times_s": clock.step_times_s(), "wait_times_s": waits, "epoch_starts": epoch_starts,
             "samples": samples, "bytes": nbytes, "compute_s": compute_s * len(waits),
             "corrupt_samples": corrupt_count, "corrupt": corrupt, "peak_rss_bytes": max(peak_rss, _rss_bytes()),
             "stages_s": stages}
@@ -186,6 +190,7 @@ def merge_ranks(per_rank: list[dict[str, Any]], settings: dict[str, Any]) -> dic
         "bytes_per_s": nbytes / window_s if window_s else None, "au": sum(au) / len(au), "au_min": min(au),
         "au_with_first_step": sum(au_all) / len(au_all),
         "samples": samples, "bytes": nbytes, "window_s": window_s, "steps": len(steps),
+        "epoch_starts": per_rank[0].get("epoch_starts"),  # the step each epoch began with (the AU's epochs)
         "batch_size": settings["batch_size"], "global_batch_size": settings["batch_size"] * len(per_rank),
         "compute_s_per_batch": settings["compute_s"],
         "step_time_s": step_stats(steps).as_dict() if steps else None, "step_times_s": steps,
@@ -202,8 +207,22 @@ def merge_ranks(per_rank: list[dict[str, Any]], settings: dict[str, Any]) -> dic
 
 
 def _au(rank: dict[str, Any], compute_s: float) -> float:
-    """DLIO's AU of one rank: compute over wall time, both without the first batch (the workers' start)."""
-    steps = rank["step_times_s"]
+    """DLIO's AU of one rank (``StatsCounter.compute_metrics_train``, averaged as its ``train_au_mean_percentage``):
+    per epoch, compute over wall time both without the epoch's first batch (its workers' start), then the mean
+    of the epochs' figures. An epoch of one batch has no figure; with none left, the whole read's first batch
+    is left out instead (and with one batch in all, nothing)."""
+    steps, starts = rank["step_times_s"], rank.get("epoch_starts") or [0]
+    bounds = [*starts, len(steps)]
+    figures = []
+    for number, (first, end) in enumerate(zip(bounds, bounds[1:])):
+        if end - first < 2:
+            continue
+        last = number == len(starts) - 1  # the last epoch runs to the window's end (the clock stopped after it)
+        wall_s = rank["window_s"] - sum(steps[:first]) if last else sum(steps[first:end])
+        busy_s = wall_s - steps[first]
+        figures.append(min(1.0, compute_s * (end - first - 1) / busy_s) if busy_s > 0 else 0.0)
+    if figures:
+        return sum(figures) / len(figures)
     if len(steps) < 2:
         return rank["compute_s"] / rank["window_s"] if rank["window_s"] else 0.0
     busy_s = rank["window_s"] - steps[0]
