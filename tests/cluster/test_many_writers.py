@@ -30,7 +30,7 @@ def postgres(cluster4):
 
 
 def test_32_writers_on_4_nodes_store_every_run_exactly_once(login4, postgres):
-    sqlite = login4.tmp / "shared" / "runs.db"
+    sqlite = login4.tmp / "common" / "runs.db"
     writers = run_writers(login4.cluster, login4.env, login4.tmp / "writers", postgres.url, sqlite, ELEMENTS, tag="t32")
     outputs = {i: (login4.tmp / "writers" / f"element-{i}.out").read_text(errors="replace") for i in range(ELEMENTS)}
     assert all("stored" in text for text in outputs.values()), [t[-800:] for t in outputs.values() if "stored" not in t][:2]

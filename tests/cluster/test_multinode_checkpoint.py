@@ -17,7 +17,7 @@ TINY = ["--scale", "1e-6"]
 
 def test_a_checkpoint_across_two_nodes_is_recorded_per_rank_with_the_slowest(login2):
     login = login2
-    db, target = str(login.tmp / "runs.db"), login.tmp / "shared" / "ckpt"
+    db, target = str(login.tmp / "runs.db"), login.tmp / "common" / "ckpt"
     code, record, err = login.dlbench_json("io", "checkpoint", str(target), *TINY, "--launcher", "slurm", "--nodes", "2",
                                            "--nproc-per-node", "1", "--keep", "--db", db)
     assert code == 0, err[-3000:]

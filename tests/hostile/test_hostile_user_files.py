@@ -12,7 +12,7 @@ from dlbench.cli.app import main
 
 
 def test_a_run_leaves_the_users_old_json_files_in_the_metrics_dir(tmp_path, monkeypatch):
-    shared = tmp_path / "shared"
+    shared = tmp_path / "metrics"
     shared.mkdir()
     users = {"settings.json": b'{"theme": "dark"}\n', "notes.json": b"[1, 2]", "broken.json": b"{"}
     ancient = time.time() - 86400

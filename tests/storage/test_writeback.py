@@ -9,7 +9,7 @@ import numpy as np
 import torch
 import torch.distributed.checkpoint as dcp
 
-from dlbench.engine.checkpoint_io import _dcp_save
+from dlbench.engine import checkpoint_io
 from dlbench.storage.writeback import WritebackFile, start_writeback
 
 PIECE = 16 << 10
@@ -47,11 +47,23 @@ def test_without_writeback_nothing_is_started(tmp_path):
     assert (tmp_path / "f").read_bytes() == b"".join(data)
 
 
-def test_dcp_saves_through_it_and_loads_back_the_same_state(tmp_path):
+def test_dcp_saves_through_it_and_loads_back_the_same_state(tmp_path, monkeypatch):
+    opened = []
+
+    class Recording(WritebackFile):  # the real file, its instances kept to look at after the save
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            opened.append(self)
+
+    monkeypatch.setattr(checkpoint_io, "WritebackFile", Recording)
     state = {"w": torch.randn(300_000), "b": torch.arange(70_000, dtype=torch.int64)}
     for writeback in (True, False):
+        opened.clear()
         where = tmp_path / str(writeback)
-        assert _dcp_save(state, where, 0, writeback=writeback)["fsync_s"] >= 0
+        assert checkpoint_io._dcp_save(state, where, 0, writeback=writeback)["fsync_s"] >= 0
+        # with writeback every file DCP writes (the rank's data, the metadata) goes through WritebackFile
+        written = sorted(os.path.basename(f.name).removesuffix(".tmp") for f in opened)  # .metadata: written, renamed
+        assert written == (sorted(os.listdir(where)) if writeback else [])
         back = {name: torch.zeros_like(t) for name, t in state.items()}
         dcp.load(back, storage_reader=dcp.FileSystemReader(str(where)))
         assert all(torch.equal(back[n], state[n]) for n in state)

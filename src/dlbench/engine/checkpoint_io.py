@@ -28,14 +28,20 @@ from dlbench.engine.dcp_reader import read_into
 from dlbench.engine.dist import DistContext
 from dlbench.storage.cache import drop_cache
 from dlbench.storage.checkpoint import fio_all_nodes, fio_phase, remove_fio_files, state_bytes
-from dlbench.storage.writeback import WritebackFile, writeback_stream
+from dlbench.storage.writeback import WritebackFile
 
 
 class _WritebackFileSystem(FileSystem):
-    """DCP's local file system, its files written through :class:`dlbench.storage.writeback.WritebackFile`."""
+    """DCP's local file system, the files it writes written through :class:`dlbench.storage.writeback.WritebackFile`."""
 
+    @contextlib.contextmanager
     def create_stream(self, path, mode):
-        return writeback_stream(path, mode)
+        if "w" not in mode:
+            with super().create_stream(path, mode) as stream:
+                yield stream
+            return
+        with WritebackFile(path, mode) as stream:
+            yield stream
 
 
 def run_checkpoint(target: Path, state_spec: dict[str, tuple[str, int]], *, burst_buffer: Path | None, read_back: bool,

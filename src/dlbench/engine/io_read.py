@@ -103,15 +103,13 @@ def _timed_read(spec: IoReadSpec, loader: DataLoader, sampler: DistributedSample
     clock.start()
     for epoch in range(spec.epochs):
         sampler.set_epoch(epoch)
-        batches, first_of_epoch = iter(loader), True
+        batches = iter(loader)
+        epoch_starts.append(len(waits))
         while spec.steps is None or len(waits) < spec.steps:
             started = time.perf_counter()
             batch = next(batches, None)
             if batch is None:
                 break
-            if first_of_epoch:
-                epoch_starts.append(len(waits))
-                first_of_epoch = False
             got = time.perf_counter()
             for tensor in batch["fields"]:
                 tensor.to(device, non_blocking=True)

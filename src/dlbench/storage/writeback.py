@@ -14,8 +14,6 @@ import ctypes
 import ctypes.util
 import io
 import os
-from contextlib import contextmanager
-from pathlib import Path
 
 #: Bytes written before their write-out is started (large enough for the device to stream, small enough to overlap).
 WRITEBACK_BYTES = 64 << 20
@@ -63,13 +61,3 @@ class WritebackFile(io.FileIO):
             self.started_bytes += self._at - self._from
         self._from = self._at
 
-
-@contextmanager
-def writeback_stream(path: str | os.PathLike, mode: str = "wb"):
-    """``open(path, mode)`` for a writer (DCP's ``FileSystem.create_stream``); reads open as usual."""
-    if "w" not in mode and "a" not in mode:
-        with Path(path).open(mode) as stream:
-            yield stream
-        return
-    with WritebackFile(path, mode) as stream:
-        yield stream
