@@ -4,10 +4,20 @@ load average before and after (the host's other work is the point: compare side 
 
 ``--busy K`` keeps K processes spinning at normal priority for the whole measurement (what other users' jobs
 on a shared node do), so that "load ≈ 6" is a condition this script sets rather than one it waits for; they
-start 60 s before the first setting, for the load average to reach them."""
+start 60 s before the first setting, for the load average to reach them. By default they share this script's
+session, so the kernel's autogroup scheduling (``/proc/sys/kernel/sched_autogroup_enabled``) puts them in the
+suite's group — your own background jobs. ``--sessions each`` starts each in a session of its own, as four
+other users' jobs (a login, a Slurm job step: slurmstepd calls setsid); ``--sessions one`` starts them all in one
+other session, as one other job of four processes. With autogroup on, the kernel shares the cores between
+sessions before it shares them between processes: the suite gets 2/5 of a core with ``this`` or ``each``, one
+core with ``one``.
+
+``--idle [SETTING ...]`` first measures those settings (``auto`` when none is named) with nothing spinning, for
+the ratios in the same run."""
 
 import argparse
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -28,8 +38,25 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("settings", nargs="*", default=["auto"], help="auto or a thread count, one run each")
     parser.add_argument("--busy", type=int, default=0, help="processes kept spinning meanwhile (default 0)")
+    parser.add_argument("--sessions", choices=("this", "each", "one"), default="this",
+                        help="the spinners' sessions: this script's (default), one each, or one other for all")
+    parser.add_argument("--idle", nargs="*", default=None, metavar="SETTING",
+                        help="first measure these settings (default: auto) with nothing spinning")
     args = parser.parse_args()
-    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.busy)]
+    autogroup = open("/proc/sys/kernel/sched_autogroup_enabled").read().strip() if os.path.exists(
+        "/proc/sys/kernel/sched_autogroup_enabled") else "absent"
+    print(f"# {os.cpu_count()} CPUs, autogroup {autogroup}, spinners' sessions: {args.sessions}", flush=True)
+    for setting in [] if args.idle is None else args.idle or ["auto"]:
+        before = os.getloadavg()[0]
+        wall_s, status = suite_wall_s(setting)
+        print(f"idle, --threads {setting}: {wall_s:.0f} s (exit {status}); load {before:.1f} -> {os.getloadavg()[0]:.1f}, "
+              f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}", flush=True)
+    spin = [sys.executable, "-c", "while True: pass"]
+    if args.sessions == "one":  # one new session whose leader starts them all and waits
+        spin = [sys.executable, "-c", "import subprocess, sys; ps = [subprocess.Popen(sys.argv[2:]) for _ in "
+                "range(int(sys.argv[1]))]; [p.wait() for p in ps]", str(args.busy), *spin]
+    spinners = [subprocess.Popen(spin, start_new_session=args.sessions != "this")
+                for _ in range(1 if args.sessions == "one" and args.busy else args.busy)]
     try:
         if spinners:
             time.sleep(60)
@@ -40,7 +67,10 @@ def main() -> None:
                   f"{os.getloadavg()[0]:.1f}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}", flush=True)
     finally:
         for spinner in spinners:
-            spinner.kill()
+            if args.sessions == "one":
+                os.killpg(spinner.pid, signal.SIGKILL)  # the leader and its spinners
+            else:
+                spinner.kill()
             spinner.wait()
 
 

@@ -156,6 +156,8 @@ def test_every_png_goes_through_the_check():
     writers = subprocess.run(["grep", "-rlE", r"\bwrite\(fig|_save\(fig", str(SRC)], capture_output=True, text=True).stdout
     assert {Path(f).name for f in writers.split()} >= {"charts.py", "hpo_plots.py", "telemetry.py"}
     assert re.search(r"render_scaling|render_bandwidth", (SRC / "cli" / "scale.py").read_text())
+    notebook = (SRC / "notebook" / "plots.py").read_text()  # shown inline, not saved: checked by ready()
+    assert notebook.count("return _checked(fig, ") == notebook.count("\ndef plot_") >= 4
 
 
 def test_a_dollar_in_a_title_or_a_series_name_is_drawn_as_typed(tmp_path):
@@ -168,3 +170,35 @@ def test_a_dollar_in_a_title_or_a_series_name_is_drawn_as_typed(tmp_path):
     figures.write(fig, tmp_path / "dollars.png", dpi=60)  # an unparsable mathtext title raised while drawing
     title = fig.get_suptitle()
     assert fig._suptitle._preprocess_math(title) == (r"budget $\frac{a}{b}$ run", False)
+
+
+def _advice_report() -> dict:
+    configs = [{"batch_size": b, "precision": p, "channels_last": c, "threads": t, "compile_mode": "max-autotune-no-cudagraphs"}
+               for b in (16, 32, 64, 128) for p in ("fp32", "bf16") for c in (True, False) for t in (1, 2)][:12]
+    runs = [{"stage": "knobs", "role": None, "config": c, "status": "ok", "samples_per_s": 100.0 + i,
+             "step_time_median_s": 0.1, "id": f"{i:016x}"} for i, c in enumerate(configs)]
+    side = {"median": 110.0, "min": 105.0, "max": 115.0, "half_range": 5.0, "runs": 3}
+    return {"runs": runs, "confirmation": {"default_samples_per_s": side, "best_samples_per_s": {**side, "median": 130.0, "min": 125.0, "max": 135.0},
+                                           "speedup": 1.18, "speedup_interval": [1.05, 1.31], "verdict": "faster"}}
+
+
+def test_the_notebook_figures_pass_the_same_checks():
+    """dn.plot_* return their figure (Jupyter shows it) after the checks every PNG of the CLI passes: with a long
+    title and long configurations each draws whole here, in strict mode; a cut one raises, naming the call."""
+    pd = pytest.importorskip("pandas")
+    from dlbench.notebook import plots
+
+    frame = pd.DataFrame({"id": [f"{LONG_WORKLOAD}-{i}" for i in range(6)], "status": "ok",
+                          "samples_per_s": [100.0 * (i + 1) for i in range(6)],
+                          "step_time_mean_s": 0.01, "step_time_sem_s": 0.001})
+    figs = [plots.plot_runs(frame, title=f"{LONG_WORKLOAD}: throughput of every stored run on this node, "
+                                          "one bar per run, with the step-time spread"),
+            plots.plot_scaling([_scale_run(n, 900.0 * n) for n in (1, 2, 4, 8)]),
+            plots.plot_advice(_advice_report())]
+    for fig in figs:
+        assert figures.problems(fig) == []
+    bad = plots._figure(3, 2)
+    bad.subplots().set_title("a")
+    bad.suptitle("b")
+    with pytest.raises(figures.FigureProblem, match="plot_runs: .*second title: 'a'"):
+        plots._checked(bad, "plot_runs")

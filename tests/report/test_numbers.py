@@ -4,7 +4,7 @@ import math
 
 from hypothesis import given, strategies as st
 
-from dlbench.report.numbers import DIGITS, ms, sig, span, with_spread
+from dlbench.report.numbers import DIGITS, ms, percent, prefixed, sig, span, with_spread
 
 MAGNITUDES = st.floats(min_value=1e-9, max_value=1e13, allow_nan=False, allow_infinity=False)
 VALUES = st.builds(lambda m, negative: -m if negative else m, MAGNITUDES, st.booleans())
@@ -67,3 +67,34 @@ def test_a_range_has_one_decimal_place_and_neither_end_reads_zero(low, high):
 def test_missing_and_non_finite_values():
     assert with_spread(None, 1.0) == "-" and with_spread(2.5, None) == "2.50" and span(None, 1.0) == "-"
     assert sig(math.inf) == "inf" and with_spread(1.0, math.nan) == "1.00"
+
+
+def test_percentages_and_prefixes_keep_their_digits():
+    # an MFU of 0.04 % read "0.0%" at one decimal; 999.96 kB read "1e+03 kB" with the old :.3g
+    assert percent(0.000412) == "0.0412%" and percent(0.1234) == "12.3%" and percent(None) == "-"
+    assert prefixed(1.23e12, "FLOP/s") == "1.23 TFLOP/s" and prefixed(999.96e3, "B") == "1.00 MB"
+    assert prefixed(999.4e3, "B") == "999 kB" and prefixed(12, "B") == "12.0 B" and prefixed(None) == "-"
+
+
+@given(VALUES)
+def test_a_percentage_never_reads_zero_and_round_trips(fraction):
+    text = percent(fraction)
+    assert text.endswith("%") and not _reads_zero(text[:-1])
+    assert abs(_parse(text[:-1]) / 100 - fraction) <= 0.5 * 10 ** (1 - DIGITS) * abs(fraction) * (1 + 1e-9)
+
+
+_SCALE = {"": 1, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
+
+
+@given(VALUES)
+def test_a_prefixed_value_sits_in_one_to_a_thousand_and_round_trips(value):
+    number, unit = prefixed(value, "B").split(" ")
+    factor = _SCALE[unit.removesuffix("B")]
+    shown = _parse(number)
+    assert not _reads_zero(number)
+    if factor > 1:  # a prefix is taken only for a value that stays at 1 or more, and below 1,000 unless P
+        assert 1 <= abs(shown) and (abs(shown) < 1000 or factor == 1e15)
+    else:
+        assert abs(shown) < 1000
+    # rounded to DIGITS significant digits, then scaled: within half a unit of the last of them
+    assert abs(shown * factor - value) <= 0.5 * 10 ** (1 - DIGITS) * abs(value) * (1 + 1e-9)

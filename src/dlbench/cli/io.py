@@ -21,8 +21,9 @@ from dlbench.cli._common import (
     option_error,
 )
 from dlbench.errors import BenchmarkFailed, UsageError
+from dlbench.report.compare import ratio_text
 from dlbench.report.io_au import au_text, au_verdict
-from dlbench.report.numbers import ms, sig
+from dlbench.report.numbers import ms, sig, span
 from dlbench.report.tables import render
 
 io_app = typer.Typer(help="Storage I/O: write a data set, read it as a training job does (samples/s, MB/s, "
@@ -290,8 +291,8 @@ def stage(
     elif record.get("result"):
         r = record["result"]
         render((["source", "destination", "streams", "files", "size", "seconds", "MB/s"],
-                [[source, destination, str(streams), f"{r['files']:,}", _bytes(r["bytes"]), f"{r['window_s']:.2f}",
-                  f"{(r['bytes_per_s'] or 0) / 1e6:,.1f}"]]), title=f"dlbench io stage — run {record['id']}")
+                [[source, destination, str(streams), f"{r['files']:,}", _bytes(r["bytes"]), sig(r["window_s"]),
+                  sig((r["bytes_per_s"] or 0) / 1e6)]]), title=f"dlbench io stage — run {record['id']}")
     if record["status"] != "ok":
         raise BenchmarkFailed(f"io stage {record['status']}: {record['error']}")
 
@@ -377,9 +378,9 @@ def checkpoint_table(record: dict) -> tuple[list[str], list[list[str]]]:
         ours = figures["bytes_per_s"] or 0
         theirs = fio.get(f"{phase}_bytes_per_s")
         per_rank = [r.get(f"{phase}_bytes_per_s") or 0 for r in result["per_rank"]]
-        rows.append([phase, _bytes(result["bytes"]), str(result["world_size"]), f"{figures['slowest_rank_s']:.3f}",
-                     f"{ours / 1e9:,.3f}", f"{min(per_rank) / 1e9:,.3f}–{max(per_rank) / 1e9:,.3f}",
-                     f"{theirs / 1e9:,.3f}" if theirs else "-", f"{ours / theirs:.2f}" if theirs else "-"])
+        rows.append([phase, _bytes(result["bytes"]), str(result["world_size"]), sig(figures["slowest_rank_s"]),
+                     sig(ours / 1e9), span(min(per_rank) / 1e9, max(per_rank) / 1e9),
+                     sig(theirs / 1e9) if theirs else "-", ratio_text(ours / theirs) if theirs else "-"])
     return (["phase", "bytes", "ranks", "slowest rank s", "GB/s", "GB/s per rank", "fio GB/s", "÷ fio"], rows)
 
 

@@ -6,6 +6,7 @@ import typer
 
 from dlbench.cli._common import DB_OPTION, JSON_OPTION, emit_json, info, open_store
 from dlbench.cli.run import show
+from dlbench.report.numbers import sig
 from dlbench.report.tables import render
 
 jobs_app = typer.Typer(help="Jobs dlbench submitted to Slurm or Kubernetes: list (live state), logs, cancel, collect.",
@@ -107,7 +108,7 @@ def usage(
         info("dlbench: no job held a GPU in that range")
         return
     render((["job", *(["run"] if run else []), "energy (kWh)", "energy (J)", "GPU hours"],
-            [[_job_name(r), *([r["run_id"]] if run else []), f"{r['energy_kwh']:.4f}", f"{r['energy_j']:.0f}", f"{r['gpu_hours']:.3f}"]
+            [[_job_name(r), *([r["run_id"]] if run else []), sig(r["energy_kwh"]), sig(r["energy_j"]), sig(r["gpu_hours"])]
              for r in rows]), title="GPU energy and time per job")
 
 

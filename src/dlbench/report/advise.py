@@ -21,7 +21,8 @@ import statistics
 from typing import Any
 
 from dlbench.report.compare import estimate, interval_verdict, ratio_interval, ratio_text
-from dlbench.report.tables import Table, si
+from dlbench.report.numbers import ms, sig, with_spread
+from dlbench.report.tables import Table
 
 #: The run settings advise varies: what tells two configurations apart.
 CONFIG_KEYS = ("batch_size", "precision", "channels_last", "compile", "threads", "workers", "ac")
@@ -130,8 +131,8 @@ def runs_table(report: dict[str, Any]) -> Table:
     for r in report["runs"]:
         step = r["step_time_median_s"]
         stage = r["stage"] + (f" ({r['role']})" if r["role"] else "")
-        rows.append([stage, describe(r["config"]), r["status"], si(r["samples_per_s"]),
-                     f"{step * 1e3:.1f}" if step else "-", r["id"][:12]])
+        rows.append([stage, describe(r["config"]), r["status"], sig(r["samples_per_s"]),
+                     ms(step), r["id"][:12]])
     return columns, rows
 
 
@@ -153,9 +154,9 @@ def summary_lines(report: dict[str, Any]) -> list[str]:
         lo, hi = conf["speedup_range"]
         low, high = conf["speedup_interval"]
         lines.append(f"speed-up: {ratio_text(conf['speedup'])}x (95% CI of the means' ratio {ratio_text(low)}-"
-                     f"{ratio_text(high)}x, range {lo:.2f}-{hi:.2f}x; {conf['verdict']}), medians of "
-                     f"{b['runs']} interleaved repeats: {si(b['median'])} ± {si(b['half_range'])} vs "
-                     f"{si(d['median'])} ± {si(d['half_range'])} samples/s")
+                     f"{ratio_text(high)}x, range {ratio_text(lo)}-{ratio_text(hi)}x; {conf['verdict']}), medians of "
+                     f"{b['runs']} interleaved repeats: {with_spread(b['median'], b['half_range'])} vs "
+                     f"{with_spread(d['median'], d['half_range'])} samples/s")
     if report["not_tried"]:
         lines.append("not tried: " + "; ".join(report["not_tried"]))
     return lines + list(report["notes"])

@@ -1,7 +1,8 @@
 """What every PNG dlbench writes is checked for before it is saved: no text cut at the figure's edge, and one
 title (a figure of one plot had Optuna's axes title under dlbench's own).
 
-:func:`write` runs the checks on each figure and saves it. A text still cut after one more ``tight_layout``
+:func:`write` runs the checks on each figure and saves it; :func:`ready` runs them alone (the notebook's figures,
+shown inline rather than saved, pass there). A text still cut after one more ``tight_layout``
 is saved whole anyway (``bbox_inches="tight"``: the picture grows to hold it) with a warning; with
 ``DLBENCH_CHECK_FIGURES=1`` in the environment (the tests set it) any problem raises :class:`FigureProblem`
 instead, so a test that draws a figure fails on a cut label.
@@ -115,18 +116,26 @@ def problems(fig) -> list[str]:
     return [f"cut: {c}" for c in cut_texts(fig)] + [f"second title: {t!r}" for t in extra_titles(fig)]
 
 
-def write(fig, path: str | Path, dpi: int) -> None:
-    """Check ``fig`` (:func:`problems`) and save it to ``path``; see the module docstring for what a problem does."""
+def ready(fig, name: str) -> bool:
+    """Check ``fig`` (:func:`problems`) and mend what can be mended: a cut text gets one more ``tight_layout``.
+    Returns True when a text is still cut, so the picture must be saved with ``bbox_inches="tight"`` (it grows to
+    hold it), with a warning; under :data:`STRICT_ENV` any problem raises :class:`FigureProblem` naming ``name``.
+    The notebook's figures pass here before they are returned, the CLI's in :func:`write`."""
     found = problems(fig)
     if found and os.environ.get(STRICT_ENV) == "1":
-        raise FigureProblem(f"{Path(path).name}: " + "; ".join(found))
-    tight = False
-    if any(p.startswith("cut: ") for p in found):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # "tight layout not applied": then the picture grows, below
-            fig.tight_layout()
-        tight = bool(cut_texts(fig))
-        if tight:
-            log.warning("dlbench: %s: a label runs past the figure's edge; the picture is enlarged to hold it",
-                        Path(path).name)
+        raise FigureProblem(f"{name}: " + "; ".join(found))
+    if not any(p.startswith("cut: ") for p in found):
+        return False
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "tight layout not applied": then the picture grows, below
+        fig.tight_layout()
+    if cut_texts(fig):
+        log.warning("dlbench: %s: a label runs past the figure's edge; the picture is enlarged to hold it", name)
+        return True
+    return False
+
+
+def write(fig, path: str | Path, dpi: int) -> None:
+    """Make ``fig`` :func:`ready` and save it to ``path``; see the module docstring for what a problem does."""
+    tight = ready(fig, Path(path).name)
     fig.savefig(path, dpi=dpi, **({"bbox_inches": "tight"} if tight else {}))

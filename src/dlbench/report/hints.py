@@ -12,6 +12,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from dlbench.report.numbers import ms, percent
 from dlbench.report.tables import Table
 
 #: Workloads built from convolutions (channels-last matters for them).
@@ -126,14 +127,14 @@ RULES: tuple[Callable[[dict, dict, dict], Hint | None], ...] = (
 def profile_tables(record: dict[str, Any]) -> tuple[Table, Table]:
     """The breakdown (phase, ms per step, share) and the top operators (self time) of a profiled run."""
     b = record["result"]["profile"]["breakdown"]
-    phases = [[name, f"{b['phases_s'][name] * 1e3:.3f}", f"{b['shares'][name]:.1%}"]
+    phases = [[name, ms(b["phases_s"][name]), percent(b["shares"][name])]
               for name in b["phases_s"] if b["phases_s"][name] > 0]
-    phases.append(["step (profiled)", f"{b['step_time_s'] * 1e3:.3f}", f"{sum(b['shares'].values()):.1%}"])
+    phases.append(["step (profiled)", ms(b["step_time_s"]), percent(sum(b["shares"].values()))])
     comm = b["communication"]
     if comm["total_s"]:
-        phases.append(["  comm. overlapped", f"{comm['overlapped_s'] * 1e3:.3f}", "-"])
+        phases.append(["  comm. overlapped", ms(comm["overlapped_s"]), "-"])
     if b.get("gpu"):
-        phases.append(["  GPU idle", f"{b['gpu']['idle_s'] * 1e3:.3f}", f"{b['gpu']['idle_share']:.1%}"])
-    ops = [[op["name"], f"{op['self_s'] * 1e3 / b['steps']:.3f}", f"{op['share']:.1%}", str(op["calls"])]
+        phases.append(["  GPU idle", ms(b["gpu"]["idle_s"]), percent(b["gpu"]["idle_share"])])
+    ops = [[op["name"], ms(op["self_s"] / b["steps"]), percent(op["share"]), str(op["calls"])]
            for op in b["top_ops"]]
     return (["phase", "ms/step", "share"], phases), (["operator", "self ms/step", "share", "calls"], ops)

@@ -18,7 +18,7 @@ from dlbench.report.centre import DRILL_RUNS, TREND_POINTS, Digest, Gathered, co
 from dlbench.report.compare import Z, change_text, ratio_text
 from dlbench.report.container import container_section, container_sessions
 from dlbench.report.labels import split_shared
-from dlbench.report.numbers import ms, sig, span, with_spread
+from dlbench.report.numbers import ms, percent, sig, span, with_spread
 from dlbench.report.page import method, page, runs_table, section, table
 from dlbench.report.svg import bar_chart, line_chart
 from dlbench.report.tables import token_table
@@ -54,7 +54,7 @@ def _workloads_section(rows: list[dict[str, Any]]) -> str:
         est = r.get("estimate")
         body.append([r["configuration"], ", ".join(r.get("device", [])), r["runs"], r["failed"],
                      _est(est) if est else "-", span(r["min"], r["max"]) if est else "-", ms(r.get("step_median_s")),
-                     f"{r['mfu']:.1%}" if r.get("mfu") is not None else "-"])
+                     percent(r.get("mfu"))])
     charts = []
     for workload in sorted({r["workload"] for r in rows if r.get("estimate")}):
         measured = [r for r in rows if r["workload"] == workload and r.get("estimate")]
@@ -102,7 +102,7 @@ def _scaling_section(series: list[dict[str, Any]], comm: list[dict[str, Any]]) -
             if key == "efficiency":  # beside each measured line, what its link alone allows
                 lines += [{"label": f"link allows {s['series'][:6]}", "points": [
                     (r["nproc"], r["predicted_efficiency"], None, f"{s['workload']} ×{r['nproc']}: the link allows "
-                     f"{r['predicted_efficiency']:.1%}") for r in s["rows"] if r["predicted_efficiency"] is not None]}
+                     f"{percent(r['predicted_efficiency'])}") for r in s["rows"] if r["predicted_efficiency"] is not None]}
                     for s in series if any(r["predicted_efficiency"] is not None for r in s["rows"])]
             return line_chart(lines, title, "processes", ylabel, logx=2)
 
@@ -140,8 +140,8 @@ def _scaling_table(series: list[dict[str, Any]]) -> str:
     with_nodes = any((r.get("nodes") or 1) > 1 for s in series for r in s["rows"])
     with_link = any(s.get("link") for s in series)
     rows = [[s["series"], s["workload"], s["scaling"], *([r.get("nodes") or "-"] if with_nodes else []), r["nproc"],
-             sig(r['samples_per_s']), sig(r['speedup']), f"{r['efficiency']:.1%}",
-             *([f"{r['predicted_efficiency']:.1%}" if r.get("predicted_efficiency") is not None else "-"] if with_link else [])]
+             sig(r['samples_per_s']), sig(r['speedup']), percent(r['efficiency']),
+             *([percent(r.get("predicted_efficiency"))] if with_link else [])]
             for s in series for r in s["rows"]]
     columns = ["series", "workload", "scaling", *(["nodes"] if with_nodes else []), "procs", "samples/s", "speed-up",
                "efficiency", *(["link allows"] if with_link else [])]

@@ -6,6 +6,9 @@ decimals (one decimal showed maskrcnn's 0.05 samples/s as ``0.1 ± 0.0``).
 - :func:`with_spread` writes ``value ± spread`` with both at one decimal place, the finer of the value's
   ``digits`` significant digits and the spread's first significant digit (``0.0512 ± 0.0003``,
   ``123.40 ± 0.02``, ``4,712 ± 35``): the spread never reads 0 either, and the two line up.
+- :func:`percent` writes a fraction as a percentage in the same digits (``12.3%``, ``0.0412%``): an MFU of
+  0.04 % never reads ``0.0%``.
+- :func:`prefixed` writes a value with an SI prefix (``1.23 TFLOP/s``, ``999 kB``, ``1.00 MB``) in the same digits.
 
 Pure string functions (no dependency): the HTML report, the terminal tables and the charts' labels share them.
 """
@@ -70,3 +73,28 @@ def span(low: float | None, high: float | None, digits: int = DIGITS) -> str:
 def ms(seconds: float | None, digits: int = DIGITS) -> str:
     """A duration in seconds written in milliseconds (:func:`sig`); None → ``"-"``."""
     return "-" if seconds is None else sig(seconds * 1e3, digits)
+
+
+def percent(fraction: float | None, digits: int = DIGITS) -> str:
+    """``fraction`` as a percentage with ``digits`` significant digits (:func:`sig`): 0.1234 → ``"12.3%"``,
+    0.000412 → ``"0.0412%"``; None → ``"-"``."""
+    return "-" if fraction is None else f"{sig(fraction * 100, digits)}%"
+
+
+#: SI prefixes from the largest; a value below 1,000 takes none.
+_PREFIXES = ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
+
+
+def prefixed(value: float | None, unit: str = "", digits: int = DIGITS) -> str:
+    """``value`` with the largest SI prefix that keeps it at 1 or more, in ``digits`` significant digits
+    (:func:`sig`): ``1.23e12`` → ``"1.23 T"`` + unit, ``999.96e3`` → ``"1.00 M"`` (the prefix chosen after
+    rounding, never ``"1,000 k"``); None → ``"-"``."""
+    if value is None:
+        return "-"
+    if not math.isfinite(value):
+        return f"{value} {unit}".rstrip()
+    shown = float(f"{value:.{digits}g}")  # rounded first, so the prefix suits the digits shown
+    for factor, prefix in _PREFIXES:
+        if abs(shown) >= factor:
+            return f"{sig(shown / factor, digits)} {prefix}{unit}"
+    return f"{sig(shown, digits)} {unit}".rstrip()

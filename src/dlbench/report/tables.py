@@ -12,20 +12,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from dlbench.report.compare import ratio_text
-from dlbench.report.numbers import ms, sig, with_spread
+from dlbench.report.numbers import ms, percent, prefixed, sig, with_spread
 from dlbench.safety import printable
 
 Table = tuple[list[str], list[list[str]]]
-
-
-def si(value: float | None, unit: str = "", digits: int = 3) -> str:
-    """``1.23e12`` → ``"1.23 T"`` + unit; None → ``"-"``."""
-    if value is None:
-        return "-"
-    for factor, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(value) >= factor:
-            return f"{value / factor:.{digits}g} {prefix}{unit}"
-    return f"{value:.{digits}g} {unit}".rstrip()
 
 
 def _in_ms(seconds: float | None) -> float | None:
@@ -57,7 +47,7 @@ def run_table(records: Sequence[dict[str, Any]]) -> Table:
             spec["workload"], params or "-", *([layout_label(spec) or "-"] if with_layout else []),
             spec.get("device_name") or spec.get("device", "?"), spec.get("precision", ""),
             str(spec.get("batch_size", "")), procs, rate_text(result.get("samples_per_s")), spread,
-            si(result.get("achieved_flops_per_s"), "FLOP/s"), "-" if mfu is None else f"{mfu:.1%}",
+            prefixed(result.get("achieved_flops_per_s"), "FLOP/s"), percent(mfu),
             r["status"] if r["status"] == "ok" else f"{r['status']}: {(r.get('error') or '')[:60]}",
         ])
     return columns, rows
@@ -104,13 +94,9 @@ def token_table(records: Sequence[dict[str, Any]]) -> Table:
         sent = (result.get("comm") or {}).get("bytes_per_step_per_rank")
         rows.append([spec["workload"], layout_label(spec) or "-", str(spec.get("world_size") or 1),
                      rate_text(result["tokens_per_s"]), rate_text(result.get("tokens_per_s_per_device")),
-                     _percent(result.get("formula_mfu")), _percent(result.get("mfu")),
-                     f"{si(peak, 'B')} ({measure})" if peak else "-", si(sent, "B") if sent else "-", r["status"]])
+                     percent(result.get("formula_mfu")), percent(result.get("mfu")),
+                     f"{prefixed(peak, 'B')} ({measure})" if peak else "-", prefixed(sent, "B") if sent else "-", r["status"]])
     return columns, rows
-
-
-def _percent(value: float | None) -> str:
-    return "-" if value is None else f"{value:.1%}"
 
 
 def summary_table(summaries: Sequence[Any]) -> Table:
