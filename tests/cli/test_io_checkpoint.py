@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 
 import pytest
 
@@ -46,7 +47,10 @@ def test_a_checkpoint_is_written_read_back_verified_and_stored(capsys, db, tmp_p
     assert record["status"] == "ok" and record["spec"]["mode"] == "checkpoint" and record["spec"]["writeback"]
     assert result["bytes"] == 14 * 8030 and result["verified"]
     assert result["write"]["bytes_per_s"] > 0 and result["read"]["slowest_rank_s"] > 0
-    assert result["fio"]["write_bytes_per_s"] > 0 and result["write_vs_fio"] > 0
+    if shutil.which("fio"):  # CI installs it (.ci/run)
+        assert result["fio"]["write_bytes_per_s"] > 0 and result["write_vs_fio"] > 0
+    else:  # the comparison says why it is missing; the checkpoint's own figures stand
+        assert result["fio"]["error"].startswith("fio is not installed") and "write_vs_fio" not in result
     # dcp read back in place: every byte straight into the state's tensors; each phase's stages add up to it
     assert result["read"]["in_place_bytes"] == result["bytes"]
     assert set(result["write"]["stages"]) == {"save_s", "fsync_s"} and set(result["read"]["stages"]) == {"plan_s", "read_io_s"}

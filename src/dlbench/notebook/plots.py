@@ -79,7 +79,7 @@ def plot_runs(frame, label: str = "id", title: str = "throughput"):
 def _config_labels(configs: list[dict[str, Any]]) -> tuple[str, list[str]]:
     """``(shared, labels)``: the settings every configuration has alike (for the title), and per configuration
     the others, wrapped (the bars' labels: long configurations ran past the figure's bottom edge)."""
-    same = {k: v for k, v in configs[0].items() if len(configs) > 1 and all(c.get(k, v) == v and k in c for c in configs)}
+    same = {k: v for k, v in configs[0].items() if len(configs) > 1 and all(k in c and c[k] == v for c in configs)}
     labels = [textwrap.fill(describe({k: v for k, v in c.items() if k not in same}) or "(the shared settings)", 28)
               for c in configs]
     return describe(same), labels
@@ -111,7 +111,7 @@ def plot_advice(report: dict[str, Any]):
                                   f"95% CI {ratio_text(low)}-{ratio_text(high)}x", fig, share=0.2))
     else:
         ax_conf.set_axis_off()
-        ax_conf.set_title("no confirmation (defaults fastest)")
+        ax_conf.set_title(wrapped("no confirmation (defaults fastest)", fig, share=0.2))
     fig.tight_layout()
     return _checked(fig, "plot_advice")
 

@@ -69,6 +69,9 @@ def fio_phase(directory: Path, bytes_per_job: int, jobs: int, phase: str) -> dic
     argv = ["fio", f"--directory={directory}", f"--bs={block}", "--ioengine=psync", f"--size={size}",
             f"--numjobs={jobs}", "--group_reporting", "--output-format=json", "--filename_format=fio.$jobnum",
             f"--name={phase}", f"--rw={phase}", "--end_fsync=1" if phase == "write" else "--invalidate=1"]
+    if shutil.which("fio") is None:
+        return {"error": "fio is not installed, so there is no comparison with it; install it (Debian: apt-get "
+                         "install fio) or give --no-fio"}
     try:
         figures = _fio(argv)[phase]
         rate, moved = float(figures["bw_bytes"]), int(figures["io_bytes"])
