@@ -10,7 +10,7 @@ import torch
 import torch.distributed.checkpoint as dcp
 
 from dlbench.engine.dcp_reader import read_into
-from dlbench.storage.checkpoint import fio_all_nodes
+from dlbench.storage.checkpoint import fio_all_nodes, fio_phase
 
 #: DCP in one process says so on every call: that is what these tests do
 pytestmark = pytest.mark.filterwarnings("ignore:torch.distributed is disabled:UserWarning")
@@ -48,6 +48,14 @@ def test_fio_on_several_nodes_is_all_bytes_over_the_slowest_node():
     assert merged == {"nodes": 2, "write_bytes_per_s": 50.0, "read_bytes_per_s": 200.0}
     failed = fio_all_nodes([node, {"write": {"error": "fio failed: no space"}}])
     assert failed == {"error": "fio failed: no space", "nodes": 2}
+
+
+def test_a_host_without_fio_gets_the_fix_named_and_nothing_written(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))  # a PATH with no fio on it (the real lookup, no double)
+    out = fio_phase(tmp_path / "fio", 4096, 1, "write")
+    assert out == {"error": "fio is not installed, so there is no comparison with it; install it (Debian: apt-get "
+                            "install fio) or give --no-fio"}
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32])

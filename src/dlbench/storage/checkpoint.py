@@ -63,15 +63,15 @@ def fio_phase(directory: Path, bytes_per_job: int, jobs: int, phase: str) -> dic
     """fio's sequential ``write`` (fsync at the end of each file, as a checkpoint's) or cold ``read`` of ``jobs``
     files of ``bytes_per_job`` in ``directory``: ``{"bytes", "seconds", "bytes_per_s"}`` of all jobs (the read
     reads what the write left). A failing fio is ``{"error": …}``: the comparison's, not the checkpoint's."""
+    if shutil.which("fio") is None:
+        return {"error": "fio is not installed, so there is no comparison with it; install it (Debian: apt-get "
+                         "install fio) or give --no-fio"}
     directory.mkdir(parents=True, exist_ok=True)
     size = -(-bytes_per_job // 4096) * 4096  # fio wants whole blocks
     block = min(FIO_BLOCK_BYTES, size)
     argv = ["fio", f"--directory={directory}", f"--bs={block}", "--ioengine=psync", f"--size={size}",
             f"--numjobs={jobs}", "--group_reporting", "--output-format=json", "--filename_format=fio.$jobnum",
             f"--name={phase}", f"--rw={phase}", "--end_fsync=1" if phase == "write" else "--invalidate=1"]
-    if shutil.which("fio") is None:
-        return {"error": "fio is not installed, so there is no comparison with it; install it (Debian: apt-get "
-                         "install fio) or give --no-fio"}
     try:
         figures = _fio(argv)[phase]
         rate, moved = float(figures["bw_bytes"]), int(figures["io_bytes"])
