@@ -17,10 +17,11 @@ the ratios in the same run."""
 
 import argparse
 import os
-import signal
 import subprocess
 import sys
 import time
+
+from busy import SESSIONS, autogroup, spinning
 
 
 def suite_wall_s(threads: str) -> tuple[float, int]:
@@ -38,41 +39,23 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("settings", nargs="*", default=["auto"], help="auto or a thread count, one run each")
     parser.add_argument("--busy", type=int, default=0, help="processes kept spinning meanwhile (default 0)")
-    parser.add_argument("--sessions", choices=("this", "each", "one"), default="this",
+    parser.add_argument("--sessions", choices=SESSIONS, default="this",
                         help="the spinners' sessions: this script's (default), one each, or one other for all")
     parser.add_argument("--idle", nargs="*", default=None, metavar="SETTING",
                         help="first measure these settings (default: auto) with nothing spinning")
     args = parser.parse_args()
-    autogroup = open("/proc/sys/kernel/sched_autogroup_enabled").read().strip() if os.path.exists(
-        "/proc/sys/kernel/sched_autogroup_enabled") else "absent"
-    print(f"# {os.cpu_count()} CPUs, autogroup {autogroup}, spinners' sessions: {args.sessions}", flush=True)
+    print(f"# {os.cpu_count()} CPUs, autogroup {autogroup()}, spinners' sessions: {args.sessions}", flush=True)
     for setting in [] if args.idle is None else args.idle or ["auto"]:
         before = os.getloadavg()[0]
         wall_s, status = suite_wall_s(setting)
         print(f"idle, --threads {setting}: {wall_s:.0f} s (exit {status}); load {before:.1f} -> {os.getloadavg()[0]:.1f}, "
               f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}", flush=True)
-    spin = [sys.executable, "-c", "while True: pass"]
-    if args.sessions == "one":  # one new session whose leader starts them all and waits
-        spin = [sys.executable, "-c", "import subprocess, sys; ps = [subprocess.Popen(sys.argv[2:]) for _ in "
-                "range(int(sys.argv[1]))]; [p.wait() for p in ps]", str(args.busy), *spin]
-    spinners = [subprocess.Popen(spin, start_new_session=args.sessions != "this")
-                for _ in range(1 if args.sessions == "one" and args.busy else args.busy)]
-    try:
-        if spinners:
-            time.sleep(60)
+    with spinning(args.busy, args.sessions):
         for setting in args.settings:
             before = os.getloadavg()[0]
             wall_s, status = suite_wall_s(setting)
             print(f"--threads {setting}: {wall_s:.0f} s (exit {status}); {args.busy} spinning; load {before:.1f} -> "
                   f"{os.getloadavg()[0]:.1f}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}", flush=True)
-    finally:
-        for spinner in spinners:
-            if args.sessions == "one":
-                os.killpg(spinner.pid, signal.SIGKILL)  # the leader and its spinners
-            else:
-                spinner.kill()
-            spinner.wait()
-
 
 if __name__ == "__main__":
     main()

@@ -351,8 +351,8 @@ def checkpoint(
             stages = (record["result"].get(phase) or {}).get("stages")
             if stages:
                 info(f"{phase}, slowest rank: " + ", ".join(f"{name.removesuffix('_s')} {s:.3f} s" for name, s in stages.items()))
-        if (record["result"].get("fio") or {}).get("error"):
-            info(f"dlbench: warning: {record['result']['fio']['error']}.")
+        if fio_error := (record["result"].get("fio") or {}).get("error"):
+            info(f"dlbench: warning: {fio_error}.")
     if record["status"] != "ok":
         raise BenchmarkFailed(f"io checkpoint {record['status']}: {record['error']}")
 
