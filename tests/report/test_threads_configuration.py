@@ -7,7 +7,6 @@ import copy
 
 from _report_runs import TINY_LSTM, stored, variant
 
-from dlbench.api.runs import busy_warning
 from dlbench.cli.app import main
 from dlbench.report.compare import compare, config_key
 from dlbench.report.trend import trend
@@ -30,8 +29,31 @@ def test_trend_and_compare_keep_thread_counts_apart(tmp_path):
     assert sorted(r.verdict for r in rows) == ["only in A", "only in B"]
 
 
-def test_a_busy_host_warning_advises_one_thread_only_when_several_run():
-    advice = busy_warning(100.0, 2, 2)
-    assert "already 100% busy" in advice and "2 threads on 2 busy core(s): try --threads 1" in advice
-    assert "--threads" not in busy_warning(100.0, 1, 2)
-    assert "--threads" not in busy_warning(100.0, 0, 2)  # no CPU run: a GPU's threads matter little
+def test_regress_names_the_thread_count_when_it_split_the_runs(tmp_path, capsys):
+    """Auto threads on a busy host gave one run 2 threads and the next 1: the gate says so and how to fix it."""
+    db = str(tmp_path / "runs.db")
+    assert main(["run", *TINY_LSTM, "--threads", "2", "--device", "cpu", "--db", db, "--tag", "side=a",
+                 "--tag", "t=2"]) == 0
+    (first,) = stored(db)
+    store = open_store(db)
+    for minutes, (side, threads) in enumerate([("a", 1), ("b", 2), ("b", 1)], start=1):
+        run = variant(first, minutes=minutes, tags={"side": side, "t": str(threads)})
+        run["spec"] = copy.deepcopy(run["spec"]) | {"threads": threads}
+        store.save(run)
+    store.close()
+    capsys.readouterr()
+    # two runs a side, but one per thread count: too few to decide; and 2 threads against 1: nothing shared
+    for argv in (["--baseline", "side=a", "--candidate", "side=b"],
+                 ["--baseline", "t=2", "--candidate", "t=1", "--min-runs", "1"]):
+        code = main(["regress", *argv, "--db", db])
+        err = capsys.readouterr().err
+        assert code == 2 and err.count("\n") == 1, err
+        assert "differ only in their CPU thread count (threads=1, threads=2;" in err and "one --threads N" in err
+    # compare shows the two configurations apart, and says why nothing lines up
+    assert main(["compare", "t=2", "t=1", "--db", db]) == 0
+    assert "warning: no configuration is in both groups: the runs differ only in their CPU thread count" in (
+        capsys.readouterr().err)
+    # one thread count on both sides: decided, and no hint
+    assert main(["regress", "--baseline", "t=1", "--candidate", "t=1", "--min-runs", "1", "--db", db]) == 0
+    assert main(["compare", "side=a", "side=b", "--db", db]) == 0
+    assert "thread count" not in capsys.readouterr().err

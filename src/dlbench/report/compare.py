@@ -22,7 +22,9 @@ Run-to-run noise is usually larger than step-to-step noise, so repeat runs for a
 from __future__ import annotations
 
 import math
+import re
 import statistics
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -90,6 +92,22 @@ def config_key(record: dict[str, Any]) -> str:
         parts.append(f"parallel={layout['parallel']}:dp{layout['dp']}tp{layout['tp']}pp{layout['pp']}"
                      + (f":ac={layout['ac']}" if layout.get("ac", "none") != "none" else ""))
     return " ".join(parts) + (f" [{params}]" if params else "")
+
+
+_THREADS = re.compile(r" threads=(\d+)")
+
+
+def thread_split_hint(configurations: Iterable[str]) -> str:
+    """The fix when CPU runs of one setting were split only by their thread count (``--threads auto``
+    follows the cores idle as each run starts, so runs on a busy host differ), else ``""``."""
+    counts: dict[str, set[str]] = {}
+    for key in configurations:
+        counts.setdefault(_THREADS.sub("", key), set()).update(_THREADS.findall(key))
+    split = sorted({n for found in counts.values() if len(found) > 1 for n in found}, key=int)
+    if not split:
+        return ""
+    return (f"the runs differ only in their CPU thread count ({', '.join('threads=' + n for n in split)}; --threads "
+            "auto follows the cores idle as each run starts): rerun both sides with one --threads N.")
 
 
 def comparable(record: dict[str, Any]) -> bool:

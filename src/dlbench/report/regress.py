@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from dlbench.errors import UsageError
-from dlbench.report.compare import GroupEstimate, change_text, compare, permille
+from dlbench.report.compare import GroupEstimate, change_text, compare, permille, thread_split_hint
 from dlbench.report.numbers import with_spread
 
 DEFAULT_THRESHOLD = 0.05
@@ -111,13 +111,15 @@ def gate(rows: list[RegressRow]) -> int:
     if not any(r.decision in ("regression", "ok", "improved") for r in rows):
         if any(r.decision == "too few runs" for r in rows):
             raise UsageError(
-                "no configuration has enough runs on both sides to decide (see --min-runs); repeat the runs "
-                "(3 or more each, baseline and candidate alternating) or pass --min-runs 1 to decide on single runs."
+                "no configuration has enough runs on both sides to decide (see --min-runs); "
+                + (thread_split_hint(r.configuration for r in rows) or "repeat the runs (3 or more each, baseline and candidate alternating) "
+                   "or pass --min-runs 1 to decide on single runs.")
             )
         keys = ", ".join(sorted({r.configuration for r in rows})[:3]) or "none"
         raise UsageError(
             "the baseline and the candidate share no configuration with successful runs "
-            f"(seen: {keys}); select runs of the same workload, batch size, precision and parameters."
+            f"(seen: {keys}); "
+            + (thread_split_hint(r.configuration for r in rows) or "select runs of the same workload, batch size, precision and parameters.")
         )
     return 1 if any(r.decision == "regression" for r in rows) else 0
 
