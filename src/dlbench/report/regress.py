@@ -109,17 +109,17 @@ def regress(baseline: list[dict[str, Any]], candidate: list[dict[str, Any]], thr
 def gate(rows: list[RegressRow]) -> int:
     """The exit code for CI: 1 when any configuration regressed, else 0; nothing decidable is bad input."""
     if not any(r.decision in ("regression", "ok", "improved") for r in rows):
+        hint = thread_split_hint(r.configuration for r in rows)  # auto threads split one setting in two
         if any(r.decision == "too few runs" for r in rows):
             raise UsageError(
-                "no configuration has enough runs on both sides to decide (see --min-runs); "
-                + (thread_split_hint(r.configuration for r in rows) or "repeat the runs (3 or more each, baseline and candidate alternating) "
-                   "or pass --min-runs 1 to decide on single runs.")
+                "no configuration has enough runs on both sides to decide (see --min-runs); " + (hint or (
+                    "repeat the runs (3 or more each, baseline and candidate alternating) or pass --min-runs 1 to "
+                    "decide on single runs."))
             )
         keys = ", ".join(sorted({r.configuration for r in rows})[:3]) or "none"
         raise UsageError(
-            "the baseline and the candidate share no configuration with successful runs "
-            f"(seen: {keys}); "
-            + (thread_split_hint(r.configuration for r in rows) or "select runs of the same workload, batch size, precision and parameters.")
+            f"the baseline and the candidate share no configuration with successful runs (seen: {keys}); "
+            + (hint or "select runs of the same workload, batch size, precision and parameters.")
         )
     return 1 if any(r.decision == "regression" for r in rows) else 0
 
