@@ -41,3 +41,17 @@ def test_auto_is_recorded_with_why_and_a_number_stays_exact():
     exact = resolve_train(RunSpec(**TINY, threads=3))
     assert exact.threads == exact.record_spec["threads"] == 3 and exact.record_spec["threads_auto"] is None
     assert RunSpec(**TINY, threads="auto").threads is None
+
+
+def test_bare_vs_container_picks_auto_once_so_both_sides_run_the_same_threads():
+    """Each run picking its own would follow the host's load: bare 2 threads, the container 1 (CI's busy host
+    split a pair of runs that way), a stack difference rather than the container's cost."""
+    from dlbench.api import resolve
+    from dlbench.api.bare_vs_container import pair_specs, same_threads
+    from dlbench.spec import ContainerSpec
+
+    auto, fixed = RunSpec(**TINY), RunSpec(**TINY, threads=3)
+    picked, kept = same_threads([auto, fixed])
+    assert kept.threads == 3 and 1 <= picked.threads <= resolve.usable_cores()
+    bare, boxed = pair_specs(picked, ContainerSpec(image="localhost/dlbench:test"), "s", 0)
+    assert bare.threads == boxed.threads == picked.threads and boxed.container is not None and bare.container is None

@@ -1,10 +1,11 @@
 """Container against bare metal: each run on the host and in an image, alternately, as stored runs.
 
-Both sides start the same way — one torchrun per run (``--launcher torchrun``), so the only difference is the
-image — and take turns in ABBA order: round r runs bare then container when r is even, container then bare
-when odd, so that a drift of the host's load falls on both sides. Every run is an ordinary record (through the
-one pipeline), tagged ``container=bare`` or ``container=RUNTIME``, ``bvc=SESSION`` and ``bvc_round=r``: the
-comparison can be read back (``dlbench compare container=bare container=podman``) and is summarised by
+Both sides start the same way — one torchrun per run (``--launcher torchrun``) with the same threads
+(``--threads auto`` is picked once, as the session starts), so the only difference is the image — and take turns
+in ABBA order: round r runs bare then container when r is even, container then bare when odd, so that a drift of
+the host's load falls on both sides. Every run is an ordinary record (through the one pipeline), tagged
+``container=bare`` or ``container=RUNTIME``, ``bvc=SESSION`` and ``bvc_round=r``: the comparison can be read back
+(``dlbench compare container=bare container=podman``) and is summarised by
 :func:`dlbench.report.container.container_rows`.
 """
 
@@ -27,12 +28,21 @@ def pair_specs(spec: RunSpec, container: ContainerSpec, session: str, round_inde
     return [bare, boxed] if round_index % 2 == 0 else [boxed, bare]
 
 
+def same_threads(specs: list[RunSpec]) -> list[RunSpec]:
+    """``specs`` with ``--threads auto`` picked once, for the session: each run picking its own would follow the
+    host's load and give the two sides different thread counts (a stack difference, not the container's cost)."""
+    from dlbench.api.resolve import auto_threads  # imports torch: only when running
+
+    return [spec if spec.threads else spec.model_copy(update={"threads": auto_threads(spec.nproc)[0]}) for spec in specs]
+
+
 def bare_vs_container(specs: list[RunSpec], container: ContainerSpec, repeats: int, store=None,
                       on_done: Callable[[dict[str, Any]], Any] | None = None) -> tuple[str, list[dict[str, Any]]]:
     """Run every spec ``repeats`` times on each side (see the module docstring); returns (session, records).
 
     The image is checked first (it exists, holds this dlbench): a bad one is a ``UsageError`` before any run."""
     inspect_image(container.runtime, container.image)
+    specs = same_threads(specs)
     session = new_id()
     records: list[dict[str, Any]] = []
     for round_index in range(repeats):

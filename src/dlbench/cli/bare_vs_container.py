@@ -18,7 +18,7 @@ def bare_vs_container(
     batch_size: int = typer.Option(None, "--batch-size", "-b", help="Samples per step (default: the workload's)."),
     steps: int = typer.Option(None, "--steps", help="Measured steps \\[default: 20]."),
     warmup: int = typer.Option(None, "--warmup", help="Unmeasured warmup steps \\[default: 5]."),
-    threads: int = typer.Option(None, "--threads", help="torch threads on both sides \\[default: the cores]."),
+    threads: int = typer.Option(None, "--threads", help="torch threads per process, the same on both sides \\[default: auto, picked once as the session starts: the cores idle then]."),
     device: str = typer.Option(None, "--device", help="auto | cpu | cuda \\[default: auto]."),
     telemetry: bool = typer.Option(None, "--telemetry/--no-telemetry", help="Sample host/GPU telemetry (default: on).", show_default=False),
     tag: list[str] = typer.Option(None, "--tag", "-t", help="Label KEY=VALUE stored with every run (repeatable)."),
