@@ -7,6 +7,7 @@ import copy
 
 from _report_runs import TINY_LSTM, stored, variant
 
+from dlbench.api.runs import busy_warning
 from dlbench.cli.app import main
 from dlbench.report.compare import compare, config_key
 from dlbench.report.trend import trend
@@ -57,3 +58,10 @@ def test_regress_names_the_thread_count_when_it_split_the_runs(tmp_path, capsys)
     assert main(["regress", "--baseline", "t=1", "--candidate", "t=1", "--min-runs", "1", "--db", db]) == 0
     assert main(["compare", "side=a", "side=b", "--db", db]) == 0
     assert "thread count" not in capsys.readouterr().err
+
+
+def test_a_busy_host_warning_advises_one_thread_only_when_several_run():
+    advice = busy_warning(100.0, 2, 2)
+    assert "already 100% busy" in advice and "2 threads on 2 busy core(s): try --threads 1" in advice
+    assert "--threads" not in busy_warning(100.0, 1, 2)
+    assert "--threads" not in busy_warning(100.0, 0, 2)  # no CPU run: a GPU's threads matter little
