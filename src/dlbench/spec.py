@@ -380,6 +380,79 @@ class CheckpointSpec(BaseModel):
         return self.nproc * self.nnodes
 
 
+#: Arguments of one program (``run --exec``), and the characters of each.
+MAX_ARGS = 4096
+MAX_ARG_CHARS = 65536
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+:/-]{0,127}")
+
+
+class ExecSpec(BaseModel):
+    """``dlbench run --exec -- CMD ARGS``: a program dlbench did not write, run and timed as a run (argv, never a shell)."""
+
+    model_config = _EDGE
+
+    argv: list[str] = Field(min_length=1, max_length=MAX_ARGS, description="The program and its arguments.")
+    name: str | None = Field(default=None, description="The workload name it is stored under; None: the program's file name.")
+    metric: str | None = Field(default=None, description="A preset (nersc, hf-trainer, torchtitan) or a regex with one named group "
+                               "samples_per_s, tokens_per_s or step_s, read from each output line.")
+    warmup: int | None = Field(default=None, ge=0, le=MAX_STEPS, description="Probe steps or metric lines dropped first "
+                               "(None: 1 probe step, 0 metric lines).")
+    steps: int | None = Field(default=None, gt=0, le=MAX_STEPS, description="Stop the program (SIGTERM to its tree) once this "
+                              "many probe steps or metric lines were measured; None: it runs to its end.")
+    batch_size: int | None = Field(default=None, gt=0, description="Samples per step, for step_s metrics and probe steps that name none.")
+    timeout_s: float | None = Field(default=None, gt=0, le=MAX_TIME_S, description="Stop the program after this long; the run fails.")
+    device: Literal["auto", "cpu", "cuda"] = Field(default="auto", description="What telemetry watches; the program picks its own device.")
+    nproc: int = Field(default=1, gt=0, le=MAX_RANKS_PER_NODE, description="Processes per node, started by torchrun (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR/PORT set).")
+    nnodes: int = Field(default=1, gt=0, le=MAX_NODES)
+    node_rank: int = Field(default=0, ge=0)
+    rdzv_endpoint: str | None = None
+    torchrun: bool | None = Field(default=None, description="Start it through torchrun even for one process; None: when nproc > 1.")
+    container: ContainerSpec | None = None
+    telemetry: bool = True
+    telemetry_interval_s: float = Field(default=1.0, gt=0, le=MAX_TIME_S)
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int | None = Field(default=None, ge=1, le=65535)
+    tags: Tags = Field(default_factory=dict)
+
+    @field_validator("argv")
+    @classmethod
+    def _plain_args(cls, value: list[str]) -> list[str]:
+        for arg in value:
+            if "\0" in arg or len(arg) > MAX_ARG_CHARS:
+                raise ValueError(f"argument {shown(arg)} holds a NUL byte or is over {MAX_ARG_CHARS} characters")
+        if not value[0].strip():
+            raise ValueError("the program is empty; give it after '--', e.g. dlbench run --exec -- python train.py")
+        return value
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str | None) -> str | None:
+        if value is not None and not _NAME.fullmatch(value):
+            raise ValueError(f"{shown(value)} is not a workload name: 1-128 letters, digits and . _ + : / - starting with a "
+                             "letter or digit, e.g. --name my-train")
+        return value
+
+    @property
+    def world_size(self) -> int:
+        return self.nproc * self.nnodes
+
+    @property
+    def workload(self) -> str:
+        """The name the run is stored under: ``--name``, else the program's file name (the script's for
+        ``python train.py``)."""
+        if self.name:
+            return self.name
+        words = [w for w in self.argv if not w.startswith("-")]
+        script = next((w for w in words[1:] if w.endswith((".py", ".sh"))), None) if _is_interpreter(words[0]) else None
+        stem = os.path.basename(script or words[0]) or "program"
+        cleaned = re.sub(r"[^A-Za-z0-9._+:/-]", "_", stem)[:128].lstrip("._+:/-")
+        return cleaned or "program"
+
+
+def _is_interpreter(program: str) -> bool:
+    return bool(re.fullmatch(r"(python|pypy|bash|sh)[0-9.]*", os.path.basename(program)))
+
+
 def parse_key_values(pairs: list[str], what: str) -> dict[str, str]:
     """``["a=1", "b=x"]`` → ``{"a": "1", "b": "x"}``; a pair without '=' is a usage error."""
     out: dict[str, str] = {}

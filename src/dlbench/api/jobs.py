@@ -109,6 +109,7 @@ JOBS: dict[str, str] = {
     "stage": "dlbench.api.io_jobs:StageJob",
     "node-check": "dlbench.api.node_check:NodeCheckJob",
     "checkpoint": "dlbench.api.checkpoint:CheckpointJob",
+    "exec": "dlbench.api.exec_job:ExecJob",
 }
 
 

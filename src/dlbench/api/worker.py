@@ -48,6 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     job = job_kind(document["kind"])
     progress = Progress()
     out.mkdir(parents=True, exist_ok=True)  # a pod's ranks start with nobody to make it (no launcher process)
+    os.environ["DLBENCH_RUN_DIR"] = str(out.resolve())  # a program run as a rank (kind exec) keeps its probe files here
     mark_started(out, launch.rank)
     if document.get("batch"):
         _stop_when_orphaned()

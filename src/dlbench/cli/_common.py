@@ -97,6 +97,19 @@ class StepProgress:
         self._progress.update(self._task, completed=index + 1)
 
 
+#: The program of ``--exec`` (the words after ``--``), split off by :func:`dlbench.cli.app.split_program`
+#: before typer parses dlbench's own options; None when the command line has none.
+PROGRAM_ARGV: list[str] | None = None
+
+
+def program_argv() -> list[str]:
+    """The program ``--exec`` runs; a usage error when the command line gave none after ``--``."""
+    if not PROGRAM_ARGV:
+        raise UsageError("--exec runs the program given after '--', e.g. dlbench run --exec --metric nersc -- "
+                         "python train.py configs/resnet50.yaml (everything after '--' is the program's own).")
+    return list(PROGRAM_ARGV)
+
+
 # -- where a run goes: --launcher and the scheduler settings, shared by run, suite, scale, comm, mlperf run --
 
 _SLURM, _K8S = "Slurm", "Kubernetes"

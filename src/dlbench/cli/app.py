@@ -15,6 +15,7 @@ import typer.main
 
 from dlbench import __version__
 from dlbench.api.signals import stop_on_signals
+from dlbench.cli import _common
 from dlbench.cli._commands import COMMANDS, ROOT_HELP
 from dlbench.cli._help import plain_type_labels
 from dlbench.errors import NOT_SAVED_EXIT_CODE, BenchmarkFailed, RecordNotSaved, Terminated, UsageError
@@ -55,6 +56,21 @@ for _command in COMMANDS:
     _register(*_command)
 
 
+def split_program(args: list[str]) -> tuple[list[str], list[str] | None]:
+    """dlbench's own arguments, and the program of ``--exec`` (everything after the first ``--``, untouched: its
+    options are the program's, never dlbench's). None when there is no ``--exec`` before a ``--``.
+
+    >>> split_program(["run", "--exec", "--steps", "5", "--", "python", "train.py", "--steps", "9"])
+    (['run', '--exec', '--steps', '5'], ['python', 'train.py', '--steps', '9'])
+    """
+    if "--" not in args:
+        return args, None
+    cut = args.index("--")
+    if "--exec" not in args[:cut]:
+        return args, None
+    return args[:cut], args[cut + 1:]
+
+
 def _is_parser_error(exc: Exception) -> bool:
     """click's usage errors (typer vendors click, so match by shape rather than by class)."""
     return callable(getattr(exc, "format_message", None)) and isinstance(getattr(exc, "exit_code", None), int)
@@ -77,7 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     debug = "--debug" in args or os.environ.get("DLBENCH_DEBUG") == "1"
     if debug:
         os.environ["DLBENCH_DEBUG"] = "1"  # launched ranks and the pipeline show their full output too
-    args = [a for a in args if a != "--debug"]
+    args, program = split_program([a for a in args if a != "--debug"])
+    _common.PROGRAM_ARGV = program
     try:
         with stop_on_signals():
             # not standalone: the parser's own errors (a bad option value) come here as exceptions,

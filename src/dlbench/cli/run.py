@@ -48,6 +48,9 @@ def _overrides(**options: Any) -> dict[str, Any]:
     return out
 
 
+_EXEC = "Your own program (--exec)"
+
+
 @launch_options
 def run(
     workload: str = typer.Argument(None, help="Catalogue name (see 'dlbench list'); or use --config.", show_default=False),
@@ -90,12 +93,22 @@ def run(
     profile_steps: int = PROFILE_STEPS_OPTION,
     profile_stacks: bool = PROFILE_STACKS_OPTION,
     tensorboard: str = TENSORBOARD_OPTION,
+    exec_: bool = typer.Option(False, "--exec", rich_help_panel=_EXEC, help="Run your own program, given after '--' "
+                               "(argv, never a shell), as a run: timed, recorded, compared like any other. See 'Your own code' in the docs."),
+    name: str = typer.Option(None, "--name", rich_help_panel=_EXEC, help="With --exec: the workload name it is stored under \\[default: the script's file name]."),
+    metric: str = typer.Option(None, "--metric", rich_help_panel=_EXEC, help="With --exec: throughput from each output line: "
+                               "nersc | hf-trainer | torchtitan, or a regex with one named group samples_per_s, tokens_per_s or "
+                               "step_s (with --batch-size). Default: the probe's steps (from dlbench import probe), else the wall time alone."),
     db: str = DB_OPTION,
     no_store: bool = typer.Option(False, "--no-store", help="Do not save the record in the results store."),
     as_json: bool = JSON_OPTION,
     launch: LaunchOptions = None,
 ) -> None:
     """Run one benchmark (or every run of a --config file), store the records and print a table.
+
+    With --exec, the program after '--' is the run: 'dlbench run --exec --metric nersc --steps 20 -- python
+    train.py configs/resnet50.yaml'. --steps and --warmup then count its probe steps or metric lines (dlbench ends
+    it with SIGTERM once --steps were measured), --timeout bounds its wall time, --nproc starts it through torchrun.
 
     With --nproc N (and --nnodes) the run is data-parallel (DistributedDataParallel) through torchrun;
     started by torchrun, srun or a PyTorchJob, dlbench joins that job instead of launching. With
@@ -105,6 +118,20 @@ def run(
     from dlbench.config import load_config
     from dlbench.spec import make_spec
 
+    if exec_:
+        _refuse_with_exec(workload=workload, config=config, param=param, precision=precision, mode=mode,
+                          channels_last=channels_last, compile=compile, optimizer=optimizer, learning_rate=learning_rate,
+                          threads=threads, seed=seed, data=data, workers=workers, backend=backend, scaling=scaling,
+                          parallel=parallel, tp=tp, pp=pp, ac=ac, pp_schedule=pp_schedule, microbatches=microbatches,
+                          reshard_after_forward=reshard_after_forward, profile=profile, tensorboard=tensorboard)
+        fields = _overrides(name=name, metric=metric, batch_size=batch_size, steps=steps, warmup=warmup, device=device,
+                            tag=tag, nproc=nproc, nnodes=nnodes, node_rank=node_rank, rdzv_endpoint=rdzv_endpoint,
+                            timeout_s=timeout, telemetry=telemetry, telemetry_interval_s=telemetry_interval,
+                            metrics_port=metrics_port, metrics_host=metrics_host)
+        return run_program(fields, db, no_store, as_json, launch)
+    if name is not None or metric is not None:
+        raise UsageError(f"{'--name' if name is not None else '--metric'} is for a program run with --exec, e.g. "
+                         "dlbench run --exec --metric nersc -- python train.py")
     overrides = _overrides(
         batch_size=batch_size, steps=steps, warmup=warmup, device=device, precision=precision, mode=mode,
         channels_last=channels_last, compile=compile, optimizer=optimizer, learning_rate=learning_rate,
@@ -125,6 +152,47 @@ def run(
         raise UsageError("a WORKLOAD or --config FILE is required. Example: dlbench run resnet50 --param image_size=64")
     execute(specs, db, no_store, as_json, single=len(specs) == 1 and not config, launch=launch, config=config,
             tensorboard=tensorboard)
+
+
+def _refuse_with_exec(**given: Any) -> None:
+    """Options that shape dlbench's own workloads mean nothing to a program dlbench did not write: one sentence."""
+    named = [name for name, value in given.items() if value not in (None, [], ())]
+    if named:
+        flag = "WORKLOAD" if named[0] == "workload" else "--" + named[0].replace("_", "-").replace("learning-rate", "lr")
+        raise UsageError(f"{flag} does not apply to --exec: the program after '--' decides it; pass it in the program's "
+                         "own arguments (after '--') instead.")
+
+
+def run_program(fields: dict[str, Any], db: str | None, no_store: bool, as_json: bool, launch: LaunchOptions | None) -> None:
+    """``run --exec``: the program as one run of job kind ``exec`` (resolved, launched, recorded like every run)."""
+    from pydantic import ValidationError  # pydantic: only for a run (dlbench --help stays light)
+
+    from dlbench.api.checks import joined_launch
+    from dlbench.cli._common import program_argv
+    from dlbench.spec import ExecSpec, describe_validation_error
+
+    try:
+        specs = [ExecSpec(argv=program_argv(), **fields)]
+    except ValidationError as exc:
+        raise UsageError(describe_validation_error(exc)) from None
+    if launch is not None and launch.batch():
+        raise UsageError("--exec with --launcher slurm|k8s is not available yet; inside a Slurm allocation run "
+                         "'srun dlbench run --exec -- CMD' (each task one rank, rank 0 records).")
+    specs = launch.on_this_node(specs) if launch is not None else specs
+    from dlbench.api.exec_job import run_exec  # imports the pipeline: only when running
+
+    joined = joined_launch()
+    follower = joined is not None and joined.rank != 0
+    store = None if no_store or follower else open_store(db)
+    try:
+        record = run_exec(specs[0], store)
+    finally:
+        if store is not None:
+            store.close()
+    if follower:
+        _raise_if_failed([record])
+        return
+    show([record], store, as_json, single=True)
 
 
 @launch_options

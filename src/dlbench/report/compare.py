@@ -72,6 +72,10 @@ def config_key(record: dict[str, Any]) -> str:
     """What must match for two runs to be comparable: workload and the settings that change speed
     (on a CPU, the threads per process too)."""
     spec = record["spec"]
+    if spec.get("mode") == "exec":  # a user's program: its command line is its configuration
+        world = spec.get("world_size") or spec.get("nproc", 1)
+        return " ".join([spec["workload"], "exec", *([f"bs{spec['batch_size']}"] if spec.get("batch_size") else []),
+                         *([f"x{world}"] if world != 1 else [])]) + f" [{(spec.get('exec') or {}).get('cmd', '')}]"
     params = ",".join(f"{k}={v}" for k, v in sorted((spec.get("params") or {}).items()))
     parts = [spec["workload"], spec.get("mode", "train"), spec.get("precision", "fp32"), f"bs{spec.get('batch_size')}"]
     world = spec.get("world_size") or spec.get("nproc", 1)

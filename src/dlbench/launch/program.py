@@ -1,0 +1,183 @@
+"""Run a program dlbench did not write: start it, read its output lines, stop it — and leave nothing behind.
+
+The executor's pieces (:class:`~dlbench.launch.process.ProcessTree`, :data:`~dlbench.launch.process.STOP_GRACE_S`)
+applied to one user program (``dlbench run --exec``), with its output read line by line as it runs:
+
+* **argv, never a shell**; the program starts in a session of its own with its stdout and stderr merged
+  into one pipe, read by a thread in bounded lines (:data:`LINE_CHARS`), so a program that floods its
+  output costs no memory and the watcher still sees its deadline and signals.
+* **Stopping** (``on_line``/``on_tick`` say enough was measured, ``timeout_s`` passed, or a signal reached
+  dlbench): SIGTERM to the whole tree, SIGKILL to what is left :data:`STOP_GRACE_S` later.
+* **Nothing left behind**: this process is made a child subreaper, so a daemon the program forks (double fork,
+  setsid) is re-parented here instead of to init, and every process that appeared under this one while the
+  program ran is killed once it ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+import psutil
+
+from dlbench.errors import Terminated
+from dlbench.launch.process import STOP_GRACE_S, ProcessTree
+
+#: Characters of one output line that are kept (the rest of a longer line is dropped).
+LINE_CHARS = 4096
+#: Lines of the program's output kept for the record and its error.
+TAIL_LINES = 200
+#: Seconds the output is still read after the program exited (a child left in the background may hold it).
+DRAIN_S = 1.0
+POLL_S = 0.2
+
+
+@dataclass
+class ProgramEnd:
+    """How the program ended: its exit code (negative: killed by that signal), why dlbench stopped it (None:
+    it ended by itself), the lines it printed and the last of them, and its wall time."""
+
+    returncode: int | None = None
+    stopped: str | None = None  # "enough" | "timeout" | "signal"
+    lines: int = 0
+    output_bytes: int = 0
+    tail: deque = field(default_factory=lambda: deque(maxlen=TAIL_LINES))
+    wall_s: float = 0.0
+    started_at: float = 0.0  # monotonic seconds
+    signal: int | None = None
+    lines_done: bool = False  # set by the reader once the output closed
+
+    def tail_text(self, lines: int = TAIL_LINES) -> str:
+        return "".join(list(self.tail)[-lines:])
+
+
+def run_program(argv: list[str], env: Mapping[str, str], on_line: Callable[[str], bool] | None = None,
+                on_tick: Callable[[], bool] | None = None, timeout_s: float | None = None,
+                cwd: str | None = None, echo: bool = False) -> ProgramEnd:
+    """Run ``argv`` with ``env`` (the whole environment) to its end, or until ``on_line(line)`` or ``on_tick()``
+    returns True (enough measured: the program is stopped), ``timeout_s`` passes, or a signal arrives
+    (:class:`~dlbench.errors.Terminated` is re-raised once the program is gone). Raises ``OSError`` when the
+    program cannot start. ``echo`` copies its output to our stderr as it comes."""
+    _become_subreaper()
+    before = {p.pid for p in _children()}
+    end = ProgramEnd(started_at=time.monotonic())
+    proc = subprocess.Popen(argv, env=dict(env), cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,  # noqa: S603 - argv, no shell
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    tree = ProcessTree(proc.pid)
+    lines: deque[str] = deque()
+    got_line = threading.Event()
+    reader = threading.Thread(target=_read, args=(proc.stdout, lines, got_line, end, echo), daemon=True)
+    reader.start()
+    try:
+        _watch(proc, tree, lines, got_line, end, on_line, on_tick, timeout_s)
+    except Terminated as exc:
+        end.stopped, end.signal = "signal", exc.signum
+        tree.stop(STOP_GRACE_S)
+        raise
+    finally:
+        tree.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=STOP_GRACE_S)
+        _kill_strays(before)
+        reader.join(timeout=DRAIN_S)
+        with contextlib.suppress(OSError, ValueError):
+            proc.stdout.close()
+        reaped = getattr(tree.root, "returncode", None)  # psutil reaps what it waited for: its exit code is there
+        end.returncode = reaped if reaped is not None else proc.poll()
+        end.wall_s = time.monotonic() - end.started_at
+    return end
+
+
+def _watch(proc, tree: ProcessTree, lines: deque, got_line: threading.Event, end: ProgramEnd,
+           on_line, on_tick, timeout_s: float | None) -> None:
+    deadline = None if timeout_s is None else end.started_at + timeout_s
+    exited_at = refreshed = None
+    while True:
+        while lines:
+            if on_line is not None and on_line(lines.popleft()):
+                return _enough(tree, end)
+            elif on_line is None:
+                lines.popleft()
+        if on_tick is not None and on_tick():
+            return _enough(tree, end)
+        now = time.monotonic()
+        if refreshed is None or now - refreshed > 1.0:
+            tree.refresh()  # children seen while their parent lives stay known after it dies
+            refreshed = now
+        if deadline is not None and now >= deadline:
+            end.stopped = "timeout"
+            tree.stop(STOP_GRACE_S)
+            return
+        if exited_at is None and proc.poll() is not None:
+            exited_at = now
+        if exited_at is not None and (end.lines_done or now - exited_at > DRAIN_S) and not lines:
+            return
+        got_line.wait(POLL_S)
+        got_line.clear()
+
+
+def _enough(tree: ProcessTree, end: ProgramEnd) -> None:
+    end.stopped = "enough"
+    tree.stop(STOP_GRACE_S)
+
+
+def _read(stream, lines: deque, got_line: threading.Event, end: ProgramEnd, echo: bool) -> None:
+    """The program's output into ``lines`` (decoded, cut at :data:`LINE_CHARS`), counted and its tail kept.
+    ``lines`` is bounded by the watcher taking them; a flood is read as fast as it comes and dropped past
+    what the watcher takes (the metric lines of a flood are not the point: the program is misbehaving)."""
+    try:
+        while raw := stream.readline(LINE_CHARS):
+            if not raw.endswith(b"\n"):
+                while (more := stream.readline(LINE_CHARS)) and not more.endswith(b"\n"):
+                    end.output_bytes += len(more)
+            end.lines += 1
+            end.output_bytes += len(raw)
+            line = raw.decode("utf-8", "replace")
+            end.tail.append(line if line.endswith("\n") else line + "\n")
+            if len(lines) < 10_000:
+                lines.append(line)
+            got_line.set()
+            if echo:
+                sys.stderr.write(line)
+    except (OSError, ValueError):
+        pass
+    finally:
+        end.lines_done = True
+        got_line.set()
+
+
+def _become_subreaper() -> None:
+    """Orphans of the program's tree come back to this process (Linux PR_SET_CHILD_SUBREAPER), so a daemon it
+    forked can be found and ended; elsewhere the session and the tree seen while it ran are what is ended."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+
+
+def _children() -> list[psutil.Process]:
+    try:
+        return psutil.Process().children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+def _kill_strays(before: set[int]) -> None:
+    """SIGKILL every process under this one that was not there before the program started (its daemons, which
+    the subreaper brought back here), and reap them."""
+    strays = [p for p in _children() if p.pid not in before]
+    for proc in strays:
+        with contextlib.suppress(psutil.Error):
+            proc.send_signal(signal.SIGKILL)
+    psutil.wait_procs(strays, timeout=5)
+    for proc in strays:  # zombies re-parented here are ours to reap
+        with contextlib.suppress(ChildProcessError, OSError):
+            os.waitpid(proc.pid, os.WNOHANG)
