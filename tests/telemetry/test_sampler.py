@@ -118,13 +118,31 @@ def test_sampler_thread_samples_on_schedule_and_survives_a_failing_source():
     assert not any(t.name == "dlbench-telemetry" for t in threading.enumerate())
 
 
+class SampleClock:
+    """One clock for the sampler and the NVML double: the sampler reads the time (a sample's ``t_s``),
+    the double's energy counter reads that same instant. Energy is then exactly power x the time
+    between the samples the sampler took, however late the thread ran on a loaded machine."""
+
+    def __init__(self):
+        self.last = time.monotonic()
+
+    def now(self) -> float:
+        self.last = time.monotonic()
+        return self.last
+
+
 def test_sampler_with_the_nvml_double_has_gpu_readings():
-    sampler = Sampler([NVMLSource(nvml=FakeNVML(2))], interval_s=0.05)
+    clock = SampleClock()
+    sampler = Sampler([NVMLSource(nvml=FakeNVML(2, clock=lambda: clock.last))], interval_s=0.05, clock=clock.now)
     sampler.start()
-    time.sleep(0.2)
+    deadline = time.monotonic() + 120  # "did not hang": three samples take 0.1 s on a quiet machine
+    while len(sampler.series) < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
     sampler.stop()
     summary = summarise(sampler.series, samples=10)
+    assert summary["samples"] >= 3 and summary["duration_s"] > 0
     assert summary["gpu_count"] == 2 and summary["energy_source"] == "nvml_energy_counter"
-    assert summary["energy_j"] == pytest.approx(610 * summary["duration_s"], rel=0.05, abs=0.05)
+    # 300 W + 310 W over the samples' own timestamps; the counter is whole mJ (1 mJ per GPU per reading)
+    assert summary["energy_j"] == pytest.approx(610 * summary["duration_s"], abs=0.004)
     with pytest.raises(ValueError):
         Sampler([], interval_s=0)
