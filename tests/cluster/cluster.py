@@ -304,6 +304,11 @@ class NamespaceCluster:
                 _tc(ns, "qdisc", "add", "dev", dev, *parent, "handle", "10:", "tbf", "rate", f"{rate_mbit}mbit",
                     "burst", str(burst), "latency", "200ms")
 
+    def qdiscs(self, node: str) -> str:
+        """tc's listing of the queueing disciplines on ``node``'s link, both ends (what :meth:`shape` set)."""
+        return "".join(_tc(ns, "qdisc", "show", "dev", dev).stdout
+                       for ns, dev in ((self.netns(node), NODE_DEVICE), (self.switch, self.port(node))))
+
     def netem_missing(self) -> str | None:
         """Why a link cannot be given a delay here (the kernel has no sch_netem), or None."""
         if self._netem is None:

@@ -4,7 +4,7 @@ import threading
 import time
 
 import pytest
-from fake_nvml import FakeNVML
+from fake_nvml import FakeNVML, SampleClock
 
 from dlbench.telemetry._base import Source
 from dlbench.telemetry.host import HostSource
@@ -118,22 +118,9 @@ def test_sampler_thread_samples_on_schedule_and_survives_a_failing_source():
     assert not any(t.name == "dlbench-telemetry" for t in threading.enumerate())
 
 
-class SampleClock:
-    """One clock for the sampler and the NVML double: the sampler reads the time (a sample's ``t_s``),
-    the double's energy counter reads that same instant. Energy is then exactly power x the time
-    between the samples the sampler took, however late the thread ran on a loaded machine."""
-
-    def __init__(self):
-        self.last = time.monotonic()
-
-    def now(self) -> float:
-        self.last = time.monotonic()
-        return self.last
-
-
 def test_sampler_with_the_nvml_double_has_gpu_readings():
     clock = SampleClock()
-    sampler = Sampler([NVMLSource(nvml=FakeNVML(2, clock=lambda: clock.last))], interval_s=0.05, clock=clock.now)
+    sampler = Sampler([NVMLSource(nvml=FakeNVML(2, clock=clock.last))], interval_s=0.05, clock=clock.now)
     sampler.start()
     deadline = time.monotonic() + 120  # "did not hang": three samples take 0.1 s on a quiet machine
     while len(sampler.series) < 3 and time.monotonic() < deadline:
