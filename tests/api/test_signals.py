@@ -116,7 +116,7 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def test_a_node_that_never_joins_ends_the_run_as_failed_within_timeout_plus_60_s(tmp_path, left_running):
+def test_a_node_that_never_joins_ends_the_run_as_failed_after_its_timeout(tmp_path, left_running):
     """The bound dlbench promises for a lost node (docs/guide/distributed.md): a quiet machine ends ~5 s after the
     timeout; a loaded one (a parallel test run) has taken 46 s from the launch (with --timeout 20). The
     timeout is short: what it bounds is the same at any length, and the run waits it out in full."""
