@@ -29,6 +29,7 @@ By hand (as root): ``python tests/cluster/cluster.py up 4`` prints how to use it
 
 from __future__ import annotations
 
+import math
 import os
 import shlex
 import shutil
@@ -298,11 +299,15 @@ class NamespaceCluster:
                 _tc(ns, "qdisc", "add", "dev", dev, "root", "handle", "1:", "netem", "delay", f"{delay_ms}ms",
                     "limit", "100000")
             if rate_mbit:
-                rate_bytes = rate_mbit * 1e6 / 8
-                burst = max(32 * 1024, int(rate_bytes * 0.004))  # 4 ms of data: steady at high rates
+                burst = tbf_burst_bytes(rate_mbit)
                 parent = ["parent", "1:1"] if delay_ms else ["root"]
                 _tc(ns, "qdisc", "add", "dev", dev, *parent, "handle", "10:", "tbf", "rate", f"{rate_mbit}mbit",
                     "burst", str(burst), "latency", "200ms")
+
+    def qdiscs(self, node: str) -> str:
+        """tc's listing of the queueing disciplines on ``node``'s link, both ends (what :meth:`shape` set)."""
+        return "".join(_tc(ns, "qdisc", "show", "dev", dev).stdout
+                       for ns, dev in ((self.netns(node), NODE_DEVICE), (self.switch, self.port(node))))
 
     def netem_missing(self) -> str | None:
         """Why a link cannot be given a delay here (the kernel has no sch_netem), or None."""
@@ -460,6 +465,24 @@ class NamespaceCluster:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def tbf_burst_bytes(rate_mbit: float) -> int:
+    """The token bucket :meth:`NamespaceCluster.shape` gives a ``rate_mbit`` link: 4 ms of data (steady at
+    high rates), 32 KiB at least."""
+    return max(32 * 1024, int(rate_mbit * 1e6 / 8 * 0.004))
+
+
+def shaped_ceiling_bits_per_s(rate_mbit: float, bytes_sent: float) -> float:
+    """The most a sender can reach over a link :meth:`NamespaceCluster.shape` shaped, sending ``bytes_sent``
+    bytes in one timed window: the bucket holds at most a burst when the window starts (then it goes out at
+    line speed) and refills at the rate, so the window lasts at least (bytes - burst) / rate. Infinite when
+    the whole window fits in one burst: then the shaper bounds nothing, at any speed of this machine. tc
+    counts frame bytes (headers too), so the payload's rate stays below this."""
+    burst = tbf_burst_bytes(rate_mbit)
+    if bytes_sent <= burst:
+        return math.inf
+    return rate_mbit * 1e6 * bytes_sent / (bytes_sent - burst)
 
 
 def _tc(ns: str, *args: str, check: bool = True) -> subprocess.CompletedProcess:

@@ -23,6 +23,7 @@ Used from another process through dlbench's test hook ``DLBENCH_FAKE_NVML=<this 
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections import Counter
 from types import SimpleNamespace
@@ -217,3 +218,21 @@ def make_nvml() -> FakeNVML:
         index, _, pids = item.partition(":")
         nvml.gpus[int(index)].processes = [(int(pid), GIB) for pid in filter(None, pids.split(","))]
     return nvml
+
+
+class SampleClock:
+    """One clock for the sampler and the NVML double: the sampler reads the time (a sample's ``t_s``), the
+    double's energy counter (``clock=sample_clock.last``) reads that same instant, as last read on the
+    same thread (the run's thread and the sampler's both sample). Energy is then exactly power x the time
+    between the samples the sampler took, however late a thread ran on a loaded machine."""
+
+    def __init__(self):
+        self._first = time.monotonic()
+        self._local = threading.local()
+
+    def now(self) -> float:
+        self._local.last = time.monotonic()
+        return self._local.last
+
+    def last(self) -> float:
+        return getattr(self._local, "last", self._first)

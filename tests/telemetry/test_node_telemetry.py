@@ -61,6 +61,9 @@ def test_a_node_samples_its_host_for_real_and_thins_a_long_series():
     telemetry = RunTelemetry.for_node("lstm", interval_s=0.02)
     with telemetry:
         time.sleep(0.5)
+        deadline = time.monotonic() + 120  # "did not hang": a loaded machine's thread may tick less often than 25 times
+        while len(telemetry.sampler.series) < 10 and time.monotonic() < deadline:
+            time.sleep(0.05)
     report = node_report(telemetry, {"window_s": 0.3, "steps": 10, "batch_size": 4}, "here", max_samples=5)
     summary = report["summary"]
     assert summary["samples"] >= 10 and summary["host_cpu_util_percent_mean"] is not None

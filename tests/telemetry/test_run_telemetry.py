@@ -8,7 +8,7 @@ import urllib.error
 
 import pytest
 from _procs import free_port, http_get
-from fake_nvml import FakeNVML
+from fake_nvml import FakeNVML, SampleClock
 
 from dlbench.cli.app import main
 from dlbench.store import open_store
@@ -135,10 +135,12 @@ def test_session_serves_the_runs_own_endpoint_and_frees_the_port(tmp_path):
 
 def test_gpu_session_energy_per_sample_from_the_nvml_counter(tmp_path):
     """A run's session with one simulated GPU drawing 300 W: energy over the measured window."""
-    nvml = FakeNVML(1)
+    clock = SampleClock()  # the counter read at each sample's own instant: exact energy over the window at any load
+    nvml = FakeNVML(1, clock=clock.last)
     state = TrainingState(run_id="gpu1", workload="resnet50", device="cuda:0", batch_size=4)
     telemetry = RunTelemetry(state, [NVMLSource(nvml=nvml), HostSource(), ProcessSource()], interval_s=0.05,
                              publish_dir=tmp_path)
+    telemetry.sampler._clock = clock.now
     calls = []
     with telemetry:
         step = telemetry.wrap(lambda *a: calls.append(a))

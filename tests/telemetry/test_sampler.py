@@ -4,7 +4,7 @@ import threading
 import time
 
 import pytest
-from fake_nvml import FakeNVML
+from fake_nvml import FakeNVML, SampleClock
 
 from dlbench.telemetry._base import Source
 from dlbench.telemetry.host import HostSource
@@ -119,12 +119,17 @@ def test_sampler_thread_samples_on_schedule_and_survives_a_failing_source():
 
 
 def test_sampler_with_the_nvml_double_has_gpu_readings():
-    sampler = Sampler([NVMLSource(nvml=FakeNVML(2))], interval_s=0.05)
+    clock = SampleClock()
+    sampler = Sampler([NVMLSource(nvml=FakeNVML(2, clock=clock.last))], interval_s=0.05, clock=clock.now)
     sampler.start()
-    time.sleep(0.2)
+    deadline = time.monotonic() + 120  # "did not hang": three samples take 0.1 s on a quiet machine
+    while len(sampler.series) < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
     sampler.stop()
     summary = summarise(sampler.series, samples=10)
+    assert summary["samples"] >= 3 and summary["duration_s"] > 0
     assert summary["gpu_count"] == 2 and summary["energy_source"] == "nvml_energy_counter"
-    assert summary["energy_j"] == pytest.approx(610 * summary["duration_s"], rel=0.05, abs=0.05)
+    # 300 W + 310 W over the samples' own timestamps; the counter is whole mJ (1 mJ per GPU per reading)
+    assert summary["energy_j"] == pytest.approx(610 * summary["duration_s"], abs=0.004)
     with pytest.raises(ValueError):
         Sampler([], interval_s=0)
