@@ -9,7 +9,6 @@ import json
 import os
 import re
 import sys
-import time
 from pathlib import Path
 
 import psutil
@@ -142,11 +141,10 @@ def test_a_program_that_ignores_sigterm_is_killed_once_steps_are_measured(capsys
 
 
 def test_a_program_past_its_timeout_fails_and_is_gone(capsys, tmp_path):
-    started = time.monotonic()
     code, record, _ = exec_run(capsys, tmp_path / "runs.db", "--timeout", "1",
                                program=[PY, str(PROGRAMS / "misbehave.py"), "forever"])
     assert code == 1 and record["status"] == "failed" and "ran past --timeout 1 s" in record["error"]
-    assert time.monotonic() - started < 120  # bounded: it did not wait for the program's end
+    assert record["result"]["program"]["stopped"] == "timeout"  # dlbench ended it: "forever" ends no other way
     assert not [p for p in psutil.Process().children(recursive=True) if "misbehave.py" in " ".join(p.cmdline())]
 
 

