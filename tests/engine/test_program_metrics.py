@@ -3,7 +3,6 @@ pattern's bounds, the probe's lines, and the figures made of them (dlbench.engin
 
 from __future__ import annotations
 
-
 import pytest
 from hypothesis import given, strategies as st
 
