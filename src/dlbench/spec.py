@@ -395,6 +395,8 @@ class ExecSpec(BaseModel):
     name: str | None = Field(default=None, description="The workload name it is stored under; None: the program's file name.")
     metric: str | None = Field(default=None, description="A preset (nersc, hf-trainer, torchtitan) or a regex with one named group "
                                "samples_per_s, tokens_per_s or step_s, read from each output line.")
+    metric_scope: Literal["rank", "job"] | None = Field(default=None, description="rank: each rank prints its own figure "
+                                                        "(the job's is their sum); job: rank 0 prints the job's. None: the preset's, else job.")
     warmup: int | None = Field(default=None, ge=0, le=MAX_STEPS, description="Probe steps or metric lines dropped first "
                                "(None: 1 probe step, 0 metric lines).")
     steps: int | None = Field(default=None, gt=0, le=MAX_STEPS, description="Stop the program (SIGTERM to its tree) once this "

@@ -12,10 +12,13 @@ Where its throughput comes from, and how each rank's figures make the run's, is 
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import shlex
 import signal
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -64,7 +67,7 @@ def run_exec(spec: ExecSpec, store=None, env: dict[str, Any] | None = None, on_s
 def resolve_exec(spec: ExecSpec, joined=None) -> ResolvedRun:
     """An ``exec`` run: the program found and executable, its --metric compiled, before anything starts."""
     program = _program(spec.argv[0])
-    metric = parse_metric(spec.metric) if spec.metric else None
+    metric = parse_metric(spec.metric, spec.metric_scope) if spec.metric else None
     if metric is not None and metric.group == "step_s" and spec.batch_size is None:
         raise UsageError(f"--metric {spec.metric!r} reads seconds per step: give --batch-size N (samples per step) "
                          "so that samples/s can be computed, or a samples_per_s group.")
@@ -76,7 +79,7 @@ def resolve_exec(spec: ExecSpec, joined=None) -> ResolvedRun:
         "workload": spec.workload, "mode": "exec", "precision": "-", "device": device,
         "batch_size": spec.batch_size, "params": {},
         "exec": {"argv": list(spec.argv), "program": program, "cmd": shlex.join(spec.argv)[:2000],
-                 "metric": spec.metric, "warmup": spec.warmup, "steps": spec.steps, "timeout_s": spec.timeout_s},
+                 "metric": spec.metric, "metric_scope": metric.scope if metric else None, "warmup": spec.warmup, "steps": spec.steps, "timeout_s": spec.timeout_s},
         "nproc": spec.nproc, "nnodes": spec.nnodes, "node_rank": spec.node_rank, "world_size": spec.world_size,
         "launcher": "torchrun" if launched else "local", "telemetry": spec.telemetry,
         "container": spec.container.model_dump() if spec.container else None, "tags": dict(spec.tags),
@@ -123,6 +126,8 @@ class ExecJob(Job):
         return RunTelemetry(state, sources, spec.telemetry_interval_s, metrics_dir(), spec.metrics_host, spec.metrics_port)
 
     def run_here(self, run: ResolvedRun, progress, on_step) -> dict[str, Any]:
+        if run.joined is not None and run.joined.world_size > 1:  # one rank of srun/torchrun's job: see gather_ranks
+            return gather_ranks(run.spec, run.joined, on_step)
         with tempfile.TemporaryDirectory(prefix="dlbench-exec-") as tmp:
             return run_rank_program(run.spec, Path(tmp), 0, dict(os.environ), on_step)
 
@@ -139,6 +144,8 @@ class ExecJob(Job):
         if outcome.signal is not None:
             raise Terminated(outcome.signal, partial=None)
         reports = {rank: s.get("result") for rank, s in (outcome.statuses or {}).items() if isinstance(s.get("result"), dict)}
+        for report in list(reports.values()):
+            reports |= {int(r): f for r, f in (report.pop(GATHERED, None) or {}).items()}  # joined ranks' figures
         if not reports:
             if outcome.start_failed or not outcome.ok:
                 return super().result_of(run, outcome)
@@ -153,7 +160,7 @@ def run_rank_program(spec: ExecSpec, run_dir: Path, rank: int, env: dict[str, st
                      stop_marker: Path | None = None, mark_stop: Path | None = None) -> dict[str, Any]:
     """Run the program once as rank ``rank`` and return that rank's figures (:func:`rank_figures`). A signal to
     dlbench stops the program and is re-raised with what was measured so far."""
-    metric = parse_metric(spec.metric) if spec.metric else None
+    metric = parse_metric(spec.metric, spec.metric_scope) if spec.metric else None
     probe_path = run_dir / "probe"
     probe_file = Path(f"{probe_path}.{rank}")
     env = env | {PROBE_ENV: str(probe_path), "PYTHONUNBUFFERED": env.get("PYTHONUNBUFFERED", "1")}
@@ -177,6 +184,55 @@ def run_rank_program(spec: ExecSpec, run_dir: Path, rank: int, env: dict[str, st
     if mark_stop is not None and end.stopped == "enough":
         mark_stop.touch()
     return rank_figures(spec, reading, end, rank)
+
+
+#: Where a joined rank 0 puts the other ranks' figures it gathered (see :func:`gather_ranks`).
+GATHERED = "gathered"
+#: Seconds rank 0 waits, once its own program ended, for the other ranks' figures.
+GATHER_WAIT_S = 120.0
+
+
+def gather_dir(environ: dict[str, str] | os._Environ) -> Path:
+    """The directory the ranks of one outside-launched job (``srun dlbench run --exec``) share: named after the
+    job's step (or torchrun's run id), under ``$DLBENCH_WORKDIR`` (default ``~/dlbench/jobs``, which a cluster's
+    nodes see, as a job directory must be)."""
+    key = (f"{environ['SLURM_JOB_ID']}.{environ.get('SLURM_STEP_ID', '0')}" if environ.get("SLURM_JOB_ID")
+           else environ.get("TORCHELASTIC_RUN_ID") or f"{environ.get('MASTER_ADDR', 'local')}-{environ.get('MASTER_PORT', '0')}")
+    safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in key)[:100]
+    root = Path(environ.get("DLBENCH_WORKDIR") or Path.home() / "dlbench" / "jobs")
+    return root / f"exec-{safe}"
+
+
+def gather_ranks(spec: ExecSpec, joined, on_step=None) -> dict[str, Any]:
+    """One rank of a job an outside launcher started (NERSC's ``srun -n N dlbench run --exec -- python train.py``:
+    each task runs the program with Slurm's variables as they are). Every rank writes its figures into the job's
+    shared directory (:func:`gather_dir`); rank 0 waits for them (bounded) and carries them back, so the record's
+    throughput is every rank's, as for ranks dlbench launched itself. Rank 0's ``--steps`` stops every rank."""
+    from dlbench.launch._base import write_json_atomic  # the rank files' one writer
+
+    shared = gather_dir(os.environ)
+    shared.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="dlbench-exec-") as tmp:
+        figures = run_rank_program(spec, Path(tmp), joined.rank, dict(os.environ), on_step if joined.rank == 0 else None,
+                                   stop_marker=shared / "stop" if joined.rank else None,
+                                   mark_stop=shared / "stop" if joined.rank == 0 else None)
+    write_json_atomic(shared / f"rank{joined.rank}.json", figures)
+    if joined.rank != 0:
+        return figures
+    others: dict[int, dict[str, Any]] = {}
+    deadline = time.monotonic() + GATHER_WAIT_S
+    while len(others) < joined.world_size - 1 and time.monotonic() < deadline:
+        for rank in range(1, joined.world_size):
+            path = shared / f"rank{rank}.json"
+            if rank not in others and path.exists():
+                others[rank] = json.loads(path.read_text())
+        time.sleep(0.2)
+    for name in [f"rank{r}.json" for r in range(joined.world_size)] + ["stop"]:
+        (shared / name).unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        shared.rmdir()  # ours, and empty now (another job's files are never in it: its name is the job's)
+    missing = sorted(set(range(1, joined.world_size)) - set(others))
+    return figures | {GATHERED: others} | ({"ranks_missing": missing} if missing else {})
 
 
 class Reading:
@@ -245,7 +301,8 @@ def rank_figures(spec: ExecSpec, reading: Reading, end: ProgramEnd | None, rank:
             samples = [float(spec.batch_size)] * len(times)
         figures["probe"] = {"marks": len(reading.marks), "warmup": reading.warmup, "step_times_s": times, "samples": samples}
     if reading.metric is not None:
-        figures["metric"] = {"name": reading.metric.name, "group": reading.metric.group, "warmup": reading.warmup,
+        figures["metric"] = {"name": reading.metric.name, "group": reading.metric.group, "scope": reading.metric.scope,
+                             "warmup": reading.warmup,
                              "values": reading.values[reading.warmup:][:measured], "matched": len(reading.values)}
     if reading.error:
         figures["metric_error"] = reading.error
@@ -261,6 +318,8 @@ def merge_ranks(spec: ExecSpec, reports: dict[int, dict[str, Any]]) -> dict[str,
     0), the probe's steps over every rank (samples of all ranks over the slowest rank's measured time)."""
     main = reports[min(reports)]
     result: dict[str, Any] = {"program": main.get("program"), "ranks": len(reports)}
+    if main.get("ranks_missing"):
+        result["ranks_missing"] = main["ranks_missing"]
     others = [(r, f["program"]) for r, f in sorted(reports.items()) if r != min(reports) and f.get("program")]
     failed = [(r, p) for r, p in others if p["returncode"] and p["stopped"] is None]
     if failed and (main.get("program") or {}).get("stopped") != "enough":  # once rank 0 stopped it, peers may crash
@@ -285,6 +344,7 @@ def merge_ranks(spec: ExecSpec, reports: dict[int, dict[str, Any]]) -> dict[str,
         result |= {"throughput_from": f"metric:{metric['name']}", "metric_lines": len(metric["values"]),
                    "metric_matched": metric["matched"], "warmup": metric["warmup"], "metric_unit": GROUPS[metric["group"]][0]}
         values = metric["values"]
+        result["metric_scope"] = metric["scope"]
         if values and metric["group"] == "step_s":
             summary = step_summary(values, [float(spec.batch_size)] * len(values))
             result |= {"step_time_s": summary["step_time_s"], "samples_per_s": summary["samples_per_s"], "steps": len(values)}
@@ -292,6 +352,8 @@ def merge_ranks(spec: ExecSpec, reports: dict[int, dict[str, Any]]) -> dict[str,
             rates = rate_summary(values)
             key = metric["group"]
             result |= {key: rates["rate"], "metric_stats": rates["lines"]}
+            if metric["scope"] == "rank":  # each rank printed its own figure: the job's is their sum
+                result |= _summed_over_ranks(key, reports)
     else:
         result["throughput_from"] = "wall"
     result.setdefault("samples_per_s", None)
@@ -299,6 +361,25 @@ def merge_ranks(spec: ExecSpec, reports: dict[int, dict[str, Any]]) -> dict[str,
     if result.get("program"):
         result["wall_s"] = result["program"]["wall_s"]
     return result
+
+
+def _summed_over_ranks(key: str, reports: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    """A per-rank printed rate as the job's: each rank's lines (the same count as rank 0's: the same epochs or
+    steps) as one rate, summed; the ranks that printed none are named, and then no job figure is claimed."""
+    main = reports[min(reports)]["metric"]
+    per_rank, silent = [], []
+    for rank, figures in sorted(reports.items()):
+        values = (figures.get("metric") or {}).get("values") or []
+        if not values:
+            silent.append(rank)
+            continue
+        per_rank.append({"rank": rank, key: rate_summary(values[:len(main["values"])])["rate"], "lines": len(values)})
+    out: dict[str, Any] = {"per_rank": per_rank}
+    if silent:
+        out |= {key: None, "ranks_silent": silent}
+    else:
+        out[key] = sum(r[key] for r in per_rank)
+    return out
 
 
 def ending(spec: ExecSpec, result: dict[str, Any]) -> Ending:
@@ -314,6 +395,9 @@ def ending(spec: ExecSpec, result: dict[str, Any]) -> Ending:
         return "failed", result, result["metric_error"]
     if stopped == "timeout":
         return "failed", result, f"the program ran past --timeout {spec.timeout_s:g} s and was stopped"
+    if result.get("ranks_missing"):
+        return "failed", result, (f"rank(s) {result['ranks_missing']} left no figures in {GATHER_WAIT_S:.0f} s after rank 0's "
+                                  "program ended (is $DLBENCH_WORKDIR, default ~/dlbench/jobs, shared by every node?)")
     if result.get("rank_failed") and not code:
         other = result["rank_failed"]
         return "failed", result, f"rank {other['rank']}'s program exited with code {other['returncode']}" + _last_lines(other)

@@ -99,6 +99,9 @@ def run(
     metric: str = typer.Option(None, "--metric", rich_help_panel=_EXEC, help="With --exec: throughput from each output line: "
                                "nersc | hf-trainer | torchtitan, or a regex with one named group samples_per_s, tokens_per_s or "
                                "step_s (with --batch-size). Default: the probe's steps (from dlbench import probe), else the wall time alone."),
+    metric_scope: str = typer.Option(None, "--metric-scope", rich_help_panel=_EXEC, help="With --metric: rank (each rank "
+                                     "prints its own figure; the job's is their sum) | job (rank 0 prints the job's) \\[default: "
+                                     "the preset's: nersc and torchtitan rank, hf-trainer job; a pattern: job]."),
     db: str = DB_OPTION,
     no_store: bool = typer.Option(False, "--no-store", help="Do not save the record in the results store."),
     as_json: bool = JSON_OPTION,
@@ -124,12 +127,12 @@ def run(
                           threads=threads, seed=seed, data=data, workers=workers, backend=backend, scaling=scaling,
                           parallel=parallel, tp=tp, pp=pp, ac=ac, pp_schedule=pp_schedule, microbatches=microbatches,
                           reshard_after_forward=reshard_after_forward, profile=profile, tensorboard=tensorboard)
-        fields = _overrides(name=name, metric=metric, batch_size=batch_size, steps=steps, warmup=warmup, device=device,
+        fields = _overrides(name=name, metric=metric, metric_scope=metric_scope, batch_size=batch_size, steps=steps, warmup=warmup, device=device,
                             tag=tag, nproc=nproc, nnodes=nnodes, node_rank=node_rank, rdzv_endpoint=rdzv_endpoint,
                             timeout_s=timeout, telemetry=telemetry, telemetry_interval_s=telemetry_interval,
                             metrics_port=metrics_port, metrics_host=metrics_host)
         return run_program(fields, db, no_store, as_json, launch)
-    if name is not None or metric is not None:
+    if name is not None or metric is not None or metric_scope is not None:
         raise UsageError(f"{'--name' if name is not None else '--metric'} is for a program run with --exec, e.g. "
                          "dlbench run --exec --metric nersc -- python train.py")
     overrides = _overrides(

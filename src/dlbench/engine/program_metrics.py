@@ -51,13 +51,22 @@ PRESETS: dict[str, str] = {
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 
 
+#: Whose figure each preset's line is: ``rank`` (each rank prints its own: the job's is their sum) or ``job``
+#: (rank 0 prints the whole job's). NERSC's rate counts the rank's sampler; torchtitan's tps is per device;
+#: the Trainer's closing metrics are the job's.
+PRESET_SCOPES = {"nersc": "rank", "hf-trainer": "job", "torchtitan": "rank"}
+SCOPES = ("rank", "job")
+
+
 @dataclass(frozen=True)
 class Metric:
-    """A compiled --metric: its name (a preset, or ``regex``), the pattern and the group it reads."""
+    """A compiled --metric: its name (a preset, or ``regex``), the pattern, the group it reads and whose figure a
+    line is (``rank``: each rank's own, summed over the ranks; ``job``: rank 0's line is the whole job's)."""
 
     name: str
     pattern: Any  # a compiled ``regex`` pattern
     group: str
+    scope: str = "job"
 
     @property
     def unit(self) -> str:
@@ -94,16 +103,21 @@ def number_of(text: str | None) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def parse_metric(text: str) -> Metric:
-    """A --metric value: a preset name or a regular expression with exactly one named group of :data:`GROUPS`."""
+def parse_metric(text: str, scope: str | None = None) -> Metric:
+    """A --metric value: a preset name or a regular expression with exactly one named group of :data:`GROUPS`;
+    ``scope`` (--metric-scope) overrides the preset's (:data:`PRESET_SCOPES`; a pattern's default is ``job``)."""
+    if scope is not None and scope not in SCOPES:
+        raise UsageError(f"--metric-scope {scope!r} is not one of {', '.join(SCOPES)}: rank (each rank prints its own "
+                         "figure; the job's is their sum) or job (rank 0 prints the whole job's).")
     if text in PRESETS:
-        return Metric(text, regex.compile(PRESETS[text]), _only_group(regex.compile(PRESETS[text]), text))
+        pattern = regex.compile(PRESETS[text])
+        return Metric(text, pattern, _only_group(pattern, text), scope or PRESET_SCOPES[text])
     try:
         pattern = regex.compile(text)
     except regex.error as exc:
         raise UsageError(f"--metric {text!r} is not a valid regular expression ({exc}); give a preset "
                          f"({', '.join(PRESETS)}) or a pattern such as 'rate (?P<samples_per_s>[0-9.]+)'.") from None
-    return Metric("regex", pattern, _only_group(pattern, text))
+    return Metric("regex", pattern, _only_group(pattern, text), scope or "job")
 
 
 def _only_group(pattern, text: str) -> str:
