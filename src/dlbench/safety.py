@@ -15,7 +15,9 @@ and SQL by SQLAlchemy's bound parameters, never by formatting text — so neithe
   passed to the ranks in ``$DLBENCH_CLUSTER``;
 * :func:`plain_mathtext` — text in a matplotlib figure, so ``$`` in a name or a title never starts mathtext;
 * :func:`read_input_file` — a file named by the user (a config, a run record to import): a regular file of
-  bounded size, never a FIFO that blocks, a device that never ends, or a directory.
+  bounded size, never a FIFO that blocks, a device that never ends, or a directory;
+* :func:`write_text_atomic` — a file dlbench writes at a user's path: whole or not at all (a temporary file
+  beside it, fsynced, renamed over it), and a new one never over a file that appeared meanwhile.
 
 Each raises :class:`~dlbench.errors.UsageError` with one sentence naming the value and the fix, and each is
 fuzzed with arbitrary text by ``tests/hostile/test_safety_properties.py``.
@@ -23,6 +25,7 @@ fuzzed with arbitrary text by ``tests/hostile/test_safety_properties.py``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shlex
@@ -223,3 +226,37 @@ def read_input_file(path: str | Path, what: str, limit_bytes: int) -> bytes:
     if len(data) > limit_bytes:
         raise UsageError(f"{what} {shown_path} is larger than the {limit_bytes:,} bytes a {what} may be; give the right file.")
     return data
+
+
+def write_text_atomic(path: str | Path, text: str, *, new: bool) -> None:
+    """``text`` as the content of ``path``, whole or not at all: written to a temporary file in the same
+    directory, fsynced, then renamed over ``path`` (``new``: linked to it, which fails if a file appeared there
+    meanwhile: a new file never replaces one) and the directory fsynced. A write that fails (a full disk) leaves
+    ``path`` as it was and is one sentence; a link ``path`` is followed (the link stays)."""
+    import tempfile  # only commands that write a user's file need it
+
+    target = Path(os.path.realpath(path))
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with open(fd, "w", encoding="utf-8") as out:
+            out.write(text)
+            out.flush()
+            os.fsync(out.fileno())
+        if new:
+            os.link(tmp, target)  # exclusive: fails with FileExistsError over any file
+        else:
+            os.chmod(tmp, stat.S_IMODE(os.stat(target).st_mode))  # the file keeps its permissions
+            os.replace(tmp, target)
+    except FileExistsError:
+        raise UsageError(f"{str(path)!r} appeared while dlbench was writing it; it is left as it is: run again.") from None
+    except OSError as exc:
+        raise UsageError(f"could not write {str(path)!r} ({exc.strerror or exc}); it is left as it was: free space "
+                         "there (or fix the permissions) and run again.") from None
+    finally:
+        with contextlib.suppress(OSError):  # renamed already, or linked: the temporary name goes
+            os.unlink(tmp)
+    dir_fd = os.open(target.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)

@@ -372,7 +372,7 @@ class CheckpointSpec(BaseModel):
     rdzv_endpoint: str | None = None
     torchrun: bool | None = None
     backend: Literal["gloo", "nccl", "mpi"] | None = None
-    timeout_s: float = Field(default=600.0, gt=0)
+    timeout_s: float = Field(default=600.0, gt=0, le=MAX_TIME_S)
     tags: Tags = Field(default_factory=dict)
 
     @property

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -70,7 +71,9 @@ def test_raw_through_a_burst_buffer_stages_each_rank_file_and_keeps_it(capsys, d
     result = record["result"]
     assert record["spec"]["writeback"] is False
     assert result["verified"] and result["stage"]["bytes_per_s"] > 0 and "fio" not in result
-    assert (target / "__0_0.raw").stat().st_size == result["bytes"] == (burst / "__0_0.raw").stat().st_size
+    kept = Path(result["directory"])  # dlbench's own directory inside PATH, the same name in the burst buffer
+    assert kept.parent == target and kept.name.startswith("dlbench-checkpoint-")
+    assert (kept / "__0_0.raw").stat().st_size == result["bytes"] == (burst / kept.name / "__0_0.raw").stat().st_size
 
 
 @pytest.mark.parametrize("argv, words", [
@@ -112,5 +115,7 @@ def test_two_torchrun_ranks_each_write_their_own_file(capsys, db, tmp_path, left
     result = record["result"]
     assert record["spec"]["launcher"] == "torchrun" and result["world_size"] == 2 and result["verified"]
     assert result["read"]["in_place_bytes"] == 0 and result["read"]["stages"] is None  # dcp.FileSystemReader as it ships
-    assert sorted(p.name for p in target.glob("__*_0.distcp")) == ["__0_0.distcp", "__1_0.distcp"]
+    kept = Path(result["directory"])
+    assert sorted(p.name for p in kept.glob("__*_0.distcp")) == ["__0_0.distcp", "__1_0.distcp"]
+    assert [p.name for p in target.iterdir()] == [kept.name]  # one directory: both ranks agreed on its name
     assert [r["rank"] for r in result["per_rank"]] == [0, 1]

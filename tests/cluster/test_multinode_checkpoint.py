@@ -30,8 +30,11 @@ def test_a_checkpoint_across_two_nodes_is_recorded_per_rank_with_the_slowest(log
         assert result[phase]["slowest_rank_s"] == slowest
         assert result[phase]["bytes_per_s"] == pytest.approx(result["bytes"] / slowest)
         assert all(r[f"{phase}_bytes_per_s"] == pytest.approx(r["bytes"] / r[f"{phase}_s"]) for r in result["per_rank"])
-    # both ranks' files side by side in the one shared directory (the DCP metadata by rank 0)
-    assert sorted(p.name for p in target.iterdir()) == [".metadata", "__0_0.distcp", "__1_0.distcp"]
+    # both ranks' files side by side in the one shared directory of dlbench's own in PATH, its name the ranks
+    # agreed on (the DCP metadata by rank 0)
+    [kept] = target.iterdir()
+    assert kept.name.startswith("dlbench-checkpoint-") and result["directory"].endswith(f"/{kept.name}")
+    assert sorted(p.name for p in kept.iterdir()) == [".metadata", "__0_0.distcp", "__1_0.distcp"]
     assert result["fio"]["nodes"] == 2 and result["fio"]["read_bytes_per_s"] > 0 and result["write_vs_fio"] > 0
     assert record["env"]["scheduler"]["nodelist"] == "node[0-1]" and record["env"]["hostname"] == "node0"
     assert open_store(db).get(record["id"])["spec"]["mode"] == "checkpoint"

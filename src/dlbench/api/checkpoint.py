@@ -16,7 +16,7 @@ from dlbench.engine.dist import check_endpoint, destroy_process_group, init_proc
 from dlbench.engine.run import ResolvedRun, frozen
 from dlbench.errors import UsageError
 from dlbench.spec import CheckpointSpec, LaunchSettings
-from dlbench.storage.checkpoint import MLPERF_MODELS, check_target, state_bytes, state_tensors
+from dlbench.storage.checkpoint import MLPERF_MODELS, check_burst_buffer, check_target, state_bytes, state_tensors
 
 
 def model_parameters(model: str) -> int:
@@ -33,6 +33,8 @@ def model_parameters(model: str) -> int:
 def _sizes(spec: CheckpointSpec, world: int) -> tuple[int, dict[str, tuple[str, int]], int]:
     """(parameters, one rank's tensors, all ranks' bytes) of the checkpoint ``spec`` describes over ``world`` ranks."""
     parameters = model_parameters(spec.model)
+    if spec.burst_buffer:
+        check_burst_buffer(Path(spec.path), Path(spec.burst_buffer))
     tensors = state_tensors(parameters, spec.dtype, spec.scale, world)
     total = state_bytes(tensors) * world
     if total < 1:

@@ -299,7 +299,7 @@ def stage(
 
 @launch_options
 def checkpoint(
-    path: str = typer.Argument(..., help="Directory the checkpoint is written to (scratch); removed after unless --keep."),
+    path: str = typer.Argument(..., help="Directory the checkpoint is written in: a new dlbench-checkpoint-<id> directory inside it, removed after unless --keep (PATH and the rest of it are never touched)."),
     model: str = typer.Option("llama3-8b", "--model", help="llama3-8b | llama3-70b | llama3-405b | llama3-1t (MLPerf Storage v2.0) or llm:PRESET."),
     dtype: str = typer.Option("bfloat16", "--dtype", help="Training dtype of the parameters: bfloat16 | float16 | float32 (Adam's state is fp32)."),
     scale: float = typer.Option(1e-3, "--scale", help="Fraction of the full checkpoint written (1: the real size)."),
@@ -310,7 +310,7 @@ def checkpoint(
     writeback: bool = typer.Option(True, "--writeback/--no-writeback", help="Start each 64 MiB's write-out to the device as it is written (the closing fsync waits for the rest), or write all, then fsync."),
     read_back: bool = typer.Option(True, "--read-back/--no-read-back", help="Read the checkpoint back, cold."),
     fio: bool = typer.Option(True, "--fio/--no-fio", help="Compare with fio's sequential write (--end_fsync=1) and read of the same bytes."),
-    keep: bool = typer.Option(False, "--keep", help="Keep the checkpoint files."),
+    keep: bool = typer.Option(False, "--keep", help="Keep the checkpoint files (the directory they are in is printed)."),
     nproc: int = typer.Option(1, "--nproc", help="Ranks on this node, each writing its shard."),
     nnodes: int = NNODES_OPTION,
     node_rank: int = NODE_RANK_OPTION,
@@ -353,6 +353,8 @@ def checkpoint(
                 info(f"{phase}, slowest rank: " + ", ".join(f"{name.removesuffix('_s')} {s:.3f} s" for name, s in stages.items()))
         if fio_error := (record["result"].get("fio") or {}).get("error"):
             info(f"dlbench: warning: {fio_error}.")
+        if kept := record["result"].get("directory"):
+            info(f"the checkpoint is kept in {kept}")
     if record["status"] != "ok":
         raise BenchmarkFailed(f"io checkpoint {record['status']}: {record['error']}")
 

@@ -11,6 +11,7 @@ is all bytes over that duration.
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import os
 import shutil
@@ -26,8 +27,20 @@ from torch.distributed.checkpoint.filesystem import FileSystem
 
 from dlbench.engine.dcp_reader import read_into
 from dlbench.engine.dist import DistContext
+from dlbench.errors import RunFailed, Terminated
 from dlbench.storage.cache import drop_cache
-from dlbench.storage.checkpoint import fio_all_nodes, fio_phase, remove_fio_files, state_bytes
+from dlbench.storage.checkpoint import (
+    disk_full,
+    empty_directory,
+    fio_all_nodes,
+    fio_phase,
+    missing_ancestors,
+    remove_fio_files,
+    remove_own,
+    state_bytes,
+    tree_bytes,
+    unique_name,
+)
 from dlbench.storage.writeback import WritebackFile
 
 
@@ -48,6 +61,9 @@ def run_checkpoint(target: Path, state_spec: dict[str, tuple[str, int]], *, burs
                    fio: bool, keep: bool, dist: DistContext | None, writer: str = "dcp",
                    reader: str = "in-place", crc32: bool = False, writeback: bool = True) -> dict[str, Any]:
     """Write (and read back) this rank's shard; the global result (every rank's figures merged).
+    Everything goes in a directory of dlbench's own inside ``target`` (and ``burst_buffer``),
+    ``dlbench-checkpoint-<id>``, one name for every rank (rank 0's); it alone is removed after (``keep``: the
+    checkpoint kept, its path in ``directory``), and at once when the run fails or is stopped.
     ``writer``: ``dcp`` (torch.distributed.checkpoint, as training saves) or ``raw`` (the tensors' bytes
     written and read back as they lie in memory, one file per rank: the floor under any checkpoint format).
     ``reader`` (dcp): ``in-place`` (each tensor's bytes read into it: :mod:`dlbench.engine.dcp_reader`) or
@@ -55,6 +71,32 @@ def run_checkpoint(target: Path, state_spec: dict[str, tuple[str, int]], *, burs
     checksums each item as it writes (its default; ``torch.load`` never checks it). ``writeback``: each 64 MiB's
     write-out to the device started as it is written (:mod:`dlbench.storage.writeback`), else all written, then fsynced.
     Each rank's write and read carry their stages' seconds (``write_stages``, ``read_stages``)."""
+    lead = dist is None or dist.local_rank == 0  # one rank a node: the target may be node-local
+    made = missing_ancestors(target) + (missing_ancestors(burst_buffer) if burst_buffer else [])
+    own_target, own_burst = _own_directories(target, burst_buffer, dist, lead)
+    try:
+        result = _write_and_read(own_target, state_spec, own_burst, read_back=read_back, fio=fio, keep=keep, dist=dist,
+                                 writer=writer, reader=reader, crc32=crc32, writeback=writeback)
+    except BaseException as exc:
+        plain = _plainly(exc, [d for d in (own_burst, own_target) if d is not None])
+        if lead:
+            remove_own([own_target, own_burst], made)
+        if plain is exc:
+            raise
+        raise plain from None
+    if keep:
+        result["directory"] = str(own_target)
+    elif lead:
+        remove_own([own_target, own_burst], made)
+    if dist:
+        dist.barrier()
+    return result
+
+
+def _write_and_read(target: Path, state_spec: dict[str, tuple[str, int]], burst_buffer: Path | None, *,
+                    read_back: bool, fio: bool, keep: bool, dist: DistContext | None, writer: str,
+                    reader: str, crc32: bool, writeback: bool) -> dict[str, Any]:
+    """:func:`run_checkpoint` in the directories of its own it was given."""
     rank, world = (dist.rank, dist.world_size) if dist else (0, 1)
     barrier = dist.barrier if dist else (lambda: None)
     if dist is None:  # DCP says it saves in one process: that is what was asked
@@ -91,9 +133,9 @@ def run_checkpoint(target: Path, state_spec: dict[str, tuple[str, int]], *, burs
         barrier()
     per_rank = dist.all_gather_object(local) if dist else [local]
     result = merge(per_rank)
-    if not keep and (dist is None or dist.local_rank == 0):  # one rank a node: the target may be node-local
+    if not keep and (dist is None or dist.local_rank == 0):  # fio's bytes go where the checkpoint's were
         for where in {target, first}:
-            shutil.rmtree(where, ignore_errors=True)
+            empty_directory(where)
     if dist:  # on a shared target another node's removal would otherwise race fio's files
         barrier()
     if fio:
@@ -101,11 +143,58 @@ def run_checkpoint(target: Path, state_spec: dict[str, tuple[str, int]], *, burs
         if rank == 0:
             result["fio"] = figures
             result |= _ratios(result)
-    if not keep and (dist is None or dist.local_rank == 0):
-        shutil.rmtree(target, ignore_errors=True)
-    if dist:
-        barrier()
     return result
+
+
+def _own_directories(target: Path, burst_buffer: Path | None, dist: DistContext | None,
+                     lead: bool) -> tuple[Path, Path | None]:
+    """The run's directories inside ``target`` (and ``burst_buffer``): rank 0 creates them exclusively under a
+    name no directory there has, every rank learns it (a collective), and each node's first rank creates it
+    there too (a node-local target; on a shared one it exists already)."""
+    name = None
+    if dist is None or dist.rank == 0:
+        name = unique_name([target] + ([burst_buffer] if burst_buffer else []))
+    if dist:
+        name = dist.all_gather_object(name)[0]
+        if lead and dist.rank != 0:
+            for where in (target, burst_buffer):
+                if where is not None:
+                    (where / name).mkdir(parents=True, exist_ok=True)
+        dist.barrier()
+    return target / name, (burst_buffer / name if burst_buffer else None)
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    """``exc``, its causes and contexts, and what DCP gathered from its ranks (a ``CheckpointException``)."""
+    seen, todo, out = set(), [exc], []
+    while todo:
+        e = todo.pop(0)
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        out.append(e)
+        todo += [e.__cause__, e.__context__]
+        todo += [pair[0] for pair in (getattr(e, "failures", None) or {}).values() if isinstance(pair, tuple)]
+    return out
+
+
+def _plainly(exc: BaseException, own: list[Path]) -> BaseException:
+    """What ``exc`` means: a signal DCP caught and wrapped is the signal again (the run is aborted); a full disk
+    is one sentence (:class:`RunFailed`), whatever torch made of the short write; anything else as it is."""
+    chain = _chain(exc)
+    for e in chain:
+        if isinstance(e, (Terminated, KeyboardInterrupt)):
+            return e
+    full = next((e for e in chain if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT)), None)
+    if full is None:
+        full = next((d for d in own if disk_full(d)), None)
+    if full is None:
+        return exc
+    where = next((d for d in own if disk_full(d)), own[0])
+    reason = os.strerror(full.errno) if isinstance(full, OSError) else "No space left on device"
+    written = sum(tree_bytes(d) for d in own)
+    return RunFailed("failed", f"the disk at {where.parent} filled up ({reason}) after {written:,} bytes of the "
+                               "checkpoint were written; its partial directory is removed: free space there or lower --scale")
 
 
 def _fio_every_node(directory: Path, bytes_per_job: int, dist: DistContext | None) -> dict[str, Any]:

@@ -25,6 +25,7 @@ import socket
 import socketserver
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -32,7 +33,7 @@ from typing import Any
 
 MIB = 1 << 20
 DISK_FILE_BYTES = 64 * MIB
-PROBE_FILE = ".dlbench-node-check.bin"
+PROBE_PREFIX = ".dlbench-node-check-"
 
 # The core loop, run in a child pinned to one core; it starts at a given wall time so that every core is
 # measured over the same seconds, and prints its iterations per second.
@@ -91,11 +92,14 @@ def memory_probe(duration_s: float, size_bytes: int = 256 * MIB) -> dict[str, An
 
 def disk_probe(directory: Path, duration_s: float, size_bytes: int = DISK_FILE_BYTES) -> dict[str, Any]:
     """Read rate of a file on ``directory``'s file system, bypassing the page cache where it can."""
-    path = Path(directory) / PROBE_FILE
     block = mmap.mmap(-1, MIB)  # page-aligned, as O_DIRECT requires
     block.write(os.urandom(MIB))
+    # a file of its own, created exclusively under a unique name: one of the user's (even one named like
+    # ours) is never overwritten or removed
+    fd, name = tempfile.mkstemp(prefix=PROBE_PREFIX, suffix=".bin", dir=directory)
+    path = Path(name)
     try:
-        with open(path, "wb") as out:
+        with open(fd, "wb") as out:
             for _ in range(size_bytes // MIB):
                 out.write(block)
             out.flush()

@@ -17,6 +17,7 @@ from dlbench.errors import UsageError
 from dlbench.mlperf.compare import entry_round
 from dlbench.mlperf.folder import safe_name
 from dlbench.mlperf.score import score_folder
+from dlbench.safety import write_text_atomic
 
 
 def organisations(folder: str | Path) -> list[Path]:
@@ -113,23 +114,37 @@ def headline(folder: str | Path, round_name: str, origin: str) -> dict[str, dict
     return out
 
 
+#: The first line of every reference file ``references add`` writes: it rewrites only files that begin with it
+#: (a YAML comment: loading is unchanged), so a file of the user's own is never rewritten, its comments lost.
+MARK = "# written by dlbench mlperf references add; edits here are kept only as data"
+
+
 def read_reference_file(path: str | Path) -> dict[str, Any]:
-    """The user reference file ``path`` to merge into (``{"results": {}}`` when there is none yet), read by the
-    rule of every user file (a regular file of bounded size) before any folder is scored."""
+    """The reference file ``path`` to merge into (``{"results": {}}`` when there is none yet), read by the rule
+    of every user file (a regular file of bounded size) before any folder is scored; a file dlbench did not
+    write (no :data:`MARK` first line) is refused, not rewritten."""
     target = Path(path)
     doc: Any = {}
     if target.exists() or target.is_symlink():
-        doc = parse_yaml(read_text_file(target, "reference file"), f"the reference file {str(target)!r}") or {}
+        text = read_text_file(target, "reference file")
+        if text.partition("\n")[0].rstrip() != MARK:
+            raise UsageError(f"{str(target)!r} was not written by 'dlbench mlperf references add' (its first line is "
+                             "not dlbench's mark), so it is left as it is; give a new --out and pass both files to "
+                             "--references.")
+        doc = parse_yaml(text, f"the reference file {str(target)!r}") or {}
     if not isinstance(doc, dict) or not isinstance(doc.setdefault("results", {}), dict):
         raise UsageError(f"{str(target)!r} is not a dlbench reference file (no 'results:' mapping); give another --out.")
     return doc
 
 
 def add_to_file(path: str | Path, references: dict[str, dict[str, Any]], doc: dict[str, Any] | None = None) -> None:
-    """Merge ``references`` into the user reference file ``path`` (``results:``; ``doc`` when it was read
-    already with :func:`read_reference_file`), creating it."""
+    """Merge ``references`` into the reference file ``path`` (``results:``), creating it: written whole or not at
+    all (a full disk leaves it as it was), a new file never over one that appeared meanwhile. ``doc``: the file
+    as :func:`read_reference_file` read it before the folder was scored; a file there now is read again (and
+    refused unless dlbench wrote it), so nothing that came meanwhile is lost."""
     import yaml
 
-    doc = read_reference_file(path) if doc is None else doc
+    new = not (Path(path).exists() or Path(path).is_symlink())
+    doc = read_reference_file(path) if doc is None or not new else doc
     doc["results"].update(references)
-    Path(path).write_text(yaml.safe_dump(doc, sort_keys=False, width=200))
+    write_text_atomic(path, f"{MARK}\n" + yaml.safe_dump(doc, sort_keys=False, width=200), new=new)

@@ -8,8 +8,10 @@ bf16: Llama 3 8B's 8.03 B parameters make 112 GB (104.7 GiB), MLPerf Storage v2.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import secrets
 import shutil
 import subprocess
 from pathlib import Path
@@ -27,6 +29,11 @@ MLPERF_MODELS: dict[str, dict[str, Any]] = {
 ITEM_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 #: fio's block size (the issue's comparison: sequential, 4 MiB, psync); smaller for smaller files.
 FIO_BLOCK_BYTES = 4 << 20
+
+
+#: The directory a run writes in, created inside PATH (and the burst buffer) with a unique name: dlbench removes
+#: only what it made, never PATH or anything else in it.
+SCRATCH_PREFIX = "dlbench-checkpoint-"
 
 
 def state_tensors(parameters: int, dtype: str, scale: float, world_size: int) -> dict[str, tuple[str, int]]:
@@ -57,6 +64,80 @@ def check_target(path: Path, need_bytes: int, what: str) -> None:
     if need_bytes > free:
         raise UsageError(f"the checkpoint needs {need_bytes / 1e9:,.2f} GB but {probe} has {free / 1e9:,.2f} GB free; "
                          "lower --scale or free space.")
+
+
+def check_burst_buffer(path: Path, burst_buffer: Path) -> None:
+    """The burst buffer and PATH are apart (neither is, nor holds, the other): else one sentence. The checkpoint
+    is staged from one to the other, and each run's directory in one would lie inside the other's."""
+    target, burst = path.resolve(), burst_buffer.resolve()
+    if target == burst or target in burst.parents or burst in target.parents:
+        relation = "is" if target == burst else ("is inside" if target in burst.parents else "holds")
+        raise UsageError(f"--burst-buffer {burst_buffer} {relation} PATH {path}; give a burst buffer apart from PATH "
+                         "(the checkpoint is staged from one to the other).")
+
+
+def missing_ancestors(path: Path) -> list[Path]:
+    """``path`` and its parents that do not exist yet, deepest first: dlbench makes them, and removes them
+    again only when they are empty (what a user put there since is theirs)."""
+    missing = []
+    for p in (path, *path.parents):
+        if p.exists() or p.is_symlink():
+            break
+        missing.append(p)
+    return missing
+
+
+def unique_name(parents: list[Path]) -> str:
+    """A name made, exclusively, as a new directory in every one of ``parents``."""
+    for parent in parents:
+        parent.mkdir(parents=True, exist_ok=True)
+    while True:
+        name = f"{SCRATCH_PREFIX}{secrets.token_hex(6)}"
+        made = []
+        try:
+            for parent in parents:
+                (parent / name).mkdir()  # exclusive: an existing directory of that name is someone else's
+                made.append(parent / name)
+            return name
+        except FileExistsError:
+            for path in made:
+                path.rmdir()
+
+
+def empty_directory(directory: Path) -> None:
+    """Remove what is inside ``directory`` (one of the run's own), keeping it."""
+    if directory.is_dir():
+        for entry in directory.iterdir():
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                entry.unlink(missing_ok=True)
+
+
+def remove_own(own: list[Path | None], made: list[Path]) -> None:
+    """The run's own directories, then the user paths dlbench made for them when nothing else is in them."""
+    for directory in own:
+        if directory is not None:
+            shutil.rmtree(directory, ignore_errors=True)
+    for path in made:
+        with contextlib.suppress(OSError):
+            path.rmdir()
+
+
+def disk_full(directory: Path) -> bool:
+    """Whether the file system holding ``directory`` has (almost) no space left: under 1 MiB free."""
+    try:
+        return shutil.disk_usage(directory).free < (1 << 20)
+    except OSError:
+        return False
+
+
+def tree_bytes(directory: Path) -> int:
+    """Bytes of the files under ``directory`` (0 when it cannot be read)."""
+    try:
+        return sum(p.stat().st_size for p in directory.rglob("*") if p.is_file())
+    except OSError:
+        return 0
 
 
 def fio_phase(directory: Path, bytes_per_job: int, jobs: int, phase: str) -> dict[str, Any]:
