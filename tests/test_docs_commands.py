@@ -156,6 +156,8 @@ def _click_app():
 def problems(command: str, root) -> list[str]:
     """What in ``command`` the CLI does not have: an unknown subcommand or option."""
     argv = words(command)[1:]
+    if "--" in argv:  # what follows is the program of --exec, with options of its own
+        argv = argv[:argv.index("--")]
     node, path = root, ["dlbench"]
     while hasattr(node, "commands") and argv and not argv[0].startswith("-"):
         child = node.commands.get(argv[0])

@@ -17,6 +17,7 @@ import json
 import os
 import shlex
 import signal
+import socket
 import tempfile
 import time
 from pathlib import Path
@@ -292,7 +293,7 @@ class Reading:
 
 def rank_figures(spec: ExecSpec, reading: Reading, end: ProgramEnd | None, rank: int) -> dict[str, Any]:
     """One rank's figures: its probe steps or metric lines (warm-up dropped), how its program ended, its output's end."""
-    figures: dict[str, Any] = {"rank": rank}
+    figures: dict[str, Any] = {"rank": rank, "host": socket.gethostname()}
     measured = spec.steps  # what came after --steps were measured (read in the same poll) is not measured
     if reading.marks and reading.metric is None:
         times, samples = probe_steps(reading.marks, reading.warmup)
@@ -337,7 +338,7 @@ def merge_ranks(spec: ExecSpec, reports: dict[int, dict[str, Any]]) -> dict[str,
             total = sum(sum(p["samples"]) for p in probed.values())
             slowest_s = max(sum(p["step_times_s"]) for p in probed.values())
             result["samples_per_s"] = total / slowest_s if slowest_s > 0 else None
-            result["per_rank"] = [{"rank": r, "samples_per_s": sum(p["samples"]) / sum(p["step_times_s"]),
+            result["per_rank"] = [{"rank": r, "host": reports[r].get("host"), "samples_per_s": sum(p["samples"]) / sum(p["step_times_s"]),
                                    "steps": len(p["step_times_s"])} for r, p in sorted(probed.items())]
     elif main.get("metric") is not None:
         metric = main["metric"]
@@ -373,7 +374,7 @@ def _summed_over_ranks(key: str, reports: dict[int, dict[str, Any]]) -> dict[str
         if not values:
             silent.append(rank)
             continue
-        per_rank.append({"rank": rank, key: rate_summary(values[:len(main["values"])])["rate"], "lines": len(values)})
+        per_rank.append({"rank": rank, "host": figures.get("host"), key: rate_summary(values[:len(main["values"])])["rate"], "lines": len(values)})
     out: dict[str, Any] = {"per_rank": per_rank}
     if silent:
         out |= {key: None, "ranks_silent": silent}
