@@ -29,6 +29,8 @@ from typing import Any
 import psutil
 
 import dlbench
+from dlbench.errors import UsageError
+from dlbench.safety import cluster_name
 
 GIT_TIMEOUT_S = 2.0
 
@@ -158,7 +160,7 @@ def _slurm(environ: Mapping[str, str]) -> dict:
         "nodelist": environ.get("SLURM_JOB_NODELIST") or environ.get("SLURM_NODELIST"),
         "num_nodes": _to_int(environ.get("SLURM_JOB_NUM_NODES") or environ.get("SLURM_NNODES")),
         "ntasks": _to_int(environ.get("SLURM_NTASKS") or environ.get("SLURM_NPROCS")),
-        "cluster": environ.get("SLURM_CLUSTER_NAME"),
+        "cluster": _env_cluster(environ, "SLURM_CLUSTER_NAME", strict=False, warn=False),
         "partition": environ.get("SLURM_JOB_PARTITION"),
     }
 
@@ -195,10 +197,33 @@ def detect_scheduler(environ: Mapping[str, str]) -> dict | None:
     return None
 
 
-def detect_cluster(environ: Mapping[str, str]) -> str | None:
+def detect_cluster(environ: Mapping[str, str], strict: bool = True) -> str | None:
     """The cluster a run ran on, for a store several sites share: ``$DLBENCH_CLUSTER`` (a site's configured
-    name) else Slurm's ``ClusterName`` (``$SLURM_CLUSTER_NAME`` in every Slurm job), else None."""
-    return environ.get("DLBENCH_CLUSTER") or environ.get("SLURM_CLUSTER_NAME") or None
+    name) else Slurm's ``ClusterName`` (``$SLURM_CLUSTER_NAME`` in every Slurm job), else None.
+
+    Each passes :func:`dlbench.safety.cluster_name`, the rule ``--cluster`` passes: a name it refuses is a
+    :class:`UsageError` before any run (``strict``), or, where the run has happened already (a rank reporting
+    where it ran), dropped with a warning on stderr (the run keeps everything else)."""
+    for key in ("DLBENCH_CLUSTER", "SLURM_CLUSTER_NAME"):
+        name = _env_cluster(environ, key, strict)
+        if name:
+            return name
+    return None
+
+
+def _env_cluster(environ: Mapping[str, str], key: str, strict: bool, warn: bool = True) -> str | None:
+    value = environ.get(key)
+    if not value:
+        return None
+    try:
+        return cluster_name(value, f"${key}")
+    except UsageError as exc:
+        if strict:
+            fix = "or set $DLBENCH_CLUSTER to such a name" if key == "DLBENCH_CLUSTER" else "which is recorded instead"
+            raise UsageError(f"{str(exc).removesuffix('.')} ({fix}).") from None
+        if warn:
+            print(f"dlbench: warning: {str(exc).split(':')[0]}; the run is recorded without it", file=sys.stderr)
+        return None
 
 
 def benchmark_env_vars(environ: Mapping[str, str]) -> dict[str, str]:
@@ -430,12 +455,14 @@ def _version_py_constants(path: Path) -> dict[str, str | None]:
     return facts
 
 
-def capture_env(*, include_gpus: bool = True, import_torch: bool = True) -> dict:
+def capture_env(*, include_gpus: bool = True, import_torch: bool = True, strict: bool = True) -> dict:
     """The full environment record stamped on every run and printed by ``dlbench env``.
 
     JSON-serialisable. ``include_gpus=False`` skips NVML (``gpus`` is ``[]`` and ``nvml`` says it
     was not queried). ``import_torch=False`` is for a process that runs no torch itself: unless torch is
-    already imported, ``torch`` holds its build facts only (:func:`torch_build_info`).
+    already imported, ``torch`` holds its build facts only (:func:`torch_build_info`). ``strict=False``: a value
+    from the environment that fails its check is dropped with a warning, not a :class:`UsageError` (for a
+    process whose run has happened: :func:`detect_cluster`).
     """
     environ = dict(os.environ)
     if include_gpus:
@@ -462,7 +489,7 @@ def capture_env(*, include_gpus: bool = True, import_torch: bool = True) -> dict
         "hostname": socket.gethostname(),
         "container": detect_container(environ),
         "scheduler": detect_scheduler(environ),
-        "cluster": detect_cluster(environ),
+        "cluster": detect_cluster(environ, strict),
         # the working directory's repository (the user's project, whatever it holds) and, apart, the one
         # dlbench itself runs from (None for an installed wheel): only the latter is the benchmark's code
         "git": _with_path(git_info(Path.cwd()), Path.cwd()),

@@ -96,3 +96,13 @@ class RecordNotSaved(DlbenchError):
     def __init__(self, message: str, records: list[dict] | None = None):
         super().__init__(message)
         self.records = list(records or [])
+
+
+class RecordRefused(RecordNotSaved):
+    """The results store refused a finished run for good (a constraint or a value it cannot hold: retrying will
+    not help); the record is kept in ``path`` (the spool's ``quarantine/``, with the reason beside it) and the
+    CLI exits with :data:`NOT_SAVED_EXIT_CODE`, naming the file."""
+
+    def __init__(self, message: str, records: list[dict], path):
+        super().__init__(message, records)
+        self.path = path

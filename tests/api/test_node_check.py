@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from dlbench.api.node_check import plan_check, run_check
+from dlbench.api.node_check import node_verdict, plan_check, run_check
 from dlbench.cli.app import main
 from dlbench.store import RunFilter, open_store
 
@@ -113,9 +113,13 @@ def test_a_gpu_missing_from_the_history_is_caught(store):
     assert record["result"]["verdict"] == "degraded" and record["result"]["value"] == 0.0
 
 
-def test_a_probe_past_the_budget_is_recorded_as_not_run(store):
-    (record,) = run_check(plan_check(store, only=("cpu",), budget_s=0.1), store)
+def test_a_probe_past_the_budget_is_recorded_as_not_run_and_the_node_is_not_healthy(store):
+    plan = plan_check(store, only=("cpu",), budget_s=1.0)
+    plan.budget_s = 0.1  # spent before the probe starts (a slow start-up; a budget this short is refused up front)
+    (record,) = run_check(plan, store)
     assert record["status"] == "aborted" and "time budget of 0.1 s" in record["error"]
+    verdict, code, sentence = node_verdict(plan)
+    assert (verdict, code) == ("incomplete", 4) and "cpu: skipped" in sentence
 
 
 @pytest.mark.parametrize("argv, words", [
@@ -123,7 +127,7 @@ def test_a_probe_past_the_budget_is_recorded_as_not_run(store):
     (["--data-dir", "/nonexistent/dir"], "is not a directory"),
     (["--data-dir", "READONLY"], "is not writable"),
     (["--peer", "node12"], "is not HOST:PORT"),
-    (["--budget", "0"], "--budget 0.0 must be more than 0"),
+    (["--budget", "0"], "--budget 0.0 must be a number of seconds more than 0"),
     (["--expect", "EXPECT", "--against-history"], "not both"),
     (["--expect", "EXPECT"], "unknown probe 'cpus'"),
 ])

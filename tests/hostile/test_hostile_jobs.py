@@ -8,10 +8,18 @@ from __future__ import annotations
 
 import copy
 import json
+import os
+import pwd
+import shutil
+import subprocess
+import time
+from pathlib import Path
 
 import pytest
 import yaml
 from hostile_corpus import TINY, Case, check, params
+
+from dlbench.telemetry.jobs import JOB_LABELS, JobAttributor, gpu_job_values, gpu_jobs, job_labels, parse_cgroup
 
 JOBS = {"DLBENCH_JOBS_DIR": "{tmp}/jobs"}
 RECORD = {"schema_version": 1, "id": "abcdef012345", "created_at": "2026-11-30T10:00:00+00:00", "status": "aborted",
@@ -124,3 +132,83 @@ def test_hostile_job_or_size_is_one_sentence_before_anything_is_submitted(case, 
                                                                           capsys):
     check(case, seeded_store, tmp_path, monkeypatch, capsys)
     assert not list(tmp_path.rglob("*.sbatch"))
+
+
+# --- Attribution: who ran a job comes from the kernel (cgroup, uid), never from a process's own environment ---
+
+FORGED = {"SLURM_JOB_ID": "4242", "SLURM_JOBID": "4242", "SLURM_JOB_USER": "root", "SLURM_JOB_PARTITION": "vip"}
+LIAR_UID = 65534 if os.getuid() == 0 else os.getuid()  # nobody where the tests may setuid, else this user
+
+
+def test_a_process_claiming_a_job_and_root_is_billed_to_its_owner_and_marked_claimed():
+    """A real process (as uid 65534 when the tests run as root) whose environment says job 4242 of user root."""
+    setuid = (lambda: os.setuid(LIAR_UID)) if os.getuid() == 0 else None
+    child = subprocess.Popen([shutil.which("sleep"), "60"], env=FORGED, preexec_fn=setuid, cwd="/")
+    try:
+        deadline = time.monotonic() + 10
+        while b"SLURM_JOB_ID" not in _environ(child.pid) and time.monotonic() < deadline:
+            time.sleep(0.01)  # until it has exec'd
+        reading = {"index": 0, "uuid": "GPU-0", "processes": [{"pid": child.pid, "used_memory_bytes": 1}]}
+        JobAttributor().annotate([reading])
+        labels = reading["processes"][0]["job"]
+    finally:
+        child.kill()
+        child.wait()
+    assert labels["hpc_user"] == _name(LIAR_UID)  # never SLURM_JOB_USER
+    # no Slurm cgroup on this machine: the job is only the process's word, and the series say so
+    assert (labels["hpc_job"], labels["hpc_job_source"], labels["hpc_partition"]) == ("4242", "environment", "vip")
+    values = dict(zip(JOB_LABELS, gpu_job_values(gpu_jobs(reading))))
+    assert (values["hpc_job"], values["hpc_user"], values["hpc_job_source"]) == ("4242", labels["hpc_user"], "environment")
+
+
+def _environ(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return b""
+
+
+def test_a_non_dumpable_process_is_its_real_uids_not_roots(tmp_path):
+    """A process that makes itself non-dumpable has ``/proc/<pid>`` owned by root; its status still says who
+    started it (a /proc copy: the dir here is root's, the status uid 65534's)."""
+    proc = tmp_path / "321"
+    proc.mkdir()
+    (proc / "stat").write_text("321 (python) S " + " ".join(["0"] * 18) + " 12345 0 0\n")
+    (proc / "cgroup").write_text("0::/system.slice/slurmstepd.scope/job_77/step_0\n")
+    (proc / "status").write_text("Name:\tpython\nUid:\t65534\t0\t0\t0\n")  # real uid first: a setuid binary's euid 0
+    (proc / "environ").write_bytes(b"SLURM_JOB_USER=root\0SLURM_JOB_ID=4242\0")
+    labels = JobAttributor(tmp_path).labels(321)
+    assert (labels["hpc_job"], labels["hpc_user"], labels["hpc_job_source"]) == ("77", _name(65534), "cgroup")
+
+
+def _name(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("12:memory:/slurm/uid_1000/job_4242/step_0/task_0\n", {"slurm_job": "4242", "slurm_uid": 1000}),
+    ("4:cpu:/slurm_node7/uid_1001/job_9/step_batch\n", {"slurm_job": "9", "slurm_uid": 1001}),
+    ("0::/system.slice/slurmstepd.scope/job_77/step_0/user/task_0\n", {"slurm_job": "77"}),
+    ("0::/system.slice/node7_slurmstepd.scope/job_78/step_0\n", {"slurm_job": "78"}),
+    # a user's delegated subtree, where `mkdir job_4242` and `uid_0` are the user's to make: no job
+    ("0::/user.slice/user-65534.slice/user@65534.service/app.slice/slurm/uid_0/job_4242/x\n", {}),
+    ("0::/user.slice/user-65534.slice/user@65534.service/slurmstepd.scope/job_4242\n", {}),
+    ("0::/user.slice/user-65534.slice/session-3.scope/job_4242\n", {}),
+    ("0::/user.slice/user-65534.slice/user@65534.service/kubepods/pod1f2e3d4c-5b6a-4789-8abc-def012345678/"
+     + "a" * 64 + "\n", {}),
+    ("0::/job_4242\n", {}),
+    ("0::/\n", {}),
+], ids=["v1", "v1-multi-slurmd", "v2", "v2-named-scope", "delegated-v1-shape", "delegated-v2-shape", "session",
+        "delegated-kubepods", "root-level-job", "root"])
+def test_the_cgroup_parser_names_only_jobs_slurm_made(text, expected):
+    assert parse_cgroup(text) == expected
+
+
+def test_the_cgroup_job_and_uid_win_over_the_environment():
+    labels = job_labels({"slurm_job": "77", "slurm_uid": 0}, {"SLURM_JOB_ID": "4242", "SLURM_JOB_PARTITION": "vip"}, 65534)
+    assert (labels["hpc_job"], labels["hpc_user"], labels["hpc_partition"], labels["hpc_job_source"]) == (
+        "77", "root", "", "cgroup")  # the partition went with the claimed job, not job 77
+    assert job_labels({"slurm_job": "77"}, {}, None)["hpc_user"] == ""  # no uid known: no user, never a claimed one

@@ -181,3 +181,85 @@ def test_hostile_import_into_postgresql_is_refused_and_writes_nothing(case, tmp_
         assert sorted(r["id"] for r in store.records()) == before
     finally:
         store.close()
+
+
+# --- Round four: saved, or says it was not ---
+
+RUN = ["run", "lstm", "-p", "seq_len=4", "-p", "input_size=8", "-p", "hidden_size=8", "-b", "4", "--steps", "2",
+       "--warmup", "1", "--no-telemetry"]
+CLUSTER_CASES = [
+    Case("env-cluster-too-long", RUN, "$DLBENCH_CLUSTER 'aaaa", env={"DLBENCH_CLUSTER": "a" * 300}),
+    Case("env-cluster-space-semicolon", RUN, "$DLBENCH_CLUSTER 'a b;c' is refused", env={"DLBENCH_CLUSTER": "a b;c"}),
+    Case("env-slurm-cluster-newline", RUN, "$SLURM_CLUSTER_NAME 'alps\\nx' is refused",
+         env={"SLURM_CLUSTER_NAME": "alps\nx"}),
+    Case("env-slurm-cluster-markup", ["comm", "--iters", "1", "--nproc", "2"], "$SLURM_CLUSTER_NAME '[red]x' is refused",
+         env={"SLURM_CLUSTER_NAME": "[red]x"}),
+]
+
+
+@pytest.mark.parametrize("case", params(CLUSTER_CASES))
+def test_a_cluster_name_from_the_environment_passes_the_cluster_rule_before_any_run(case, seeded_store, tmp_path,
+                                                                                     monkeypatch, capsys):
+    check(case, seeded_store, tmp_path, monkeypatch, capsys)
+    assert not (tmp_path / "runs.db.spool").exists()
+
+
+def test_a_valid_cluster_option_overrides_a_bad_environment_name(tmp_path, monkeypatch, capsys):
+    from dlbench.cli.app import main
+
+    monkeypatch.setenv("SLURM_CLUSTER_NAME", "alps\nx")
+    monkeypatch.setenv("DLBENCH_METRICS_DIR", str(tmp_path / "metrics"))
+    assert main([*RUN, "--cluster", "alps", "--db", str(tmp_path / "runs.db"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["env"]["cluster"] == "alps"
+
+
+def test_a_run_the_store_refuses_exits_3_naming_where_its_record_is_and_is_not_retried(tmp_path, monkeypatch, capsys):
+    import sqlite3
+
+    from dlbench.cli.app import main
+    from dlbench.errors import NOT_SAVED_EXIT_CODE
+    from dlbench.store import spool as spoolmod
+
+    db = tmp_path / "runs.db"
+    open_store(str(db)).close()
+    with sqlite3.connect(db) as conn:  # the database refuses every run, as a constraint would
+        conn.execute("CREATE TRIGGER refuse BEFORE INSERT ON runs BEGIN SELECT RAISE(ABORT, 'refused by policy'); END")
+    monkeypatch.setenv("DLBENCH_METRICS_DIR", str(tmp_path / "metrics"))
+    assert main([*RUN, "--db", str(db)]) == NOT_SAVED_EXIT_CODE
+    err = capsys.readouterr().err
+    (kept,) = (tmp_path / "runs.db.spool" / spoolmod.QUARANTINE).glob("*.json")
+    assert "NOT saved" in err and "refused by policy" in err and str(kept) in err and "Traceback" not in err
+    assert "refused by policy" in (kept.parent / f"{kept.name}.why.txt").read_text()
+    store = open_store(str(db))  # the next open does not try it again, nor print it again
+    store.close()
+    assert "refused" not in capsys.readouterr().err and kept.exists()
+
+
+@pytest.mark.postgres
+def test_a_spooled_run_postgresql_refuses_for_good_is_moved_aside_once(tmp_path, monkeypatch, caplog):
+    """A run spooled by an older dlbench with a 300-character cluster: PostgreSQL's varchar(128) refuses it
+    ("value too long"); it used to stay in the spool and fail every open. Now it is moved aside once."""
+    url = os.environ.get("DLBENCH_TEST_POSTGRES_URL")
+    if not url:
+        pytest.skip("set DLBENCH_TEST_POSTGRES_URL to run the store tests on PostgreSQL")
+    from dlbench.errors import RecordRefused
+    from dlbench.store import spool as spoolmod
+
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    long_cluster = changed("env.cluster", "a" * 300) | {"id": "toolong00001"}
+    path = spoolmod.write(spoolmod.spool_dir(url), long_cluster, [])
+    with caplog.at_level("WARNING"):
+        open_store(url).close()
+    kept = path.parent / spoolmod.QUARANTINE / path.name
+    assert not path.exists() and kept.exists() and "too long" in (kept.parent / f"{path.name}.why.txt").read_text()
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        store = open_store(url)
+    try:
+        assert "toolong00001" not in caplog.text  # not retried, not printed again
+        assert "toolong00001" not in [r["id"] for r in store.records()]
+        with pytest.raises(RecordRefused) as refused:  # a live save of such a run: refused, kept, raised
+            store.save(long_cluster | {"id": "toolong00002"})
+    finally:
+        store.close()
+    assert refused.value.path.exists() and "value too long" in str(refused.value)

@@ -212,3 +212,27 @@ def test_plain_mathtext_is_drawn_as_typed(text):
     shown = plain_mathtext(text)
     # what matplotlib draws: (the string, whether it is mathtext) — its own preprocessing step, called directly
     assert MplText(text=shown)._preprocess_math(shown) == (printable(text), False)
+
+
+@given(key=st.sampled_from(["DLBENCH_CLUSTER", "SLURM_CLUSTER_NAME"]),
+       value=st.one_of(TEXT, st.text(alphabet="ab-", min_size=120, max_size=400)))
+def test_a_cluster_name_from_the_environment_passes_the_one_cluster_rule(key, value):
+    """What ``$DLBENCH_CLUSTER`` or ``$SLURM_CLUSTER_NAME`` holds is recorded (and reaches the store's 128-character
+    column, scripts and terminals) only when ``--cluster`` would take it: refused with one sentence before a run,
+    dropped where the run has happened; never stored otherwise."""
+    from dlbench.env import detect_cluster
+    from dlbench.safety import cluster_name
+
+    try:
+        accepted = cluster_name(value, f"${key}")
+    except UsageError:
+        accepted = None
+    try:
+        strict = detect_cluster({key: value})
+    except UsageError as exc:
+        assert accepted is None and value and "\n" not in str(exc) and f"${key}" in str(exc)
+    else:
+        assert strict == accepted and (accepted is not None or not value)
+    assert detect_cluster({key: value}, strict=False) == accepted  # never raises where the run has happened
+    if accepted is not None:
+        assert len(accepted) <= 128 and accepted.isprintable() and " " not in accepted and ";" not in accepted

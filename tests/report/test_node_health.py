@@ -13,6 +13,7 @@ from dlbench.report.node_health import (
     history_reference,
     judge,
     load_expectations,
+    overall,
 )
 
 rates = st.floats(min_value=1e-3, max_value=1e12, allow_nan=False)
@@ -55,5 +56,25 @@ def test_expectations_per_model_over_default(tmp_path):
     with pytest.raises(UsageError, match="must map a GPU model"):
         load_expectations(path)
     path.write_text("default: {cpu: -3}\n")
-    with pytest.raises(UsageError, match="positive number"):
+    with pytest.raises(UsageError, match="positive finite number"):
         load_expectations(path)
+
+
+statuses = st.sampled_from(["healthy", "degraded", "no reference", "skipped"])
+
+
+@given(st.lists(statuses, max_size=7), st.booleans())
+def test_the_node_is_healthy_only_when_every_probe_ran_and_was_judged(found, require_reference):
+    probes = list(PROBES)[:len(found)]
+    figures = {"healthy": ({"value": 5.0}, Reference(1.0)), "degraded": ({"value": 0.5}, Reference(1.0)),
+               "no reference": ({"value": 5.0}, Reference(None, runs=1)), "skipped": ({"skipped": "budget"}, None)}
+    verdicts = [judge(p, *figures[f]) for p, f in zip(probes, found)]
+    verdict, code, sentence = overall(verdicts, require_reference)
+    assert (verdict == "healthy") == (bool(found) and set(found) == {"healthy"}) and (code == 0) == (verdict == "healthy")
+    if "degraded" in found:
+        assert (verdict, code) == ("degraded", 1) and sentence.startswith("DEGRADED")
+    elif "skipped" in found or not found:
+        assert (verdict, code) == ("incomplete", 4)
+    elif "no reference" in found:
+        assert (verdict, code) == ("no reference", 1 if require_reference else 3)
+    assert code != 2  # bad usage's code is never a verdict

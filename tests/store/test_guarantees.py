@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from dlbench.errors import NOT_SAVED_EXIT_CODE
+from dlbench.errors import NOT_SAVED_EXIT_CODE, RecordRefused
 from dlbench.record import SCHEMA_VERSION
 from dlbench.store import open_store, spool as spoolmod
 
@@ -165,17 +165,20 @@ def test_a_spooled_run_the_store_refuses_is_kept_not_deleted(tmp_path):
     assert "refused by a trigger" in (kept.parent / f"{path.name}.why.txt").read_text()
 
 
-def test_a_live_run_the_store_refuses_is_spooled_not_raised(tmp_path):
+def test_a_live_run_the_store_refuses_for_good_is_set_aside_and_raised(tmp_path):
     db = tmp_path / "runs.db"
     store = open_store(str(db))
     with sqlite3.connect(db) as conn:
         conn.execute("CREATE TRIGGER refuse BEFORE INSERT ON runs BEGIN SELECT RAISE(ABORT, 'refused'); END")
     try:
-        spooled = store.save(record("liverefused1"))
-        assert spooled is not None and spoolmod.read(spooled)[0]["id"] == "liverefused1"
-        assert store.spooled == {"liverefused1": spooled}
+        with pytest.raises(RecordRefused) as refused:
+            store.save(record("liverefused1"))
     finally:
         store.close()
+    path = refused.value.path
+    assert path.parent == tmp_path / "runs.db.spool" / spoolmod.QUARANTINE and spoolmod.read(path)[0]["id"] == "liverefused1"
+    assert "refused" in (path.parent / f"{path.name}.why.txt").read_text() and str(path) in str(refused.value)
+    assert spoolmod.pending(tmp_path / "runs.db.spool") == []  # not retried at every open
 
 
 def test_a_malformed_spooled_file_is_quarantined_and_runs_go_on(tmp_path):

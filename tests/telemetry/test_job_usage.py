@@ -3,6 +3,7 @@ scraping a real ``dlbench monitor`` whose simulated GPUs are held by real proces
 
 import json
 import os
+import pwd
 import shutil
 import subprocess
 import sys
@@ -83,7 +84,8 @@ def test_usage_from_prometheus_splits_a_shared_gpu(tmp_path, capsys):
         for p in holders:
             p.kill()
             p.wait()
-    assert set(rows) == {"201", "202"} and rows["202"]["hpc_user"] == "carol"
+    assert set(rows) == {"201", "202"} and rows["202"]["hpc_user"] == pwd.getpwuid(os.getuid()).pw_name  # not SLURM_JOB_USER
+    assert rows["202"]["hpc_job_source"] == "environment"  # no Slurm cgroup: the job is the processes' claim
     # job 201 holds GPU 1 (310 W) alone and shares GPU 0 (300 W) with 202: per second of the window,
     # 201 gets 310 + 150 J and 1.5 GPU-seconds, 202 gets 150 J and 0.5 GPU-seconds
     window_s = rows["201"]["gpu_seconds"] / 1.5  # from the first scrape in the range to the last

@@ -3,6 +3,7 @@ from cgroup-path fixtures (and a kubelet ``/pods`` answer served over real HTTP)
 
 import json
 import os
+import pwd
 import subprocess
 import sys
 import threading
@@ -40,14 +41,18 @@ def test_cgroup_paths(case):
     assert parse_cgroup(text) == expected
 
 
+ME = pwd.getpwuid(os.getuid()).pw_name  # the owner of the processes these tests start
+
+
 def test_a_label_from_a_processes_environment_stays_short():
-    labels = job_labels({}, {"SLURM_JOB_ID": "7" * 10_000, "SLURM_JOB_USER": "x\n# HELP fake"}, 0)
-    assert len(labels["hpc_job"]) == 128 and labels["hpc_user"] == "x\n# HELP fake"  # prometheus_client escapes it
+    labels = job_labels({}, {"SLURM_JOB_ID": "7\n# HELP fake" * 1_000}, 0)
+    assert len(labels["hpc_job"]) == 128 and labels["hpc_job"].startswith("7\n# HELP")  # prometheus_client escapes it
+    assert labels["hpc_job_source"] == "environment"
 
 
 def test_environ_keeps_only_slurm_job_variables():
     env = parse_environ(b"PATH=/bin\0SLURM_JOB_ID=12\0SLURM_JOB_USER=alice\0SLURM_JOB_PARTITION=gpu\0SLURM_JOB_IDX=1\0")
-    assert env == {"SLURM_JOB_ID": "12", "SLURM_JOB_USER": "alice", "SLURM_JOB_PARTITION": "gpu"}
+    assert env == {"SLURM_JOB_ID": "12", "SLURM_JOB_PARTITION": "gpu"}  # the user is the owner's, never claimed
 
 
 def _scrape(collector):
@@ -81,14 +86,15 @@ def test_gpu_series_name_the_slurm_jobs_holding_them(slurm_jobs):
     assert set(samples) <= exported_metric_names()
     util = {s.labels["gpu"]: s.labels for s in samples["DCGM_FI_DEV_GPU_UTIL"]}
     assert len(samples["DCGM_FI_DEV_GPU_UTIL"]) == 2  # one series per GPU, shared or not
-    assert (util["0"]["hpc_job"], util["0"]["hpc_user"], util["0"]["hpc_partition"]) == ("101,102", "alice,bob", "gpu")
-    assert (util["1"]["hpc_job"], util["1"]["hpc_user"], util["1"]["pod"]) == ("101", "alice", "")
+    assert (util["0"]["hpc_job"], util["0"]["hpc_user"], util["0"]["hpc_partition"]) == ("101,102", ME, "gpu")
+    assert (util["1"]["hpc_job"], util["1"]["hpc_user"], util["1"]["pod"]) == ("101", ME, "")
+    assert util["0"]["hpc_job_source"] == "environment"  # no Slurm cgroup here: the jobs are the processes' claims
     per_process = {(s.labels["gpu"], s.labels["hpc_job"]): s for s in samples["dlbench_gpu_process_memory_bytes"]}
     assert per_process[("0", "101")].value == GIB and per_process[("0", "102")].value == 2 * GIB
-    assert per_process[("0", "102")].labels["hpc_user"] == "bob" and per_process[("0", "102")].labels["pid"] == str(b.pid)
+    assert per_process[("0", "102")].labels["hpc_user"] == ME and per_process[("0", "102")].labels["pid"] == str(b.pid)
     assert per_process[("1", "101")].value == 3 * GIB
     host = {s.labels["hpc_job"]: s for s in samples["dlbench_job_processes"]}
-    assert host["101"].value >= 1 and host["102"].labels["hpc_user"] == "bob"
+    assert host["101"].value >= 1 and host["102"].labels["hpc_user"] == ME
     assert {s.labels["hpc_job"] for s in samples["dlbench_job_memory_rss_bytes"] if s.value > 0} >= {"101", "102"}
 
 
@@ -116,10 +122,11 @@ def test_without_attribution_the_labels_stay_dcgm_exporters(slurm_jobs):
     assert "dlbench_job_energy_joules_total" not in samples
 
 
-def _fake_proc(root, pid, cgroup_text, environ=b""):
+def _fake_proc(root, pid, cgroup_text, environ=b"", uid=0):
     """One process's files as /proc has them (a kubepods container cannot be started on this machine)."""
     d = root / str(pid)
     d.mkdir(parents=True)
+    (d / "status").write_text(f"Name:\tpython\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\n")
     (d / "stat").write_text(f"{pid} (python) S " + " ".join(["0"] * 18) + " 12345 0 0\n")
     (d / "statm").write_text("100 50 0 0 0 0 0\n")
     (d / "cgroup").write_text(cgroup_text)

@@ -11,6 +11,7 @@ earlier ``ok`` checks of it that were not degraded (the newest ``HISTORY_RUNS``)
 
 from __future__ import annotations
 
+import math
 import os
 import socket
 import time
@@ -33,6 +34,7 @@ from dlbench.report.node_health import (
     history_reference,
     judge,
     load_expectations,
+    overall,
 )
 from dlbench.safety import read_input_file
 from dlbench.spec import CommSpec
@@ -101,8 +103,8 @@ def plan_check(store=None, expect: Path | None = None, data_dir: Path | None = N
     unknown = [p for p in only if p not in PROBES]
     if unknown:
         raise UsageError(f"--only {','.join(unknown)}: unknown probe; the probes are {', '.join(PROBES)}.")
-    if not budget_s > 0:
-        raise UsageError(f"--budget {budget_s} must be more than 0 seconds, e.g. --budget 60.")
+    if not 0 < budget_s < math.inf:
+        raise UsageError(f"--budget {budget_s} must be a number of seconds more than 0, e.g. --budget 60.")
     if data_dir is not None and not Path(data_dir).is_dir():
         raise UsageError(f"--data-dir {data_dir} is not a directory; give the data file system's mount point (or a "
                          "directory on it) where the check may write a 64 MiB file.")
@@ -118,9 +120,21 @@ def plan_check(store=None, expect: Path | None = None, data_dir: Path | None = N
     # GPUs are checked where NVML sees some, and where some are expected: by the file, or by earlier checks
     gpus_expected = (expectations is not None and "gpus" in expectations.get("default", {})) or (
         expectations is None and bool(history(store, host, "gpus")))
-    probes = [p for p in PROBES if (p != "gpus" or gpus or gpus_expected) and (p != "gpu_step_rate" or gpus)
-              and (p != "allreduce_busbw" or gpus > 1) and (p != "data_read" or data_dir is not None)
-              and (p != "network" or peer_address) and (not only or p in only)]
+    missing = {"gpus": None if gpus or gpus_expected else "NVML sees no GPU on this host (and none are expected)",
+               "gpu_step_rate": None if gpus else "NVML sees no GPU on this host",
+               "allreduce_busbw": None if gpus > 1 else f"it needs two GPUs or more and NVML sees {gpus} here",
+               "data_read": None if data_dir is not None else "it needs --data-dir DIR (a directory on the data file system)",
+               "network": None if peer_address else "it needs --peer HOST:PORT of 'dlbench node peer'"}
+    for probe in only:
+        if missing.get(probe):
+            raise UsageError(f"--only {probe} cannot run here: {missing[probe]}; leave {probe} out of --only, or give "
+                             "what it needs.")
+    probes = [p for p in PROBES if not missing.get(p) and (not only or p in only)]
+    # the shortest the probes can be (0.2 s of measuring each) with their start-up costs, in 90 % of the budget
+    shortest_s = sum(OVERHEAD_S[p] + (0.2 if DURATIONS_S[p] else 0.0) for p in probes) / 0.9
+    if budget_s < shortest_s:
+        raise UsageError(f"--budget {budget_s:g} s is too short to run {', '.join(probes)} (at least {shortest_s:.2g} s); "
+                         f"give --budget {math.ceil(shortest_s * 10) / 10:g} or more, or fewer probes with --only.")
     # scale the measuring time so that measuring plus overheads fits in 90 % of the budget
     overhead = sum(OVERHEAD_S[p] for p in probes)
     measuring = sum(DURATIONS_S[p] for p in probes)
@@ -150,6 +164,12 @@ def run_check(plan: NodeCheckPlan, store=None, env: dict | None = None) -> list[
     return execute(resolve_check(plan), store, env if env is not None else run_env())
 
 
+def node_verdict(plan: NodeCheckPlan, require_reference: bool = False) -> tuple[str, int, str]:
+    """The node's verdict after :func:`run_check`, its exit code and sentence (:func:`~dlbench.report.node_health.overall`):
+    every probe the plan asked, judged on what it measured (a probe that did not finish: skipped)."""
+    return overall([judge(p, plan.finished.get(p), plan.references.get(p)) for p in plan.probes], require_reference)
+
+
 class NodeCheckJob(Job):
     """The ``node-check`` job kind (registered in :data:`dlbench.api.jobs.JOBS`); see the module docstring."""
 
@@ -169,7 +189,7 @@ class NodeCheckJob(Job):
             if time.monotonic() + needed > deadline:
                 plan.finished[probe] = {"skipped": f"the time budget of {plan.budget_s:g} s was spent"}
                 continue
-            plan.finished[probe] = _run_probe(probe, plan)
+            plan.finished[probe] = _run_probe(probe, plan, deadline)
         return dict(plan.finished)
 
     def run_rank(self, doc, launch, progress, on_joined):
@@ -200,8 +220,9 @@ def _ending(probe: str, figure: dict[str, Any] | None, reference: Reference | No
     return "ok", result, None
 
 
-def _run_probe(probe: str, plan: NodeCheckPlan) -> dict[str, Any]:
-    """One probe's figure; a probe that cannot measure (peer unreachable, disk error) is degraded, named why."""
+def _run_probe(probe: str, plan: NodeCheckPlan, deadline: float = math.inf) -> dict[str, Any]:
+    """One probe's figure; a probe that cannot measure (peer unreachable, disk error) is degraded, named why.
+    ``deadline``: the check's end (``time.monotonic()``), which a probe that waits on others keeps to."""
     duration_s = plan.durations_s[probe]
     runners: dict[str, Callable[[], dict[str, Any]]] = {
         "gpus": lambda: _gpus_probe(plan),
@@ -210,7 +231,7 @@ def _run_probe(probe: str, plan: NodeCheckPlan) -> dict[str, Any]:
         "cpu": lambda: node_probes.cpu_probe(duration_s),
         "host_memory_bandwidth": lambda: node_probes.memory_probe(duration_s),
         "data_read": lambda: node_probes.disk_probe(plan.data_dir, duration_s),
-        "network": lambda: node_probes.network_probe(*plan.peer, duration_s),
+        "network": lambda: node_probes.network_probe(*plan.peer, duration_s, limit_s=max(0.1, deadline - time.monotonic())),
     }
     started = time.perf_counter()
     try:
@@ -243,5 +264,5 @@ def _gpu_module():
     return node_gpu
 
 
-__all__ = ["NodeCheckJob", "NodeCheckPlan", "gpu_inventory", "history", "parse_peer", "plan_check", "resolve_check",
+__all__ = ["NodeCheckJob", "NodeCheckPlan", "gpu_inventory", "history", "node_verdict", "parse_peer", "plan_check", "resolve_check",
            "run_check"]

@@ -34,7 +34,7 @@ from typing import Any
 from dlbench.api.jobs import Ending, job_kind
 from dlbench.engine.progress import Progress
 from dlbench.engine.run import ResolvedRun
-from dlbench.errors import RecordNotSaved, RunFailed, Submitted, Terminated, UsageError
+from dlbench.errors import RecordNotSaved, RecordRefused, RunFailed, Submitted, Terminated, UsageError
 from dlbench.launch import Launcher, Outcome, get_launcher
 from dlbench.record import finish
 from dlbench.telemetry.session import NoTelemetry, ReportedTelemetry
@@ -165,10 +165,14 @@ class Recording:
     def _save(self, series) -> None:
         """Save every record; one that neither the store nor its spool can take is printed to stderr as one JSON
         line (the measurement survives in the log) and, once all were tried, :class:`RecordNotSaved` is raised."""
-        lost = []
+        lost, refused = [], []
         for i, record in enumerate(self.records):
             try:
                 spooled = self.store.save(record, series=series if i == 0 else None)
+            except RecordRefused as exc:  # kept in a file, named: the run exits non-zero, saying where
+                refused.append(exc)
+                print(f"dlbench: {exc}", file=sys.stderr, flush=True)
+                continue
             except RecordNotSaved as exc:
                 lost.append(record)
                 print(f"dlbench: {exc}; its record follows on one line as JSON:", file=sys.stderr)
@@ -178,6 +182,10 @@ class Recording:
                 log.warning("dlbench: run %s could not be saved to the store; it is kept in %s and will be "
                             "loaded the next time the store opens (or: dlbench store import %s)",
                             record["id"], spooled, spooled)
+        if refused and not lost:
+            where = ", ".join(str(exc.path) for exc in refused)
+            raise RecordNotSaved(f"{len(refused)} finished run(s) were not saved: the results store refused them; "
+                                 f"their records are kept in {where}", [r for exc in refused for r in exc.records])
         if lost:
             ids = ", ".join(r["id"] for r in lost)
             raise RecordNotSaved(f"{len(lost)} finished run(s) were not saved ({ids}): neither the results store nor "

@@ -161,7 +161,7 @@ def _batch_extras(job, document: dict, launch, spec: bool = True) -> dict:
     container (``"container": true``) reports the environment it sees inside: the versions in the image."""
     if not (document.get("batch") or document.get("container")) or launch.rank != 0:
         return {}
-    extras: dict = {"env": capture_env()}
+    extras: dict = {"env": capture_env(strict=False)}  # the run has happened: a bad $SLURM_CLUSTER_NAME costs only itself
     if spec and document.get("batch"):  # not after a failure: resolving may be what failed
         extras["rank_spec"] = job.rank_spec(document["spec"], launch)
     return extras

@@ -114,7 +114,7 @@ def usage(
 
 def _job_name(row: dict) -> str:
     """``hpc_job=12,hpc_user=alice,…`` from a usage row's non-empty labels (render escapes them)."""
-    keys = ("hpc_job", "hpc_user", "hpc_partition", "namespace", "pod", "container")
+    keys = ("hpc_job", "hpc_job_source", "hpc_user", "hpc_partition", "namespace", "pod", "container")
     return ",".join(f"{k}={row[k]}" for k in keys if row[k]) or "(no scheduler)"
 
 

@@ -26,12 +26,16 @@ def check(
     budget: float = typer.Option(60.0, "--budget", help="Seconds the whole check may take; probes are shortened to fit."),
     only: str = typer.Option(None, "--only", help="Comma-separated probes to run (gpus, gpu_step_rate, allreduce_busbw, "
                              "cpu, host_memory_bandwidth, data_read, network); default: every one that applies."),
+    require_reference: bool = typer.Option(False, "--require-reference", help="Fail (exit 1) when a probe has no "
+                                           "reference yet (fewer than 3 earlier checks, and no --expect) instead of "
+                                           "exit 3."),
     db: str = DB_OPTION,
     as_json: bool = JSON_OPTION,
 ) -> None:
-    """Short probes of this node, judged against its own history or --expect; exit 0 healthy, 1 degraded
-    (the probe and its figure named), 2 bad usage. Each probe is stored as a run (mode node-check)."""
-    from dlbench.api.node_check import plan_check, run_check
+    """Short probes of this node, judged against its own history or --expect; exit 0 healthy (every probe asked
+    ran and was judged), 1 degraded (the probe and its figure named), 2 bad usage, 3 no reference yet (figures
+    only recorded), 4 incomplete (a probe asked did not run). Each probe is stored as a run (mode node-check)."""
+    from dlbench.api.node_check import node_verdict, plan_check, run_check
     from dlbench.errors import UsageError
     from dlbench.report.tables import render
 
@@ -46,17 +50,17 @@ def check(
         store.close()
     rows = [{"probe": r["spec"]["probe"], "status": r["status"], **(r.get("result") or {}), "error": r.get("error"),
              "run_id": r["id"]} for r in records]
-    degraded = [row for row in rows if row.get("verdict") == "degraded"]
+    verdict, code, sentence = node_verdict(plan, require_reference)
     if as_json:
-        emit_json({"host": plan.host, "healthy": not degraded, "budget_s": plan.budget_s, "probes": rows})
+        emit_json({"host": plan.host, "healthy": verdict == "healthy", "verdict": verdict, "exit_code": code,
+                   "budget_s": plan.budget_s, "probes": rows})
     else:
         render((["probe", "verdict", "figure", "what it says"],
                 [[row["probe"], row.get("verdict") or "not run", f"{row['value']:.4g} {row['unit']}" if row.get("value") is not None
                   else "-", row.get("sentence") or row.get("error") or ""] for row in rows]), title=f"node check: {plan.host}")
-        info(f"dlbench node check: {plan.host} is " + ("DEGRADED: " + "; ".join(r["sentence"] for r in degraded)
-                                                        if degraded else "healthy"))
-    if degraded:
-        raise typer.Exit(1)
+        info(f"dlbench node check: {plan.host} is {sentence}")
+    if code:
+        raise typer.Exit(code)
 
 
 @node_app.command("peer")

@@ -154,22 +154,41 @@ def serve_peer(host: str, port: int) -> PeerServer:
     return server
 
 
-def network_probe(host: str, port: int, duration_s: float, timeout_s: float = 10.0) -> dict[str, Any]:
-    """Bytes per second the peer received over one TCP connection sending for ``duration_s``."""
+def network_probe(host: str, port: int, duration_s: float, limit_s: float = 10.0) -> dict[str, Any]:
+    """Bytes per second the peer received over one TCP connection sending for ``duration_s``.
+
+    The whole probe (connecting, sending, the peer's answer) ends within ``limit_s``: every socket operation's
+    timeout is what is left of it, so a peer that never answers, or trickles its answer a byte at a time,
+    ends it on time (a :class:`TimeoutError`) rather than hanging it."""
+    end = time.monotonic() + limit_s
     payload = bytes(MIB)
-    with socket.create_connection((host, port), timeout=timeout_s) as conn:
+    with socket.create_connection((host, port), timeout=max(0.01, end - time.monotonic())) as conn:
         started = time.perf_counter()
-        while time.perf_counter() - started < duration_s:
-            conn.sendall(payload)
+        window_end = time.monotonic() + min(duration_s, max(0.0, end - time.monotonic()))
+        while (left := window_end - time.monotonic()) > 0:
+            conn.settimeout(left)  # sendall's timeout covers the whole call: a peer that stops reading ends it
+            try:
+                conn.sendall(payload)
+            except TimeoutError:
+                break  # the window closed while the peer was still taking that block; it counts what arrived
         conn.shutdown(socket.SHUT_WR)
         answer = b""
         while not answer.endswith(b"\n"):
+            left = end - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"the peer {host}:{port} did not answer its count within the {limit_s:.3g} s "
+                                   "the probe had")
+            conn.settimeout(left)
             chunk = conn.recv(64)
-            if not chunk:
+            if not chunk or len(answer) > 64:
                 break
             answer += chunk
         elapsed = time.perf_counter() - started
-    return {"value": int(answer or 0) / elapsed, "unit": "bytes/s", "peer": f"{host}:{port}"}
+    try:
+        received = int(answer or 0)
+    except ValueError:
+        raise ValueError(f"the peer {host}:{port} answered {answer[:40]!r}, not a byte count; is it 'dlbench node peer'?") from None
+    return {"value": received / elapsed, "unit": "bytes/s", "peer": f"{host}:{port}"}
 
 
 def gpu_health(source) -> dict[str, Any]:

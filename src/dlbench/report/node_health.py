@@ -82,9 +82,12 @@ def history_reference(values: Sequence[float], min_tolerance: float = 0.2, max_t
 def load_expectations(path: Path) -> dict[str, dict[str, float]]:
     """An expectations file, checked: model -> probe -> lowest acceptable figure."""
     try:
-        doc = yaml.safe_load(Path(path).read_text())
+        doc = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
     except OSError as exc:
         raise UsageError(f"cannot read --expect {path} ({exc.strerror}); give an existing YAML file.") from None
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"--expect {path} is not UTF-8 text (byte {exc.start}); give a YAML file such as "
+                         "'default: {cpu: 2.0e+7}'.") from None
     except yaml.YAMLError as exc:
         raise UsageError(f"--expect {path} is not valid YAML ({str(exc).splitlines()[0]}); see 'dlbench node check --help'.") from None
     if not isinstance(doc, dict) or not all(isinstance(v, dict) for v in doc.values()):
@@ -99,8 +102,8 @@ def load_expectations(path: Path) -> dict[str, dict[str, float]]:
                     pass
             if probe not in PROBES:
                 raise UsageError(f"--expect {path}: unknown probe {probe!r} under {model!r}; the probes are {', '.join(PROBES)}.")
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-                raise UsageError(f"--expect {path}: {model}.{probe} must be a positive number (the lowest healthy figure), "
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+                raise UsageError(f"--expect {path}: {model}.{probe} must be a positive finite number (the lowest healthy figure), "
                                  f"not {value!r}.")
     return {str(model): {p: float(v) for p, v in probes.items()} for model, probes in doc.items()}
 
@@ -135,9 +138,36 @@ def judge(probe: str, figure: Mapping[str, Any] | None, reference: Reference | N
                    reference)
 
 
-def exit_code(verdicts: Sequence[Verdict]) -> int:
-    """0 when no probe is degraded, else 1."""
-    return 1 if any(v.status == "degraded" for v in verdicts) else 0
+#: The node's verdict -> the check's exit code, for a scheduler to tell apart (2 is bad usage, never a verdict).
+EXIT_CODES = {"healthy": 0, "degraded": 1, "no reference": 3, "incomplete": 4}
+
+
+def overall(verdicts: Sequence[Verdict], require_reference: bool = False) -> tuple[str, int, str]:
+    """The node's verdict from its probes' (``verdicts``: every probe asked), its exit code, and the sentence.
+
+    ``healthy`` only when every probe asked ran and was judged against a reference; else ``degraded`` (a probe
+    below its reference or with problems: 1), ``incomplete`` (a probe asked did not run, or none was: 4), or
+    ``no reference`` (every probe ran, some only recorded: 3; 1 with ``require_reference``)."""
+    degraded = [v for v in verdicts if v.status == "degraded"]
+    skipped = [v for v in verdicts if v.status == "skipped"]
+    unjudged = [v for v in verdicts if v.status == "no reference"]
+    if degraded:
+        return "degraded", 1, "DEGRADED: " + "; ".join(v.sentence for v in degraded)
+    if skipped or not verdicts:
+        named = "; ".join(v.sentence for v in skipped) or "no probe ran"
+        return "incomplete", EXIT_CODES["incomplete"], f"INCOMPLETE, not every probe asked was run: {named}"
+    if unjudged:
+        names = ", ".join(v.probe for v in unjudged)
+        required = " (--require-reference: a failure)" if require_reference else ""
+        return ("no reference", 1 if require_reference else EXIT_CODES["no reference"],
+                f"NO REFERENCE for {names}{required}: figures recorded, not judged; healthy once "
+                f"{MIN_HISTORY} checks are stored, or give --expect FILE")
+    return "healthy", 0, "healthy"
+
+
+def exit_code(verdicts: Sequence[Verdict], require_reference: bool = False) -> int:
+    """The check's exit code (:func:`overall`)."""
+    return overall(verdicts, require_reference)[1]
 
 
 def _fmt(value: float | None) -> str:
@@ -146,5 +176,5 @@ def _fmt(value: float | None) -> str:
     return f"{value:.3g}" if abs(value) < 1e4 else f"{value:.3e}"
 
 
-__all__ = ["PROBES", "Reference", "Verdict", "exit_code", "expectation_reference", "history_reference", "judge",
+__all__ = ["EXIT_CODES", "PROBES", "Reference", "Verdict", "exit_code", "overall", "expectation_reference", "history_reference", "judge",
            "load_expectations"]

@@ -76,6 +76,14 @@ def quarantine(path: Path, why: str) -> Path:
     return target
 
 
+def set_aside(directory: Path, record: dict[str, Any], series: list[dict[str, Any]] | None, why: str) -> Path:
+    """Write a run the store refused for good straight into ``quarantine/`` with the reason beside it (it is not
+    retried at every open); returns its path. Raises ``OSError`` as :func:`write` does."""
+    path = write(directory / QUARANTINE, record, series)
+    (path.parent / f"{path.name}.why.txt").write_text(why + "\n", encoding="utf-8")
+    return path
+
+
 def read(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The record and series of one spooled file (or of a plain run-record JSON document), checked against the
     run-record schema (:func:`dlbench.record.record_problem`, the rule a live save applies too).

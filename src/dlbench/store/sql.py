@@ -19,7 +19,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.exc import SQLAlchemyError
 
-from dlbench.errors import RecordNotSaved, UsageError
+from dlbench.errors import RecordNotSaved, RecordRefused, UsageError
 from dlbench.record import device_label, record_problem, series_problem, upgrade
 from dlbench.store import spool
 from dlbench.store._base import RunFilter, RunSummary, Store
@@ -218,6 +218,8 @@ class SQLStore(BulkImport, DigestReads, Store):
         except BaseException:  # a signal while saving: the run still must not be lost
             self._spool(record, series)
             raise
+        if refused_for_good(failure):
+            self._refuse(record, series, failure)
         path = self._spool(record, series)
         log.warning("could not save run %s to %s (%s); it is spooled in %s", record["id"], display(self.url),
                     reason(failure), path)
@@ -234,6 +236,19 @@ class SQLStore(BulkImport, DigestReads, Store):
                 f"spool {self.spool_dir} ({why})", [record]) from None
         self.spooled[str(record.get("id"))] = path
         return path
+
+    def _refuse(self, record: dict[str, Any], series: list[dict[str, Any]] | None, failure: BaseException) -> None:
+        """A run the store refused for good: kept in the spool's ``quarantine/`` (not retried at every open) and
+        raised as :class:`RecordRefused` naming the file; :class:`RecordNotSaved` when even that cannot be written."""
+        why = f"the results store {display(self.url)} refused it: {reason(failure)}"
+        try:
+            path = spool.set_aside(self.spool_dir, record, series, why)
+        except (OSError, ValueError, TypeError, RecursionError) as exc:
+            raise RecordNotSaved(f"run {record.get('id')} was refused by the results store {display(self.url)} "
+                                 f"({reason(failure)}) and could not be kept in {self.spool_dir} ({exc})", [record]) from None
+        raise RecordRefused(f"run {record.get('id')} was NOT saved: the results store {display(self.url)} refused it "
+                            f"({reason(failure)}); its record is kept in {path} — fix it and load it with "
+                            f"'dlbench store import {path}'", [record], path)
 
     def _insert_into_this_file(self, record: dict[str, Any], series: list[dict[str, Any]] | None) -> None:
         """:meth:`_insert`, but only into the SQLite file this store opened: one deleted or replaced meanwhile
@@ -290,6 +305,8 @@ class SQLStore(BulkImport, DigestReads, Store):
             raise ValueError(f"{path}: the store refused the run ({reason(exc)})") from None
         except (OverflowError, TypeError) as exc:
             raise ValueError(f"{path}: the store cannot hold a value of the run ({exc})") from None
+        except sa.exc.DataError as exc:  # e.g. PostgreSQL's "value too long for type character varying(128)"
+            raise ValueError(f"{path}: the store refused a value of the run ({reason(exc)})") from None
         return True
 
     def load_spool(self) -> list[str]:
@@ -390,6 +407,13 @@ class SQLStore(BulkImport, DigestReads, Store):
 
 class StoreFileGone(Exception):
     """The SQLite file of the store was deleted or replaced after it was opened."""
+
+
+def refused_for_good(exc: BaseException) -> bool:
+    """Whether a save failed because of the run itself (a constraint, a value the column or driver cannot hold),
+    which no retry mends — not because the store was busy, locked, unreachable or gone."""
+    return isinstance(exc, (sa.exc.DataError, sa.exc.IntegrityError, sqlite3.IntegrityError, sqlite3.DataError,
+                            OverflowError, ValueError, TypeError))
 
 
 def _identity(path: Path) -> tuple[int, int]:

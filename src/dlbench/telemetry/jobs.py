@@ -2,10 +2,14 @@
 
 A process's job is read from what the kernel keeps for it under ``/proc/<pid>``:
 
-* **Slurm**: ``SLURM_JOB_ID`` (with ``SLURM_JOB_USER`` and ``SLURM_JOB_PARTITION``) in its environment,
-  else the ``…/job_<id>/…`` component of its cgroup path (``proctrack/cgroup`` and ``task/cgroup`` put
+* **Slurm**: the ``…/job_<id>/…`` component of its cgroup path (``proctrack/cgroup`` and ``task/cgroup`` put
   every process of a job there, v1 ``/slurm/uid_<uid>/job_<id>/…`` and v2
-  ``/system.slice/slurmstepd.scope/job_<id>/…``); the user is then the process's owner.
+  ``/system.slice/slurmstepd.scope/job_<id>/…``); the user is the cgroup's ``uid_<n>``, else the process's
+  owner (a name through ``pwd``). Both are the kernel's, which a process cannot set. A process's own
+  environment (``SLURM_JOB_ID``, ``SLURM_JOB_PARTITION``) is read only where the cgroup names no job, and
+  the job it names is then *claimed*: ``hpc_job_source="environment"`` (``"cgroup"`` for a job the kernel
+  says). ``SLURM_JOB_USER`` is never read (the owner always is known), and a partition is taken from
+  the environment only when the job it goes with is the one the cgroup names or the claimed one.
 * **Kubernetes**: the kubepods cgroup path holds the pod's UID and the container's id (cgroupfs
   ``/kubepods/burstable/pod<uid>/<id>``, systemd ``…kubepods-burstable-pod<uid_with_underscores>.slice/
   cri-containerd-<id>.scope``). The UID is resolved to the pod's name, namespace and container name
@@ -13,7 +17,8 @@ A process's job is read from what the kernel keeps for it under ``/proc/<pid>``:
   and ``container`` the container id's first 12 characters.
 
 Labels are spelled as NVIDIA dcgm-exporter spells them (``hpc_job``, ``pod``, ``namespace``,
-``container``); ``hpc_user`` and ``hpc_partition`` follow its ``hpc_`` prefix. A process outside any
+``container``); ``hpc_user``, ``hpc_partition`` and ``hpc_job_source`` follow its ``hpc_`` prefix (an extra
+label: dcgm-exporter's dashboards select on the others and are unchanged). A process outside any
 job has no labels (``{}``). Reading a process costs two small file reads; :class:`JobAttributor` keeps
 the answer per process (pid and start time, so a reused pid is read again).
 """
@@ -32,31 +37,37 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-JOB_LABELS = ("hpc_job", "hpc_user", "hpc_partition", "pod", "namespace", "container")
+JOB_LABELS = ("hpc_job", "hpc_user", "hpc_partition", "pod", "namespace", "container", "hpc_job_source")
+#: ``hpc_job_source``: where ``hpc_job`` came from — the kernel's cgroup, or a process's own (forgeable) claim
+CGROUP, CLAIMED = "cgroup", "environment"
 Labels = dict[str, str]
 
-_SLURM_JOB = re.compile(r"/job_(\d+)(?:/|$)")
-_SLURM_UID = re.compile(r"/uid_(\d+)/")
+# Anchored at the cgroup root, where only slurmd/slurmstepd (root) create cgroups: a user's delegated subtree
+# (``/user.slice/user-<n>.slice/user@<n>.service/…``, where ``mkdir job_4242`` is allowed) matches neither.
+_SLURM_V1 = re.compile(r"^/slurm(?:_[^/]+)?/uid_(\d+)/job_(\d+)(?:/|$)")
+_SLURM_V2 = re.compile(r"^(?:/[^/]+\.slice)*/(?:[^/]*_)?slurmstepd\.scope/job_(\d+)(?:/|$)")
 _POD_UID = re.compile(r"pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})")
 _CONTAINER_PREFIXES = ("cri-containerd-", "docker-", "crio-", "containerd-", "libpod-")
-_ENV_KEYS = (b"SLURM_JOB_ID=", b"SLURM_JOBID=", b"SLURM_JOB_USER=", b"SLURM_JOB_PARTITION=")
+_ENV_KEYS = (b"SLURM_JOB_ID=", b"SLURM_JOBID=", b"SLURM_JOB_PARTITION=")
 MAX_LABEL_CHARS = 128
 KUBELET_TOKEN_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 
 
 def parse_cgroup(text: str) -> dict[str, Any]:
     """What a ``/proc/<pid>/cgroup`` says about the job: ``slurm_job``, ``slurm_uid``, ``pod_uid``,
-    ``container_id`` (each only when found)."""
+    ``container_id`` (each only when found). Only cgroups a user cannot create count: Slurm's under the
+    root's ``/slurm/uid_<n>/job_<id>`` (v1) or ``…slurmstepd.scope/job_<id>`` (v2), never a path inside a
+    user's delegated ``user.slice`` subtree."""
     found: dict[str, Any] = {}
     for line in text.splitlines():
         path = line.split(":", 2)[-1]
-        job = _SLURM_JOB.search(path)
-        if job and "slurm_job" not in found:
-            found["slurm_job"] = job.group(1)
-            uid = _SLURM_UID.search(path)
-            if uid:
-                found["slurm_uid"] = int(uid.group(1))
-        pod = _POD_UID.search(path) if "kubepods" in path else None
+        v1, v2 = _SLURM_V1.match(path), _SLURM_V2.match(path)
+        if (v1 or v2) and "slurm_job" not in found:
+            found["slurm_job"] = v1.group(2) if v1 else v2.group(1)
+            if v1:
+                found["slurm_uid"] = int(v1.group(1))
+        delegated = "/user.slice/" in path or "/user@" in path  # a user's own subtree: it names what it likes
+        pod = _POD_UID.search(path) if "kubepods" in path and not delegated else None
         if pod and "pod_uid" not in found:
             found["pod_uid"] = pod.group(1).replace("_", "-")
             components = [c for c in path[pod.end():].split("/") if c]
@@ -82,6 +93,15 @@ def parse_environ(data: bytes) -> dict[str, str]:
             key, _, value = item.partition(b"=")
             out[key.decode()] = value.decode("utf-8", "replace")
     return out
+
+
+def owner_uid(status: str) -> int:
+    """The real uid on a ``/proc/<pid>/status``'s ``Uid:`` line: who started the process. Not the owner of
+    ``/proc/<pid>``, which a process turns into root by making itself non-dumpable."""
+    for line in status.splitlines():
+        if line.startswith("Uid:"):
+            return int(line.split()[1])
+    raise ValueError("no Uid: line")
 
 
 def _user_name(uid: int) -> str:
@@ -146,16 +166,22 @@ class KubeletPods:
 def job_labels(cgroup: dict[str, Any], environ: dict[str, str], owner_uid: int | None,
                kubelet: KubeletPods | None = None) -> Labels:
     """The job labels (all of :data:`JOB_LABELS`, ``""`` where unknown) of one process, or ``{}`` when it
-    belongs to no job; pure but for the kubelet lookup."""
-    job = environ.get("SLURM_JOB_ID") or environ.get("SLURM_JOBID") or cgroup.get("slurm_job")
+    belongs to no job; pure but for the kubelet lookup.
+
+    What the kernel says (``cgroup``, ``owner_uid``) wins; ``environ`` (the process's own, forgeable) only
+    fills a job the cgroup does not name, marked ``hpc_job_source="environment"``."""
+    claimed = environ.get("SLURM_JOB_ID") or environ.get("SLURM_JOBID") or ""
+    job, source = (cgroup["slurm_job"], CGROUP) if cgroup.get("slurm_job") else (claimed, CLAIMED)
     pod_uid = cgroup.get("pod_uid")
     if not job and not pod_uid:
         return {}
     labels = dict.fromkeys(JOB_LABELS, "")
     if job:
         uid = cgroup.get("slurm_uid", owner_uid)
-        labels |= {"hpc_job": job, "hpc_partition": environ.get("SLURM_JOB_PARTITION", ""),
-                   "hpc_user": environ.get("SLURM_JOB_USER") or ("" if uid is None else _user_name(uid))}
+        # a partition is only the environment's word: kept when it goes with the job the labels name
+        partition = environ.get("SLURM_JOB_PARTITION", "") if claimed == job else ""
+        labels |= {"hpc_job": job, "hpc_partition": partition, "hpc_job_source": source,
+                   "hpc_user": "" if uid is None else _user_name(uid)}
     if pod_uid:
         container_id = cgroup.get("container_id")
         resolved = kubelet.resolve(pod_uid, container_id) if kubelet is not None else None
@@ -204,8 +230,8 @@ class JobAttributor:
         base = self.proc_root / str(pid)
         try:
             cgroup = parse_cgroup((base / "cgroup").read_text())
-            owner = base.stat().st_uid
-        except OSError:
+            owner = owner_uid((base / "status").read_text())
+        except (OSError, ValueError):
             return {}
         try:
             environ = parse_environ((base / "environ").read_bytes())
@@ -277,5 +303,5 @@ def gpu_job_values(jobs: Iterable[Labels]) -> list[str]:
     return [",".join(sorted({k[i] for k in keys} - {""})) for i in range(len(JOB_LABELS))]
 
 
-__all__ = ["JOB_LABELS", "JobAttributor", "KubeletPods", "gpu_job_values", "gpu_jobs", "job_key", "job_labels", "parse_cgroup",
+__all__ = ["CGROUP", "CLAIMED", "JOB_LABELS", "JobAttributor", "KubeletPods", "gpu_job_values", "gpu_jobs", "job_key", "job_labels", "owner_uid", "parse_cgroup",
            "parse_environ"]

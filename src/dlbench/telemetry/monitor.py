@@ -16,13 +16,16 @@ from pathlib import Path
 
 from dlbench.errors import Terminated, UsageError
 
+MAX_INTERVAL_S = 86400.0
+
 
 def check_settings(port: int, interval_s: float) -> None:
     """Usage errors for values no server can take (the port being free is checked by binding)."""
     if not 0 <= port <= 65535:
         raise UsageError(f"--port {port} is not a TCP port; choose one from 1 to 65535 (dcgm-exporter uses 9400).")
-    if not interval_s > 0:
-        raise UsageError(f"--interval {interval_s} must be more than 0 seconds, e.g. --interval 1.")
+    if not 0 < interval_s <= MAX_INTERVAL_S:  # inf or nan would end the reader thread (Event.wait refuses them)
+        raise UsageError(f"--interval {interval_s} must be a number of seconds more than 0 and at most "
+                         f"{MAX_INTERVAL_S:g} (a day), e.g. --interval 1.")
 
 
 def run_monitor(host: str = "127.0.0.1", port: int = 9400, interval_s: float = 1.0,
@@ -43,7 +46,7 @@ def run_monitor(host: str = "127.0.0.1", port: int = 9400, interval_s: float = 1
     from dlbench.telemetry.jobs import JobAttributor, KubeletPods
     from dlbench.telemetry.nvml import NVMLSource
     from dlbench.telemetry.podresources import SOCKET, PodResources
-    from dlbench.telemetry.training import metrics_dir, read_published
+    from dlbench.telemetry.training import PublishedStates, metrics_dir
 
     check_settings(port, interval_s)
     if kubelet_url and not kubelet_url.startswith(("http://", "https://")):
@@ -53,7 +56,7 @@ def run_monitor(host: str = "127.0.0.1", port: int = 9400, interval_s: float = 1
     socket_path = pod_resources_socket or (SOCKET if os.path.exists(SOCKET) else None)
     attributor = JobAttributor(kubelet=KubeletPods(kubelet_url) if kubelet_url else None,
                                pod_resources=PodResources(socket_path) if socket_path else None) if jobs else None
-    collector = NodeCollector(gpu, HostSource(), training=lambda: read_published(dirs), interval_s=interval_s,
+    collector = NodeCollector(gpu, HostSource(), training=PublishedStates(dirs), interval_s=interval_s,
                               jobs=attributor)
     try:
         server = serve(make_registry(collector), host, port)

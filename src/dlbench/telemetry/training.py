@@ -22,10 +22,12 @@ named ``<run id>.json`` after the ``run_id`` inside it, carrying the ``format`` 
 from __future__ import annotations
 
 import json
+import math
 import os
 import socket
 import stat
 import tempfile
+import threading
 import time
 from collections import deque
 from collections.abc import Iterable
@@ -66,8 +68,32 @@ class TrainingState:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrainingState:
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
+        """The state in ``data`` (unknown keys ignored); ``TypeError`` naming the first field of the wrong type
+        (a file in a metrics directory is anyone's writing: a ``run_id`` of 12345 must not reach a scrape)."""
+        if not isinstance(data, dict):
+            raise TypeError(f"a training state is a JSON object, not {type(data).__name__}")
+        known = {f.name: f for f in fields(cls)}
+        values = {k: v for k, v in data.items() if k in known}
+        for name, value in values.items():
+            if not _of_type(value, _FIELD_TYPES[name]):
+                raise TypeError(f"training state field {name} is {type(value).__name__}, not {_FIELD_TYPES[name]}")
+        return cls(**values)
+
+
+#: What each field of a published state must be (``"number?"``: a finite number or null).
+_FIELD_TYPES = {"run_id": "str", "workload": "str", "device": "str", "hostname": "str", "phase": "str",
+                "batch_size": "int", "pid": "int", "step": "int", "steps_total": "int", "step_time_s": "number?",
+                "samples_per_s": "number?", "loss": "number?", "interval_s": "number", "updated_at": "number"}
+
+
+def _of_type(value: Any, kind: str) -> bool:
+    if kind == "str":
+        return isinstance(value, str)
+    if kind == "int":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if value is None:
+        return kind.endswith("?")
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 class TrainingTracker:
@@ -164,23 +190,65 @@ def publish(state: TrainingState, directory: Path) -> Path:
     return target
 
 
-def read_published(directories: Iterable[Path], now: float | None = None, stale_s: float = STALE_S) -> list[TrainingState]:
-    """Every fresh state in ``directories``; unreadable, half-written or stale files are skipped."""
+def read_published(directories: Iterable[Path], now: float | None = None, stale_s: float = STALE_S,
+                   cache: dict[Path, tuple[tuple[int, int, int], TrainingState | None]] | None = None) -> list[TrainingState]:
+    """Every fresh state in ``directories``; unreadable, half-written, ill-typed or stale files are skipped.
+
+    ``cache`` (a dict the caller keeps, see :class:`PublishedStates`): each file's parsed state by path, kept
+    while the file's mtime, size and inode stay the same, so a scrape reads and parses only the files that
+    changed; files gone from the directories are dropped from it."""
     now = time.time() if now is None else now
-    states = []
+    states, seen = [], set()
     for directory in directories:
         try:
             paths = sorted(Path(directory).glob("*.json"))
         except OSError:
             continue
         for path in paths:
-            try:  # safety's rule: a FIFO or a link to /dev/zero planted here must not hang the exporter
-                state = TrainingState.from_dict(json.loads(read_input_file(path, "training state", _MAX_STATE_BYTES)))
-            except (UsageError, ValueError, TypeError):
-                continue
-            if not _is_stale(state, now, stale_s):
+            state = _state_of(path, cache)
+            seen.add(path)
+            if state is not None and not _is_stale(state, now, stale_s):
                 states.append(state)
+    if cache is not None:
+        for gone in [p for p in cache if p not in seen]:
+            del cache[gone]
     return states
+
+
+def _state_of(path: Path, cache: dict | None) -> TrainingState | None:
+    """The state in ``path``, None for a file that is not one (from ``cache`` when the file is unchanged)."""
+    key = None
+    if cache is not None:
+        try:
+            info = os.stat(path)
+        except OSError:
+            return None
+        key = (info.st_mtime_ns, info.st_size, info.st_ino)
+        kept = cache.get(path)
+        if kept is not None and kept[0] == key:
+            return kept[1]
+    try:  # safety's rule: a FIFO or a link to /dev/zero planted here must not hang the exporter
+        state = TrainingState.from_dict(json.loads(read_input_file(path, "training state", _MAX_STATE_BYTES)))
+    except (UsageError, ValueError, TypeError, RecursionError):
+        state = None
+    if cache is not None:
+        cache[path] = (key, state)
+    return state
+
+
+class PublishedStates:
+    """``dlbench monitor``'s source of training runs: :func:`read_published` over ``directories`` with a cache
+    kept between scrapes (10^5 files are stat'ed, not read and parsed, every scrape). Callable; thread-safe."""
+
+    def __init__(self, directories: Iterable[Path], stale_s: float = STALE_S):
+        self.directories = [Path(d) for d in directories]
+        self.stale_s = stale_s
+        self._cache: dict = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, now: float | None = None) -> list[TrainingState]:
+        with self._lock:
+            return read_published(self.directories, now, self.stale_s, cache=self._cache)
 
 
 def _is_stale(state: TrainingState, now: float, stale_s: float) -> bool:
@@ -228,5 +296,5 @@ def _ours(path: Path) -> TrainingState | None:
 _MAX_STATE_BYTES = 64 * 1024
 
 
-__all__ = ["TrainingState", "TrainingTracker", "metrics_dir", "private_dir", "publish", "read_published", "prune_stale",
+__all__ = ["PublishedStates", "TrainingState", "TrainingTracker", "metrics_dir", "private_dir", "publish", "read_published", "prune_stale",
            "METRICS_DIR_ENV", "STALE_S", "STATE_FORMAT"]
