@@ -383,6 +383,7 @@ class CheckpointSpec(BaseModel):
 #: Arguments of one program (``run --exec``), and the characters of each.
 MAX_ARGS = 4096
 MAX_ARG_CHARS = 65536
+MAX_ARGV_CHARS = 131072  # all of them: the record keeps the command line
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+:/-]{0,127}")
 
 
@@ -422,6 +423,8 @@ class ExecSpec(BaseModel):
         for arg in value:
             if "\0" in arg or len(arg) > MAX_ARG_CHARS:
                 raise ValueError(f"argument {shown(arg)} holds a NUL byte or is over {MAX_ARG_CHARS} characters")
+        if sum(len(arg) for arg in value) > MAX_ARGV_CHARS:
+            raise ValueError(f"the command line is over {MAX_ARGV_CHARS} characters; put long settings in a file the program reads")
         if not value[0].strip():
             raise ValueError("the program is empty; give it after '--', e.g. dlbench run --exec -- python train.py")
         return value
