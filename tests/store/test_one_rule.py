@@ -21,6 +21,7 @@ from dlbench.cli.app import main
 from dlbench.errors import RecordNotSaved
 from dlbench.record import NOT_FINITE, SCHEMA_VERSION, finish, new_record
 from dlbench.store import open_store, spool
+from dlbench.strict_json import strict_record
 
 GOOD = {
     "schema_version": SCHEMA_VERSION, "id": "onerule00001", "created_at": "2026-12-03T10:00:00+00:00", "status": "ok",
@@ -88,7 +89,7 @@ def test_what_save_accepts_import_accepts(drawn, monkeypatch, capsys):
         assert main(["store", "import", str(folder / "shown.json"), "--db", str(folder / "b.db")]) in (0, None)
         other = open_store(str(folder / "b.db"))
         try:
-            assert same(other.get(record["id"]), record)
+            assert same(other.get(record["id"]), strict_record(record))  # a NaN measured: null, listed
         finally:
             other.close()
 
@@ -104,20 +105,32 @@ def store_url(request, tmp_path):
     return url
 
 
-def test_a_diverged_loss_is_kept_and_flagged(store_url):
+def test_a_diverged_loss_is_stored_as_null_listed_and_marked_diverged(store_url):
     record = finish(new_record({"workload": "lstm", "device": "cpu"}, {}), "ok",
-                    {"samples_per_s": math.inf, "final_loss": math.nan, "per_rank": [{"final_loss": math.inf}]})
-    assert record["result"][NOT_FINITE] == ["samples_per_s", "final_loss", "per_rank[0].final_loss"]
+                    {"samples_per_s": 12.5, "final_loss": math.nan, "per_rank": [{"final_loss": math.inf}]})
+    assert record["result"][NOT_FINITE] == ["final_loss", "per_rank[0].final_loss"]
+    assert record["result"]["final_loss"] is None and record["result"]["diverged"] is True
     store = open_store(store_url)
     try:
         assert store.save(record, series=[{"t_s": 0.0, "loss": math.nan}]) is None
         stored = store.get(record["id"])
-        assert math.isnan(stored["result"]["final_loss"]) and stored["status"] == "ok"
-        assert math.isnan(store.series(record["id"])[0]["loss"])
+        assert stored["result"]["final_loss"] is None and stored["status"] == "ok" and stored["result"]["diverged"]
+        assert store.series(record["id"])[0]["loss"] is None
     finally:
         store.close()
-    assert finish(record, "ok", stored["result"])["result"][NOT_FINITE] == ["samples_per_s", "final_loss",
-                                                                           "per_rank[0].final_loss"]
+    assert finish(record, "ok", stored["result"])["result"][NOT_FINITE] == ["final_loss", "per_rank[0].final_loss"]
+
+
+@pytest.mark.parametrize("rate", [math.nan, math.inf, None])
+def test_an_ok_run_without_a_finite_rate_is_refused_by_save(tmp_path, rate):
+    record = copy.deepcopy(GOOD)
+    record["result"] = {**(record.get("result") or {}), "samples_per_s": rate}
+    store = open_store(str(tmp_path / "runs.db"))
+    try:
+        with pytest.raises(RecordNotSaved, match=f"run {record['id']} has status ok but result.samples_per_s is"):
+            store.save(record)
+    finally:
+        store.close()
 
 
 @pytest.mark.parametrize("field, value", [("learning_rate", math.inf), ("timeout_s", math.nan)])
