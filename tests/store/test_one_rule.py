@@ -146,3 +146,29 @@ def test_an_infinite_input_is_refused_by_save_and_import_alike(tmp_path, field, 
     (tmp_path / "r.json").write_text(json.dumps(record))
     with pytest.raises(ValueError, match=f"spec.{field} is not a finite number"):
         spool.read(tmp_path / "r.json")
+
+
+def test_a_row_an_older_dlbench_stored_with_nan_is_read_then_made_strict(store_url):
+    """A NaN token in a stored record (SQLite 3.40's json_extract and PostgreSQL's jsonb refuse it) is read in
+    Python by the report's digest and by get, and rewritten strictly when the store is migrated."""
+    import sqlalchemy as sa
+
+    from dlbench.store._schema import strict_rows
+
+    record = copy.deepcopy(GOOD) | {"id": "nan" + new_record({}, {})["id"][:9]}
+    store = open_store(store_url)
+    try:
+        store.save(record)
+        old = copy.deepcopy(record)
+        old["result"]["final_loss"] = math.nan
+        with store.engine.begin() as conn:
+            conn.execute(sa.text("UPDATE runs SET record = :r WHERE id = :i"), {"r": json.dumps(old), "i": record["id"]})
+        [row] = [r for r in store.iter_digest() if r[0] == record["id"]]
+        assert json.loads(row[13])[0] == "lstm" and json.loads(row[15]) == {"median": 0.1}
+        assert store.get(record["id"])["result"][NOT_FINITE] == ["final_loss"]
+        with store.engine.begin() as conn:
+            assert strict_rows(conn) >= 1
+            text = conn.execute(sa.text("SELECT record FROM runs WHERE id = :i"), {"i": record["id"]}).scalar_one()
+        assert "NaN" not in text and json.loads(text)["result"][NOT_FINITE] == ["final_loss"]
+    finally:
+        store.close()
