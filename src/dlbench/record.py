@@ -59,7 +59,8 @@ def finish(record: dict[str, Any], status: str, result: dict | None = None, erro
 
 #: The result key that says a run's loss went NaN or infinite (see :func:`finish`).
 DIVERGED = "diverged"
-#: Modes whose ok run measured a throughput: ``result.samples_per_s`` is a finite number (:func:`record_problem`).
+#: Modes (``spec.mode``) whose ok run measured a throughput: ``result.samples_per_s`` is a finite number
+#: (:func:`record_problem`); a record without a mode is not judged on it.
 RATE_MODES = ("train", "inference")
 
 
@@ -149,14 +150,14 @@ def record_problem(record: Any) -> str | None:
 
 def _rate_problem(record: dict[str, Any]) -> str | None:
     """An ``ok`` train or inference run without a finite samples/s is not a measurement (a forged or broken run)."""
-    if record["status"] != "ok" or record["spec"].get("mode", "train") not in RATE_MODES:
+    mode = record["spec"].get("mode")  # every train and inference run dlbench records names its mode
+    if record["status"] != "ok" or mode not in RATE_MODES:
         return None
     rate = (record.get("result") or {}).get("samples_per_s")
     if isinstance(rate, (int, float)) and not isinstance(rate, bool) and math.isfinite(rate):
         return None
     what = "missing" if rate is None else _short(rate)
-    return (f"run {record['id']} has status ok but result.samples_per_s is {what}; an ok "
-            f"{record['spec'].get('mode', 'train')} run measured a finite rate")
+    return f"run {record['id']} has status ok but result.samples_per_s is {what}; an ok {mode} run measured a finite rate"
 
 
 def _spec_problem(spec: Any) -> str | None:

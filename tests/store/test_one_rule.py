@@ -124,6 +124,7 @@ def test_a_diverged_loss_is_stored_as_null_listed_and_marked_diverged(store_url)
 @pytest.mark.parametrize("rate", [math.nan, math.inf, None])
 def test_an_ok_run_without_a_finite_rate_is_refused_by_save(tmp_path, rate):
     record = copy.deepcopy(GOOD)
+    record["spec"]["mode"] = "train"  # a kind that measures a rate (a record without a mode is not judged on it)
     record["result"] = {**(record.get("result") or {}), "samples_per_s": rate}
     store = open_store(str(tmp_path / "runs.db"))
     try:
