@@ -13,6 +13,8 @@ import re
 import uuid
 from typing import Any
 
+from dlbench.strict_json import NOT_FINITE, strict_document
+
 SCHEMA_VERSION = 1
 STATUSES = ("ok", "failed", "oom", "aborted", "pruned")  # pruned: an HPO trial stopped early
 
@@ -42,19 +44,35 @@ def new_record(spec: dict[str, Any], env: dict[str, Any]) -> dict[str, Any]:
 
 
 def finish(record: dict[str, Any], status: str, result: dict | None = None, error: str | None = None) -> dict:
-    """End ``record`` with ``status``. A NaN or infinity the run measured (a diverged loss) is a result, kept
-    as it is and flagged: ``result["not_finite"]`` lists where (reports show it; nothing refuses it)."""
+    """End ``record`` with ``status``. A NaN or infinity the run measured is written as null and its name
+    listed in ``result["not_finite"]`` (strict JSON, :mod:`dlbench.strict_json`); a loss that went non-finite
+    marks the run ``result["diverged"] = True`` -- the status stays, as its timing is valid."""
     if status not in STATUSES:
         raise ValueError(f"status must be one of {STATUSES}, not {status!r}")
-    flagged = not_finite_paths({k: v for k, v in result.items() if k != NOT_FINITE}) if isinstance(result, dict) else []
-    if flagged:
-        result = {**result, NOT_FINITE: flagged}
+    if isinstance(result, dict):
+        result = strict_document(result)
+        if any(_is_loss(path) for path in result.get(NOT_FINITE) or []):
+            result = {**result, DIVERGED: True}
     record.update(status=status, result=result, error=error)
     return record
 
 
-#: The result key that flags the measured values that are NaN or infinite (see :func:`finish`).
-NOT_FINITE = "not_finite"
+#: The result key that says a run's loss went NaN or infinite (see :func:`finish`).
+DIVERGED = "diverged"
+#: Modes (``spec.mode``) whose ok run measured a throughput: ``result.samples_per_s`` is a finite number
+#: (:func:`record_problem`); a record without a mode is not judged on it.
+RATE_MODES = ("train", "inference")
+
+
+def _is_loss(path: Any) -> bool:
+    """Whether a ``not_finite`` path names a loss (``final_loss``, ``loss_per_step[3]``, ``per_rank[0].final_loss``)."""
+    return isinstance(path, str) and "loss" in path.rsplit(".", 1)[-1]
+
+
+def diverged(record: dict[str, Any]) -> bool:
+    """Whether the run's loss went non-finite (flagged by :func:`finish`, or a loss listed as not finite)."""
+    result = record.get("result") or {}
+    return bool(result.get(DIVERGED)) or any(_is_loss(p) for p in result.get(NOT_FINITE) or [])
 
 
 def upgrade(record: dict[str, Any]) -> dict[str, Any]:
@@ -109,8 +127,10 @@ def record_problem(record: Any) -> str | None:
     accept. Checks the run record contract (docs/ARCHITECTURE.md): ``schema_version``, ``id`` of :data:`ID_PATTERN`,
     ``created_at`` an ISO 8601 time, ``status`` one of :data:`STATUSES`, ``error`` text, ``spec`` a mapping with a
     workload, finite numbers (its inputs, validated at the edge) and ``tags`` (:func:`tags_problem`),
-    ``env``/``result``/``telemetry`` mappings, whole numbers where the store keeps them. A NaN or infinity in
-    what was *measured* (result, telemetry) is data -- a diverged loss -- and is accepted (:func:`finish` flags it)."""
+    ``env``/``result``/``telemetry`` mappings, whole numbers where the store keeps them, and an ``ok`` run of a
+    mode that measures a rate (:data:`RATE_MODES`) has a finite ``result.samples_per_s``. Any other NaN or
+    infinity in what was *measured* (a diverged loss) is data: the store writes it as null, listed in the part's
+    ``not_finite`` (:func:`dlbench.strict_json.strict_record`)."""
     if not isinstance(record, dict):
         return f"a run record is a JSON object, not {type(record).__name__}"
     version, run_id = record.get("schema_version"), record.get("id")
@@ -124,7 +144,20 @@ def record_problem(record: Any) -> str | None:
         return f"created_at {_short(record.get('created_at'))} is not an ISO 8601 time such as 2026-12-01T10:00:00+00:00"
     if record.get("error") is not None and not isinstance(record["error"], str):
         return "error must be text or null"
-    return _spec_problem(record.get("spec")) or _parts_problem(record) or _finite_problem(record.get("spec"), "spec")
+    return (_spec_problem(record.get("spec")) or _parts_problem(record) or _finite_problem(record.get("spec"), "spec")
+            or _rate_problem(record))
+
+
+def _rate_problem(record: dict[str, Any]) -> str | None:
+    """An ``ok`` train or inference run without a finite samples/s is not a measurement (a forged or broken run)."""
+    mode = record["spec"].get("mode")  # every train and inference run dlbench records names its mode
+    if record["status"] != "ok" or mode not in RATE_MODES:
+        return None
+    rate = (record.get("result") or {}).get("samples_per_s")
+    if isinstance(rate, (int, float)) and not isinstance(rate, bool) and math.isfinite(rate):
+        return None
+    what = "missing" if rate is None else _short(rate)
+    return f"run {record['id']} has status ok but result.samples_per_s is {what}; an ok {mode} run measured a finite rate"
 
 
 def _spec_problem(spec: Any) -> str | None:

@@ -21,6 +21,7 @@ from dlbench.cli.app import main
 from dlbench.errors import RecordNotSaved
 from dlbench.record import NOT_FINITE, SCHEMA_VERSION, finish, new_record
 from dlbench.store import open_store, spool
+from dlbench.strict_json import strict_record
 
 GOOD = {
     "schema_version": SCHEMA_VERSION, "id": "onerule00001", "created_at": "2026-12-03T10:00:00+00:00", "status": "ok",
@@ -88,7 +89,7 @@ def test_what_save_accepts_import_accepts(drawn, monkeypatch, capsys):
         assert main(["store", "import", str(folder / "shown.json"), "--db", str(folder / "b.db")]) in (0, None)
         other = open_store(str(folder / "b.db"))
         try:
-            assert same(other.get(record["id"]), record)
+            assert same(other.get(record["id"]), strict_record(record))  # a NaN measured: null, listed
         finally:
             other.close()
 
@@ -104,20 +105,33 @@ def store_url(request, tmp_path):
     return url
 
 
-def test_a_diverged_loss_is_kept_and_flagged(store_url):
+def test_a_diverged_loss_is_stored_as_null_listed_and_marked_diverged(store_url):
     record = finish(new_record({"workload": "lstm", "device": "cpu"}, {}), "ok",
-                    {"samples_per_s": math.inf, "final_loss": math.nan, "per_rank": [{"final_loss": math.inf}]})
-    assert record["result"][NOT_FINITE] == ["samples_per_s", "final_loss", "per_rank[0].final_loss"]
+                    {"samples_per_s": 12.5, "final_loss": math.nan, "per_rank": [{"final_loss": math.inf}]})
+    assert record["result"][NOT_FINITE] == ["final_loss", "per_rank[0].final_loss"]
+    assert record["result"]["final_loss"] is None and record["result"]["diverged"] is True
     store = open_store(store_url)
     try:
         assert store.save(record, series=[{"t_s": 0.0, "loss": math.nan}]) is None
         stored = store.get(record["id"])
-        assert math.isnan(stored["result"]["final_loss"]) and stored["status"] == "ok"
-        assert math.isnan(store.series(record["id"])[0]["loss"])
+        assert stored["result"]["final_loss"] is None and stored["status"] == "ok" and stored["result"]["diverged"]
+        assert store.series(record["id"])[0]["loss"] is None
     finally:
         store.close()
-    assert finish(record, "ok", stored["result"])["result"][NOT_FINITE] == ["samples_per_s", "final_loss",
-                                                                           "per_rank[0].final_loss"]
+    assert finish(record, "ok", stored["result"])["result"][NOT_FINITE] == ["final_loss", "per_rank[0].final_loss"]
+
+
+@pytest.mark.parametrize("rate", [math.nan, math.inf, None])
+def test_an_ok_run_without_a_finite_rate_is_refused_by_save(tmp_path, rate):
+    record = copy.deepcopy(GOOD)
+    record["spec"]["mode"] = "train"  # a kind that measures a rate (a record without a mode is not judged on it)
+    record["result"] = {**(record.get("result") or {}), "samples_per_s": rate}
+    store = open_store(str(tmp_path / "runs.db"))
+    try:
+        with pytest.raises(RecordNotSaved, match=f"run {record['id']} has status ok but result.samples_per_s is"):
+            store.save(record)
+    finally:
+        store.close()
 
 
 @pytest.mark.parametrize("field, value", [("learning_rate", math.inf), ("timeout_s", math.nan)])
@@ -133,3 +147,29 @@ def test_an_infinite_input_is_refused_by_save_and_import_alike(tmp_path, field, 
     (tmp_path / "r.json").write_text(json.dumps(record))
     with pytest.raises(ValueError, match=f"spec.{field} is not a finite number"):
         spool.read(tmp_path / "r.json")
+
+
+def test_a_row_an_older_dlbench_stored_with_nan_is_read_then_made_strict(store_url):
+    """A NaN token in a stored record (SQLite 3.40's json_extract and PostgreSQL's jsonb refuse it) is read in
+    Python by the report's digest and by get, and rewritten strictly when the store is migrated."""
+    import sqlalchemy as sa
+
+    from dlbench.store._schema import strict_rows
+
+    record = copy.deepcopy(GOOD) | {"id": "nan" + new_record({}, {})["id"][:9]}
+    store = open_store(store_url)
+    try:
+        store.save(record)
+        old = copy.deepcopy(record)
+        old["result"]["final_loss"] = math.nan
+        with store.engine.begin() as conn:
+            conn.execute(sa.text("UPDATE runs SET record = :r WHERE id = :i"), {"r": json.dumps(old), "i": record["id"]})
+        [row] = [r for r in store.iter_digest() if r[0] == record["id"]]
+        assert json.loads(row[13])[0] == "lstm" and json.loads(row[15]) == {"median": 0.1}
+        assert store.get(record["id"])["result"][NOT_FINITE] == ["final_loss"]
+        with store.engine.begin() as conn:
+            assert strict_rows(conn) >= 1
+            text = conn.execute(sa.text("SELECT record FROM runs WHERE id = :i"), {"i": record["id"]}).scalar_one()
+        assert "NaN" not in text and json.loads(text)["result"][NOT_FINITE] == ["final_loss"]
+    finally:
+        store.close()

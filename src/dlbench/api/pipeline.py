@@ -22,7 +22,6 @@ Saving never loses a run: the store waits for a busy database and spools what it
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import sys
@@ -31,6 +30,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from dlbench import strict_json
 from dlbench.api.jobs import Ending, job_kind
 from dlbench.engine.progress import Progress
 from dlbench.engine.run import ResolvedRun
@@ -176,7 +176,7 @@ class Recording:
             except RecordNotSaved as exc:
                 lost.append(record)
                 print(f"dlbench: {exc}; its record follows on one line as JSON:", file=sys.stderr)
-                print(json.dumps(record, separators=(",", ":"), default=str), file=sys.stderr, flush=True)
+                print(strict_json.dumps(record, separators=(",", ":"), default=str), file=sys.stderr, flush=True)
                 continue
             if spooled is not None:
                 log.warning("dlbench: run %s could not be saved to the store; it is kept in %s and will be "

@@ -96,11 +96,21 @@ class StepContext:
         # the next step's forward until its zero_grad (set by the engine for FSDP layouts)
         self.release_gradients = False
 
-    def backward_and_step(self, loss: torch.Tensor, optimizer: torch.optim.Optimizer) -> None:
+    def backward_and_step(self, loss: torch.Tensor, optimizer: torch.optim.Optimizer,
+                          max_grad_norm: float | None = None) -> None:
+        """Backward and the optimizer's step; ``max_grad_norm`` clips the gradients' total norm first (a workload
+        whose from-scratch gradients are large enough to throw the default step into NaN, :attr:`Workload.max_grad_norm`)."""
         optimizer.zero_grad(set_to_none=True)
         with self.phase("dlbench.backward"):
             (loss if self.scaler is None else self.scaler.scale(loss)).backward()
         with self.phase("dlbench.optimizer"):
+            if max_grad_norm is not None:
+                from torch.nn.utils import clip_grad_norm_  # torch: this contract module imports none at load
+
+                if self.scaler is not None:
+                    self.scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
+                params = [p for group in optimizer.param_groups for p in group["params"]]
+                clip_grad_norm_(params, max_grad_norm)
             if self.scaler is None:
                 optimizer.step()
             else:
@@ -124,6 +134,9 @@ class Workload:
     domain: ClassVar[str]  # vision | sequence | science | generative
     default_batch_size: ClassVar[int]
     params: ClassVar[dict[str, Param]] = {}
+    #: The gradients' total norm is clipped to this in :meth:`train_step` (None: not clipped); for a model whose
+    #: first steps from random weights would otherwise diverge at the default learning rate.
+    max_grad_norm: ClassVar[float | None] = None
     #: --parallel layouts this workload supports (DDP always works: the engine wraps the whole model).
     parallel_layouts: ClassVar[frozenset[str]] = frozenset({"ddp"})
 
@@ -164,7 +177,7 @@ class Workload:
         """One optimisation step; returns the detached loss (never ``.item()``: that syncs)."""
         with ctx.autocast():
             loss = self.loss(model, batch)
-        ctx.backward_and_step(loss, ctx.optimizers[0])
+        ctx.backward_and_step(loss, ctx.optimizers[0], self.max_grad_norm)
         ctx.end_step()
         return loss.detach()
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import json
 import os
 import sys
 import typing
@@ -14,6 +13,7 @@ from typing import Any
 
 import typer
 
+from dlbench import strict_json
 from dlbench.errors import UsageError, unknown_name
 from dlbench.safety import MAX_RANKS_PER_NODE, printable
 
@@ -25,8 +25,9 @@ JSON_OPTION = typer.Option(False, "--json", help="Print exactly one JSON documen
 
 
 def emit_json(document: Any) -> None:
-    """The one JSON document of a ``--json`` command, on stdout."""
-    sys.stdout.write(json.dumps(document, indent=2, default=str) + "\n")
+    """The one JSON document of a ``--json`` command, on stdout: strict JSON (a NaN or infinity is null, its name
+    listed in ``not_finite``; :mod:`dlbench.strict_json`)."""
+    sys.stdout.write(strict_json.dumps(document, indent=2, default=str) + "\n")
     sys.stdout.flush()
 
 

@@ -24,7 +24,6 @@ stops after the same epoch.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import tempfile
 import time
@@ -38,6 +37,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler
 
+from dlbench import strict_json
 from dlbench.engine.devices import device_name, resolve_device, torch_threads
 from dlbench.engine.dist import detect_launch_env
 from dlbench.engine.run import ResolvedRun, frozen
@@ -208,7 +208,7 @@ def write_system(out: Path, system: str, env: dict, spec: dict) -> None:
     path = out / "systems" / f"{system}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     description = system_description(env, system, spec["device"], spec["device_name"], spec["nproc"], division=DIVISION)
-    path.write_text(json.dumps(description, indent=2, default=str) + "\n")
+    path.write_text(strict_json.dumps(description, indent=2, default=str) + "\n")
 
 
 def train_to_target(task, datasets, log: ResultLog, spec: dict, options: RunOptions, device,

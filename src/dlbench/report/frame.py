@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import IO, Any
 
+from dlbench import strict_json
 from dlbench.errors import UsageError
 from dlbench.store import RunFilter, open_store
 
@@ -108,7 +109,7 @@ def write_rows(rows: list[dict[str, Any]], fmt: str, out: IO[str] | str | Path) 
         with open(out, "w", newline="") as stream:
             return write_rows(rows, fmt, stream)
     if fmt == "json":
-        out.write(json.dumps(rows, indent=2, default=str) + "\n")
+        out.write(strict_json.dumps(rows, indent=2, default=str) + "\n")
         return
     writer = csv.DictWriter(out, fieldnames=columns_of(rows) or ["id"], lineterminator="\n")
     writer.writeheader()
@@ -124,7 +125,7 @@ def write_stream(rows: Iterable[dict[str, Any]], fmt: str, out: IO[str]) -> int:
     count = 0
     if fmt == "json":
         for count, row in enumerate(rows, 1):
-            out.write(("[\n" if count == 1 else ",\n") + json.dumps(row, indent=2, default=str))
+            out.write(("[\n" if count == 1 else ",\n") + strict_json.dumps(row, indent=2, default=str))
         out.write("\n]\n" if count else "[]\n")
         return count
     seen: dict[str, None] = {}
@@ -197,7 +198,7 @@ def _arrow_value(value: Any, kind) -> Any:
     if name == "double":
         return float(value)
     if name == "string" and not isinstance(value, str):
-        return json.dumps(value) if isinstance(value, (list, dict)) else str(value)
+        return strict_json.dumps(value) if isinstance(value, (list, dict)) else str(value)
     return value
 
 

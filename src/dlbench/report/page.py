@@ -9,6 +9,7 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
+from dlbench.record import diverged
 from dlbench.report.frame import environment, world_size
 from dlbench.report.numbers import ms, sig
 from dlbench.report.tables import layout_label
@@ -120,6 +121,8 @@ def _status_cell(record: dict[str, Any]) -> str:
     """The status word; a failed or pruned run's reason one click away (and in the tooltip), so that a long
     reason neither wraps the row to many lines nor widens the table."""
     status, error = escape(record["status"]), record.get("error")
+    if record["status"] == "ok" and diverged(record):  # the timing stands; the loss went NaN or infinite
+        return f'<td class="status" title="its loss went NaN or infinite">{status}, diverged</td>'
     if not error:
         return f'<td class="status">{status}</td>'
     reason = escape(error[:1000])

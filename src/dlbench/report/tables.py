@@ -11,6 +11,7 @@ import io
 from collections.abc import Sequence
 from typing import Any
 
+from dlbench.record import diverged
 from dlbench.report.compare import ratio_text
 from dlbench.report.numbers import ms, percent, prefixed, sig, with_spread
 from dlbench.safety import printable
@@ -48,9 +49,17 @@ def run_table(records: Sequence[dict[str, Any]]) -> Table:
             spec.get("device_name") or spec.get("device", "?"), spec.get("precision", ""),
             str(spec.get("batch_size", "")), procs, rate_text(result.get("samples_per_s")), spread,
             prefixed(result.get("achieved_flops_per_s"), "FLOP/s"), percent(mfu),
-            r["status"] if r["status"] == "ok" else f"{r['status']}: {(r.get('error') or '')[:60]}",
+            status_text(r),
         ])
     return columns, rows
+
+
+def status_text(record: dict[str, Any]) -> str:
+    """A run's status as a table shows it: ``ok``; ``ok, diverged`` when its loss went NaN or infinite (the timing
+    stands, the training did not); ``failed: why`` (the error's first 60 characters)."""
+    if record["status"] != "ok":
+        return f"{record['status']}: {(record.get('error') or '')[:60]}"
+    return "ok, diverged" if diverged(record) else "ok"
 
 
 def common_columns(table: Table, names: Sequence[str] = ("device", "prec", "procs×threads")) -> tuple[Table, str]:

@@ -17,6 +17,7 @@ from dlbench.record import upgrade
 from dlbench.store._base import RunFilter
 from dlbench.store._query import chunks, filtered
 from dlbench.store._schema import runs_table
+from dlbench.strict_json import loads_record
 
 #: Rows fetched at once while the digest streams.
 DIGEST_ROWS = 2000
@@ -42,16 +43,24 @@ def _parts(dialect: str) -> list:
     if dialect == "sqlite":
         def paths(part: str, keys) -> str:
             return ", ".join(f"'$.{part}.{key}'" for key in keys)
-        return [sa.literal_column(f"json_extract(runs.record, {paths('spec', SPEC_KEYS)})"),
-                sa.literal_column(f"json_extract(runs.record, {paths('env', ENV_KEYS)})"),
-                *[sa.literal_column(f"json_extract(runs.record, '$.result.{key}')") for key in _RESULT],
-                sa.literal_column("json_extract(runs.record, '$.telemetry') NOT IN ('{}', '[]')")]
+
+        def valid(expression: str) -> str:  # one row SQLite cannot parse must not abort the whole read
+            return f"CASE WHEN json_valid(runs.record) THEN {expression} END"
+        return [sa.literal_column(valid(f"json_extract(runs.record, {paths('spec', SPEC_KEYS)})")),
+                sa.literal_column(valid(f"json_extract(runs.record, {paths('env', ENV_KEYS)})")),
+                *[sa.literal_column(valid(f"json_extract(runs.record, '$.result.{key}')")) for key in _RESULT],
+                sa.literal_column(valid("json_extract(runs.record, '$.telemetry') NOT IN ('{}', '[]')")),
+                sa.literal_column("CASE WHEN json_valid(runs.record) THEN NULL ELSE runs.record END")]
 
     def array(part: str, keys) -> str:
         return "jsonb_build_array(" + ", ".join(f"d->'{part}'->'{key}'" for key in keys) + ")::text"
     texts = ", ".join([array("spec", SPEC_KEYS), array("env", ENV_KEYS), *[f"(d->'result'->'{k}')::text" for k in _RESULT],
                        "(d->'telemetry')::text"])
-    return [sa.literal_column(f"(SELECT ARRAY[{texts}] FROM (SELECT runs.record::jsonb AS d OFFSET 0) AS one)")]
+    # a record an older dlbench stored with a NaN or Infinity token is not jsonb: read in Python instead
+    odd = "(strpos(runs.record, 'NaN') > 0 OR strpos(runs.record, 'Infinity') > 0)"
+    return [sa.literal_column(f"CASE WHEN {odd} THEN NULL ELSE (SELECT ARRAY[{texts}] FROM "
+                              "(SELECT runs.record::jsonb AS d OFFSET 0) AS one) END"),
+            sa.literal_column(f"CASE WHEN {odd} THEN runs.record END")]
 
 
 class DigestReads:
@@ -73,8 +82,10 @@ class DigestReads:
             for row in conn.execution_options(yield_per=DIGEST_ROWS).execute(stmt):
                 if row[12] != 1:
                     upgrade({"schema_version": row[12], "id": row[0]})  # the message for a newer record
-                if dialect == "sqlite":
-                    yield tuple(row)
+                if row[-1] is not None:  # a record the database could not parse (an older dlbench's NaN)
+                    yield (*row[:13], *_parts_of(row[-1]))
+                elif dialect == "sqlite":
+                    yield tuple(row[:-1])
                 else:
                     parts = row[13]
                     tokens, telemetry = parts[4], parts[5]
@@ -88,8 +99,25 @@ class DigestReads:
         with self._reading() as conn:
             for ids in chunks(list(dict.fromkeys(run_ids))):
                 for row in conn.execute(sa.select(c.id, c.record).where(c.id.in_(ids))):
-                    out[row.id] = upgrade(json.loads(row.record))
+                    out[row.id] = upgrade(loads_record(row.record))
         return out
+
+
+def _parts_of(text: str) -> tuple:
+    """The digest's record fields of one stored record, computed in Python as the database would have: the spec's
+    and environment's fields as JSON arrays, the step-time statistics as JSON, MFU, tokens/s, the telemetry flag."""
+    try:
+        record = loads_record(text)
+    except (ValueError, RecursionError):
+        record = {}
+    spec, env, result = (record.get(k) if isinstance(record.get(k), dict) else {} for k in ("spec", "env", "result"))
+    steps = result.get("step_time_s")
+    telemetry = record.get("telemetry")
+    return (json.dumps([spec.get(k) for k in SPEC_KEYS], separators=(",", ":")),
+            json.dumps([env.get(k) for k in ENV_KEYS], separators=(",", ":")),
+            None if steps is None else json.dumps(steps, separators=(",", ":")),
+            result.get("mfu"), result.get("tokens_per_s"),
+            None if telemetry is None else telemetry not in ({}, []))
 
 
 def _number(text: str | None) -> float | None:

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
+import sqlite3
 import time
 from pathlib import Path
 
@@ -154,6 +156,27 @@ def _has_sqlite_header(path: Path) -> bool:
         return False
 
 
+def recovery_command(where: str) -> str:
+    """The shell command that copies what a damaged SQLite store still holds into ``where.recovered``. ``.dump``
+    (every sqlite3 shell has it; ``.recover`` fails on Debian 12's 3.40 shell) ends with ROLLBACK when it met
+    damage, which would throw away every row it did read: the sed keeps them."""
+    quoted = shlex.quote(where)
+    return (f"`sqlite3 {quoted} .dump | sed 's/^ROLLBACK; -- due to errors$/COMMIT;/' | "
+            f"sqlite3 {shlex.quote(where + '.recovered')}`")
+
+
+def intact(path: Path) -> bool:
+    """Whether SQLite's own check finds the file sound (``PRAGMA integrity_check`` answers ``ok``), read-only."""
+    try:
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S)
+        try:
+            return conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return False
+
+
 def store_error(exc: SQLAlchemyError | Exception, url: str) -> UsageError:
     """One sentence for a store that cannot be used: busy, damaged, read-only or not a store."""
     where, why = display(url), reason(exc)
@@ -163,10 +186,16 @@ def store_error(exc: SQLAlchemyError | Exception, url: str) -> UsageError:
             f"cannot open the results store {where}: it is not a SQLite database ({why}); point --db or "
             "DLBENCH_DB at a dlbench store or a new file."
         )
+    if is_corrupt(exc) and path is not None and intact(path):
+        return UsageError(
+            f"reading the results store {where} failed ({why}), but the file is intact (PRAGMA integrity_check: ok) "
+            "and no run is lost; opening it for writing once (any 'dlbench run' into it) rewrites older records, "
+            "and if it persists please report it as a dlbench bug with the command."
+        )
     if is_corrupt(exc):
         return UsageError(
-            f"the results store {where} is damaged ({why}); recover its runs with "
-            f"'sqlite3 {where} .recover | sqlite3 {where}.recovered' and use --db {where}.recovered "
+            f"the results store {where} is damaged ({why}; PRAGMA integrity_check fails); copy the runs it still "
+            f"holds into a new file with {recovery_command(where)} and use --db {where}.recovered "
             "(or move the file aside to start a new store)."
         )
     if is_busy(exc):

@@ -13,10 +13,17 @@ upgrade every site at once. ``layout_revision`` in ``dlbench_meta`` records what
 
 from __future__ import annotations
 
+import json
+
 import sqlalchemy as sa
 
-#: What :func:`migrate` brings a store to; 1 (or no row): the layout before the indexes and ``cluster``.
-LAYOUT_REVISION = 2
+from dlbench.strict_json import any_not_finite, finite, strict_record
+
+#: The revision that added the ``cluster`` column.
+CLUSTER_REVISION = 2
+#: What :func:`migrate` brings a store to; 1 (or no row): the layout before the indexes and ``cluster``;
+#: 2: before the records were rewritten as strict JSON (:func:`strict_rows`).
+LAYOUT_REVISION = 3
 
 metadata = sa.MetaData()
 
@@ -85,10 +92,12 @@ def revision(conn: sa.Connection) -> int:
 
 def migrate(conn: sa.Connection) -> bool:
     """Bring the store on ``conn`` (inside the creator's write transaction) to :data:`LAYOUT_REVISION`: add
-    the ``cluster`` column and every missing index. True when something was done. Safe to run twice."""
+    the ``cluster`` column and every missing index, and rewrite as strict JSON the rows an older dlbench stored
+    with a NaN or Infinity token (:func:`strict_rows`). True when something was done. Safe to run twice."""
     found = revision(conn)
     if found >= LAYOUT_REVISION:
         return False
+    strict_rows(conn)
     columns = {c["name"] for c in sa.inspect(conn).get_columns(runs_table.name)}
     if "cluster" not in columns:  # ALTER TABLE ... ADD COLUMN with a constant default: no table rewrite
         conn.exec_driver_sql("ALTER TABLE runs ADD COLUMN cluster VARCHAR(128) NOT NULL DEFAULT ''")
@@ -98,3 +107,41 @@ def migrate(conn: sa.Connection) -> bool:
     conn.execute(meta_table.delete().where(meta_table.c.key == _REVISION_KEY))
     conn.execute(meta_table.insert().values(key=_REVISION_KEY, value=str(LAYOUT_REVISION)))
     return True
+
+
+def strict_rows(conn: sa.Connection) -> int:
+    """Rewrite every record and telemetry sample an older dlbench stored with a bare NaN or Infinity token -- which
+    SQLite's ``json_extract`` and PostgreSQL's ``jsonb`` refuse -- as strict JSON: the value null, its name in the
+    part's ``not_finite`` (:func:`dlbench.strict_json.strict_record`). Returns how many rows were rewritten."""
+    odd = sa.or_(runs_table.c.record.contains("NaN"), runs_table.c.record.contains("Infinity"))
+    rewritten = 0
+    for row in conn.execute(sa.select(runs_table.c.id, runs_table.c.record).where(odd)).all():
+        try:
+            found = json.loads(row.record)
+        except (ValueError, RecursionError):
+            continue  # not this migration's to mend: reads report it
+        if isinstance(found, dict) and any_not_finite(found):
+            record = strict_record(found)
+            text = json.dumps(record, separators=(",", ":"), allow_nan=False)
+            result = record.get("result") if isinstance(record.get("result"), dict) else {}
+            steps = result.get("step_time_s") if isinstance(result.get("step_time_s"), dict) else {}
+            conn.execute(runs_table.update().where(runs_table.c.id == row.id).values(
+                record=text, samples_per_s=_number(result.get("samples_per_s")),
+                step_time_median_s=_number(steps.get("median"))))
+            rewritten += 1
+    t = telemetry_table.c
+    odd = sa.or_(t.sample.contains("NaN"), t.sample.contains("Infinity"))
+    for row in conn.execute(sa.select(t.run_id, t.seq, t.sample).where(odd)).all():
+        try:
+            sample = json.loads(row.sample)
+        except (ValueError, RecursionError):
+            continue
+        if any_not_finite(sample):
+            text = json.dumps(finite(sample)[0], separators=(",", ":"), allow_nan=False)
+            conn.execute(telemetry_table.update().where(t.run_id == row.run_id, t.seq == row.seq).values(sample=text))
+            rewritten += 1
+    return rewritten
+
+
+def _number(value) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None

@@ -19,6 +19,7 @@ from dlbench.errors import UsageError
 from dlbench.record import ID_PATTERN, record_problem, series_problem
 from dlbench.safety import read_input_file
 from dlbench.store._paths import sqlite_path
+from dlbench.strict_json import finite, strict_record
 
 SUFFIX = ".json"
 #: The largest run file ``store import`` reads: a record with a day of 1 s telemetry samples is ~50 MB.
@@ -43,7 +44,8 @@ def write(directory: Path, record: dict[str, Any], series: list[dict[str, Any]] 
     directory.mkdir(parents=True, exist_ok=True)
     final = directory / f"{file_stem(record)}{SUFFIX}"
     tmp = directory / f".{final.stem}.{os.getpid()}.tmp"
-    text = json.dumps({"record": record, "series": series or []}, separators=(",", ":"), default=str)
+    text = json.dumps({"record": strict_record(record), "series": finite(series or [])[0]}, separators=(",", ":"),
+                      default=str, allow_nan=False)
     try:
         with open(tmp, "w", encoding="utf-8") as out:
             out.write(text)

@@ -37,7 +37,7 @@ from dlbench.store._engine import (
 )
 from dlbench.store._query import chunks, filtered, starting_with
 from dlbench.store._schema import (
-    LAYOUT_REVISION,
+    CLUSTER_REVISION,
     SUMMARY_COLUMNS,
     meta_table,
     metadata,
@@ -47,6 +47,7 @@ from dlbench.store._schema import (
     tags_table,
     telemetry_table,
 )
+from dlbench.strict_json import finite, loads_record, strict_record
 
 log = logging.getLogger(__name__)
 
@@ -60,12 +61,16 @@ SAVE_RETRY_DELAYS_S = (1.0, 2.0, 4.0, 8.0)
 STREAM_ROWS = 500
 
 #: One encoder each (``json.dumps`` with options builds a new encoder per call: a third of a bulk import's time).
-_COMPACT = json.JSONEncoder(separators=(",", ":")).encode
-_SORTED = json.JSONEncoder(sort_keys=True).encode
+#: Strict: what they are given was made finite first (:func:`dlbench.strict_json.strict_record`), and a NaN that
+#: got past that raises instead of reaching the store as a token its own reads cannot parse.
+_COMPACT = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
+_SORTED = json.JSONEncoder(sort_keys=True, allow_nan=False).encode
 
 
 def summary_row(record: dict[str, Any]) -> dict[str, Any]:
-    """The ``runs`` row for a record: its summary columns plus the JSON document."""
+    """The ``runs`` row for a record (strict: :func:`dlbench.strict_json.strict_record`): its summary columns
+    plus the JSON document."""
+    record = strict_record(record)
     spec, env, result = record["spec"], record.get("env") or {}, record.get("result") or {}
     return {
         "id": record["id"],
@@ -142,7 +147,7 @@ class SQLStore(BulkImport, DigestReads, Store):
         if self.read_only:
             with self.engine.connect() as conn:
                 self._check_schema(conn, create=False)
-                self._has_cluster = revision(conn) >= LAYOUT_REVISION
+                self._has_cluster = revision(conn) >= CLUSTER_REVISION
             return
         if path is not None:
             set_wal(self.engine)
@@ -351,7 +356,8 @@ class SQLStore(BulkImport, DigestReads, Store):
             for ids in chunks(list(dict.fromkeys(run_ids))):
                 rows = conn.execute(sa.select(t.run_id, t.sample).where(t.run_id.in_(ids)).order_by(t.run_id, t.seq))
                 for row in rows:
-                    out.setdefault(row.run_id, []).append(json.loads(row.sample))
+                    sample = json.loads(row.sample)  # an older dlbench's NaN reading: null, as stored now
+                    out.setdefault(row.run_id, []).append(finite(sample)[0] if "N" in row.sample else sample)
         return out
 
     def _full_id(self, conn, run_id: str) -> str:
@@ -372,7 +378,7 @@ class SQLStore(BulkImport, DigestReads, Store):
         with self._reading() as conn:
             full_id = self._full_id(conn, run_id)
             row = conn.execute(sa.select(c.record).where(c.id == full_id)).one()
-        return upgrade(json.loads(row.record))
+        return upgrade(loads_record(row.record))
 
     def query(self, flt: RunFilter = RunFilter()) -> list[RunSummary]:
         with self._reading() as conn:
@@ -390,7 +396,7 @@ class SQLStore(BulkImport, DigestReads, Store):
         stmt = filtered(sa.select(runs_table.c.record), flt, self._has_cluster)
         with self._reading() as conn:
             for row in conn.execution_options(yield_per=STREAM_ROWS).execute(stmt):
-                yield upgrade(json.loads(row.record))
+                yield upgrade(loads_record(row.record))
 
     @contextlib.contextmanager
     def _reading(self):
@@ -431,7 +437,7 @@ def _write(conn, runs: list) -> None:
     tags = [(record["id"], k, v) for record, _ in runs for k, v in (record["spec"].get("tags") or {}).items()]
     if tags:
         _insert_many(conn, tags_table, ["run_id", "key", "value"], tags)
-    samples = [(record["id"], i, t_s, _COMPACT(sample))
+    samples = [(record["id"], i, t_s, _COMPACT(finite(sample)[0]))
                for record, series in runs for i, (t_s, sample) in enumerate(_storable(series or [], record["id"]))]
     if samples:
         _insert_many(conn, telemetry_table, ["run_id", "seq", "t_s", "sample"], samples)
