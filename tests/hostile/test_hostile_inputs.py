@@ -123,7 +123,7 @@ CASES: list[Case] = [
     Case("param-choice", ["run", "dcgan", "-p", "image_size=48"], "must be one of 32, 64, 128"),
     # -- bad values of dlbench's own options ----------------------------------------------------------
     Case("monitor-port-range", ["monitor", "--port", "99999"], "is not a TCP port"),
-    Case("monitor-interval-zero", ["monitor", "--interval", "0"], "must be more than 0 seconds"),
+    Case("monitor-interval-zero", ["monitor", "--interval", "0"], "must be a number of seconds more than 0"),
     Case("run-device-word", ["run", "lstm", "--device", "tpu"], "device='tpu'"),
     Case("run-precision-word", ["run", "lstm", "--precision", "fp4"], "precision='fp4'"),
     Case("suite-unknown", ["suite", "enormous"], "unknown suite 'enormous'"),
