@@ -202,3 +202,21 @@ def test_task_and_exec_options_do_not_mix(capsys, tmp_path):
     assert "TASK does not apply to --exec" in capsys.readouterr().err
     assert main(["mlperf", "run", "resnet", "--benchmark", "resnet", "--no-store", "--out", str(tmp_path)]) == 2
     assert "--benchmark is for your own implementation run with --exec" in capsys.readouterr().err
+
+
+def test_torchrun_starts_its_ranks_and_rank_zeros_log_is_filed(capsys, tmp_path):
+    code, [record], err = mlperf_exec(capsys, tmp_path, "--benchmark", "resnet", "--launcher", "torchrun",
+                                      "--nproc-per-node", "2")
+    assert code == 0, err
+    assert record["spec"]["launcher"] == "torchrun" and record["spec"]["world_size"] == 2
+    assert record["result"]["ranks"] == 2 and record["result"]["time_to_train_s"] > 0
+    assert Path(record["result"]["result_file"]).name == "result_0.txt"
+
+
+def test_started_as_one_rank_of_a_job_it_refuses(capsys, tmp_path, monkeypatch):
+    for name, value in {"RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2",
+                        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}.items():
+        monkeypatch.setenv(name, value)
+    code, records, err = mlperf_exec(capsys, tmp_path, "--benchmark", "resnet")
+    assert code == 2 and records is None and "--launcher torchrun --nproc-per-node N" in err
+    assert not (tmp_path / "out").exists()

@@ -83,7 +83,9 @@ def resolve_mlperf_exec(argv: list[str], out_dir: str | Path, options: ProgramOp
     system = check_system_name(options.system) if options.system else default_system_name(env, device, options.nproc)
     out = submission_root(Path(out_dir).absolute())
     first = next_result_index(out, system, benchmark)
-    joined = joined_launch()
+    if joined_launch() is not None:  # every rank would run the whole series and file the same logs
+        raise UsageError("dlbench mlperf run --exec was started as one rank of a job (torchrun, srun); start it once and "
+                         "let it start the ranks: --launcher torchrun --nproc-per-node N.")
     runs = []
     for index in range(first, first + options.runs):
         seed, result = options.seed + index, result_path(out, system, benchmark, index)
@@ -94,7 +96,7 @@ def resolve_mlperf_exec(argv: list[str], out_dir: str | Path, options: ProgramOp
                             device=options.device, telemetry=options.telemetry, tags=options.tags)
         except ValidationError as exc:
             raise UsageError(describe_validation_error(exc)) from None
-        run = resolve_exec(spec, joined)
+        run = resolve_exec(spec)
         record_spec = dict(run.record_spec) | {
             "mode": "time_to_train", "benchmark": benchmark, "system": system, "seed": seed, "result_index": index,
             "result_file": str(result), "log_file": str(log), "argv_template": list(argv),

@@ -4,7 +4,7 @@ mlperf-logging's ``mllog`` (never by hand), reaching the 0.759 top-1 target afte
 
 ``mllog_train.py --seed N --log PATH [--epochs E] [--epoch-s S] [--mode MODE]``
 
-The log goes to ``--log`` (else to the file named by the environment variable MLLOG_TRAIN_LOG). The seed shifts
+Only rank 0 (torchrun's RANK) logs. The log goes to ``--log`` (else to the file named by the environment variable MLLOG_TRAIN_LOG). The seed shifts
 the accuracy curve a little and is logged as ``seed``. MODE says how it ends:
 
 ok        reaches the target, run_stop status success, exits 0 (the default)
@@ -34,7 +34,7 @@ parser.add_argument("--mode", default="ok", choices=["ok", "abort", "crash", "no
 args = parser.parse_args()
 if not args.log:
     sys.exit("mllog_train.py: give --log PATH or set MLLOG_TRAIN_LOG")
-if args.mode == "no-log":
+if args.mode == "no-log" or os.environ.get("RANK", "0") != "0":  # under torchrun, rank 0 logs
     print("trained without logging", flush=True)
     sys.exit(0)
 
