@@ -7,7 +7,6 @@ as any published one, and its score set beside mlperf-logging's result_summarize
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -37,20 +36,19 @@ def mlperf_exec(capsys, root: Path, *options: str, program: list[str] | None = N
 
 @pytest.fixture(scope="module")
 def three_runs(tmp_path_factory):
-    """Three runs of our implementation (seeds 0, 1, 2) into ``root/out``, stored in ``root/runs.db``, as a user runs
-    them (a module-scoped fixture has no capsys: the command runs in a child); don't write into it."""
+    """Three runs of our implementation (seeds 0, 1, 2) into ``root/out``, stored in ``root/runs.db``, through the
+    API behind the command (a module-scoped fixture has no capsys; the command itself is run by the tests below);
+    don't write into it."""
+    from dlbench.api.mlperf_exec import ProgramOptions, run_mlperf_exec
+
     root = tmp_path_factory.mktemp("mlperf-exec")
-    result = subprocess.run([PY, "-m", "dlbench", "mlperf", "run", "--exec", "--benchmark", "resnet", "--runs", "3",
-                             "--out", str(root / "out"), "--db", str(root / "runs.db"), "--system", SYSTEM, "--json",
-                             "--", PY, str(PROGRAM), "--seed", "{seed}", "--log", "{log}"],
-                            capture_output=True, text=True, timeout=300, env=_env())
-    assert result.returncode == 0, result.stderr
-    return root, json.loads(result.stdout)
-
-
-def _env() -> dict[str, str]:
-    src = str(Path(__file__).resolve().parents[2] / "src")
-    return os.environ | {"PYTHONPATH": os.pathsep.join(p for p in (src, os.environ.get("PYTHONPATH")) if p)}
+    store = open_store(str(root / "runs.db"))
+    try:
+        records = run_mlperf_exec([PY, str(PROGRAM), "--seed", "{seed}", "--log", "{log}"], root / "out",
+                                  ProgramOptions(benchmark="resnet", runs=3, system=SYSTEM), store=store)
+    finally:
+        store.close()
+    return root, records
 
 
 def test_three_runs_make_an_mlcommons_folder(three_runs):
