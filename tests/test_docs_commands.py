@@ -3,7 +3,8 @@
 Convention (also in docs/testing.md, "The documentation commands"):
 
 * Every line ``$ dlbench …`` in any fenced block of README.md or docs/**/*.md is **checked** (fast): its
-  subcommand path must exist and every ``--option`` it names must be an option of that command.
+  subcommand path must exist and every ``--option`` it names must be an option of that command (with ``--exec``,
+  the words after ``--`` are the program's own, not checked).
 * Every such line is also **run** (slow tier), whatever the block's language: the lines of a block in
   order, in a temp directory with a fresh store (``DLBENCH_DB``); each must exit 0. They run in this
   process (``dlbench.cli.app.main``): torch is imported once, not once a line. ``python`` on PATH is
@@ -167,6 +168,7 @@ def problems(command: str, root) -> list[str]:
             return [f"'{' '.join(path)}' has no subcommand {argv[0]!r}"]
         node, path, argv = child, path + [argv.pop(0)], argv
     known = {opt for param in node.params for opt in (*param.opts, *param.secondary_opts)} | {"--help", "--debug"}
+    argv = argv[:argv.index("--")] if "--exec" in argv and "--" in argv else argv  # after '--': the program's own
     return [f"'{' '.join(path)}' has no option {word.split('=')[0]!r}"
             for word in argv if word.startswith("--") and word.split("=")[0] not in known and word != "--"]
 

@@ -385,6 +385,7 @@ MAX_ARGS = 4096
 MAX_ARG_CHARS = 65536
 MAX_ARGV_CHARS = 131072  # all of them: the record keeps the command line
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+:/-]{0,127}")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 
 
 class ExecSpec(BaseModel):
@@ -416,6 +417,8 @@ class ExecSpec(BaseModel):
     metrics_host: str = "127.0.0.1"
     metrics_port: int | None = Field(default=None, ge=1, le=65535)
     tags: Tags = Field(default_factory=dict)
+    env: dict[str, str] = Field(default_factory=dict, description="Variables added to the program's environment "
+                                "(dlbench mlperf run --exec: its log file and seed).")
 
     @field_validator("argv")
     @classmethod
@@ -427,6 +430,14 @@ class ExecSpec(BaseModel):
             raise ValueError(f"the command line is over {MAX_ARGV_CHARS} characters; put long settings in a file the program reads")
         if not value[0].strip():
             raise ValueError("the program is empty; give it after '--', e.g. dlbench run --exec -- python train.py")
+        return value
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, value: dict[str, str]) -> dict[str, str]:
+        for key, text in value.items():
+            if not _ENV_NAME.fullmatch(key) or "\0" in text or len(text) > MAX_ARG_CHARS:
+                raise ValueError(f"environment variable {shown(key)} is not a variable name with a plain value")
         return value
 
     @field_validator("name")

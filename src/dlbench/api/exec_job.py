@@ -130,13 +130,13 @@ class ExecJob(Job):
         if run.joined is not None and run.joined.world_size > 1:  # one rank of srun/torchrun's job: see gather_ranks
             return gather_ranks(run.spec, run.joined, on_step)
         with tempfile.TemporaryDirectory(prefix="dlbench-exec-") as tmp:
-            return run_rank_program(run.spec, Path(tmp), 0, dict(os.environ), on_step)
+            return run_rank_program(run.spec, Path(tmp), 0, dict(os.environ) | run.spec.env, on_step)
 
     def run_rank(self, doc, launch, progress, on_joined) -> dict[str, Any]:
         spec = ExecSpec(**doc)
         run_dir = Path(os.environ.get(RUN_DIR_ENV) or tempfile.mkdtemp(prefix="dlbench-exec-"))
         on_joined()  # the program forms its own process group (or none): nothing of ours to wait for
-        return run_rank_program(spec, run_dir, launch.rank, dict(os.environ), None,
+        return run_rank_program(spec, run_dir, launch.rank, dict(os.environ) | spec.env, None,
                                 stop_marker=run_dir / "stop" if launch.rank != 0 else None,
                                 mark_stop=run_dir / "stop" if launch.rank == 0 else None)
 

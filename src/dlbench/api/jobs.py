@@ -110,6 +110,7 @@ JOBS: dict[str, str] = {
     "node-check": "dlbench.api.node_check:NodeCheckJob",
     "checkpoint": "dlbench.api.checkpoint:CheckpointJob",
     "exec": "dlbench.api.exec_job:ExecJob",
+    "mlperf-exec": "dlbench.api.mlperf_exec:MlperfExecJob",
 }
 
 

@@ -20,6 +20,7 @@ from dlbench.errors import BenchmarkFailed, UsageError
 from dlbench.report.tensorboard import with_tensorboard
 
 _ROUND_TEXT = re.compile(r"(training|hpc) \d+\.\d+")
+_EXEC = "Your own implementation (--exec)"
 
 mlperf_app = typer.Typer(
     name="mlperf",
@@ -51,7 +52,7 @@ def list_tasks(as_json: bool = JSON_OPTION) -> None:
 @mlperf_app.command("run")
 @launch_options
 def run(
-    task: str = typer.Argument(..., help="Task name (see 'dlbench mlperf list'), e.g. resnet."),
+    task: str = typer.Argument(None, help="Task name (see 'dlbench mlperf list'), e.g. resnet; or --exec with your own program.", show_default=False),
     runs: int = typer.Option(1, "--runs", "-n", help="Runs to make, each until the target or the epoch limit (MLPerf requires 5 or 10)."),
     out: str = typer.Option("mlperf-results", "--out", "-o", help="Results folder: results/<system>/<benchmark>/result_<i>.txt and systems/<system>.json; runs already there are kept and numbering continues."),
     seed: int = typer.Option(0, "--seed", help="Run i uses seed+i (i = its result index), so every run's seed differs; logged as 'seed'."),
@@ -67,6 +68,17 @@ def run(
     db: str = DB_OPTION,
     no_store: bool = typer.Option(False, "--no-store", help="Do not save the run records in the results store."),
     as_json: bool = JSON_OPTION,
+    exec_: bool = typer.Option(False, "--exec", rich_help_panel=_EXEC, help="Run your own MLPerf implementation, given "
+                               "after '--' (argv, never a shell), --runs times: {seed} and {log} in its arguments are each "
+                               "run's seed and the file it logs to with mllog."),
+    benchmark: str = typer.Option(None, "--benchmark", rich_help_panel=_EXEC, help="With --exec: the MLPerf benchmark it "
+                                  "implements, e.g. resnet (the results folder's benchmark)."),
+    log_env: str = typer.Option(None, "--log-env", rich_help_panel=_EXEC, help="With --exec: the environment variable the "
+                                "program reads its log file's path from (instead of {log}; DLBENCH_MLPERF_LOG is always set)."),
+    name: str = typer.Option(None, "--name", rich_help_panel=_EXEC, help="With --exec: the workload name its runs are "
+                             "stored under \\[default: the script's file name]."),
+    timeout: float = typer.Option(None, "--timeout", rich_help_panel=_EXEC, help="With --exec: seconds each run may take; "
+                                  "past it the program is stopped and the run fails."),
     launch: LaunchOptions = None,
 ) -> None:
     """Train TASK to its quality target, --runs times, into an MLPerf results folder.
@@ -77,7 +89,22 @@ def run(
 
     --launcher torchrun --nproc-per-node N starts N ranks on this node; --launcher slurm|k8s submits
     each run as one job (a job array on Slurm) and files its result log here when it ends.
+
+    With --exec, your own implementation is the run: 'dlbench mlperf run --exec --benchmark resnet --runs 5 --
+    python train.py --seed {seed} --log {log}'; each run's time to train and status are its log's.
     """
+    if exec_:
+        _refuse_with_exec(task=task, max_epochs=max_epochs, data_dir=data_dir, data_seed=data_seed or None,
+                          workers=workers or None, threads=threads, tensorboard=tensorboard)
+        _run_program(benchmark, runs, out, seed, system, device, log_env, name, timeout, tag, db, no_store, as_json, launch)
+        return
+    for flag, value in (("--benchmark", benchmark), ("--log-env", log_env), ("--name", name), ("--timeout", timeout)):
+        if value is not None:
+            raise UsageError(f"{flag} is for your own implementation run with --exec, e.g. dlbench mlperf run --exec "
+                             "--benchmark resnet -- python train.py --seed {seed} --log {log}")
+    if task is None:
+        raise UsageError("a TASK is required (see 'dlbench mlperf list'), e.g. dlbench mlperf run resnet; or run your own "
+                         "implementation with --exec --benchmark NAME -- CMD.")
     from dlbench.api.checks import joined_launch
     from dlbench.api.mlperf import run_task  # imports torch: only when running
     from dlbench.mlperf.runner import RunOptions
@@ -119,6 +146,64 @@ def run(
         if store is not None:
             store.close()
     _show_runs(task, out, records, as_json)
+
+
+def _refuse_with_exec(**given) -> None:
+    """The options that shape dlbench's own tasks mean nothing to your implementation: one sentence."""
+    named = [name for name, value in given.items() if value is not None]
+    if named:
+        flag = "TASK" if named[0] == "task" else "--" + named[0].replace("_", "-")
+        raise UsageError(f"{flag} does not apply to --exec: your program decides it; pass it in its own arguments "
+                         "(after '--') instead.")
+
+
+def _run_program(benchmark: str | None, runs: int, out: str, seed: int, system: str | None, device: str,
+                 log_env: str | None, name: str | None, timeout: float | None, tag: list[str] | None, db: str | None,
+                 no_store: bool, as_json: bool, launch: LaunchOptions) -> None:
+    """``mlperf run --exec``: each run of the program one run of job kind ``mlperf-exec``, its log filed in ``out``."""
+    from dlbench.cli._common import program_argv
+    from dlbench.spec import parse_key_values
+
+    if benchmark is None:
+        raise UsageError("--exec needs --benchmark NAME, the MLPerf benchmark your program implements, e.g. "
+                         "--benchmark resnet (it names the results folder and its logs are checked against it).")
+    if device not in ("auto", "cpu", "cuda"):
+        raise UsageError(f"--device {device!r} must be auto, cpu or cuda.")
+    if launch.batch() or launch.dry_run or launch.no_wait or (launch.nodes or 1) > 1 or launch.values.get("container"):
+        raise UsageError("--exec runs your implementation on this node (--launcher local or torchrun with "
+                         "--nproc-per-node N); --launcher slurm|k8s, --nodes, --container, --dry-run and --no-wait are "
+                         "not available with it yet.")
+    from dlbench.api.mlperf_exec import ProgramOptions, run_mlperf_exec  # the pipeline: only when running
+
+    launcher = launch.launcher_name()
+    nproc = launch.nproc_per_node or launch.gpus_per_node or 1
+    options = ProgramOptions(benchmark=benchmark, runs=runs, seed=seed, system=system, log_env=log_env, name=name,
+                             timeout_s=timeout, nproc=nproc, torchrun={"torchrun": True, "local": False}.get(launcher),
+                             device=device, tags=parse_key_values(tag or [], "--tag"))
+
+    def done(record: dict) -> None:
+        spec = record["spec"]
+        outcome = record["status"] if record["status"] == "ok" else f"{record['status']} ({record['error']})"
+        info(f"run {spec['result_index']} (seed {spec['seed']}): {outcome}")
+
+    store = None if no_store else open_store(db)
+    try:
+        records = run_mlperf_exec(program_argv(), out, options, store=store, on_done=done)
+    finally:
+        if store is not None:
+            store.close()
+    if as_json:
+        emit_json(records)
+    else:
+        from dlbench.mlperf.report import program_runs_table
+        from dlbench.report.tables import render
+
+        render(program_runs_table(records), title=f"dlbench mlperf run --exec --benchmark {benchmark}")
+        info(f"results folder: {out} (score it with 'dlbench mlperf score {out}')")
+    failed = [r for r in records if r["status"] != "ok"]
+    if failed:
+        raise BenchmarkFailed(f"{len(failed)} of {len(records)} run(s) did not succeed: " + "; ".join(
+            f"run {r['spec']['result_index']} {r['status']} ({r['error']})" for r in failed))
 
 
 def _submit(task: str, out: str, options, launch: LaunchOptions, db: str | None, no_store: bool, as_json: bool):

@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from dlbench import strict_json
 from dlbench.errors import UsageError
 
 _RESULT_NAME = re.compile(r"^\.?result_(\d+)\.txt(?:\.pending)?$")  # a run's log, or its reservation
@@ -83,15 +84,21 @@ def file_result(path: Path, text: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(text)
+    return file_log(path, tmp)
+
+
+def file_log(path: Path, log: Path) -> Path:
+    """Move the finished result log ``log`` (a file on the folder's filesystem) to ``path`` as :func:`file_result`
+    files a text: atomically, never over another run's, and release ``path``'s reservation. Returns where it went."""
     out, system, benchmark = path.parents[3], path.parents[1].name, path.parent.name
     target = path
     while True:
         try:
-            os.link(tmp, target)  # fails if the name exists: an atomic "create, never replace"
+            os.link(log, target)  # fails if the name exists: an atomic "create, never replace"
             break
         except FileExistsError:
             target = result_path(out, system, benchmark, next_result_index(out, system, benchmark))
-    tmp.unlink()
+    log.unlink()
     release_result(path)
     return target
 
@@ -102,7 +109,7 @@ def _pending(path: Path) -> Path:
 
 def system_description(
     env: dict[str, Any], system: str, device_type: str, device_name: str, nproc: int = 1,
-    submitter: str = "dlbench", division: str = "open",
+    submitter: str = "dlbench", division: str = "open", notes: str | None = None,
 ) -> dict[str, Any]:
     """The MLPerf system description (every field MLCommons' system_desc_checker requires) filled
     from dlbench's environment capture; unknown fields are empty strings, and the full capture
@@ -151,7 +158,15 @@ def system_description(
         "framework": f"PyTorch {torch_info.get('version', '')}".strip(),
         "other_software_stack": ", ".join(software),
         "operating_system": (env.get("platform") or {}).get("platform", ""),
-        "sw_notes": "dlbench MLPerf-style time-to-train task (open division: shrunken models and generated data)",
+        "sw_notes": notes or "dlbench MLPerf-style time-to-train task (open division: shrunken models and generated data)",
     }
     # MLCommons' files hold every field as a string, and its checker joins them as strings.
     return {key: str(value) for key, value in fields.items()} | {"dlbench_env": env}
+
+
+def write_system(out: Path, system: str, description: dict[str, Any]) -> Path:
+    """``out/systems/<system>.json``: a system description (:func:`system_description`)."""
+    path = out / "systems" / f"{system}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(strict_json.dumps(description, indent=2, default=str) + "\n")
+    return path

@@ -58,6 +58,22 @@ def runs_table(records: Sequence[dict[str, Any]]) -> Table:
     return columns, rows
 
 
+def program_runs_table(records: Sequence[dict[str, Any]]) -> Table:
+    """One row per run of your own MLPerf implementation (``mlperf run --exec``): its time to train is its log's."""
+    columns = ["run", "program", "seed", "status", "epochs", "quality", "time to train s", "result file"]
+    rows = []
+    for r in records:
+        spec, result = r["spec"], r.get("result") or {}
+        quality = result.get("quality")
+        rows.append([
+            str(spec["result_index"]), spec["workload"], str(spec["seed"]),
+            r["status"] if r["status"] == "ok" else f"{r['status']}: {(r.get('error') or '')[:80]}",
+            str(result.get("epochs") or "-"), "-" if quality is None else (quality_text(quality) if isinstance(quality, (int, float)) else str(quality)),
+            _num(result.get("time_to_train_s"), 3), result.get("result_file") or "- (no log)",
+        ])
+    return columns, rows
+
+
 def minutes_text(value: float | None) -> str:
     """Minutes with at least 4 significant digits and at least 2 decimals (0.4660, 36.32, 237.61),
     so that results under a minute, and published ones, can be told apart."""

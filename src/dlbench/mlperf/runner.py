@@ -37,7 +37,6 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler
 
-from dlbench import strict_json
 from dlbench.engine.devices import device_name, resolve_device, torch_threads
 from dlbench.engine.dist import detect_launch_env
 from dlbench.engine.run import ResolvedRun, frozen
@@ -50,6 +49,7 @@ from dlbench.mlperf.folder import (
     result_path,
     submission_root,
     system_description,
+    write_system as write_system_file,
 )
 from dlbench.mlperf.log import ResultLog, is_rank_zero, open_result_log
 from dlbench.mlperf.tasks._base import batches_to
@@ -205,10 +205,8 @@ def prepare_task(name: str, out_dir: str | Path, options: RunOptions, env: dict[
 
 def write_system(out: Path, system: str, env: dict, spec: dict) -> None:
     """``out/systems/<system>.json``: the MLPerf system description of the machine in ``env``."""
-    path = out / "systems" / f"{system}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
     description = system_description(env, system, spec["device"], spec["device_name"], spec["nproc"], division=DIVISION)
-    path.write_text(strict_json.dumps(description, indent=2, default=str) + "\n")
+    write_system_file(out, system, description)
 
 
 def train_to_target(task, datasets, log: ResultLog, spec: dict, options: RunOptions, device,
