@@ -21,6 +21,13 @@ PURE = "pure arithmetic on figures the test gives (a verdict's rule), nothing me
 
 #: (file under tests/, the comparison as ast.unparse writes it): why it holds on a loaded machine.
 ALLOWED: dict[tuple[str, str], str] = {
+    ("hostile/test_hostile_node_check.py", "time.monotonic() - started < 2.0 + 60"):
+        HUNG + ": a trickling or silent peer held the probe for ever before its socket timeouts came from the budget",
+    ("hostile/test_hostile_node_check.py", "took_s < 3 + 60"):
+        HUNG + ": the whole check past a trickling peer, 20x its 3 s budget",
+    ("hostile/test_hostile_ours_only.py", "time.monotonic() - signalled < 30"):
+        "a scheduler's contract, not this machine's speed: Slurm's KillWait (30 s) SIGKILLs a job that did not end; "
+        "the checkpoint's stop takes its 5 s grace at most",
     ("api/test_signals.py", "took < STOPS_WITHIN_S"):
         HUNG + ": 120 s against 1.5 s quiet and 10.2 s seen at load 7",
     ("api/test_signals.py", "took < 5 + 240"):

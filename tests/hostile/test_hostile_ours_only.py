@@ -139,7 +139,7 @@ def test_io_checkpoint_stopped_by_sigterm_is_aborted_and_removes_its_directory(t
     signalled = time.monotonic()
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=60)
-    assert time.monotonic() - signalled < 10
+    assert time.monotonic() - signalled < 30  # inside Slurm's KillWait (30 s): a signal the run did not honour is killed
     assert proc.returncode == 128 + signal.SIGTERM, err[-2000:]
     assert "Traceback" not in err and "stopped by SIGTERM" in err
     assert_untouched(target)
