@@ -43,7 +43,7 @@ from dlbench.launch.program import ProgramEnd, run_program
 from dlbench.probe import ENV as PROBE_ENV
 from dlbench.spec import ExecSpec
 from dlbench.telemetry.host import HostSource, ProcessSource
-from dlbench.telemetry.session import NoTelemetry, RunTelemetry, _visible_gpus
+from dlbench.telemetry.session import NoTelemetry, ReportedTelemetry, RunTelemetry, _visible_gpus
 from dlbench.telemetry.training import TrainingState, metrics_dir
 
 #: Lines of the program's output kept in the record (``result.program.output_tail``), and their characters.
@@ -91,6 +91,37 @@ def resolve_exec(spec: ExecSpec, joined=None) -> ResolvedRun:
                        launcher="torchrun" if launched else "local", joined=joined, tags=frozen(spec.tags))
 
 
+def resolve_exec_batch(spec: ExecSpec, settings, launcher: str) -> ResolvedRun:
+    """An ``exec`` run submitted to a scheduler (``--launcher slurm|k8s``): on each node one torchrun starts
+    ``nproc`` ranks (``--gpus-per-node`` or ``--nproc-per-node``), each running the program with torchrun's
+    variables, as ``--nproc`` does here. The program is looked up here only when its path is absolute or relative
+    (a command on PATH is the job node's to find: a failure to start it is the run's, recorded with its sentence)."""
+    from dlbench.api.resolve import BATCH_TELEMETRY_SAMPLED, batch_container, batch_processes  # torch: only for a job
+
+    if os.sep in spec.argv[0]:
+        _program(spec.argv[0])
+    metric = parse_metric(spec.metric, spec.metric_scope) if spec.metric else None
+    if metric is not None and metric.group == "step_s" and spec.batch_size is None:
+        raise UsageError(f"--metric {spec.metric!r} reads seconds per step: give --batch-size N (samples per step).")
+    device, nproc = batch_processes(spec.device, settings, spec.nproc, launcher)
+    world = settings.nodes * nproc
+    job_spec = spec.model_copy(update={"device": device, "nproc": nproc, "nnodes": 1, "node_rank": 0,
+                                       "rdzv_endpoint": None, "metrics_port": None})
+    record_spec = {
+        "workload": spec.workload, "mode": "exec", "precision": "-", "device": device, "device_name": None,
+        "batch_size": spec.batch_size, "params": {},
+        "exec": {"argv": list(spec.argv), "program": spec.argv[0], "cmd": shlex.join(spec.argv)[:2000],
+                 "metric": spec.metric, "metric_scope": metric.scope if metric else None, "warmup": spec.warmup,
+                 "steps": spec.steps, "timeout_s": spec.timeout_s},
+        "nproc": nproc, "nnodes": settings.nodes, "world_size": world, "launcher": launcher, "joined": False,
+        "container": batch_container(settings, launcher), "telemetry": spec.telemetry,
+        "telemetry_sampled": BATCH_TELEMETRY_SAMPLED if spec.telemetry else None, "tags": dict(spec.tags),
+    }
+    return ResolvedRun(kind="exec", spec=job_spec, record_spec=frozen(record_spec), job=frozen(job_spec.model_dump()),
+                       device_type=device, world_size=world, nproc=nproc, nnodes=settings.nodes, timeout_s=300.0,
+                       launcher=launcher, tags=frozen(spec.tags), settings=settings)
+
+
 def _program(word: str) -> str:
     """The program's path: found on PATH (or as given), a regular file this user may execute; else exit 2."""
     import shutil  # the lookup only
@@ -119,6 +150,8 @@ class ExecJob(Job):
         spec: ExecSpec = run.spec
         if not spec.telemetry:
             return NoTelemetry()
+        if run.settings is not None:  # a batch job: each node's local rank 0 samples it, their reports carry it back
+            return ReportedTelemetry(run.nnodes)
         state = TrainingState(run_id=record["id"], workload=spec.workload, device=run.device_type,
                               batch_size=spec.batch_size or 0, interval_s=spec.telemetry_interval_s)
         sources: list = [HostSource(), ProcessSource()]  # the host, and this process with its children (the program)

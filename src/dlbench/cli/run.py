@@ -179,8 +179,16 @@ def run_program(fields: dict[str, Any], db: str | None, no_store: bool, as_json:
     except ValidationError as exc:
         raise UsageError(describe_validation_error(exc)) from None
     if launch is not None and launch.batch():
-        raise UsageError("--exec with --launcher slurm|k8s is not available yet; inside a Slurm allocation run "
-                         "'srun dlbench run --exec -- CMD' (each task one rank, rank 0 records).")
+        from dlbench.api.exec_job import resolve_exec_batch  # imports the pipeline: only when submitting
+        from dlbench.cli.batch import submit_runs
+
+        if launch.nproc_per_node:
+            specs = [s.model_copy(update={"nproc": launch.nproc_per_node}) for s in specs]
+        runs = [resolve_exec_batch(s, launch.settings(), launch.launcher_name()) for s in specs]
+        records = submit_runs(runs, launch, db, no_store, as_json)
+        if records is not None:
+            show(records, None, as_json, single=True)
+        return
     specs = launch.on_this_node(specs) if launch is not None else specs
     from dlbench.api.exec_job import run_exec  # imports the pipeline: only when running
 

@@ -21,10 +21,18 @@ from pydantic import ValidationError
 from dlbench.engine.run import ResolvedRun, frozen
 from dlbench.errors import UsageError
 from dlbench.record import utc_now
-from dlbench.spec import CommSpec, IoReadSpec, LaunchSettings, MlperfJobSpec, RunSpec, describe_validation_error
+from dlbench.spec import (
+    CommSpec,
+    ExecSpec,
+    IoReadSpec,
+    LaunchSettings,
+    MlperfJobSpec,
+    RunSpec,
+    describe_validation_error,
+)
 
 #: Spec classes of the job kinds a batch launcher can submit.
-SPECS = {"train": RunSpec, "comm": CommSpec, "mlperf": MlperfJobSpec, "io": IoReadSpec}
+SPECS = {"train": RunSpec, "comm": CommSpec, "mlperf": MlperfJobSpec, "io": IoReadSpec, "exec": ExecSpec}
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
 
