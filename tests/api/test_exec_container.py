@@ -61,3 +61,27 @@ def test_bare_vs_container_refuses_what_does_not_apply_to_exec(capsys, tmp_path,
     code = main(["bare-vs-container", IMAGE.image, *options, "--db", str(tmp_path / "runs.db"), "--", "python3", "t.py"])
     err = capsys.readouterr().err
     assert code == 2 and sentence in err and not (tmp_path / "runs.db").exists()
+
+
+def test_bare_vs_container_exec_pairs_real_runs_with_the_container_left_out(capsys, tmp_path, monkeypatch):
+    """The command's whole path with real runs of our own program; only the image is left out (both sides run on
+    the host: tests/container runs it in podman)."""
+    import sys
+    from pathlib import Path
+
+    import dlbench.api.bare_vs_container as bvc
+    import dlbench.launch.torchrun as torchrun
+
+    monkeypatch.setattr(bvc, "inspect_image", lambda runtime, image: None)
+    monkeypatch.setattr(torchrun, "container_of", lambda run, facts=None: None)
+    program = Path(__file__).resolve().parents[1] / "data" / "exec" / "nersc_like.py"
+    capsys.readouterr()
+    code = main(["bare-vs-container", IMAGE.image, "--exec", "--repeats", "1", "--no-telemetry", "--name", "mine",
+                 "--metric", "nersc", "--steps", "2", "--json", "--db", str(tmp_path / "runs.db"), "--",
+                 sys.executable, str(program), "1000", "64", "0.05"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    doc = json.loads(out)
+    (row,) = doc["rows"]
+    assert row["key"].startswith("mine exec [") and row["pairs"] == 1 and len(doc["runs"]) == 2
+    assert row["ratio"] == pytest.approx(row["container_samples_per_s"] / row["bare_samples_per_s"])

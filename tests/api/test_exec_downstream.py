@@ -113,3 +113,21 @@ def test_the_run_table_and_the_scaling_title_name_no_batch_an_exec_run_lacks(sto
     assert "None" not in " ".join(row) and "mine" in row and sig(records[0]["result"]["samples_per_s"]) in row
     title = scaling_title(records)
     assert title.startswith("mine on ") and "None" not in title
+
+
+def test_runs_measured_by_a_rate_metric_are_compared_on_their_lines_spread(capsys, tmp_path):
+    """A --metric that reads rates leaves no step times: the per-line rates' spread stands in (compare, report)."""
+    db = tmp_path / "runs.db"
+    for side in ("a", "b"):
+        capsys.readouterr()
+        assert main(["run", "--exec", "--db", str(db), "--no-telemetry", "--metric", "nersc", "--steps", "3", "--name",
+                     "rated", "--tag", f"m={side}", "--", PY, str(PROGRAMS / "nersc_like.py"), "1000", "64", "0.05"]) == 0
+    capsys.readouterr()
+    assert main(["compare", "tag:m=a", "tag:m=b", "--db", str(db), "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    rows = rows["rows"] if isinstance(rows, dict) else rows
+    (row,) = [r for r in rows if "rated" in json.dumps(r)]
+    assert row["ratio"] is not None and row["a"]["runs"] == row["b"]["runs"] == 1
+    page = tmp_path / "report.html"
+    _run(capsys, "report", "--db", str(db), "--out", str(page))
+    assert "rated" in page.read_text()

@@ -34,6 +34,8 @@ SPEC_KEYS = ("workload", "params", "mode", "precision", "batch_size", "world_siz
 ENV_KEYS = ("hostname", "cluster", "cpu", "gpus", "torch", "torchvision", "python", "dlbench", "container", "scheduler",
             "dlbench_git")
 _RESULT = ("step_time_s", "mfu", "tokens_per_s")
+#: Where a run's spread comes from when it has no step times: an exec run's per-line rates (report.compare.spread_of).
+_SPREAD_ELSE = "metric_stats"
 
 
 def _parts(dialect: str) -> list:
@@ -44,12 +46,15 @@ def _parts(dialect: str) -> list:
             return ", ".join(f"'$.{part}.{key}'" for key in keys)
         return [sa.literal_column(f"json_extract(runs.record, {paths('spec', SPEC_KEYS)})"),
                 sa.literal_column(f"json_extract(runs.record, {paths('env', ENV_KEYS)})"),
-                *[sa.literal_column(f"json_extract(runs.record, '$.result.{key}')") for key in _RESULT],
+                sa.literal_column("COALESCE(json_extract(runs.record, '$.result.step_time_s'), "
+                                  f"json_extract(runs.record, '$.result.{_SPREAD_ELSE}'))"),
+                *[sa.literal_column(f"json_extract(runs.record, '$.result.{key}')") for key in _RESULT[1:]],
                 sa.literal_column("json_extract(runs.record, '$.telemetry') NOT IN ('{}', '[]')")]
 
     def array(part: str, keys) -> str:
         return "jsonb_build_array(" + ", ".join(f"d->'{part}'->'{key}'" for key in keys) + ")::text"
-    texts = ", ".join([array("spec", SPEC_KEYS), array("env", ENV_KEYS), *[f"(d->'result'->'{k}')::text" for k in _RESULT],
+    texts = ", ".join([array("spec", SPEC_KEYS), array("env", ENV_KEYS), f"COALESCE(d->'result'->'step_time_s', d->'result'->'{_SPREAD_ELSE}')::text",
+                       *[f"(d->'result'->'{k}')::text" for k in _RESULT[1:]],
                        "(d->'telemetry')::text"])
     return [sa.literal_column(f"(SELECT ARRAY[{texts}] FROM (SELECT runs.record::jsonb AS d OFFSET 0) AS one)")]
 
