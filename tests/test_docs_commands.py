@@ -155,10 +155,11 @@ def _click_app():
 
 
 def problems(command: str, root) -> list[str]:
-    """What in ``command`` the CLI does not have: an unknown subcommand or option."""
-    argv = words(command)[1:]
-    if "--" in argv:  # what follows is the program of --exec, with options of its own
-        argv = argv[:argv.index("--")]
+    """What in ``command`` the CLI does not have: an unknown subcommand or option (what follows ``--`` after
+    ``--exec`` is the user's program and its own options, as dlbench.cli.app.split_program reads it)."""
+    from dlbench.cli.app import split_program
+
+    argv = split_program(words(command)[1:])[0]
     node, path = root, ["dlbench"]
     while hasattr(node, "commands") and argv and not argv[0].startswith("-"):
         child = node.commands.get(argv[0])

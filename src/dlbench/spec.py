@@ -412,6 +412,9 @@ class ExecSpec(BaseModel):
     rdzv_endpoint: str | None = None
     torchrun: bool | None = Field(default=None, description="Start it through torchrun even for one process; None: when nproc > 1.")
     container: ContainerSpec | None = None
+    cwd: str | None = Field(default=None, max_length=MAX_ARG_CHARS, description="The directory the program runs in "
+                            "(None: dlbench's own, recorded when the run is resolved); in a --container it is mounted at "
+                            "its own path, so a program given by a relative path runs there as here.")
     telemetry: bool = True
     telemetry_interval_s: float = Field(default=1.0, gt=0, le=MAX_TIME_S)
     metrics_host: str = "127.0.0.1"

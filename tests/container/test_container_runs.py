@@ -104,3 +104,24 @@ def test_a_bad_image_is_one_sentence_exit_2_and_nothing_recorded(bad, message, c
     assert "Traceback" not in out.stderr and stored(db) == []
     if bad == "other_version":
         subprocess.run(["podman", "rmi", "localhost/dlbench-test:other-version"], capture_output=True, check=False)
+
+
+def test_bare_against_container_runs_a_program_of_ours_on_both_sides(container_image, tmp_path):
+    """``bare-vs-container IMAGE --exec -- python3 nersc_like.py``: the program (stdlib only: the host's python3 and the
+    image's run it alike), found by a relative path in the directory dlbench runs in, runs bare and in the image (that
+    directory mounted at its own path), both recorded."""
+    from pathlib import Path
+
+    program = Path(__file__).resolve().parents[1] / "data" / "exec" / "nersc_like.py"
+    (tmp_path / "nersc_like.py").write_text(program.read_text())
+    db = tmp_path / "runs.db"
+    out = subprocess.run([sys.executable, "-m", "dlbench", "bare-vs-container", container_image, "--exec", "--repeats",
+                          "1", "--no-telemetry", "--name", "mine", "--metric", "nersc", "--steps", "3", "--json", "--db",
+                          str(db), "--", "python3", "nersc_like.py", "1000", "64", "0.05"], capture_output=True, text=True,
+                         timeout=300, cwd=tmp_path, env=dict(os.environ, DLBENCH_SITE_CONFIG="/nonexistent"))
+    assert out.returncode == 0, out.stderr
+    (row,) = json.loads(out.stdout)["rows"]
+    assert row["pairs"] == 1 and row["ratio"] == pytest.approx(row["container_samples_per_s"] / row["bare_samples_per_s"])
+    records = stored(db)
+    assert sorted(r["spec"]["tags"]["container"] for r in records) == ["bare", "podman"]
+    assert all(r["spec"]["mode"] == "exec" and r["workload"] == "mine" for r in records)

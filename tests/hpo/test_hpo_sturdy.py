@@ -143,3 +143,17 @@ def test_a_worker_joining_a_study_with_trials_does_not_repeat_the_first_runs_poi
     assert first_points(0) == first_points(0)  # a fresh study is reproducible from its seed
     assert set(first_points(0)).isdisjoint(first_points(4))
     assert os.environ.get("DLBENCH_HPO_RUN_STARTED") is None
+
+
+def test_a_trial_runs_through_the_one_program_runner_and_a_flood_loses_no_final_figure(monkeypatch, left_running):
+    """DESIGN: one executor for every process dlbench starts: a trial's command is run by launch.program.run_program
+    (as 'dlbench run --exec' is); the final FoM printed after a flood the reader drops lines of is still found."""
+    import dlbench.hpo.command as command
+    from dlbench.launch import program
+
+    calls = []
+    monkeypatch.setattr(command, "run_program", lambda argv, *a, **k: calls.append(argv) or program.run_program(argv, *a, **k))
+    flood = [sys.executable, "-c", "import sys; sys.stdout.write('noise\\n' * 300_000); print('FoM: 0.25')"]
+    result = run_command(flood, 120, lambda s, v: None)
+    assert result.value == 0.25 and calls == [flood]
+    assert left_running() == []

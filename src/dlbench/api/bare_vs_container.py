@@ -6,7 +6,9 @@ in ABBA order: round r runs bare then container when r is even, container then b
 the host's load falls on both sides. Every run is an ordinary record (through the one pipeline), tagged
 ``container=bare`` or ``container=RUNTIME``, ``bvc=SESSION`` and ``bvc_round=r``: the comparison can be read back
 (``dlbench compare container=bare container=podman``) and is summarised by
-:func:`dlbench.report.container.container_rows`.
+:func:`dlbench.report.container.container_rows`. A program of the user's (an :class:`~dlbench.spec.ExecSpec`,
+``--exec -- CMD``) is paired the same way: job kind ``exec`` through torchrun on both sides, in the same directory
+(mounted in the container at its own path).
 """
 
 from __future__ import annotations
@@ -14,13 +16,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from dlbench.api.exec_job import resolve_exec
+from dlbench.api.exec_series import run_exec_series
 from dlbench.api.runs import run_specs
 from dlbench.launch.container import inspect_image
 from dlbench.record import new_id
-from dlbench.spec import ContainerSpec, RunSpec
+from dlbench.spec import ContainerSpec, ExecSpec, RunSpec
+
+Spec = RunSpec | ExecSpec
 
 
-def pair_specs(spec: RunSpec, container: ContainerSpec, session: str, round_index: int) -> list[RunSpec]:
+def pair_specs(spec: Spec, container: ContainerSpec, session: str, round_index: int) -> list[Spec]:
     """The two runs of ``spec``'s round ``round_index``, in the order they run (ABBA)."""
     tags = {**spec.tags, "bvc": session, "bvc_round": str(round_index)}
     bare = spec.model_copy(update={"torchrun": True, "container": None, "tags": tags | {"container": "bare"}})
@@ -28,27 +34,31 @@ def pair_specs(spec: RunSpec, container: ContainerSpec, session: str, round_inde
     return [bare, boxed] if round_index % 2 == 0 else [boxed, bare]
 
 
-def same_threads(specs: list[RunSpec]) -> list[RunSpec]:
+def same_threads(specs: list[Spec]) -> list[Spec]:
     """``specs`` with ``--threads auto`` picked once, for the session: each run picking its own would follow the
     host's load and give the two sides different thread counts (a stack difference, not the container's cost)."""
     from dlbench.api.resolve import auto_threads  # imports torch: only when running
 
-    return [spec if spec.threads else spec.model_copy(update={"threads": auto_threads(spec.nproc)[0]}) for spec in specs]
+    return [spec if isinstance(spec, ExecSpec) or spec.threads  # a program picks its own threads
+            else spec.model_copy(update={"threads": auto_threads(spec.nproc)[0]}) for spec in specs]
 
 
-def bare_vs_container(specs: list[RunSpec], container: ContainerSpec, repeats: int, store=None,
+def bare_vs_container(specs: list[Spec], container: ContainerSpec, repeats: int, store=None,
                       on_done: Callable[[dict[str, Any]], Any] | None = None) -> tuple[str, list[dict[str, Any]]]:
     """Run every spec ``repeats`` times on each side (see the module docstring); returns (session, records).
 
     The image is checked first (it exists, holds this dlbench): a bad one is a ``UsageError`` before any run."""
     inspect_image(container.runtime, container.image)
+    for spec in specs:  # a program that is not there is exit 2 before the first run
+        if isinstance(spec, ExecSpec):
+            resolve_exec(spec)
     specs = same_threads(specs)
     session = new_id()
     records: list[dict[str, Any]] = []
     for round_index in range(repeats):
         for spec in specs:
             for one in pair_specs(spec, container, session, round_index):
-                ended = run_specs([one], store)
+                ended = run_exec_series([one], store) if isinstance(one, ExecSpec) else run_specs([one], store)
                 records += ended
                 if on_done is not None:
                     for record in ended:

@@ -66,8 +66,11 @@ def run_exec(spec: ExecSpec, store=None, env: dict[str, Any] | None = None, on_s
 
 
 def resolve_exec(spec: ExecSpec, joined=None) -> ResolvedRun:
-    """An ``exec`` run: the program found and executable, its --metric compiled, before anything starts."""
-    program = _program(spec.argv[0])
+    """An ``exec`` run: the program found and executable (here; in a --container the image's own, so its argv[0]
+    as given), its --metric compiled, the directory it runs in fixed, before anything starts."""
+    if spec.cwd is None:
+        spec = spec.model_copy(update={"cwd": os.getcwd()})
+    program = _program(spec.argv[0]) if spec.container is None else spec.argv[0]
     metric = parse_metric(spec.metric, spec.metric_scope) if spec.metric else None
     if metric is not None and metric.group == "step_s" and spec.batch_size is None:
         raise UsageError(f"--metric {spec.metric!r} reads seconds per step: give --batch-size N (samples per step) "
@@ -80,7 +83,8 @@ def resolve_exec(spec: ExecSpec, joined=None) -> ResolvedRun:
         "workload": spec.workload, "mode": "exec", "precision": "-", "device": device,
         "batch_size": spec.batch_size, "params": {},
         "exec": {"argv": list(spec.argv), "program": program, "cmd": shlex.join(spec.argv)[:2000],
-                 "metric": spec.metric, "metric_scope": metric.scope if metric else None, "warmup": spec.warmup, "steps": spec.steps, "timeout_s": spec.timeout_s},
+                 "cwd": spec.cwd, "metric": spec.metric, "metric_scope": metric.scope if metric else None,
+                 "warmup": spec.warmup, "steps": spec.steps, "timeout_s": spec.timeout_s},
         "nproc": spec.nproc, "nnodes": spec.nnodes, "node_rank": spec.node_rank, "world_size": spec.world_size,
         "launcher": "torchrun" if launched else "local", "telemetry": spec.telemetry,
         "container": spec.container.model_dump() if spec.container else None, "tags": dict(spec.tags),
@@ -207,7 +211,7 @@ def run_rank_program(spec: ExecSpec, run_dir: Path, rank: int, env: dict[str, st
 
     try:
         end = run_program(list(spec.argv), env, on_line=reading.line, on_tick=on_tick, timeout_s=spec.timeout_s,
-                          echo=os.environ.get("DLBENCH_DEBUG") == "1")
+                          cwd=spec.cwd, echo=os.environ.get("DLBENCH_DEBUG") == "1")
     except Terminated as exc:
         reading.poll_probe()
         exc.partial = merge_ranks(spec, {rank: rank_figures(spec, reading, None, rank)})

@@ -7,6 +7,8 @@ import typer
 from dlbench.cli._common import DB_OPTION, JSON_OPTION, emit_json, info, open_store
 from dlbench.errors import BenchmarkFailed, UsageError
 
+_EXEC = "Your own program (--exec)"
+
 
 def bare_vs_container(
     image: str = typer.Argument(..., help="The image (built by 'dlbench image build').", show_default=False),
@@ -22,6 +24,11 @@ def bare_vs_container(
     device: str = typer.Option(None, "--device", help="auto | cpu | cuda \\[default: auto]."),
     telemetry: bool = typer.Option(None, "--telemetry/--no-telemetry", help="Sample host/GPU telemetry (default: on).", show_default=False),
     tag: list[str] = typer.Option(None, "--tag", "-t", help="Label KEY=VALUE stored with every run (repeatable)."),
+    exec_: bool = typer.Option(False, "--exec", rich_help_panel=_EXEC, help="Compare your own program, given after "
+                               "'--', instead of WORKLOADS: 'dlbench bare-vs-container IMAGE --exec -- python train.py'."),
+    name: str = typer.Option(None, "--name", rich_help_panel=_EXEC, help="With --exec: the workload name it is stored under \\[default: the script's file name]."),
+    metric: str = typer.Option(None, "--metric", rich_help_panel=_EXEC, help="With --exec: throughput from its output lines, as 'dlbench run --exec --metric' \\[default: the probe's steps]."),
+    timeout: float = typer.Option(None, "--timeout", rich_help_panel=_EXEC, help="With --exec: seconds each run's program may take."),
     db: str = DB_OPTION,
     as_json: bool = JSON_OPTION,
 ) -> None:
@@ -30,9 +37,12 @@ def bare_vs_container(
 
     Every run is stored, tagged container=bare or container=RUNTIME: 'dlbench compare container=bare
     container=podman' reads them back. Example: dlbench bare-vs-container localhost/dlbench:0.1.0 lstm --repeats 3
+
+    Your own program: 'dlbench bare-vs-container IMAGE --exec --steps 50 -- python train.py' runs it here and in
+    IMAGE (its python, with the directory you run dlbench in mounted at its own path) through torchrun.
     """
     from dlbench.api.bare_vs_container import bare_vs_container as run_pairs
-    from dlbench.cli.run import _overrides
+    from dlbench.cli.run import _overrides, _refuse_with_exec
     from dlbench.config import load_config
     from dlbench.report.container import container_rows, container_table
     from dlbench.report.tables import render
@@ -47,10 +57,19 @@ def bare_vs_container(
         raise unknown_name("container runtime", runtime, CONTAINER_RUNTIMES)
     if config and workloads:
         raise UsageError("give WORKLOADS or --config FILE, not both.")
-    overrides = _overrides(param=param, batch_size=batch_size, steps=steps, warmup=warmup, threads=threads,
-                           device=device, tag=tag, telemetry=telemetry)
-    specs = load_config(config, overrides) if config else [
-        make_spec({"workload": name, **overrides}) for name in (workloads or ["resnet50", "lstm", "llm"])]
+    if exec_:
+        _refuse_with_exec(workload=workloads[0] if workloads else None, config=config, param=param, threads=threads)
+        specs = [_exec_spec(_overrides(name=name, metric=metric, batch_size=batch_size, steps=steps, warmup=warmup,
+                                       device=device, tag=tag, telemetry=telemetry, timeout_s=timeout))]
+    elif name is not None or metric is not None or timeout is not None:
+        flag = "--name" if name is not None else "--metric" if metric is not None else "--timeout"
+        raise UsageError(f"{flag} is for a program compared with --exec, e.g. dlbench bare-vs-container IMAGE --exec "
+                         "-- python train.py")
+    else:
+        overrides = _overrides(param=param, batch_size=batch_size, steps=steps, warmup=warmup, threads=threads,
+                               device=device, tag=tag, telemetry=telemetry)
+        specs = load_config(config, overrides) if config else [
+            make_spec({"workload": workload, **overrides}) for workload in (workloads or ["resnet50", "lstm", "llm"])]
     store = open_store(db)
     try:
         session, records = run_pairs(specs, ContainerSpec(image=image, runtime=runtime), repeats, store, on_done=lambda r: info(
@@ -70,3 +89,16 @@ def bare_vs_container(
     if failed:
         raise BenchmarkFailed(f"{len(failed)} of {len(records)} run(s) did not finish: "
                               + "; ".join(f"{r['spec']['workload']} {r['status']} ({r['error']})" for r in failed))
+
+
+def _exec_spec(fields: dict):
+    """The ExecSpec of ``--exec -- CMD`` (the program after '--')."""
+    from pydantic import ValidationError  # pydantic: only for a run (dlbench --help stays light)
+
+    from dlbench.cli._common import program_argv
+    from dlbench.spec import ExecSpec, describe_validation_error
+
+    try:
+        return ExecSpec(argv=program_argv(), **fields)
+    except ValidationError as exc:
+        raise UsageError(describe_validation_error(exc)) from None

@@ -24,6 +24,7 @@ from dlbench.cli._common import (
     open_store,
     option_error,
 )
+from dlbench.cli.run import _overrides, _refuse_with_exec
 from dlbench.errors import BenchmarkFailed, UsageError, unknown_name
 from dlbench.record import new_id
 from dlbench.report.charts import (  # matplotlib only when drawing
@@ -38,22 +39,24 @@ from dlbench.report.scaling import network_note, scale_rows
 from dlbench.report.tables import render, token_table
 from dlbench.report.tensorboard import with_tensorboard
 
+_EXEC = "Your own program (--exec)"
+
 
 @launch_options(own=("nodes",))
 def scale(
-    workload: str = typer.Argument(..., help="Catalogue name (see 'dlbench list')."),
+    workload: str = typer.Argument(None, help="Catalogue name (see 'dlbench list'); or --exec -- CMD.", show_default=False),
     nproc: str = typer.Option("1,2", "--nproc", help="Process counts, comma-separated, e.g. 1,2,4,8."),
     scaling: str = typer.Option("weak", "--scaling", help="weak: --batch-size per process | strong: --batch-size global, split."),
     param: list[str] = typer.Option(None, "--param", "-p", help="Workload parameter NAME=VALUE (repeatable)."),
     batch_size: int = typer.Option(None, "--batch-size", "-b", help="Per process (weak) or global (strong)."),
-    steps: int = typer.Option(20, "--steps", help="Measured steps per run."),
-    warmup: int = typer.Option(5, "--warmup", help="Warmup steps per run."),
+    steps: int = typer.Option(None, "--steps", help="Measured steps per run \\[default: 20; with --exec: the program runs to its end]."),
+    warmup: int = typer.Option(None, "--warmup", help="Warmup steps per run \\[default: 5; with --exec: 1 probe step, 0 metric lines]."),
     device: str = typer.Option("auto", "--device", help="auto | cpu | cuda."),
-    precision: str = typer.Option("fp32", "--precision", help="fp32 | bf16 | fp16."),
+    precision: str = typer.Option(None, "--precision", help="fp32 | bf16 | fp16 \\[default: fp32]."),
     backend: str = typer.Option(None, "--backend", help="gloo | nccl | mpi \\[default: nccl on CUDA, gloo on CPU]."),
     threads: str = typer.Option(None, "--threads", help="Threads per process, the same at every count: N, or auto (the default: the idle cores / the largest count)."),
-    data: str = typer.Option("synthetic", "--data", help="synthetic | loader."),
-    timeout: float = typer.Option(300.0, "--timeout", help="Seconds a rank may wait for the others."),
+    data: str = typer.Option(None, "--data", help="synthetic | loader \\[default: synthetic]."),
+    timeout: float = typer.Option(None, "--timeout", help="Seconds a rank may wait for the others \\[default: 300]; with --exec: seconds each run's program may take."),
     tag: list[str] = typer.Option(None, "--tag", "-t", help="Label KEY=VALUE for every run (repeatable)."),
     parallel: str = PARALLEL_OPTION,
     tp: int = TP_OPTION,
@@ -72,6 +75,10 @@ def scale(
     comm_run: str = typer.Option(None, "--comm-run", help="Take --busbw from this stored 'dlbench comm' all_reduce run.", rich_help_panel="Network"),
     measure_comm: bool = typer.Option(False, "--measure-comm", help="Measure --busbw first: an all-reduce benchmark on the largest point's nodes.", rich_help_panel="Network"),
     overlap: float = typer.Option(OVERLAP_BACKWARD, "--overlap", min=0.0, max=1.0, help="Share of a step's compute that all-reduce hides behind (0: none; default: the backward pass, 2/3).", rich_help_panel="Network"),
+    exec_: bool = typer.Option(False, "--exec", rich_help_panel=_EXEC, help="Scale your own program, given after '--': "
+                               "one run per --nproc count, {nproc} and {batch_size} in its arguments filled in per run."),
+    name: str = typer.Option(None, "--name", rich_help_panel=_EXEC, help="With --exec: the workload name it is stored under \\[default: the script's file name]."),
+    metric: str = typer.Option(None, "--metric", rich_help_panel=_EXEC, help="With --exec: throughput from its output lines, as 'dlbench run --exec --metric' \\[default: the probe's steps]."),
     launch: LaunchOptions = None,
 ) -> None:
     """Run WORKLOAD at several process counts; print throughput, speed-up and efficiency T_N/(N·T_1); plot it.
@@ -79,11 +86,33 @@ def scale(
     On a cluster: 'dlbench scale resnet50 --launcher slurm --nodes 1,2,4,8 --gpus-per-node 4' submits one
     job per node count, collects them and reports the same figures per node count. With --busbw,
     --comm-run or --measure-comm each point also shows the efficiency the network alone allows.
+
+    Your own program: 'dlbench scale --exec --nproc 1,2,4 --scaling strong --batch-size 256 -- python train.py
+    --batch {batch_size}' runs it through torchrun at each count with its batch per process filled in.
     """
     from dlbench.api.checks import check_runs, parse_counts
     from dlbench.spec import make_spec, parse_key_values
 
     counts = parse_counts(nproc)
+    if exec_:
+        network = next((flag for flag, value in (("--nodes", nodes), ("--busbw", busbw), ("--comm-run", comm_run),
+                                                 ("--measure-comm", measure_comm)) if value), None)
+        if network:
+            raise UsageError(f"{network} does not apply to scale --exec: node series and the network's prediction need "
+                             "a catalogue workload (its gradient bytes); scale your program with --nproc here.")
+        _refuse_with_exec(workload=workload, param=param, precision=precision, backend=backend, threads=threads,
+                          data=data, parallel=parallel, tp=tp, pp=pp, ac=ac, pp_schedule=pp_schedule,
+                          microbatches=microbatches, reshard_after_forward=reshard_after_forward, tensorboard=tensorboard)
+        return _scale_exec(counts, scaling, {"name": name, "metric": metric, "steps": steps, "warmup": warmup,
+                                             "device": device, "timeout_s": timeout, "tag": tag}, batch_size,
+                           plot, no_plot, db, as_json, launch)
+    if name is not None or metric is not None:
+        raise UsageError(f"{'--name' if name is not None else '--metric'} is for a program scaled with --exec, e.g. "
+                         "dlbench scale --exec --nproc 1,2 -- python train.py")
+    if workload is None:
+        raise UsageError("a WORKLOAD is required (see 'dlbench list'), or --exec -- CMD for your own program.")
+    steps, warmup = 20 if steps is None else steps, 5 if warmup is None else warmup
+    precision, data, timeout = precision or "fp32", data or "synthetic", 300.0 if timeout is None else timeout
     base = make_spec({
         "workload": workload, "params": parse_key_values(param or [], "--param"), "batch_size": batch_size,
         "steps": steps, "warmup": warmup, "device": device, "precision": precision, "backend": backend,
@@ -119,16 +148,22 @@ def scale(
                 f"running {workload} with {s.nproc} process(es) × {s.threads} thread(s) …"), series=series)
         finally:
             store.close()
+    _show_series(records, link, workload, scaling, series, plot, no_plot, as_json, by_nodes=launch.batch())
+
+
+def _show_series(records, link: Link | None, workload: str, scaling: str, series: str, plot: str | None, no_plot: bool,
+                 as_json: bool, by_nodes: bool = False) -> None:
+    """The series' table (or --json), its plot and its warnings; exit 1 when a run failed."""
     rows = scale_rows(records, link)
-    if launch.batch():  # a node series: say how many nodes each point had
+    if by_nodes:  # a node series: say how many nodes each point had
         for row, record in zip(rows, records, strict=True):
             row["nodes"] = record["spec"].get("nnodes")
     png = None
     if not no_plot and any(r["status"] == "ok" for r in records):
         label = f"{workload} ({scaling})"
         allowed = {r["nproc"]: r["predicted_efficiency"] for r in rows if r["predicted_efficiency"] is not None}
-        png = str(render_scaling({label: scaling_series(records)}, plot or f"dlbench-scale-{workload}-{series}.png",
-                                 f"{workload}: {scaling} scaling on {records[0]['spec']['device_name']}",
+        png = str(render_scaling({label: scaling_series(records)}, plot or f"dlbench-scale-{workload.replace('/', '_')}-{series}.png",
+                                 f"{workload}: {scaling} scaling on {records[0]['spec'].get('device_name') or records[0]['spec']['device']}",
                                  predicted={label: allowed} if allowed else None,
                                  spread={label: scaling_spread(records)}))
     if as_json:
@@ -151,6 +186,36 @@ def scale(
     failed = [r for r in records if r["status"] != "ok"]
     if failed:
         raise BenchmarkFailed(f"{len(failed)} of {len(records)} run(s) failed: " + "; ".join(r["error"] or r["status"] for r in failed))
+
+
+def _scale_exec(counts: list[int], scaling: str, fields: dict, batch_size: int | None, plot: str | None, no_plot: bool,
+                db: str | None, as_json: bool, launch: LaunchOptions) -> None:
+    """``scale --exec``: the program after '--' at each process count (job kind exec, through torchrun)."""
+    from pydantic import ValidationError  # pydantic: only for a run (dlbench --help stays light)
+
+    from dlbench.cli._common import program_argv
+    from dlbench.spec import ExecSpec, describe_validation_error
+
+    if scaling not in ("weak", "strong"):
+        raise UsageError(f"--scaling {scaling!r} must be weak or strong.")
+    if launch.batch() or launch.dry_run or launch.no_wait:
+        raise UsageError("scale --exec runs its series on this node (--launcher torchrun); --launcher slurm|k8s, "
+                         "--dry-run and --no-wait are not available for it yet.")
+    try:
+        base = ExecSpec(argv=program_argv(), **_overrides(**fields))
+    except ValidationError as exc:
+        raise UsageError(describe_validation_error(exc)) from None
+    (base,) = launch.on_this_node([base])
+    from dlbench.api.exec_series import exec_series_specs, run_exec_series  # the pipeline: only when running
+
+    series, specs = exec_series_specs(base, counts, scaling, batch_size)
+    store = open_store(db)
+    try:
+        records = run_exec_series(specs, store, on_run=lambda s: info(
+            f"running {s.workload} with {s.nproc} process(es): {' '.join(s.argv)[:200]} …"))
+    finally:
+        store.close()
+    _show_series(records, None, base.workload, scaling, series, plot, no_plot, as_json)
 
 
 def _scale_batch(base, launch: LaunchOptions, nodes: str | None, nprocs: list[int] | None, db, as_json, series: str,
@@ -192,7 +257,7 @@ def _render_scale(rows, series: str, link: Link | None) -> None:
     allows = ["link allows"] if link else []
     table = ([*nodes, "processes", "threads each", "samples/s", "speed-up", "efficiency", *allows, "slowest rank samples/s",
               "host busy before", "run", "status"], [
-        [*([str(r["nodes"])] if nodes else []), str(r["nproc"]), str(r["threads_per_process"]), num(r["samples_per_s"], ",.1f"), num(r["speedup"], ".2f"),
+        [*([str(r["nodes"])] if nodes else []), str(r["nproc"]), str(r["threads_per_process"] or "-"), num(r["samples_per_s"], ",.1f"), num(r["speedup"], ".2f"),
          num(r["efficiency"], ".1%") + (" (suspect)" if r["suspect"] else ""),
          *([num(r["predicted_efficiency"], ".1%")] if link else []), num(r["slowest_rank_samples_per_s"], ",.1f"),
          num(r["host_cpu_busy_percent"], ".0f") + ("%" if r["host_cpu_busy_percent"] is not None else ""),

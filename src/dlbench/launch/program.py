@@ -26,6 +26,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import psutil
 
@@ -62,16 +63,25 @@ class ProgramEnd:
 
 def run_program(argv: list[str], env: Mapping[str, str], on_line: Callable[[str], bool] | None = None,
                 on_tick: Callable[[], bool] | None = None, timeout_s: float | None = None,
-                cwd: str | None = None, echo: bool = False) -> ProgramEnd:
+                cwd: str | None = None, echo: bool = False, stderr: Any = subprocess.STDOUT,
+                die_with_parent: int | None = None, reap_strays: bool = True) -> ProgramEnd:
     """Run ``argv`` with ``env`` (the whole environment) to its end, or until ``on_line(line)`` or ``on_tick()``
     returns True (enough measured: the program is stopped), ``timeout_s`` passes, or a signal arrives
-    (:class:`~dlbench.errors.Terminated` is re-raised once the program is gone). Raises ``OSError`` when the
-    program cannot start. ``echo`` copies its output to our stderr as it comes."""
-    _become_subreaper()
-    before = {p.pid for p in _children()}
+    (:class:`~dlbench.errors.Terminated` is re-raised once the program is gone). What ``on_line`` or ``on_tick``
+    raises (a pruned trial) stops the program the same way and is re-raised. Raises ``OSError`` when the
+    program cannot start. ``echo`` copies its output to our stderr as it comes.
+
+    ``stderr``: where the program's stderr goes (default: merged into the lines read); ``die_with_parent``: the
+    signal the kernel sends the program if the thread that started it dies (:func:`death_signal`: a SIGKILLed
+    worker's trial must not run on); ``reap_strays=False`` leaves this process no subreaper and kills only the
+    program's own tree and session (a process that runs other programs at the same time: an HPO worker)."""
+    if reap_strays:
+        _become_subreaper()
+    before = {p.pid for p in _children()} if reap_strays else set()
     end = ProgramEnd(started_at=time.monotonic())
     proc = subprocess.Popen(argv, env=dict(env), cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,  # noqa: S603 - argv, no shell
-                            stderr=subprocess.STDOUT, start_new_session=True)
+                            stderr=stderr, start_new_session=True,
+                            preexec_fn=death_signal(die_with_parent) if die_with_parent else None)
     tree = ProcessTree(proc.pid)
     lines: deque[str] = deque()
     got_line = threading.Event()
@@ -83,11 +93,17 @@ def run_program(argv: list[str], env: Mapping[str, str], on_line: Callable[[str]
         end.stopped, end.signal = "signal", exc.signum
         tree.stop(STOP_GRACE_S)
         raise
+    except BaseException:
+        end.stopped = "error"  # on_line or on_tick raised: the program is stopped as when enough was measured
+        tree.stop(STOP_GRACE_S)
+        raise
     finally:
         tree.kill()
+        _kill_session(proc.pid)  # what it started and the tree never saw (a child of a child that exited at once)
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=STOP_GRACE_S)
-        _kill_strays(before)
+        if reap_strays:
+            _kill_strays(before)
         reader.join(timeout=DRAIN_S)
         with contextlib.suppress(OSError, ValueError):
             proc.stdout.close()
@@ -153,6 +169,25 @@ def _read(stream, lines: deque, got_line: threading.Event, end: ProgramEnd, echo
     finally:
         end.lines_done = True
         got_line.set()
+
+
+def death_signal(signum: int) -> Callable[[], None] | None:
+    """A ``preexec_fn`` that has the kernel send ``signum`` to the child when the thread that started it dies
+    (Linux ``PR_SET_PDEATHSIG``). None where the kernel has no such thing."""
+    if not sys.platform.startswith("linux"):
+        return None
+    prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up here: the child only calls it
+
+    def set_death_signal() -> None:
+        prctl(1, signum, 0, 0, 0)  # PR_SET_PDEATHSIG
+
+    return set_death_signal
+
+
+def _kill_session(pid: int) -> None:
+    """SIGKILL the program's session (it was started in one of its own: its process group is its pid)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
 
 
 def _become_subreaper() -> None:

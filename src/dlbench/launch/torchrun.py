@@ -58,13 +58,15 @@ def describe_rendezvous(run: ResolvedRun) -> str:
 
 def container_of(run: ResolvedRun, facts: ImageFacts | None = None) -> Container | None:
     """The image ``run``'s ranks run in on this node (``spec.container``), None on the host; GPUs are passed
-    to a CUDA run, the data directory is mounted at its own path, the CPU weight is its busy threads'."""
+    to a CUDA run, the data directory (and an exec run's working directory) is mounted at its own path, the CPU
+    weight is its busy threads'."""
     spec = getattr(run.spec, "container", None)
     if spec is None:
         return None
     data = getattr(run.spec, "files_dir", None) or getattr(run.spec, "data_dir", None)
+    mounts = tuple(str(Path(path).resolve()) for path in (data, getattr(run.spec, "cwd", None)) if path)
     return Container(runtime=spec.runtime, image=spec.image, digest=facts.digest if facts else None,
-                     gpus=run.device_type == "cuda", mounts=(str(Path(data).resolve()),) if data else (),
+                     gpus=run.device_type == "cuda", mounts=mounts,
                      cpu_shares=cpu_shares(run.nproc * (run.threads or 1), facts.nice if facts else 0),
                      cgroup_parent=facts.cgroup_parent if facts else None)
 

@@ -79,9 +79,10 @@ def scaling_title(records: list[dict[str, Any]]) -> str:
     """What the chart shows, for a reader who finds the PNG alone: "lstm (batch 32 per process) on cpu: …"."""
     ok = [r for r in records if r["status"] == "ok"]
     workloads = sorted({r["spec"]["workload"] for r in ok})
-    batches = sorted({str(r["spec"].get("batch_size")) for r in ok})
+    batches = sorted({str(r["spec"]["batch_size"]) for r in ok if r["spec"].get("batch_size") is not None})
     devices = sorted({r["spec"].get("device_name") or r["spec"].get("device", "?") for r in ok})
-    return (f"{', '.join(workloads)} (batch {'/'.join(batches)} per process) on {', '.join(devices)}: "
+    batch = f" (batch {'/'.join(batches)} per process)" if batches else ""  # an exec run's program may name none
+    return (f"{', '.join(workloads)}{batch} on {', '.join(devices)}: "
             "throughput and efficiency against processes")
 
 

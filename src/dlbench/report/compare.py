@@ -114,13 +114,19 @@ def thread_split_hint(configurations: Iterable[str]) -> str:
             "auto follows the cores idle as each run starts): rerun both sides with one --threads N.")
 
 
+def spread_of(result: dict[str, Any]) -> dict[str, Any] | None:
+    """The statistics a single run's error comes from: its step times, or an exec run's per-line rates when its
+    --metric printed rates (``metric_stats``: the same mean, sem and n, so the same relative error)."""
+    return result.get("step_time_s") or result.get("metric_stats")
+
+
 def comparable(record: dict[str, Any]) -> bool:
-    """A successful run with a finite throughput and step times: what :func:`estimate` can use (a diverged
-    run's inf samples/s is kept and flagged in its record, but is no speed to compare)."""
+    """A successful run with a finite throughput and step times (or per-line rates): what :func:`estimate` can
+    use (a diverged run's inf samples/s is kept and flagged in its record, but is no speed to compare)."""
     result = record.get("result") or {}
     rate = result.get("samples_per_s")
     return (record["status"] == "ok" and bool(rate) and math.isfinite(rate) and rate > 0
-            and bool(result.get("step_time_s")))
+            and bool(spread_of(result)))
 
 
 def estimate(records: list[dict[str, Any]]) -> GroupEstimate:
@@ -131,7 +137,7 @@ def estimate(records: list[dict[str, Any]]) -> GroupEstimate:
         sem = statistics.stdev(values) / math.sqrt(len(values))
         df = len(values) - 1
     else:
-        step = records[0]["result"]["step_time_s"]
+        step = spread_of(records[0]["result"])
         sem = mean * (step["sem"] / step["mean"]) if step["mean"] else 0.0
         df = step["n"] - 1 if step.get("n", 0) > 1 else None
     return GroupEstimate(runs=len(values), samples_per_s=mean, sem=sem, df=df)

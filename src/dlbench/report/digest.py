@@ -19,7 +19,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from dlbench.report.compare import CompareRow, GroupEstimate, config_key, interval_verdict, ratio_interval
+from dlbench.report.compare import (
+    CompareRow,
+    GroupEstimate,
+    config_key,
+    interval_verdict,
+    ratio_interval,
+    spread_of,
+)
 from dlbench.report.container import SESSION_TAG
 from dlbench.report.frame import environment
 from dlbench.report.trend import TrendPoint, _version_key
@@ -91,7 +98,7 @@ def run_of(record: dict[str, Any]) -> Run:
     spec, result = record["spec"], record.get("result") or {}
     return Run(record["id"], record["created_at"], record["status"], spec.get("mode") or "train", result.get("samples_per_s"),
                (result.get("step_time_s") or {}).get("median"), result.get("mfu"), spec.get("tags") or {}, spec_of(spec),
-               env_of(record), result.get("step_time_s"), bool(record.get("telemetry")), bool(result.get("tokens_per_s")))
+               env_of(record), spread_of(result), bool(record.get("telemetry")), bool(result.get("tokens_per_s")))
 
 
 class Parts:

@@ -43,11 +43,12 @@ def run_table(records: Sequence[dict[str, Any]]) -> Table:
         spread = with_spread(_in_ms(step.get("median")), _in_ms(step.get("mad"))) if step else "-"
         mfu = result.get("mfu")
         params = ",".join(f"{k}={v}" for k, v in sorted((spec.get("params") or {}).items()) if v is not None)
-        procs = f"{spec.get('world_size') or spec.get('nproc', 1)}×{spec.get('threads') or '?'}"
+        threads = spec.get("threads") or ("-" if spec.get("mode") == "exec" else "?")  # a program picks its own
+        procs = f"{spec.get('world_size') or spec.get('nproc', 1)}×{threads}"
         rows.append([
             spec["workload"], params or "-", *([layout_label(spec) or "-"] if with_layout else []),
             spec.get("device_name") or spec.get("device", "?"), spec.get("precision", ""),
-            str(spec.get("batch_size", "")), procs, rate_text(result.get("samples_per_s")), spread,
+            str(spec.get("batch_size") or "-"), procs, rate_text(result.get("samples_per_s")), spread,
             prefixed(result.get("achieved_flops_per_s"), "FLOP/s"), percent(mfu),
             status_text(r),
         ])

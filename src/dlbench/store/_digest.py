@@ -35,6 +35,8 @@ SPEC_KEYS = ("workload", "params", "mode", "precision", "batch_size", "world_siz
 ENV_KEYS = ("hostname", "cluster", "cpu", "gpus", "torch", "torchvision", "python", "dlbench", "container", "scheduler",
             "dlbench_git")
 _RESULT = ("step_time_s", "mfu", "tokens_per_s")
+#: Where a run's spread comes from when it has no step times: an exec run's per-line rates (report.compare.spread_of).
+_SPREAD_ELSE = "metric_stats"
 
 
 def _parts(dialect: str) -> list:
@@ -43,18 +45,20 @@ def _parts(dialect: str) -> list:
     if dialect == "sqlite":
         def paths(part: str, keys) -> str:
             return ", ".join(f"'$.{part}.{key}'" for key in keys)
-
         def valid(expression: str) -> str:  # one row SQLite cannot parse must not abort the whole read
             return f"CASE WHEN json_valid(runs.record) THEN {expression} END"
         return [sa.literal_column(valid(f"json_extract(runs.record, {paths('spec', SPEC_KEYS)})")),
                 sa.literal_column(valid(f"json_extract(runs.record, {paths('env', ENV_KEYS)})")),
-                *[sa.literal_column(valid(f"json_extract(runs.record, '$.result.{key}')")) for key in _RESULT],
+                sa.literal_column(valid("COALESCE(json_extract(runs.record, '$.result.step_time_s'), "
+                                        f"json_extract(runs.record, '$.result.{_SPREAD_ELSE}'))")),
+                *[sa.literal_column(valid(f"json_extract(runs.record, '$.result.{key}')")) for key in _RESULT[1:]],
                 sa.literal_column(valid("json_extract(runs.record, '$.telemetry') NOT IN ('{}', '[]')")),
                 sa.literal_column("CASE WHEN json_valid(runs.record) THEN NULL ELSE runs.record END")]
 
     def array(part: str, keys) -> str:
         return "jsonb_build_array(" + ", ".join(f"d->'{part}'->'{key}'" for key in keys) + ")::text"
-    texts = ", ".join([array("spec", SPEC_KEYS), array("env", ENV_KEYS), *[f"(d->'result'->'{k}')::text" for k in _RESULT],
+    texts = ", ".join([array("spec", SPEC_KEYS), array("env", ENV_KEYS), f"COALESCE(d->'result'->'step_time_s', d->'result'->'{_SPREAD_ELSE}')::text",
+                       *[f"(d->'result'->'{k}')::text" for k in _RESULT[1:]],
                        "(d->'telemetry')::text"])
     # a record an older dlbench stored with a NaN or Infinity token is not jsonb: read in Python instead
     odd = "(strpos(runs.record, 'NaN') > 0 OR strpos(runs.record, 'Infinity') > 0)"
