@@ -86,11 +86,53 @@ def test_compare_end_to_end(capsys, db):
     assert code == 0
     (row,) = doc["rows"]
     assert row["a"]["runs"] == 2 and row["b"]["runs"] == 2
-    assert row["verdict"] in ("faster", "slower", "within noise")
+    assert row["verdict"].partition(" (")[0] in ("faster", "slower", "within noise", "cannot tell")
     assert row["ratio"] == pytest.approx(row["b"]["samples_per_s"] / row["a"]["samples_per_s"])
     # overlapping groups (a run against itself) are refused, not compared
     assert main(["compare", "group=a", "workload=lstm"]) == 2
     assert "share 2 run(s)" in capsys.readouterr().err
+
+
+def test_compare_one_run_a_side_cannot_tell(capsys, db):
+    # the README tour (issue 45): one run a side printed "slower 0.886 [0.839, 0.933]" for two identical runs,
+    # an interval of one run's step spread, blind to the run-to-run noise the tour's step is about
+    for label in ("a", "b"):
+        assert main(["run", *TINY_LSTM, "--threads", "1", "--tag", f"try={label}", "--json"]) == 0
+    capsys.readouterr()
+    code, doc = run_json(capsys, "compare", "tag:try=a", "tag:try=b")
+    assert code == 0
+    (row,) = doc["rows"]
+    assert row["verdict"].startswith("cannot tell (1 run a side") and row["busy_a"] is not None
+    assert main(["compare", "tag:try=a", "tag:try=b"]) == 0
+    out, err = capsys.readouterr()
+    assert "cannot tell" in out and "(n=1, busy " in out  # the host load the verdict may quote, printed beside it
+    assert ("cannot tell with 1 run a side: the interval is one run's step spread, not the run-to-run noise; repeat "
+            "each side, e.g. dlbench run lstm … --tag try=a three times, then with --tag try=b.") in err
+
+
+def test_compare_with_nothing_to_compare_says_why_and_exits_2(capsys, db):
+    from dlbench.record import new_id
+
+    assert main(["run", *TINY_LSTM, "--threads", "1", "--tag", "try=a", "--json"]) == 0
+    capsys.readouterr()
+    store = open_store(str(db))
+    (lstm,) = store.records()
+    for study in ("A", "B"):  # an HPO trial's record: its objective, no samples/s
+        trial = json.loads(json.dumps(lstm)) | {"id": new_id()}
+        trial["spec"] |= {"workload": f"hpo/{study}", "mode": "hpo_trial", "tags": {"hpo_study": study, "hpo_trial": "0"}}
+        trial["result"] = {"value": 0.5, "samples_per_s": None}
+        assert store.save(trial) is None
+    store.close()
+    for argv, sentence in (
+        (["tag:hpo_study=A", "tag:hpo_study=B"],
+         "dlbench: error: no configuration has runs with throughput on both sides: A's 1 run(s) and B's 1 run(s) are "
+         "HPO trials, which have no samples/s — compare their objective with 'dlbench hpo compare A B' instead.\n"),
+        (["tag:try=a", "tag:hpo_study=B"], "B's 1 run(s) are HPO trials"),
+    ):
+        for extra in ([], ["--json"]):
+            assert main(["compare", *argv, *extra]) == 2
+            out, err = capsys.readouterr()
+            assert out == "" and err.count("\n") == 1 and sentence in err, err
 
 
 def test_oom_run_exits_1_and_is_recorded(capsys, db):

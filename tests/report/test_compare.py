@@ -30,8 +30,10 @@ def test_estimate_propagates_step_time_spread_for_one_run():
     [
         (GroupEstimate(3, 100.0, 1.0), GroupEstimate(3, 110.0, 1.0), "faster"),
         (GroupEstimate(3, 100.0, 1.0), GroupEstimate(3, 90.0, 1.0), "slower"),
-        # the same 10% difference is noise when the runs themselves spread by 10%
-        (GroupEstimate(3, 100.0, 10.0), GroupEstimate(3, 110.0, 10.0), "within noise"),
+        # the same 10% difference is noise when the runs themselves spread by 10%: an interval of B/A
+        # [0.71, 1.49] cannot tell (it was "within noise", which reads as "no change" and is not what it shows)
+        (GroupEstimate(3, 100.0, 10.0), GroupEstimate(3, 110.0, 10.0), "cannot tell"),
+        (GroupEstimate(3, 100.0, 1.0), GroupEstimate(3, 101.0, 1.0), "within noise"),
         (GroupEstimate(1, 100.0, 0.0), GroupEstimate(1, 100.0, 0.0), "within noise"),
     ],
 )
@@ -44,7 +46,7 @@ def test_few_runs_need_a_larger_difference():
     a, b = GroupEstimate(2, 100.0, 2.0, df=1), GroupEstimate(2, 94.0, 2.0, df=1)
     assert verdict(a, b, z=1.96) == "slower"
     assert welch_df(a, b) == pytest.approx(2.0)
-    assert verdict(a, b) == "within noise"
+    assert verdict(a, b) == "cannot tell"  # [0.82, 1.06]: not slower, and a 6% change is not ruled out either
     many = GroupEstimate(30, 100.0, 2.0, df=29), GroupEstimate(30, 94.0, 2.0, df=29)
     assert verdict(*many) == "slower"
 
@@ -77,3 +79,15 @@ def test_config_key_tells_apart_settings_that_change_the_number():
     assert config_key(record(1.0, optimizer="adam")) != plain
     assert config_key(record(1.0, data="loader")) != plain
     assert config_key(record(1.0, optimizer="sgd", channels_last=False)) == plain  # defaults add nothing
+
+
+def test_repeat_hint_names_the_command_that_repeats_a_side():
+    from dlbench.report.compare import repeat_hint
+
+    (one,) = compare([record(100.0)], [record(90.0)])
+    assert one.verdict == "cannot tell (1 run a side)"
+    assert repeat_hint([one], "tag:try=a", "group=b").endswith(
+        "repeat each side, e.g. dlbench run resnet50 … --tag try=a three times, then with --tag group=b.")
+    assert "dlbench run resnet50 … three times (A's options), and B the same way." in repeat_hint([one], "3f2a1c", "9b0e77")
+    (many,) = compare([record(100.0), record(100.1)], [record(90.0), record(90.1)])
+    assert many.verdict == "slower" and repeat_hint([many], "tag:try=a", "tag:try=b") == ""

@@ -60,10 +60,11 @@ def test_slower_beyond_noise_but_under_threshold_passes(capsys, db, base_record)
 
 
 def test_big_drop_within_noise_passes(capsys, db, base_record):
-    # 15% lower on average, but the runs spread by 20%: not a clear regression
+    # 15% lower on average, but the runs spread by 20%: not a clear regression, and no evidence of none either
+    # (the noise test said "within noise" on an interval of about -60%..+30%: that was the defect of issue 45)
     _sides(db, base_record, [1.0, 1.3, 0.7], [0.85, 1.1, 0.6])
     code, doc = _regress_json(capsys, db)
-    assert (code, doc["rows"][0]["statistical"], doc["rows"][0]["decision"]) == (0, "within noise", "ok")
+    assert (code, doc["rows"][0]["statistical"], doc["rows"][0]["decision"]) == (0, "cannot tell", "ok")
 
 
 def test_pairs_by_configuration_and_reports_unpaired(base_record):
@@ -82,7 +83,8 @@ def test_real_runs_regress_table_and_notes(capsys, real_db):
     code = main(["regress", "--baseline", "origin=real", "--candidate", "origin=real", "--db", real_db])
     captured = capsys.readouterr()
     assert code == 0
-    assert "lstm train fp32 bs4" in captured.out and "within noise" in captured.out
+    # the same two runs on both sides: B/A 1.000, its interval from two runs (t with 1 df) often wider than ±5%
+    assert "lstm train fp32 bs4" in captured.out and ("within noise" in captured.out or "cannot tell" in captured.out)
     assert "no regression" in captured.err
 
 

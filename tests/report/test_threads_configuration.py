@@ -50,10 +50,12 @@ def test_regress_names_the_thread_count_when_it_split_the_runs(tmp_path, capsys)
         err = capsys.readouterr().err
         assert code == 2 and err.count("\n") == 1, err
         assert "differ only in their CPU thread count (threads=1, threads=2;" in err and "one --threads N" in err
-    # compare shows the two configurations apart, and says why nothing lines up
-    assert main(["compare", "t=2", "t=1", "--db", db]) == 0
-    assert "warning: no configuration is in both groups: the runs differ only in their CPU thread count" in (
-        capsys.readouterr().err)
+    # compare names the two configurations apart and says why nothing lines up, in one sentence, exit 2
+    # (it printed a table of "only in A"/"only in B" and exited 0: issue 45)
+    assert main(["compare", "t=2", "t=1", "--db", db]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no configuration is in both groups: A has lstm train fp32 bs4 threads=2" in err
+    assert "B has lstm train fp32 bs4 threads=1" in err and "the runs differ only in their CPU thread count" in err
     # one thread count on both sides: decided, and no hint
     assert main(["regress", "--baseline", "t=1", "--candidate", "t=1", "--min-runs", "1", "--db", db]) == 0
     assert main(["compare", "side=a", "side=b", "--db", db]) == 0

@@ -25,36 +25,41 @@ from dlbench.report.trend import trend, trend_table
 NUMBER = r"[-+]?\d+\.\d+"
 
 
-def record(samples_per_s: float, step_sem: float = 0.01, n: int = 10, **tags: str) -> dict:
+def record(samples_per_s: float, step_sem: float = 0.01, n: int = 10, busy: float | None = None, **tags: str) -> dict:
     return {"id": f"r{samples_per_s}", "status": "ok", "created_at": tags.pop("created_at", "2026-12-03T10:00:00"),
             "spec": {"workload": "lstm", "batch_size": 4, "device": "cpu", "tags": tags},
+            "env": {} if busy is None else {"host_load": {"cpu_busy_percent": busy}},
             "result": {"samples_per_s": samples_per_s, "step_time_s": {"mean": 1.0, "sem": step_sem, "n": n, "median": 1.0}}}
 
 
 rates = st.floats(min_value=1.0, max_value=1000.0, allow_nan=False)
+loads = st.one_of(st.none(), st.floats(0.0, 100.0))
 # a side: one run (its error from its step times) or several (from their spread)
 sides = st.one_of(
-    st.tuples(rates, st.floats(0.0, 0.2)).map(lambda t: [record(t[0], step_sem=t[1])]),
-    st.lists(rates, min_size=2, max_size=5).map(lambda xs: [record(x) for x in xs]),
+    st.tuples(rates, st.floats(0.0, 0.2), loads).map(lambda t: [record(t[0], step_sem=t[1], busy=t[2])]),
+    st.lists(st.tuples(rates, loads), min_size=2, max_size=5).map(lambda xs: [record(x, busy=b) for x, b in xs]),
 )
 # a B side near A's, so that the edges (an interval touching 1.000) are drawn often
 scales = st.floats(min_value=0.9, max_value=1.1, allow_nan=False)
 
 
-def _near(side: list[dict], scale: float, jitter: float) -> list[dict]:
-    return [record(r["result"]["samples_per_s"] * scale * (1 + jitter * (i % 2)), r["result"]["step_time_s"]["sem"])
-            for i, r in enumerate(side)]
+def _near(side: list[dict], scale: float, jitter: float, busy: float | None = None, runs: int | None = None) -> list[dict]:
+    runs = len(side) if runs is None else runs
+    return [record(r["result"]["samples_per_s"] * scale * (1 + jitter * (i % 2)), r["result"]["step_time_s"]["sem"],
+                   busy=busy) for i, r in enumerate((side * runs)[:runs])]
 
 
 def _judged(verdict: str, ratio: float, low: float, high: float) -> None:
-    """The sentence against the printed ratio and interval."""
+    """The sentence against the printed ratio and interval: "within noise" only where the interval rules out
+    a change of 5% both ways, "cannot tell" where it lies neither above nor below 1 and allows one."""
     assert low <= ratio <= high
     if verdict == "faster":
         assert low > 1 and ratio > 1
     elif verdict == "slower":
         assert high < 1 and ratio < 1
     else:
-        assert verdict == "within noise" and not (low > 1 and ratio > 1) and not (high < 1 and ratio < 1)
+        assert not (low > 1 and ratio > 1) and not (high < 1 and ratio < 1)
+        assert verdict == ("within noise" if 0.95 <= low and high <= 1.05 else "cannot tell"), (verdict, low, high)
 
 
 def _welch(a, b) -> str:
@@ -64,16 +69,70 @@ def _welch(a, b) -> str:
     return "faster" if diff > 0 else "slower"
 
 
-@given(sides, scales, st.floats(0.0, 0.05))
-def test_compare_verdict_agrees_with_the_printed_ratio_and_interval(side_a, scale, jitter):
-    side_b = _near(side_a, scale, jitter)
+SIDE = re.compile(r".+ \(n=(\d+)(?:, busy (\d+)%)?\)")
+
+
+def _compare_judged(cells: list[str]) -> tuple[str, float, float, float, tuple[int, int]]:
+    """compare's verdict cell parsed back and checked against the cells printed beside it: B/A and its interval,
+    each side's runs (n=) and host load (busy %). Returns the verdict's word, the figures and the runs."""
+    ratio, low, high = (float(x) for x in re.fullmatch(rf"({NUMBER}) \[({NUMBER}), ({NUMBER})\]", cells[3]).groups())
+    (runs_a, busy_a), (runs_b, busy_b) = (SIDE.fullmatch(cell).groups() for cell in cells[1:3])
+    runs, busy = (int(runs_a), int(runs_b)), {s: int(b) for s, b in (("A", busy_a), ("B", busy_b)) if b is not None}
+    word, _, why = cells[4].partition(" (")
+    reasons = why.removesuffix(")").split("; ") if why else []
+    if min(runs) < 2:  # one run's interval is its step spread: never a verdict of speed
+        assert word == "cannot tell" and reasons[0] == ("1 run a side" if max(runs) < 2 else f"1 run in {'AB'[runs.index(1)]}")
+        reasons = reasons[1:]
+    else:
+        _judged(word, ratio, low, high)
+        if word == "cannot tell":
+            assert reasons[0] == "the interval allows a change of 5% or more"
+            reasons = reasons[1:]
+    busiest = max(busy, key=lambda s: (busy[s], s == "B"), default=None)
+    gap = busy[busiest] - min(busy.values()) if busy else 0
+    if busiest and (busy[busiest] > 50 or gap > 25):  # the busier side named, with the figure printed beside it
+        other = {"A": "B", "B": "A"}[busiest]
+        assert reasons == [f"{busiest} ran at {busy[busiest]}% busy" + (f", {other} at {busy[other]}%" if other in busy else "")]
+    else:
+        assert reasons == [] and "busy" not in cells[4]
+    return word, ratio, low, high, runs
+
+
+@given(sides, scales, st.floats(0.0, 0.05), loads, st.integers(1, 4))
+def test_compare_verdict_agrees_with_the_printed_figures(side_a, scale, jitter, busy_b, runs_b):
+    side_b = _near(side_a, scale, jitter, busy_b, runs_b)
     (row,) = compare(side_a, side_b)
     _, (cells,) = compare_table([row])
-    ratio, low, high = (float(x) for x in re.fullmatch(rf"({NUMBER}) \[({NUMBER}), ({NUMBER})\]", cells[3]).groups())
-    _judged(cells[4], ratio, low, high)
+    word, ratio, low, high, runs = _compare_judged(cells)
     assert ratio == float(f"{row.ratio:.3f}") or abs(ratio - row.ratio) < 0.00051  # the ratio shown is the ratio
-    if 1.0 not in (low, high):  # away from the printed edge, the sentence is Welch's test
-        assert cells[4] == _welch(estimate(side_a), estimate(side_b))
+    if min(runs) >= 2 and 1.0 not in (low, high):  # away from the printed edge, faster/slower is Welch's test
+        welch = _welch(estimate(side_a), estimate(side_b))
+        assert word == welch or (welch == "within noise" and word == "cannot tell")
+
+
+def test_one_run_a_side_cannot_tell_however_tight_its_interval():
+    # issue 45: two identical one-run sides printed "slower 0.886 [0.839, 0.933]" from the steps' spread
+    (row,) = compare([record(100.0, step_sem=0.01, busy=39.0)], [record(88.6, step_sem=0.01, busy=98.0)])
+    _, (cells,) = compare_table([row])
+    assert cells[1].endswith("(n=1, busy 39%)") and cells[2].endswith("(n=1, busy 98%)")
+    assert cells[4] == "cannot tell (1 run a side; B ran at 98% busy, A at 39%)"
+    assert _compare_judged(cells)[0] == "cannot tell"
+    (row,) = compare([record(100.0), record(101.0)], [record(88.6)])
+    assert row.verdict == "cannot tell (1 run in B)"
+
+
+def test_a_wide_interval_cannot_tell_and_a_narrow_one_is_within_noise():
+    assert interval_verdict(1.0, 0.949, 1.02) == "cannot tell" and interval_verdict(1.0, 0.98, 1.051) == "cannot tell"
+    assert interval_verdict(1.0, 0.95, 1.05) == "within noise"  # 0.950 and 1.050 printed: a 5% change is ruled out
+    assert interval_verdict(0.9, 0.85, 0.95) == "slower"  # a clear change is told however wide
+
+
+def test_the_load_note_names_the_busier_side():
+    from dlbench.report.compare import load_note
+
+    assert load_note(39.0, 98.0) == "B ran at 98% busy, A at 39%"
+    assert load_note(10.0, 40.0) == "B ran at 40% busy, A at 10%"  # 30 points apart
+    assert load_note(50.4, 30.0) == "" and load_note(None, None) == "" and load_note(None, 51.0) == "B ran at 51% busy"
 
 
 @given(sides, scales, st.floats(0.0, 0.05), st.floats(0.0, 0.2))
@@ -114,7 +173,7 @@ def test_trend_change_points_agree_with_the_printed_change_and_interval(groups):
     for cells in rows[1:]:
         change, low, high = (float(x) for x in re.fullmatch(rf"({NUMBER})% \[({NUMBER})%, ({NUMBER})%\]", cells[5]).groups())
         _judged(cells[6].removeprefix("◆ "), 1 + change / 100, 1 + low / 100, 1 + high / 100)
-        assert cells[6].startswith("◆") == (cells[6] != "within noise")
+        assert cells[6].startswith("◆") == (cells[6] not in ("within noise", "cannot tell"))
 
 
 def _advise_runs(default: list[float], best: list[float]) -> list[dict]:
@@ -133,7 +192,7 @@ def test_advise_speedup_verdict_agrees_with_the_printed_speedup_and_interval(def
     best = [d * scale * (1 + jitter * (i % 2)) for i, d in enumerate(default)]
     line = next(x for x in summary_lines(advice(_advise_runs(default, best))) if x.startswith("speed-up"))
     found = re.match(rf"speed-up: ({NUMBER})x \(95% CI of the means' ratio ({NUMBER})-({NUMBER})x, range "
-                     rf"{NUMBER}-{NUMBER}x; (faster|slower|within noise)\)", line)
+                     rf"{NUMBER}-{NUMBER}x; (faster|slower|within noise|cannot tell)\)", line)
     assert found, line
     speedup, low, high = (float(x) for x in found.groups()[:3])
     verdict = found.group(4)
@@ -143,6 +202,7 @@ def test_advise_speedup_verdict_agrees_with_the_printed_speedup_and_interval(def
         assert high < 1 and speedup < 1
     else:
         assert not (low > 1 and speedup > 1) and not (high < 1 and speedup < 1)
+        assert verdict == ("within noise" if 0.95 <= low and high <= 1.05 else "cannot tell")
 
 
 @given(st.floats(0.0, 1.0), st.sampled_from(["io/unet3d", "io/resnet50", "io/cosmoflow", "io/npy"]),

@@ -133,12 +133,12 @@ def compare(
     dlbench compare 3f2a1c 9b0e77
     """
     from dlbench.api.results import compare_groups as select  # SQLAlchemy: only for commands that read the store
-    from dlbench.report.compare import compare as compare_groups, thread_split_hint
+    from dlbench.report.compare import compare as compare_groups, nothing_compared, repeat_hint
 
     runs_a, runs_b = select(group_a, group_b, db)
     rows = compare_groups(runs_a, runs_b)
-    if not any(r.a and r.b for r in rows) and (hint := thread_split_hint(r.key for r in rows)):
-        info(f"warning: no configuration is in both groups: {hint}")
+    if not any(r.a and r.b for r in rows):  # an empty table with exit 0 said nothing
+        raise UsageError(nothing_compared(runs_a, runs_b, rows))
     if as_json:
         emit_json({"a": group_a, "b": group_b, "a_runs": [r["id"] for r in runs_a], "b_runs": [r["id"] for r in runs_b],
                    "rows": [r.as_dict() for r in rows]})
@@ -149,3 +149,5 @@ def compare(
         info(f"{side} = {text}: {matched(runs)}")
 
     render(compare_table(rows), title=f"A = {group_a}   B = {group_b}")
+    if hint := repeat_hint(rows, group_a, group_b):
+        info(hint)

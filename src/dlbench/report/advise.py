@@ -11,7 +11,7 @@ may be lucky); the **speed-up** comes from the confirmation: the defaults and th
 run again ``repeats`` times each, interleaved (default, best, default, best …) so that a change in the
 machine's load hits both alike. It is the ratio of the medians, with the 95% interval of the ratio of
 the means (:func:`dlbench.report.compare.ratio_interval`, Welch) and the range of the ratio over the
-extremes; the verdict (faster | slower | within noise) is judged on the speed-up and the interval as
+extremes; the verdict (faster | slower | within noise | cannot tell) is judged on the speed-up and the interval as
 printed (:func:`dlbench.report.compare.interval_verdict`): "faster" only when both lie above 1.000.
 """
 

@@ -3,7 +3,8 @@
 The verdict is a two-sided test at 95% (Welch's t-test): B is "faster" (or "slower") than A when
 the difference of mean throughputs exceeds the critical value of Student's t — with the
 Welch–Satterthwaite degrees of freedom — times the standard error of that difference; otherwise
-"within noise". The critical value is 1.96 (``Z``) for many runs but 4.30 with two runs a side and
+"within noise" when the interval also rules out a meaningful change (5 %, ``MEANINGFUL``) both ways, and
+"cannot tell" when it does not (``0.97 [0.91, 1.03]`` allows a 9 % slowdown: that is no evidence of none). The critical value is 1.96 (``Z``) for many runs but 4.30 with two runs a side and
 2.78 with three: with so few runs a 1.96 rule would call one comparison in five or eight "slower"
 on noise alone. The same test is printed as B/A with its 95% interval, the interval of the difference of
 means over A's mean (``1.023 [1.001, 1.045]``; "+2.3% [+0.1%, +4.5%]" in regress and trend): it holds 1
@@ -16,7 +17,10 @@ comes from the runs themselves:
 * one run: the spread of its own step times, propagated to throughput (relative error of
   throughput = relative standard error of the mean step time), steps − 1 degrees of freedom.
 
-Run-to-run noise is usually larger than step-to-step noise, so repeat runs for a firm verdict.
+Run-to-run noise is usually larger than step-to-step noise, so compare's verdict (:func:`judge`) with fewer
+than two runs on a side is "cannot tell (1 run a side …)", whatever the interval: it is one run's step spread.
+Its verdict also names a side whose host was busy before its runs (``env.host_load.cpu_busy_percent``, printed
+beside the throughput as ``busy 98%``): above 50 % busy, or 25 points busier than the other side.
 """
 
 from __future__ import annotations
@@ -30,6 +34,12 @@ from typing import Any
 
 #: Standard errors a difference must exceed to count with many degrees of freedom (two-sided 95%).
 Z = 1.96
+#: A change this large (B/A beyond 1 ± 0.05) matters by default: "within noise" rules it out both ways.
+MEANINGFUL = 0.05
+#: A side whose host was busier than this (% CPU busy before a run) is named in the verdict (as ``dlbench run`` warns).
+BUSY_PERCENT = 50
+#: ... or busier than the other side by more than this many points.
+BUSY_GAP = 25
 #: Two-sided 95% critical values of Student's t for 1..30 degrees of freedom (any statistics table).
 _T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
          2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
@@ -60,9 +70,11 @@ class CompareRow:
     a: GroupEstimate | None
     b: GroupEstimate | None
     ratio: float | None  # b / a
-    verdict: str  # faster | slower | within noise | only in A | only in B
+    verdict: str  # faster | slower | within noise | cannot tell [(why)] | only in A | only in B; see :func:`judge`
     low: float | None = None  # the 95% interval of ``ratio`` (see the module docstring)
     high: float | None = None
+    busy_a: float | None = None  # the busiest host load (% CPU busy) before a run of the side; None: not recorded
+    busy_b: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -129,6 +141,13 @@ def comparable(record: dict[str, Any]) -> bool:
             and bool(spread_of(result)))
 
 
+def side_busy(records: list[dict[str, Any]]) -> float | None:
+    """The busiest host load recorded before a run of ``records`` (``env.host_load.cpu_busy_percent``), or None."""
+    loads = [((r.get("env") or {}).get("host_load") or {}).get("cpu_busy_percent") for r in records]
+    loads = [x for x in loads if isinstance(x, (int, float)) and math.isfinite(x)]
+    return max(loads) if loads else None
+
+
 def estimate(records: list[dict[str, Any]]) -> GroupEstimate:
     """Mean samples/s of successful runs and its standard error (see the module docstring)."""
     values = [r["result"]["samples_per_s"] for r in records]
@@ -167,16 +186,57 @@ def permille(value: float) -> float:
 
 
 def interval_verdict(ratio: float, low: float, high: float) -> str:
-    """faster | slower | within noise, judged on B/A and its 95% interval as printed (whole per-mille, as
-    :func:`ratio_text` and :func:`change_text` show them): "faster" only when the printed interval lies above
-    1.000 and the ratio too, "slower" only when it lies below; otherwise (1.000 inside or on its edge, or a
-    ratio outside its interval) "within noise"."""
+    """faster | slower | within noise | cannot tell, judged on B/A and its 95% interval as printed (whole
+    per-mille, as :func:`ratio_text` and :func:`change_text` show them): "faster" only when the printed interval
+    lies above 1.000 and the ratio too, "slower" only when it lies below; otherwise (1.000 inside or on its edge,
+    or a ratio outside its interval) "within noise" when the printed interval lies within 1 ± ``MEANINGFUL``
+    (0.950 and 1.050 included), else "cannot tell": it allows a change of 5 % or more."""
     shown, shown_low, shown_high = permille(ratio), permille(low), permille(high)
     if shown_low > 1000 and shown > 1000:
         return "faster"
     if shown_high < 1000 and shown < 1000:
         return "slower"
+    margin = permille(MEANINGFUL)
+    if shown_low < 1000 - margin or shown_high > 1000 + margin:
+        return "cannot tell"
     return "within noise"
+
+
+def busy_text(busy: float | None) -> str:
+    """A side's host load as printed beside its throughput: ``busy 98%`` (whole percent), ``""`` when unknown."""
+    return "" if busy is None else f"busy {busy:.0f}%"
+
+
+def load_note(busy_a: float | None, busy_b: float | None) -> str:
+    """"B ran at 98% busy, A at 39%" when a side's printed host load is above ``BUSY_PERCENT`` or ``BUSY_GAP``
+    points above the other's (the busier side named), else ``""``; judged on the whole percents printed."""
+    shown = {side: int(f"{busy:.0f}") for side, busy in (("A", busy_a), ("B", busy_b)) if busy is not None}
+    if not shown:
+        return ""
+    side = max(shown, key=lambda s: (shown[s], s == "B"))
+    other = next((s for s in shown if s != side), None)
+    gap = shown[side] - shown[other] if other else 0
+    if shown[side] <= BUSY_PERCENT and gap <= BUSY_GAP:
+        return ""
+    return f"{side} ran at {shown[side]}% busy" + (f", {other} at {shown[other]}%" if other else "")
+
+
+def judge(ratio: float, low: float, high: float, runs_a: int, runs_b: int, busy_a: float | None = None,
+          busy_b: float | None = None) -> str:
+    """compare's verdict on one configuration, from the figures printed beside it: B/A and its interval,
+    the runs a side (``n=``) and the host load (``busy 98%``). :func:`interval_verdict`, except "cannot tell
+    (1 run a side)" (or "in A"/"in B") with fewer than two runs on a side, whatever the interval: one run's
+    interval is its step spread, blind to the run-to-run noise. A "cannot tell" says why; a notable host
+    load (:func:`load_note`) is added to any verdict."""
+    word, why = interval_verdict(ratio, low, high), []
+    if min(runs_a, runs_b) < 2:
+        word = "cannot tell"
+        why.append("1 run a side" if max(runs_a, runs_b) < 2 else f"1 run in {'A' if runs_a < 2 else 'B'}")
+    elif word == "cannot tell":
+        why.append(f"the interval allows a change of {permille(MEANINGFUL) / 10:.0f}% or more")
+    if note := load_note(busy_a, busy_b):
+        why.append(note)
+    return word + (f" ({'; '.join(why)})" if why else "")
 
 
 def ratio_text(ratio: float, low: float | None = None, high: float | None = None) -> str:
@@ -213,9 +273,66 @@ def compare(group_a: list[dict[str, Any]], group_b: list[dict[str, Any]]) -> lis
         runs_a, runs_b = by_key[key]
         a = estimate(runs_a) if runs_a else None
         b = estimate(runs_b) if runs_b else None
+        busy_a, busy_b = side_busy(runs_a), side_busy(runs_b)
         if a and b:
             ratio, low, high = ratio_interval(a, b)
-            rows.append(CompareRow(key, a, b, ratio, interval_verdict(ratio, low, high), low, high))
+            rows.append(CompareRow(key, a, b, ratio, judge(ratio, low, high, a.runs, b.runs, busy_a, busy_b), low, high,
+                                   busy_a, busy_b))
         else:
-            rows.append(CompareRow(key, a, b, None, "only in A" if a else "only in B"))
+            rows.append(CompareRow(key, a, b, None, "only in A" if a else "only in B", busy_a=busy_a, busy_b=busy_b))
     return rows
+
+
+#: Selector keys that are fields of a run, not tags (:data:`dlbench.store._base.SELECTOR_HELP`).
+_FIELDS = ("workload", "device", "host", "cluster", "status", "torch", "since", "until")
+
+
+def _tag_options(selector: str) -> str:
+    """The ``--tag K=V`` options that make a new run match ``selector``'s tag terms ("" when it has none)."""
+    tags = []
+    for term in (t.strip() for t in selector.split(",")):
+        key, sep, value = term.removeprefix("tag:").partition("=")
+        if sep and (term.startswith("tag:") or key not in _FIELDS):
+            tags.append(f"--tag {key}={value}")
+    return " ".join(tags)
+
+
+def repeat_hint(rows: Iterable[CompareRow], selector_a: str, selector_b: str) -> str:
+    """The line under compare's table when a verdict is "cannot tell (1 run …)": why, and the command that
+    repeats a side (its workload and the selector's tags); else ``""``."""
+    single = [r for r in rows if r.verdict.startswith("cannot tell (1 run")]
+    if not single:
+        return ""
+    words = single[0].key.split()
+    a, b = _tag_options(selector_a), _tag_options(selector_b)
+    command = (f"dlbench run --exec --name {words[0]} {a or '…'} -- …" if words[1:2] == ["exec"]
+               else f"dlbench io read … {a}".rstrip() if words[0].startswith("io/")
+               else f"dlbench run {words[0]} … {a}".rstrip())
+    example = f"{command} three times" + (f", then with {b}" if b else " (A's options), and B the same way")
+    return ("cannot tell with 1 run a side: the interval is one run's step spread, not the run-to-run noise; "
+            f"repeat each side, e.g. {example}.")
+
+
+def nothing_compared(runs_a: list[dict[str, Any]], runs_b: list[dict[str, Any]], rows: list[CompareRow]) -> str:
+    """Why a comparison has no configuration with throughput on both sides, in one sentence: a side with no
+    run compare can use (HPO trials: their objective is compared by ``dlbench hpo compare``), or the
+    configurations of each side."""
+    unusable = [(side, runs) for side, runs in (("A", runs_a), ("B", runs_b)) if not any(comparable(r) for r in runs)]
+    if unusable:
+        studies = sorted({str((r["spec"].get("tags") or {}).get("hpo_study")) for _, runs in unusable for r in runs
+                          if (r["spec"].get("tags") or {}).get("hpo_study") is not None})
+        sides = " and ".join(f"{side}'s {len(runs)} run(s)" for side, runs in unusable)
+        if studies and all((r["spec"].get("tags") or {}).get("hpo_study") is not None for _, runs in unusable for r in runs):
+            return ("no configuration has runs with throughput on both sides: " + sides + " are HPO trials, which "
+                    "have no samples/s — compare their objective with 'dlbench hpo compare " + " ".join(studies)
+                    + "' instead.")
+        return ("no configuration has runs with throughput on both sides: " + sides + " have no successful run "
+                "with samples/s and step times (failed, or a collective, I/O or time-to-train benchmark).")
+
+    def keys(side: str) -> str:
+        found = [r.key for r in rows if (r.a if side == "A" else r.b) is not None]
+        return ", ".join(found[:3]) + (f" and {len(found) - 3} more" if len(found) > 3 else "")
+
+    hint = thread_split_hint(r.key for r in rows)
+    return (f"no configuration is in both groups: A has {keys('A')}; B has {keys('B')}"
+            + (f"; {hint}" if hint else "; select runs of the same workload, batch size, precision and parameters."))

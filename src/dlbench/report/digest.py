@@ -24,6 +24,7 @@ from dlbench.report.compare import (
     GroupEstimate,
     config_key,
     interval_verdict,
+    judge,
     ratio_interval,
     spread_of,
 )
@@ -388,7 +389,7 @@ def compare_accs(a: dict[str, Acc], b: dict[str, Acc]) -> list[CompareRow]:
         eb = b[key].estimate() if key in b else None
         if ea and eb:
             ratio, low, high = ratio_interval(ea, eb)  # as compare.compare
-            rows.append(CompareRow(key, ea, eb, ratio, interval_verdict(ratio, low, high), low, high))
+            rows.append(CompareRow(key, ea, eb, ratio, judge(ratio, low, high, ea.runs, eb.runs), low, high))
         else:
             rows.append(CompareRow(key, ea, eb, None, "only in A" if ea else "only in B"))
     return rows

@@ -181,7 +181,8 @@ def _compare_section(items: list[dict[str, Any]]) -> str:
         f"As <code>dlbench compare</code>: runs are paired by configuration; B/A is shown with its 95 % interval "
         f"(Welch's: t standard errors of the difference of mean throughputs, {Z} with many runs, 2.78 with three a "
         f"side, over A's mean), and B is faster or slower when the interval, as printed, lies wholly above or below "
-        f"1.000, else within noise. Automatic "
+        f"1.000; within noise when it lies within 0.950-1.050, else cannot tell; and cannot tell with one run on a side "
+        f"(its interval is that run's step spread, blind to run-to-run noise). Automatic "
         f"comparisons appear when the selected runs take exactly two values of {', '.join(sections.AUTO_COMPARE)}.")
 
 

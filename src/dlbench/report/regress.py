@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from dlbench.errors import UsageError
-from dlbench.report.compare import GroupEstimate, change_text, compare, permille, thread_split_hint
+from dlbench.report.compare import GroupEstimate, change_text, compare, interval_verdict, permille, thread_split_hint
 from dlbench.report.numbers import with_spread
 
 DEFAULT_THRESHOLD = 0.05
@@ -40,7 +40,7 @@ class RegressRow:
     candidate: GroupEstimate | None
     ratio: float | None  # candidate / baseline throughput
     change_percent: float | None  # (ratio - 1) * 100
-    statistical: str  # compare's verdict: faster | slower | within noise | only in baseline | only in candidate
+    statistical: str  # the interval's verdict: faster | slower | within noise | cannot tell | only in baseline | only in candidate
     decision: str  # regression | ok | improved | too few runs | not compared
     note: str
     low: float | None = None  # the 95% interval of ``ratio`` (compare's)
@@ -94,14 +94,16 @@ def regress(baseline: list[dict[str, Any]], candidate: list[dict[str, Any]], thr
                                    f"no successful run of this configuration in the {'candidate' if row.a else 'baseline'}"))
             continue
         fewest = min(row.a.runs, row.b.runs)
-        decision, note = decide(row.verdict, row.ratio, threshold), ""
+        # the interval's verdict alone: compare's "cannot tell (1 run a side)" is --min-runs' business here
+        statistical = interval_verdict(row.ratio, row.low, row.high)
+        decision, note = decide(statistical, row.ratio, threshold), ""
         if fewest < min_runs:
             decision = "too few runs"
             note = (f"{fewest} run(s) on a side, fewer than --min-runs {min_runs}: repeat the runs, baseline and "
                     "candidate alternating (3+ each)")
         elif fewest < 2:
             note = "one run on a side: its error is the step-time spread only, which misses run-to-run noise"
-        rows.append(RegressRow(row.key, row.a, row.b, row.ratio, (row.ratio - 1) * 100, row.verdict, decision, note,
+        rows.append(RegressRow(row.key, row.a, row.b, row.ratio, (row.ratio - 1) * 100, statistical, decision, note,
                                row.low, row.high))
     return rows
 

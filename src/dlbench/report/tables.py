@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from dlbench.record import diverged
-from dlbench.report.compare import ratio_text
+from dlbench.report.compare import busy_text, ratio_text
 from dlbench.report.numbers import ms, percent, prefixed, sig, with_spread
 from dlbench.safety import printable
 
@@ -127,11 +127,14 @@ def compare_table(rows: Sequence[Any]) -> Table:
     """One row per configuration (``CompareRow``): B/A with its 95% interval, the figures the verdict is judged on."""
     columns = ["configuration", "A samples/s", "B samples/s", "B/A [95% CI]", "verdict"]
 
-    def side(est) -> str:
-        return "-" if est is None else f"{with_spread(est.samples_per_s, est.sem)} (n={est.runs})"
+    def side(est, busy) -> str:
+        if est is None:
+            return "-"
+        return f"{with_spread(est.samples_per_s, est.sem)} (" + ", ".join(filter(None, [f"n={est.runs}", busy_text(busy)])) + ")"
 
     return columns, [
-        [row.key, side(row.a), side(row.b), "-" if row.ratio is None else ratio_text(row.ratio, row.low, row.high), row.verdict]
+        [row.key, side(row.a, row.busy_a), side(row.b, row.busy_b),
+         "-" if row.ratio is None else ratio_text(row.ratio, row.low, row.high), row.verdict]
         for row in rows
     ]
 
