@@ -85,6 +85,24 @@ def checkout_root() -> Path:
     return root
 
 
+def torch_requirement_problem(text: str) -> str | None:
+    """Why ``text`` is not one PEP 508 requirement of torch (it becomes a line of the image's requirements.txt, where
+    a newline or a leading dash would be a pip option such as --index-url); None when it is one."""
+    from packaging.requirements import InvalidRequirement, Requirement  # packaging: only to check --torch
+
+    if any(not c.isprintable() for c in text) or text.lstrip().startswith("-"):
+        return "it holds a line break, a control character or a pip option"
+    try:
+        requirement = Requirement(text)
+    except InvalidRequirement as exc:
+        return f"it is not a requirement ({str(exc).splitlines()[0]})"
+    if requirement.name.lower() != "torch":
+        return f"it names {requirement.name!r}, not torch"
+    if requirement.url:
+        return "it installs from a URL"
+    return None
+
+
 def requirements(root: Path, torch_requirement: str) -> list[str]:
     """pyproject's dependencies with ``torch`` replaced by ``torch_requirement``."""
     deps = tomllib.loads((root / "pyproject.toml").read_text())["project"]["dependencies"]
@@ -105,6 +123,11 @@ def build_image(tag: str | None = None, base: str | None = None, torch_requireme
     for flag, value in (("--tag", tag), ("--base", base)):
         if value is not None and image_problem(value):
             raise UsageError(f"{flag} {shown(value)} is refused: {image_problem(value)}.")
+    if torch_requirement is not None:
+        problem = torch_requirement_problem(torch_requirement)
+        if problem:
+            raise UsageError(f"--torch {shown(torch_requirement)} is refused: {problem}; give one requirement of torch, "
+                             "e.g. --torch 'torch==2.13.0+cpu'.")
     if shutil.which(runtime) is None:
         raise UsageError(f"{runtime} is not on PATH; install it (Debian: apt-get install podman runc) to build images.")
     root = checkout_root()

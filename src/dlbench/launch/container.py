@@ -160,7 +160,11 @@ def inspect_image(runtime: str, image: str) -> ImageFacts:
         why = (out.stderr.strip().splitlines() or ["no message"])[-1][:200]
         raise UsageError(f"image {image} has no usable dlbench ({IMAGE_PYTHON} -c 'import dlbench' failed there: {why}); "
                          "build one with 'dlbench image build --tag NAME' (deploy/Containerfile).")
-    found = json.loads(out.stdout.strip().splitlines()[-1])
+    found = _probe_answer(out.stdout)
+    if found is None:
+        raise UsageError(f"image {image} printed no answer dlbench could read to {IMAGE_PYTHON} -c 'import dlbench' (its "
+                         "entrypoint may print a banner or run something else); give an image whose entrypoint runs the "
+                         "command it is given, e.g. one built by 'dlbench image build --tag NAME'.")
     if found["dlbench"] != dlbench.__version__:
         raise UsageError(f"image {image} holds dlbench {found['dlbench']}, this is dlbench {dlbench.__version__}; "
                          f"rebuild it from this checkout with 'dlbench image build --tag {image}' (the ranks in the "
@@ -170,6 +174,19 @@ def inspect_image(runtime: str, image: str) -> ImageFacts:
                        nice=os.getpriority(os.PRIO_PROCESS, 0))
     _FACTS[(runtime, image)] = facts
     return facts
+
+
+def _probe_answer(stdout: str) -> dict | None:
+    """The probe's JSON line among what the container printed (an entrypoint's banner before or after it is
+    passed over); None when no line is that answer."""
+    for line in reversed(stdout.splitlines()):
+        try:
+            found = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(found, dict) and all(isinstance(found.get(k), str) for k in ("dlbench", "python", "torch")):
+            return found
+    return None
 
 
 #: The scheduler's weight of a thread at nice -20 … 19 (the kernel's sched_prio_to_weight; nice 0: 1024), and the

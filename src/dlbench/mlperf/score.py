@@ -20,12 +20,15 @@ the target / (last run_stop − first run_start), as mlperf-logging's summarizer
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from functools import partial
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 from dlbench.errors import UsageError
 from dlbench.mlperf import convergence, power, published
@@ -235,8 +238,32 @@ def _parse_all(files: list[Path], compliance: bool = False) -> list[tuple[str | 
     one = partial(_parse_one, compliance=compliance)
     if (total < PARALLEL_BYTES and not compliance) or workers < 2:  # the checker is a subprocess per file
         return [one(p) for p in files]
-    with ProcessPoolExecutor(max_workers=workers) as pool:
+    pool = ProcessPoolExecutor(max_workers=workers)
+    try:
         return list(pool.map(one, files, chunksize=max(1, len(files) // (4 * workers))))
+    except BaseException:  # a signal (Terminated) or a failure: the queued files are dropped, the running checkers ended
+        _end_pool(pool)
+        raise
+    finally:
+        pool.shutdown(wait=True)
+
+
+def _end_pool(pool: ProcessPoolExecutor) -> None:
+    """Cancel what is queued and SIGKILL the pool's workers with the checker each may be running: leaving the pool
+    normally waits for every queued file (52-59 s of compliance checks after a SIGTERM, where Slurm allows 30)."""
+    workers = list(getattr(pool, "_processes", None) or {})  # no public list of its workers; shutdown forgets them
+    pool.shutdown(wait=False, cancel_futures=True)
+    procs = []
+    for pid in workers:
+        try:
+            worker = psutil.Process(pid)
+            procs += [*worker.children(recursive=True), worker]
+        except psutil.Error:
+            continue
+    for proc in procs:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+    psutil.wait_procs(procs, timeout=5)
 
 
 def _power_energies(pairs: list[tuple[Path, RunTime]]) -> None:
