@@ -309,7 +309,7 @@ def _report_scaling(entries: list[dict]) -> None:
             whence = ("the scaling_factor of a scaling.json in the folder" if e["scaling_source"] == "committed scaling.json"
                       else f"{e['scaling_source']}: {e['scaling_note']}")
             info(f"note: {e['system']}/{e['benchmark']}: RCP-scaled: the olympic mean {minutes_text(e['olympic_minutes'])} "
-                 f"min x {e['rcp_scaling_factor']:.6g} ({whence}) = the published {minutes_text(e['score_minutes'])} min")
+                 f"min x {e['rcp_scaling_factor']:.6g} ({whence}) = {minutes_text(e['score_minutes'])} min, the summarizer's score")
 
 
 def _report_unparsed(entries: list[dict]) -> None:
