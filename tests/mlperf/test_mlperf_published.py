@@ -91,11 +91,13 @@ def test_minutes_keep_at_least_four_significant_digits(value, text):
     assert minutes_text(value) == text
 
 
-def test_without_scaling_json_the_factor_is_one(tmp_path):
-    folder = shutil.copytree(V51_NEBIUS, tmp_path / "Nebius")
-    (folder / "results" / "nebius_h200_n64" / "llama31_405b" / "scaling.json").unlink()
-    entry = _entry(folder, "llama31_405b")
+def test_without_scaling_json_where_the_rcp_pass_sets_none_the_factor_is_one():
+    """Lenovo's v5.0 retinanet converges as slowly as the RCP mean: the summarizer's RCP pass sets no
+    factor (a folder without scaling.json where one is needed: tests/mlperf/test_mlperf_rcp_scaling.py)."""
+    entry = _entry(TEST_DATA / "mlperf_cases" / "training_results_v5.0" / "Lenovo", "retinanet")
     assert entry["rcp_scaling_factor"] == 1.0 and entry["rcp_scaled"] is False
+    assert entry["scaling_source"] == "none needed" and entry["scaling_factor_derived"] == 1.0
+    assert entry["scaling_note"].startswith("none needed: the runs' olympic mean 4 at convergence is not below")
     assert entry["score_minutes"] == entry["olympic_minutes"]
     columns, [row] = score_table([entry])
     assert "RCP" not in row[columns.index("score")]

@@ -57,7 +57,9 @@ def test_a_ruleset_without_the_benchmark_is_one_sentence_and_exit_2(outside_roun
 def test_rcp_says_the_llama31_405b_adjustment_decided_the_pass():
     verdict = rcp_check(LLAMA_405B)
     assert verdict["status"] == "pass" and verdict["mean_epochs"] < verdict["min_epochs"]
-    assert verdict["adjustment"].endswith("so this adjustment decided the pass")
+    assert verdict["adjustment"].endswith("so this adjustment decided the pass, and with it the scaling factor x1.13333 "
+                                          "(a failed check sets none)")
+    assert verdict["scaling_factor"] == 1.1333333333333333  # the folder's scaling.json is never written by the check
     assert verdict["ruleset_reason"] == "the folder 'training_results_v5.1' names the round"
 
 

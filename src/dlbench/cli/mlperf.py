@@ -306,9 +306,10 @@ def _report_scaling(entries: list[dict]) -> None:
 
     for e in entries:
         if e.get("rcp_scaled") and e["olympic_minutes"] is not None:
+            whence = ("the scaling_factor of a scaling.json in the folder" if e["scaling_source"] == "committed scaling.json"
+                      else f"{e['scaling_source']}: {e['scaling_note']}")
             info(f"note: {e['system']}/{e['benchmark']}: RCP-scaled: the olympic mean {minutes_text(e['olympic_minutes'])} "
-                 f"min x {e['rcp_scaling_factor']:.6g} (scaling_factor of its scaling.json, committed by MLCommons' "
-                 f"review) = the published {minutes_text(e['score_minutes'])} min")
+                 f"min x {e['rcp_scaling_factor']:.6g} ({whence}) = {minutes_text(e['score_minutes'])} min, the summarizer's score")
 
 
 def _report_unparsed(entries: list[dict]) -> None:
@@ -404,7 +405,10 @@ def _render_checks(folder: str, results: list[dict], verdict: dict | None, rcps:
     if rcps is not None:
         render(rcp_table(rcps), title="mlperf-logging RCP checker")
         for r in rcps:
-            if r.get("adjustment"):
+            if r.get("scaling_note"):
+                info(f"RCP {r['folder']}: scaling factor {r['scaling_note']}; benchmark-specific adjustment: "
+                     f"{r.get('adjustment') or 'none for ' + r['benchmark']}")
+            elif r.get("adjustment"):
                 info(f"RCP {r['folder']}: {r['adjustment']}")
             if r.get("ruleset_reason"):
                 info(f"RCP {r['folder']}: ruleset {r['usage']} {r['ruleset']}: {r['ruleset_reason']}")

@@ -25,26 +25,17 @@ from pathlib import Path
 from typing import Any
 
 from dlbench.errors import UsageError
-from dlbench.mlperf.convergence import DLBENCH_ORG
+from dlbench.mlperf import rcp_scaling
 from dlbench.mlperf.layout import collect_result_files
-from dlbench.mlperf.parse import parse_file
-from dlbench.mlperf.rulesets import choose, installed_rounds, package_dir
-from dlbench.mlperf.targets import HPC_BENCHMARKS, round_folder, round_from_path
+from dlbench.mlperf.rcp_scaling import mlperf_logging_version, outside, rcp_round
+from dlbench.mlperf.rulesets import installed_rounds
+from dlbench.mlperf.targets import HPC_BENCHMARKS, round_from_path
 
 PACKAGE_TIMEOUT_S = 1800.0
 RCP_TIMEOUT_S = 300.0
 _LEVEL = re.compile(r"^(INFO|WARNING|ERROR|CRITICAL) - ?(.*)$")
 _SYSTEM = re.compile(r"System description checker (passed|failed) for (\S*)(?: : (.*))?$")
 _RCP_NUMBER = r"'{}': (?:np\.float64\()?([0-9.eE+-]+)"
-
-
-def mlperf_logging_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("mlperf-logging")
-    except PackageNotFoundError:
-        return "unknown"
 
 
 def run_module(module: str, args: list[str], timeout_s: float) -> tuple[int | None, list[str], str]:
@@ -118,7 +109,7 @@ def package_check(folder: str | Path, usage: str | None = None, ruleset: str | N
             "errors": [], "warnings": [], "note": None}
     known = installed_rounds("compliance_checker").get(usage, [])
     if ruleset not in known:
-        return base | {"status": "skipped", "note": _outside(usage, ruleset, known, "rulesets")}
+        return base | {"status": "skipped", "note": outside(usage, ruleset, known, "rulesets")}
     code, lines, output = run_module("mlperf_logging.package_checker",
                                      [str(root.absolute()), usage, ruleset], PACKAGE_TIMEOUT_S)
     records = _levelled(lines)
@@ -159,9 +150,10 @@ def _findings(records: list[tuple[str, str]]) -> dict[str, Any]:
     return {"systems": systems, "benchmarks": benchmarks, "errors": errors, "warnings": warnings}
 
 
-def _outside(usage: str, ruleset: str, known: list[str], what: str) -> str:
-    return (f"outside what the installed mlperf-logging {mlperf_logging_version()} knows: it has {usage} {what} "
-            f"{', '.join(known) or 'none'}, and this is {usage} {ruleset}")
+def _scaling(benchmark_folder: Path, usage: str, ruleset: str) -> tuple[float | None, str]:
+    """The factor the summarizer's RCP pass sets, and the sentence saying how."""
+    derived = rcp_scaling.derive(benchmark_folder, usage, ruleset)
+    return derived["factor"], rcp_scaling.factor_note(derived)
 
 
 def rcp_check_folder(folder: str | Path, usage: str | None = None, ruleset: str | None = None) -> list[dict[str, Any]]:
@@ -175,30 +167,14 @@ def rcp_check_folder(folder: str | Path, usage: str | None = None, ruleset: str 
 
 
 def rcp_check(benchmark_folder: Path, usage: str | None = None, ruleset: str | None = None) -> dict[str, Any]:
-    """The RCP checker on one benchmark folder (module docstring)."""
-    first = parse_file(min(benchmark_folder.glob("result_*.txt")))
-    benchmark = first.benchmark or benchmark_folder.name
-    usage = usage or ("hpc" if benchmark in HPC_BENCHMARKS else "training")
-    base = {"check": "rcp", "folder": str(benchmark_folder), "benchmark": benchmark, "usage": usage,
-            "ruleset": ruleset, "mean_epochs": None, "rcp_mean_epochs": None, "min_epochs": None}
-    org = first.first("submission_org")
-    if org is not None and org.value == DLBENCH_ORG and ruleset is None:
-        return base | {"status": "skipped", "message": "dlbench's own task, not MLPerf's benchmark: its convergence "
-                       "is checked against dlbench's own points by 'dlbench mlperf score'"}
-    found = round_from_path(benchmark_folder / "x") if ruleset is None else None
-    if found is not None:
-        ruleset, base["ruleset_reason"] = found[1], f"the folder {round_folder(benchmark_folder / 'x')!r} names the round"
-    elif ruleset is None:  # no round in the path: the one the log's own keys fit (rulesets.choose)
-        chosen = choose(first, benchmark_folder / "x", usage, strict=True)
-        if isinstance(chosen, str):
-            return base | {"status": "skipped", "message": f"{chosen}; pass --ruleset X.Y.0"}
-        ruleset, base["ruleset_reason"] = chosen[1], chosen[2]
-    base["ruleset"] = ruleset
-    known = installed_rounds("rcp_checker").get(usage, [])
-    if ruleset not in known:
-        return base | {"status": "skipped", "message": "no RCPs for this round: " + _outside(usage, ruleset, known, "RCPs for")}
-    if not (package_dir("rcp_checker") / f"{usage}_{ruleset}" / f"rcps_{benchmark}.json").exists():
-        return base | {"status": "skipped", "message": f"the installed mlperf-logging has no RCPs for {benchmark} in {usage} {ruleset}"}
+    """The RCP checker on one benchmark folder (module docstring), with the scaling factor its RCP pass
+    sets for the score (:mod:`dlbench.mlperf.rcp_scaling`)."""
+    found, skipped = rcp_round(benchmark_folder, usage, ruleset)
+    benchmark, usage, ruleset = found["benchmark"], found["usage"], found["ruleset"]
+    base = {"check": "rcp", **found, "mean_epochs": None, "rcp_mean_epochs": None, "min_epochs": None,
+            "adjustment": None, "scaling_factor": None, "scaling_note": None}
+    if skipped:
+        return base | {"status": "skipped", "message": skipped}
     code, lines, output = run_module("mlperf_logging.rcp_checker", [str(benchmark_folder.absolute()), "--rcp_usage", usage,
                                      "--rcp_version", ruleset], RCP_TIMEOUT_S)
     messages = [m for _, m in _levelled(lines)]
@@ -212,6 +188,9 @@ def rcp_check(benchmark_folder: Path, usage: str | None = None, ruleset: str | N
         ("min_epochs", _RCP_NUMBER.format("Min Epochs")))}
     base.update({key: float(m.group(1)) for key, m in numbers.items() if m})
     base["adjustment"] = adjustment_note(benchmark, ruleset, base, code == 0)
+    base["scaling_factor"], base["scaling_note"] = _scaling(benchmark_folder, usage, ruleset)
+    if base["adjustment"] and "decided the pass" in base["adjustment"] and (base["scaling_factor"] or 1.0) != 1.0:
+        base["adjustment"] += f", and with it the scaling factor x{base['scaling_factor']:.6g} (a failed check sets none)"
     return base | {"status": "pass" if code == 0 else "fail", "message": verdict.split(", consider adding")[0]}
 
 

@@ -1,12 +1,16 @@
 """The published score: what MLCommons' result_summarizer prints for an entry, beyond the olympic mean.
 
-* **RCP scaling.** During review, MLCommons commits a ``scaling.json`` (``{"scaling_factor": f}``)
-  into a benchmark folder whose runs converged in fewer epochs than the reference convergence
-  points (RCPs) allow without normalisation. mlperf-logging's result_summarizer
+* **RCP scaling.** A benchmark folder whose runs converged in fewer epochs than the reference
+  convergence points (RCPs) allow without normalisation gets a ``scaling.json``
+  (``{"scaling_factor": f}``): the summarizer's RCP pass writes it, and MLCommons' result repositories
+  carry it. mlperf-logging's result_summarizer
   (``_get_scaling_factor``) reads ``<benchmark folder>/scaling.json`` — the folder holding the
   ``result_*.txt`` files, nothing above or below it — takes its ``scaling_factor`` and multiplies
   the olympic mean of the run times by it (``score *= scaling_factor``), and the olympic mean of
-  the runs' energy too; without the file the factor is 1. Weak-scaling (HPC) scores are never scaled.
+  the runs' energy too. Where the folder has no such file, dlbench takes the factor the summarizer's
+  RCP pass would write (:mod:`dlbench.mlperf.rcp_scaling`, mlperf-logging's own checker on links to
+  the result files, never writing beside them); ``scaling_source`` says which. Weak-scaling (HPC)
+  scores are never scaled.
   An entry keeps the unscaled ``olympic_minutes``, the ``rcp_scaling_factor`` and the scaled
   ``score_minutes``; a ``scaling.json`` that cannot be read leaves the score unscaled, with a warning
   (the summarizer would stop on it).
@@ -50,15 +54,40 @@ def scaling_factor(benchmark_folder: str | Path) -> tuple[float | None, str | No
     return float(factor), None
 
 
-def apply_scaling(entry: dict[str, Any], benchmark_folder: str | Path) -> None:
-    """Scale a strong-scaling/training ``entry`` by its folder's ``scaling.json``, as the summarizer does."""
-    factor, problem = scaling_factor(benchmark_folder)
+def _same(a: float, b: float) -> bool:
+    return abs(a - b) <= 1e-12 * max(abs(a), abs(b))
+
+
+def apply_scaling(entry: dict[str, Any], benchmark_folder: str | Path, derived: dict[str, Any] | None = None) -> None:
+    """Scale a strong-scaling/training ``entry`` as the summarizer does: by its folder's ``scaling.json``
+    where there is one, else by the factor its RCP pass sets (``derived``,
+    :func:`dlbench.mlperf.rcp_scaling.summarizer_factor`); the entry says which (``scaling_source``)."""
+    committed, problem = scaling_factor(benchmark_folder)
+    derived = derived or {"factor": None, "note": None, "problem": None}
+    found = derived.get("factor")
     entry["olympic_minutes"] = entry["score_minutes"]
     entry["olympic_energy_j"] = entry.get("energy_j")
-    entry["rcp_scaling_factor"] = factor if factor is not None else 1.0
-    entry["rcp_scaled"] = factor is not None and factor != 1.0
+    entry["scaling_factor_committed"], entry["scaling_factor_derived"] = committed, found
+    entry["scaling_note"] = derived.get("note")
     if problem:
         entry["warnings"].append(f"{problem}: the score is left unscaled (MLCommons' summarizer stops on this file)")
+        factor, entry["scaling_source"] = None, "none: the folder's scaling.json cannot be read"
+    elif committed is not None:
+        factor, entry["scaling_source"] = committed, "committed scaling.json"
+        if found is not None and not _same(found, committed):
+            entry["warnings"].append(
+                f"a scaling.json in the folder says x{committed:.10g}; the RCP data ({derived['usage']} "
+                f"{derived['ruleset']}) give x{found:.10g}: the score uses the folder's scaling.json, as MLCommons' "
+                "summarizer does")
+    elif found is not None and found != 1.0:
+        factor, entry["scaling_source"] = found, f"derived from the RCP data ({derived['usage']} {derived['ruleset']})"
+    else:
+        factor = None
+        entry["scaling_source"] = "none needed" if found is not None or derived.get("open") else "not derived"
+        if derived.get("problem"):
+            entry["warnings"].append(f"the RCP scaling factor is {derived['note']}: the score is left unscaled")
+    entry["rcp_scaling_factor"] = factor if factor is not None else 1.0
+    entry["rcp_scaled"] = factor is not None and factor != 1.0
     if factor is None:
         return
     if entry["score_minutes"] is not None:

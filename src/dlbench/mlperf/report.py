@@ -154,9 +154,11 @@ def package_table(verdict: dict[str, Any]) -> Table:
 
 def rcp_table(rows_in: Sequence[dict[str, Any]]) -> Table:
     """The RCP checker's verdict per benchmark folder."""
-    columns = ["folder", "benchmark", "round", "status", "mean epochs", "RCP mean", "min epochs", "message"]
+    columns = ["folder", "benchmark", "round", "status", "mean epochs", "RCP mean", "min epochs", "scaling factor",
+               "message"]
     rows = [[r["folder"], r["benchmark"], f"{r['usage']} {r['ruleset'] or '?'}", r["status"], _num(r["mean_epochs"]),
-             _num(r["rcp_mean_epochs"]), _num(r["min_epochs"]), r["message"]] for r in rows_in]
+             _num(r["rcp_mean_epochs"]), _num(r["min_epochs"]),
+             "-" if r.get("scaling_factor") is None else f"x{r['scaling_factor']:.6g}", r["message"]] for r in rows_in]
     return columns, rows
 
 

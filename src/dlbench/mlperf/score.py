@@ -31,7 +31,7 @@ from typing import Any
 import psutil
 
 from dlbench.errors import UsageError
-from dlbench.mlperf import convergence, power, published
+from dlbench.mlperf import convergence, power, published, rcp_scaling
 from dlbench.mlperf.layout import (
     collect_result_files,
     described_accelerators,
@@ -305,6 +305,7 @@ def score_folder(folder: str | Path, compliance: bool = False) -> list[dict[str,
         entry["warnings"] += division_conflicts(system, sorted({r.division for r in runs if r.division}), description)
         published.apply_description(entry, description, where)
         if scaling != "weak":
-            published.apply_scaling(entry, pairs[0][0].parent)
+            folder_of = pairs[0][0].parent
+            published.apply_scaling(entry, folder_of, rcp_scaling.summarizer_factor(folder_of, entry.get("division")))
         entries.append(entry)
     return entries

@@ -1,0 +1,131 @@
+"""The RCP scaling factor where a benchmark folder has no scaling.json (issue 41, item 1): derived by
+mlperf-logging's own RCP checker as its result_summarizer derives it, never written into the user's
+folder, on real excerpts whose committed scaling.json is taken away (training v4.0 Dell resnet,
+x1.00422 by RCP interpolation; v5.1 Nebius llama31_405b, x1.13333)."""
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dlbench.cli.app import main
+from dlbench.mlperf.score import score_folder
+
+CASES = Path(__file__).resolve().parents[1] / "data" / "mlperf_cases"
+DELL = (CASES / "training_results_v4.0" / "Dell", "XE9680x8H100-SXM-80GB", "resnet", "4.0.0")
+NEBIUS = (CASES / "training_results_v5.1" / "Nebius", "nebius_h200_n64", "llama31_405b", "5.1.0")
+
+# The summarizer's own flow: its RCP pass writes scaling.json after the score is read, so the second
+# summary of a folder without one is the figure MLCommons publishes.
+SUMMARIZER = """
+import contextlib, io, json, sys
+from mlperf_logging.result_summarizer import result_summarizer as rs
+system_folder, benchmark, ruleset = sys.argv[1:4]
+with contextlib.redirect_stdout(io.StringIO()):
+    for _ in range(2):
+        scores, detailed = rs._compute_strong_scaling_scores({"submitter": "x"}, system_folder, "training", ruleset, "closed")
+print(json.dumps({"score": scores[benchmark], "factor": detailed[benchmark + ":rcp_scaling_factor"]}))
+"""
+
+
+def _summarizer(system_folder, benchmark, ruleset):
+    done = subprocess.run([sys.executable, "-c", SUMMARIZER, str(system_folder), benchmark, ruleset],
+                          capture_output=True, text=True, timeout=120, check=True)
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def _without_scaling_json(tmp_path, case, name="user"):
+    org, system, benchmark, _ = case
+    folder = shutil.copytree(org, tmp_path / name / org.parent.name / org.name)  # the round stays named
+    (folder / "results" / system / benchmark / "scaling.json").unlink()
+    return folder
+
+
+def _bytes(folder):
+    return {p.relative_to(folder): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _entry(folder, benchmark):
+    [entry] = [e for e in score_folder(folder) if e["benchmark"] == benchmark]
+    return entry
+
+
+@pytest.mark.slow  # the summarizer runs as a subprocess that imports pandas and scipy
+@pytest.mark.parametrize("case", [DELL, NEBIUS], ids=["v4.0-dell-resnet", "v5.1-nebius-llama31_405b"])
+def test_without_scaling_json_the_score_is_the_summarizers_and_the_folder_is_left_as_it_was(tmp_path, case):
+    org, system, benchmark, ruleset = case
+    folder = _without_scaling_json(tmp_path, case)
+    before = _bytes(folder)
+    entry = _entry(folder, benchmark)
+    assert _bytes(folder) == before and not list(folder.rglob("scaling.json"))  # nothing written, nothing changed
+    theirs = _without_scaling_json(tmp_path, case, "summarizer")
+    official = _summarizer(theirs / "results" / system, benchmark, ruleset)
+    committed = json.loads((org / "results" / system / benchmark / "scaling.json").read_text())["scaling_factor"]
+    assert official["factor"] == committed != 1.0  # the RCP pass gives what MLCommons' folder carries
+    assert entry["rcp_scaling_factor"] == entry["scaling_factor_derived"] == official["factor"]
+    assert entry["score_minutes"] == pytest.approx(official["score"], rel=1e-9)
+    assert entry["scaling_source"] == f"derived from the RCP data (training {ruleset})"
+    assert entry["scaling_factor_committed"] is None and entry["rcp_scaled"] is True
+    assert entry["scaling_note"].startswith(f"x{committed:.6g} = the RCP mean ")
+
+
+def test_the_derived_factor_names_its_source_in_the_json_and_the_note(tmp_path, capsys):
+    folder = _without_scaling_json(tmp_path, NEBIUS)
+    code = main(["mlperf", "score", str(folder), "--json"])
+    [entry] = [e for e in json.loads(capsys.readouterr().out) if e["benchmark"] == "llama31_405b"]
+    assert code == 0 and entry["scaling_source"] == "derived from the RCP data (training 5.1.0)"
+    assert round(entry["score_minutes"], 2) == 237.61  # the published figure, from a folder without scaling.json
+    main(["mlperf", "score", str(folder)])
+    err = capsys.readouterr().err
+    assert "x 1.13333 (derived from the RCP data (training 5.1.0): x1.13333 = the RCP mean 313344" in err
+    assert "committed by" not in err and not list(folder.rglob("scaling.json"))
+
+
+def test_a_committed_scaling_json_is_read_as_a_file_in_the_folder(capsys):
+    main(["mlperf", "score", str(DELL[0])])
+    err = capsys.readouterr().err
+    assert "x 1.00422 (the scaling_factor of a scaling.json in the folder)" in err and "MLCommons' review" not in err
+    entry = _entry(DELL[0], "resnet")
+    assert entry["scaling_source"] == "committed scaling.json"
+    assert entry["scaling_factor_committed"] == entry["scaling_factor_derived"] == entry["rcp_scaling_factor"]
+
+
+def test_a_committed_scaling_json_that_disagrees_is_shown_beside_the_derived_factor_and_used(tmp_path):
+    org, system, benchmark, _ = DELL
+    folder = shutil.copytree(org, tmp_path / "Dell")
+    (folder / "results" / system / benchmark / "scaling.json").write_text('{"scaling_factor": 1.5}')
+    entry = _entry(folder, benchmark)
+    assert entry["scaling_source"] == "committed scaling.json" and entry["rcp_scaling_factor"] == 1.5
+    assert entry["scaling_factor_committed"] == 1.5
+    assert entry["scaling_factor_derived"] == pytest.approx(1.0042232277526395, rel=1e-15)
+    assert entry["score_minutes"] == entry["olympic_minutes"] * 1.5
+    assert any("says x1.5; the RCP data (training 4.0.0) give x1.004223228" in w and "uses the folder's scaling.json" in w
+               for w in entry["warnings"])
+
+
+def test_open_division_needs_no_factor(tmp_path):
+    org, system, benchmark, _ = DELL
+    folder = _without_scaling_json(tmp_path, DELL)
+    description = folder / "systems" / f"{system}.json"
+    description.write_text(description.read_text().replace('"closed"', '"open"'))
+    entry = _entry(folder, benchmark)
+    assert entry["division"] == "open" and entry["scaling_source"] == "none needed"
+    assert entry["rcp_scaling_factor"] == 1.0 and entry["score_minutes"] == entry["olympic_minutes"]
+
+
+@pytest.mark.slow  # the RCP checker runs as a subprocess that imports scipy
+def test_check_rcp_prints_the_factor_and_the_adjustment(tmp_path, capsys):
+    folder = _without_scaling_json(tmp_path, NEBIUS)
+    before = _bytes(folder)
+    code = main(["mlperf", "check", str(folder), "--rcp", "--json"])
+    [rcp] = [r for r in json.loads(capsys.readouterr().out)["rcp"] if r["benchmark"] == "llama31_405b"]
+    assert rcp["status"] == "pass" and rcp["scaling_factor"] == 1.1333333333333333
+    assert rcp["adjustment"].startswith("the RCP checker lowers llama31_405b's minimum mean by 46080 samples")
+    main(["mlperf", "check", str(folder), "--rcp"])
+    err = capsys.readouterr().err
+    assert "scaling factor x1.13333 = the RCP mean 313344 / the runs' olympic mean 276480" in err
+    assert "benchmark-specific adjustment: the RCP checker lowers llama31_405b's minimum mean" in err
+    assert _bytes(folder) == before and code in (0, 1)
