@@ -13,8 +13,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from dlbench.api.image import torch_requirement_problem
 from dlbench.cli.app import main
