@@ -184,3 +184,16 @@ def test_ddp_under_torchrun_sees_torchruns_variables_and_every_rank_counts(capsy
     assert result["samples_per_s"] >= max(r["samples_per_s"] for r in result["per_rank"])
     assert not [p for p in psutil.Process().children(recursive=True) if "ddp_probe.py" in " ".join(p.cmdline())]
     assert os.environ.get("DLBENCH_RUN_DIR") is None  # the rank's variables stayed in the rank
+
+
+def test_tensorboard_draws_an_exec_runs_steps(capsys, tmp_path):
+    code, record, _ = exec_run(capsys, tmp_path / "runs.db", "--tensorboard", str(tmp_path / "tb"), program=[
+        PY, str(PROGRAMS / "probe_train.py"), "8", "0.01", "4", "1"])
+    assert code == 0, record
+    assert len(record["result"]["step_times_s"]) == record["result"]["steps"] == 6
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # tensorboard: this test only
+
+    (run_dir,) = [p.parent for p in (tmp_path / "tb").rglob("events.out.tfevents.*")]
+    events = EventAccumulator(str(run_dir))
+    events.Reload()
+    assert len(events.Scalars("step_time_s")) == 6 and "result/samples_per_s" in events.Tags()["scalars"]

@@ -49,6 +49,8 @@ from dlbench.telemetry.training import TrainingState, metrics_dir
 #: Lines of the program's output kept in the record (``result.program.output_tail``), and their characters.
 TAIL_LINES = 40
 TAIL_CHARS = 8192
+#: Step times of rank 0 kept in the record (a catalogue run keeps each of its steps too; TensorBoard draws them).
+MAX_STEP_TIMES = 100_000
 #: Lines of its output quoted in a failed run's error.
 ERROR_LINES = 5
 #: Environment variable a launched rank finds its run's directory in (set by dlbench.api.worker).
@@ -370,7 +372,7 @@ def merge_ranks(spec: ExecSpec, reports: dict[int, dict[str, Any]]) -> dict[str,
         main_probe = probed.get(min(probed))
         summary = step_summary(main_probe["step_times_s"], main_probe["samples"])
         result |= {"throughput_from": "probe", "steps": len(main_probe["step_times_s"]), "warmup": main_probe["warmup"],
-                   "step_time_s": summary["step_time_s"]}
+                   "step_time_s": summary["step_time_s"], "step_times_s": main_probe["step_times_s"][:MAX_STEP_TIMES]}
         if all(p["samples"] is not None for p in probed.values()):
             total = sum(sum(p["samples"]) for p in probed.values())
             slowest_s = max(sum(p["step_times_s"]) for p in probed.values())

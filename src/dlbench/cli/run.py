@@ -126,12 +126,12 @@ def run(
                           channels_last=channels_last, compile=compile, optimizer=optimizer, learning_rate=learning_rate,
                           threads=threads, seed=seed, data=data, workers=workers, backend=backend, scaling=scaling,
                           parallel=parallel, tp=tp, pp=pp, ac=ac, pp_schedule=pp_schedule, microbatches=microbatches,
-                          reshard_after_forward=reshard_after_forward, profile=profile, tensorboard=tensorboard)
+                          reshard_after_forward=reshard_after_forward, profile=profile)
         fields = _overrides(name=name, metric=metric, metric_scope=metric_scope, batch_size=batch_size, steps=steps, warmup=warmup, device=device,
                             tag=tag, nproc=nproc, nnodes=nnodes, node_rank=node_rank, rdzv_endpoint=rdzv_endpoint,
                             timeout_s=timeout, telemetry=telemetry, telemetry_interval_s=telemetry_interval,
                             metrics_port=metrics_port, metrics_host=metrics_host)
-        return run_program(fields, db, no_store, as_json, launch)
+        return run_program(fields, db, no_store, as_json, launch, tensorboard)
     if name is not None or metric is not None or metric_scope is not None:
         raise UsageError(f"{'--name' if name is not None else '--metric'} is for a program run with --exec, e.g. "
                          "dlbench run --exec --metric nersc -- python train.py")
@@ -166,7 +166,8 @@ def _refuse_with_exec(**given: Any) -> None:
                          "own arguments (after '--') instead.")
 
 
-def run_program(fields: dict[str, Any], db: str | None, no_store: bool, as_json: bool, launch: LaunchOptions | None) -> None:
+def run_program(fields: dict[str, Any], db: str | None, no_store: bool, as_json: bool, launch: LaunchOptions | None,
+                tensorboard: str | None = None) -> None:
     """``run --exec``: the program as one run of job kind ``exec`` (resolved, launched, recorded like every run)."""
     from pydantic import ValidationError  # pydantic: only for a run (dlbench --help stays light)
 
@@ -196,7 +197,7 @@ def run_program(fields: dict[str, Any], db: str | None, no_store: bool, as_json:
     follower = joined is not None and joined.rank != 0
     store = None if no_store or follower else open_store(db)
     try:
-        record = run_exec(specs[0], store)
+        record = run_exec(specs[0], store if follower else with_tensorboard(store, tensorboard))
     finally:
         if store is not None:
             store.close()
