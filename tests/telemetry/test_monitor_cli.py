@@ -55,4 +55,4 @@ def test_busy_or_invalid_port_is_a_usage_error(tmp_path):
     assert bad.returncode == 2 and "--port 70000 is not a TCP port" in bad.stderr
     interval = subprocess.run([sys.executable, "-m", "dlbench", "monitor", "--interval", "0"],
                               capture_output=True, text=True, timeout=60)
-    assert interval.returncode == 2 and "--interval 0.0 must be more than 0" in interval.stderr
+    assert interval.returncode == 2 and "--interval 0.0 must be a number of seconds more than 0" in interval.stderr

@@ -8,9 +8,10 @@ applied to one user program (``dlbench run --exec``), with its output read line 
   output costs no memory and the watcher still sees its deadline and signals.
 * **Stopping** (``on_line``/``on_tick`` say enough was measured, ``timeout_s`` passed, or a signal reached
   dlbench): SIGTERM to the whole tree, SIGKILL to what is left :data:`STOP_GRACE_S` later.
-* **Nothing left behind**: this process is made a child subreaper, so a daemon the program forks (double fork,
-  setsid) is re-parented here instead of to init, and every process that appeared under this one while the
-  program ran is killed once it ends.
+* **Nothing left behind**: the program's environment carries a token of this run (:data:`TOKEN_ENV`), which
+  every process it starts inherits; once it ends, every process of this user holding the token is killed — a
+  daemon it forked into a new session and re-parented to init too. Nothing else is touched: this process stays
+  what it was (no subreaper: a library call under pytest or in a notebook must not adopt other orphans).
 """
 
 from __future__ import annotations
@@ -18,11 +19,13 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import queue
 import signal
 import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -33,10 +36,16 @@ import psutil
 from dlbench.errors import Terminated
 from dlbench.launch.process import STOP_GRACE_S, ProcessTree
 
+#: The environment variable that marks every process a program run started (see the module docstring).
+TOKEN_ENV = "DLBENCH_PROGRAM_TOKEN"
 #: Characters of one output line that are kept (the rest of a longer line is dropped).
 LINE_CHARS = 4096
 #: Lines of the program's output kept for the record and its error.
 TAIL_LINES = 200
+#: Lines read ahead of the watcher (a bound: a program flooding its output waits for it).
+QUEUE_LINES = 1024
+#: Lines handled between two looks at the clock, signals and on_tick.
+BATCH_LINES = 1000
 #: Seconds the output is still read after the program exited (a child left in the background may hold it).
 DRAIN_S = 1.0
 POLL_S = 0.2
@@ -73,22 +82,20 @@ def run_program(argv: list[str], env: Mapping[str, str], on_line: Callable[[str]
 
     ``stderr``: where the program's stderr goes (default: merged into the lines read); ``die_with_parent``: the
     signal the kernel sends the program if the thread that started it dies (:func:`death_signal`: a SIGKILLed
-    worker's trial must not run on); ``reap_strays=False`` leaves this process no subreaper and kills only the
-    program's own tree and session (a process that runs other programs at the same time: an HPO worker)."""
-    if reap_strays:
-        _become_subreaper()
-    before = {p.pid for p in _children()} if reap_strays else set()
+    worker's trial must not run on); ``reap_strays=False`` kills only the program's own tree and session, not
+    the token's holders (HPO's trials, whose commands may share a worker's environment)."""
+    token = uuid.uuid4().hex
     end = ProgramEnd(started_at=time.monotonic())
-    proc = subprocess.Popen(argv, env=dict(env), cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,  # noqa: S603 - argv, no shell
+    proc = subprocess.Popen(argv, env=dict(env) | {TOKEN_ENV: token}, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,  # noqa: S603 - argv, no shell
                             stderr=stderr, start_new_session=True,
                             preexec_fn=death_signal(die_with_parent) if die_with_parent else None)
     tree = ProcessTree(proc.pid)
-    lines: deque[str] = deque()
-    got_line = threading.Event()
-    reader = threading.Thread(target=_read, args=(proc.stdout, lines, got_line, end, echo), daemon=True)
+    lines: queue.Queue[str] = queue.Queue(maxsize=QUEUE_LINES)
+    closing = threading.Event()
+    reader = threading.Thread(target=_read, args=(proc.stdout, lines, closing, end, echo), daemon=True)
     reader.start()
     try:
-        _watch(proc, tree, lines, got_line, end, on_line, on_tick, timeout_s)
+        _watch(proc, tree, lines, end, on_line, on_tick, timeout_s)
     except Terminated as exc:
         end.stopped, end.signal = "signal", exc.signum
         tree.stop(STOP_GRACE_S)
@@ -98,12 +105,13 @@ def run_program(argv: list[str], env: Mapping[str, str], on_line: Callable[[str]
         tree.stop(STOP_GRACE_S)
         raise
     finally:
+        closing.set()  # the reader stops waiting for room
         tree.kill()
         _kill_session(proc.pid)  # what it started and the tree never saw (a child of a child that exited at once)
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=STOP_GRACE_S)
         if reap_strays:
-            _kill_strays(before)
+            _kill_strays(token)
         reader.join(timeout=DRAIN_S)
         with contextlib.suppress(OSError, ValueError):
             proc.stdout.close()
@@ -113,16 +121,18 @@ def run_program(argv: list[str], env: Mapping[str, str], on_line: Callable[[str]
     return end
 
 
-def _watch(proc, tree: ProcessTree, lines: deque, got_line: threading.Event, end: ProgramEnd,
-           on_line, on_tick, timeout_s: float | None) -> None:
+def _watch(proc, tree: ProcessTree, lines: queue.Queue, end: ProgramEnd, on_line, on_tick,
+           timeout_s: float | None) -> None:
     deadline = None if timeout_s is None else end.started_at + timeout_s
     exited_at = refreshed = None
     while True:
-        while lines:
-            if on_line is not None and on_line(lines.popleft()):
+        for _ in range(BATCH_LINES):  # a batch, then the clock: a flood must not hide the deadline
+            try:
+                line = lines.get_nowait()
+            except queue.Empty:
+                break
+            if on_line is not None and on_line(line):
                 return _enough(tree, end)
-            elif on_line is None:
-                lines.popleft()
         if on_tick is not None and on_tick():
             return _enough(tree, end)
         now = time.monotonic()
@@ -135,10 +145,13 @@ def _watch(proc, tree: ProcessTree, lines: deque, got_line: threading.Event, end
             return
         if exited_at is None and proc.poll() is not None:
             exited_at = now
-        if exited_at is not None and (end.lines_done or now - exited_at > DRAIN_S) and not lines:
+        if exited_at is not None and (end.lines_done or now - exited_at > DRAIN_S) and lines.empty():
             return
-        got_line.wait(POLL_S)
-        got_line.clear()
+        if lines.empty():
+            with contextlib.suppress(queue.Empty):  # wakes at the next line (or the poll's end)
+                first = lines.get(timeout=POLL_S)
+                if on_line is not None and on_line(first):
+                    return _enough(tree, end)
 
 
 def _enough(tree: ProcessTree, end: ProgramEnd) -> None:
@@ -146,10 +159,10 @@ def _enough(tree: ProcessTree, end: ProgramEnd) -> None:
     tree.stop(STOP_GRACE_S)
 
 
-def _read(stream, lines: deque, got_line: threading.Event, end: ProgramEnd, echo: bool) -> None:
-    """The program's output into ``lines`` (decoded, cut at :data:`LINE_CHARS`), counted and its tail kept.
-    ``lines`` is bounded by the watcher taking them; a flood is read as fast as it comes and dropped past
-    what the watcher takes (the metric lines of a flood are not the point: the program is misbehaving)."""
+def _read(stream, lines: queue.Queue, closing: threading.Event, end: ProgramEnd, echo: bool) -> None:
+    """The program's output into ``lines`` (decoded, cut at :data:`LINE_CHARS`), counted and its tail kept. The queue
+    is bounded: a program that floods its output waits for the watcher (the pipe fills and its writes block), so
+    neither memory nor this thread's share of the interpreter grows with the flood."""
     try:
         while raw := stream.readline(LINE_CHARS):
             if not raw.endswith(b"\n"):
@@ -159,16 +172,18 @@ def _read(stream, lines: deque, got_line: threading.Event, end: ProgramEnd, echo
             end.output_bytes += len(raw)
             line = raw.decode("utf-8", "replace")
             end.tail.append(line if line.endswith("\n") else line + "\n")
-            if len(lines) < 10_000:
-                lines.append(line)
-            got_line.set()
             if echo:
                 sys.stderr.write(line)
+            while not closing.is_set():
+                try:
+                    lines.put(line, timeout=0.2)
+                    break
+                except queue.Full:
+                    continue
     except (OSError, ValueError):
         pass
     finally:
         end.lines_done = True
-        got_line.set()
 
 
 def death_signal(signum: int) -> Callable[[], None] | None:
@@ -190,29 +205,17 @@ def _kill_session(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
 
 
-def _become_subreaper() -> None:
-    """Orphans of the program's tree come back to this process (Linux PR_SET_CHILD_SUBREAPER), so a daemon it
-    forked can be found and ended; elsewhere the session and the tree seen while it ran are what is ended."""
-    if sys.platform.startswith("linux"):
-        with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
-
-
-def _children() -> list[psutil.Process]:
-    try:
-        return psutil.Process().children(recursive=True)
-    except psutil.Error:
-        return []
-
-
-def _kill_strays(before: set[int]) -> None:
-    """SIGKILL every process under this one that was not there before the program started (its daemons, which
-    the subreaper brought back here), and reap them."""
-    strays = [p for p in _children() if p.pid not in before]
+def _kill_strays(token: str) -> None:
+    """SIGKILL every process that still carries this run's token in its environment (what the program left behind,
+    wherever it was re-parented), and wait for them. Only processes this user may read are seen: the program's own."""
+    strays = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.pid != os.getpid() and proc.environ().get(TOKEN_ENV) == token:
+                strays.append(proc)
+        except (psutil.Error, OSError):  # gone, a kernel thread, or another user's: not ours
+            continue
     for proc in strays:
         with contextlib.suppress(psutil.Error):
             proc.send_signal(signal.SIGKILL)
     psutil.wait_procs(strays, timeout=5)
-    for proc in strays:  # zombies re-parented here are ours to reap
-        with contextlib.suppress(ChildProcessError, OSError):
-            os.waitpid(proc.pid, os.WNOHANG)
