@@ -185,6 +185,9 @@ def summarizer_factor(benchmark_folder: str | Path, division: str | None) -> dic
     none = {"factor": None, "usage": None, "ruleset": None, "problem": None, "open": division == "open"}
     if division == "open":
         return none | {"note": "none needed: the open division has no RCP pass in MLCommons' summarizer"}
+    if not any(folder.glob("result_*.txt")):  # a lone log scored as a file: no benchmark folder for the RCP pass
+        return none | {"note": "not derived: the RCP pass reads a benchmark folder's result_*.txt files, and this log "
+                               "is not one of them"}
     found, skipped = rcp_round(folder)
     if skipped:
         return none | {"usage": found["usage"], "ruleset": found["ruleset"], "note": f"not derived: {skipped}"}
