@@ -13,7 +13,7 @@ import re
 import uuid
 from typing import Any
 
-from dlbench.strict_json import NOT_FINITE, strict_document
+from dlbench.strict_json import NOT_FINITE, any_not_finite, strict_document
 
 SCHEMA_VERSION = 1
 STATUSES = ("ok", "failed", "oom", "aborted", "pruned")  # pruned: an HPO trial stopped early
@@ -200,7 +200,7 @@ def _finite_problem(value: Any, where: str) -> str | None:
 
 def not_finite_paths(value: Any, where: str = "") -> list[str]:
     """Where ``value`` holds a NaN or an infinity (``final_loss``, ``step_time_s.max``), in document order."""
-    if not _any_not_finite(value):  # the common case, without building a path for every value
+    if not any_not_finite(value):  # the common case, without building a path for every value
         return []
     found, stack = [], [(where, value)]
     while stack:
@@ -212,20 +212,6 @@ def not_finite_paths(value: Any, where: str = "") -> list[str]:
         elif isinstance(item, list):
             stack.extend(reversed([(f"{path}[{i}]", v) for i, v in enumerate(item)]))
     return found
-
-
-def _any_not_finite(value: Any) -> bool:
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, float):
-            if not math.isfinite(item):
-                return True
-        elif isinstance(item, dict):
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-    return False
 
 
 def _is_number(value: Any) -> bool:
