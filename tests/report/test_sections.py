@@ -63,3 +63,19 @@ def test_charts_have_a_mark_per_point_and_hover_text():
     bars = bar_chart([("x", 10.0, 1.0, "x: 10"), ("y", 20.0, None, "y: 20")], "t", "samples/s")
     widths = [float(w) for w in re.findall(r'class="mark" x="200" y="[\d.]+" width="([\d.]+)"', bars)]
     assert widths[1] == pytest.approx(2 * widths[0], rel=0.02)
+
+
+def test_an_automatic_comparison_names_its_sides_the_same_way_whatever_order_runs_of_one_second_stream_in(real_db):
+    """The store streams runs newest first and runs saved in one second (created_at's resolution) in id order,
+    which is random: A is the side that ran first, and sides that started in one second are ordered by value."""
+    from dlbench.report.digest import Digest, run_of
+
+    base = stored(real_db, RunFilter(workloads=("lstm",), tags={"origin": "real"}))[0]
+    old = [variant(base, torch="2.4.1") for _ in range(2)]
+    new = [variant(base, torch="2.5.1", factor=1.1) for _ in range(2)]
+    labels = {tuple(c["label"] for c in Digest().add_all(run_of(r) for r in runs).comparisons())
+              for runs in (old + new, new + old, new[::-1] + old)}
+    assert labels == {("torch: A = 2.4.1, B = 2.5.1",)}
+    later = [variant(base, torch="2.4.1", minutes=1) for _ in range(2)]  # 2.4.1 ran a minute after 2.5.1: it is B
+    assert [c["label"] for c in Digest().add_all(run_of(r) for r in later + new).comparisons()] == [
+        "torch: A = 2.5.1, B = 2.4.1"]

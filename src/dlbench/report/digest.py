@@ -367,7 +367,9 @@ class Digest:
         for name, values in self.sides.items():
             if not values or len(values) != 2:
                 continue
-            (value_a, a), (value_b, b) = sorted(values.items(), key=lambda kv: min(acc.first_at for acc in kv[1].values()))
+            # A is the side that ran first; runs in one second (created_at's resolution) are ordered by value
+            (value_a, a), (value_b, b) = sorted(values.items(),
+                                                key=lambda kv: (min(acc.first_at for acc in kv[1].values()), kv[0]))
             rows = [row for row in compare_accs(a, b) if row.ratio is not None]
             if rows:
                 out.append({"label": f"{name}: A = {value_a}, B = {value_b}", "auto": True, "rows": rows})
