@@ -83,7 +83,7 @@ def test_nersc_resnet50_config(tmp_path):
     assert spec.batch_size == 128
     assert spec.optimizer == "adam" and spec.learning_rate == 0.001
     assert spec.steps == 2048 // 128  # one epoch of n_train samples
-    assert spec.tags == {"config": "nersc"}
+    assert spec.tags == {"config": "nersc", "implementation": "dlbench's resnet50, not NERSC's train.py"}
 
 
 def test_nersc_lstm_config(tmp_path):
@@ -103,7 +103,7 @@ def test_nersc_lstm_config(tmp_path):
         ("- just\n- a list\n", "expected a mapping"),
         ("runs: []\n", "non-empty list"),
         ("steps: 3\n", "'workload' is required"),
-        ("model_config: {model_type: unet}\n", "NERSC model_type 'unet'"),
+        ("model_config: {model_type: unet}\n", "NERSC model_config.model_type 'unet'"),
     ],
 )
 def test_bad_files_give_one_clear_sentence(tmp_path, text, message):

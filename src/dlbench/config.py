@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 import os
-import sys
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,28 +18,61 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from dlbench.errors import UsageError, unknown_name
-from dlbench.safety import read_input_file
+from dlbench.safety import read_input_file, shell_word
 
 if TYPE_CHECKING:  # spec imports pydantic (~0.2 s): only where runs are built, not at `dlbench --help`
     from dlbench.spec import RunSpec
 
-# NERSC model_type → dlbench workload.
+# NERSC model_type (model_config.name for its GAN trainer) → dlbench workload.
 _NERSC_MODELS = {
     "resnet50": "resnet50", "alexnet": "alexnet", "vgg11": "vgg11", "inceptionv3": "inception_v3",
     "inception_v3": "inception_v3", "cnn3d": "cnn3d", "lstm": "lstm", "transformer": "transformer",
     "dcgan": "dcgan", "gnmt": "gnmt",
 }
-# NERSC model_config key → dlbench parameter name.
-_NERSC_MODEL_KEYS = {
-    "num_classes": "num_classes", "n_classes": "num_classes", "input_size": "input_size",
-    "hidden_size": "hidden_size", "n_layers": "num_layers", "num_layers": "num_layers",
-    "output_size": "n_targets", "ntoken": "vocab_size", "ninp": "d_model", "nhid": "ffn_dim",
-    "nhead": "num_heads", "nlayers": "num_layers", "noise_dim": "noise_dim", "n_channels": "channels",
+_CLASSIFIER_KEYS = {"num_classes": "num_classes", "n_classes": "num_classes"}
+# NERSC model_config key → the dlbench parameter it sets, per workload: NERSC's train.py passes every other
+# model_config key to the model's constructor, so a key missing here changes NERSC's model and is named as
+# ignored (printed and recorded), never dropped silently.
+_NERSC_MODEL_KEYS: dict[str, dict[str, str]] = {
+    "resnet50": _CLASSIFIER_KEYS, "alexnet": _CLASSIFIER_KEYS, "vgg11": _CLASSIFIER_KEYS,
+    "inception_v3": _CLASSIFIER_KEYS | {"aux_logits": "aux_logits"},
+    "cnn3d": {"output_size": "n_targets"},  # input_shape: see _nersc_shape_params
+    "lstm": _CLASSIFIER_KEYS | {"input_size": "input_size", "hidden_size": "hidden_size",
+                                "output_size": "num_classes", "n_lstm_layers": "num_layers"},
+    "transformer": {"ntoken": "vocab_size", "ninp": "d_model", "nhid": "ffn_dim", "nhead": "num_heads",
+                    "nlayers": "num_layers"},
+    "dcgan": {"noise_dim": "noise_dim", "n_channels": "channels", "n_filters": "features"},
+    "gnmt": {"hidden_size": "hidden_size", "n_layers": "num_layers", "num_layers": "num_layers"},
 }
-_NERSC_IGNORED = {"output_dir", "trainer", "name", "model_type", "loss", "optimizer", "learning_rate",
-                  "lr", "n_valid", "use_dist_sampler_train", "use_dist_sampler_valid", "target_shape",
-                  "input_type", "input_shape", "n_train", "batch_size", "n_epochs", "n_classes",
-                  "input_size"}
+# Where NERSC's model constructors default otherwise than dlbench's workload (models/cnn3d.py: conv_sizes
+# [16, 32, 64, 128] of kernel 3; models/dcgan.py: n_filters=16), the run takes NERSC's default.
+_NERSC_MODEL_DEFAULTS: dict[str, dict[str, Any]] = {
+    "cnn3d": {"n_conv_layers": 4, "kernel_size": 3},
+    "dcgan": {"features": 16},
+}
+# What dlbench's workload is beside NERSC's model, for the line a NERSC config run prints.
+_VISION = "the same torchvision model"
+_NERSC_MODEL_NOTES = {
+    "resnet50": _VISION, "alexnet": _VISION, "vgg11": _VISION, "inception_v3": _VISION,
+    "lstm": "the same layers: nn.LSTM, then a linear layer on the last hidden state",
+    "cnn3d": "CosmoFlow's 3D CNN set to NERSC's 4 blocks of 3x3x3 convolutions, with 32 to 256 filters where NERSC's "
+             "has 16 to 128 and dense 128, 64 and an MSE loss where NERSC's has dense 256 and cross-entropy",
+    "transformer": "an encoder-decoder translation model with nlayers layers on each side, where NERSC's is an "
+                   "encoder-only language model doing less work per token",
+    "dcgan": "DCGAN's generator and discriminator as NERSC's, the generator ending in tanh where NERSC's ends in a sigmoid",
+    "gnmt": "dlbench's GNMT v2",
+}
+# Optimizer and learning rate of NERSC's trainers when model_config gives none (trainers/generic.py, gan.py).
+_NERSC_TRAINER_LR = {"generic": 0.001, "gan": 0.0002}
+# Keys that change neither the model nor the measured training work: bookkeeping of NERSC's script
+# (where it writes, its validation pass, its samplers) and the data layout the workload already implies.
+_NERSC_BOOKKEEPING = {
+    "doc": {"trainer", "output_dir", "data_config", "model_config", "train_config"},
+    "data_config": {"name", "n_train", "n_valid", "input_shape", "target_shape", "input_type", "n_classes",
+                    "batch_size", "use_dist_sampler_train", "use_dist_sampler_valid"},
+    "model_config": {"model_type", "name", "optimizer", "learning_rate"},
+    "train_config": {"n_epochs"},
+}
 
 
 #: Largest config file read: configs are a few KiB; this stops ``/dev/zero`` or a huge file.
@@ -240,39 +272,91 @@ def merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
 
 
 def from_nersc(doc: dict[str, Any], where: str) -> dict[str, Any]:
-    """Translate a NERSC pytorch-benchmarks config into RunSpec fields.
+    """Translate a NERSC pytorch-benchmarks config into RunSpec fields, for dlbench's own implementation of
+    its model (NERSC's ``train.py`` itself runs through ``dlbench run --exec``).
 
-    The work it describes is kept: ``steps = n_epochs * n_train // batch_size``.
+    The work it describes is kept: ``steps = n_epochs * n_train // batch_size``. Model keys map to the
+    workload's parameters; one with no counterpart is printed and recorded (tag ``nersc_ignored``); a key
+    dlbench cannot honour without running something else (another data set, optimizer) is refused.
     """
     data, model, train = (_nersc_section(doc, name, where) for name in ("data_config", "model_config", "train_config"))
-    model_type = str(model.get("model_type") or model.get("name") or "").lower()
+    key = "model_type" if "model_type" in model else "name"
+    model_type = str(model.get(key) or "").lower()
     if model_type not in _NERSC_MODELS:
-        raise UsageError(f"{where}: NERSC model_type {short_repr(model_type)} has no dlbench workload; "
+        raise UsageError(f"{where}: NERSC model_config.{key} {short_repr(model_type)} has no dlbench workload; "
                          f"known: {', '.join(sorted(_NERSC_MODELS))}.")
     workload = _NERSC_MODELS[model_type]
-    params = _nersc_shape_params(workload, data.get("input_shape"), where)
+    dataset = data.get("name", "dummy")
+    if dataset != "dummy":
+        raise UsageError(f"{where}: data_config.name {short_repr(dataset)} is a data set dlbench does not read "
+                         "(it runs NERSC configs on synthetic data, name: dummy); set name: dummy, or run NERSC's "
+                         "script itself with dlbench run --exec -- python train.py CONFIG.")
+    params = dict(_NERSC_MODEL_DEFAULTS.get(workload, {}))
+    params |= _nersc_shape_params(workload, data.get("input_shape"), where)
     if "n_classes" in data and workload not in ("cnn3d", "dcgan"):
         params["num_classes" if workload != "transformer" else "vocab_size"] = data["n_classes"]
-    for key, value in model.items():
-        if key in _NERSC_MODEL_KEYS and key not in ("input_shape",):
-            params[_NERSC_MODEL_KEYS[key]] = value
-    ignored = sorted((set(data) | set(model) | set(train) | set(doc)) - _NERSC_IGNORED - set(_NERSC_MODEL_KEYS)
-                     - {"data_config", "model_config", "train_config"})
-    if ignored:
-        print(f"dlbench: {where}: ignoring NERSC keys with no dlbench meaning: {', '.join(ignored)}", file=sys.stderr)
+    keys = _NERSC_MODEL_KEYS[workload]
+    ignored = [f"{name}" for name in doc if name not in _NERSC_BOOKKEEPING["doc"]]
+    for name, section in (("data_config", data), ("model_config", model), ("train_config", train)):
+        known = _NERSC_BOOKKEEPING[name] | (set(keys) if name == "model_config" else set())
+        ignored += [f"{name}.{k}" for k in section if k not in known]
+    shape = data.get("input_shape")
+    if workload == "cnn3d" and "input_shape" in model:  # NERSC's CNN3D takes the data's shape again
+        ignored.remove("model_config.input_shape")
+        _nersc_agree("input_shape", model["input_shape"], "input_shape", shape, where)
+    if workload == "lstm" and "input_size" in model and shape is not None:
+        _nersc_agree("input_size", model["input_size"], "input_shape[1]", shape[1], where)
+    for name, value in model.items():
+        if name in keys:
+            params[keys[name]] = value
     spec: dict[str, Any] = {"workload": workload, "params": params}
     if "batch_size" in data:
         spec["batch_size"] = _nersc_number(data, "data_config", "batch_size", int, where)
-    if "optimizer" in model:
-        spec["optimizer"] = str(model["optimizer"]).lower()
-    if "learning_rate" in model:
-        spec["learning_rate"] = _nersc_number(model, "model_config", "learning_rate", float, where)
+    optimizer = str(model.get("optimizer", "Adam")).lower()  # NERSC's trainers build Adam unless told
+    if optimizer not in ("adam", "sgd"):
+        raise UsageError(f"{where}: model_config.optimizer {short_repr(model['optimizer'])} is not one dlbench "
+                         "trains with; use Adam or SGD.")
+    spec["optimizer"] = optimizer
+    trainer = "gan" if workload == "dcgan" else "generic"
+    spec["learning_rate"] = (_nersc_number(model, "model_config", "learning_rate", float, where)
+                             if "learning_rate" in model else _NERSC_TRAINER_LR[trainer])
     if "n_train" in data and spec.get("batch_size"):
         epochs = _nersc_number(train, "train_config", "n_epochs", int, where) if "n_epochs" in train else 1
         samples = _nersc_number(data, "data_config", "n_train", int, where)
         spec["steps"] = max(1, epochs * samples // spec["batch_size"])
-    spec["tags"] = {"config": "nersc"}
+    spec["tags"] = {"config": "nersc", "implementation": _nersc_implementation(workload)}
+    if ignored:
+        spec["tags"]["nersc_ignored"] = ", ".join(ignored)
     return spec
+
+
+def _nersc_implementation(workload: str) -> str:
+    return f"dlbench's {workload}, not NERSC's train.py"
+
+
+def nersc_lines(spec: RunSpec, path: str) -> list[str]:
+    """What a run of NERSC config ``path`` prints before it starts (and once it is known to be valid): that it
+    runs dlbench's implementation of the model, how the script itself runs, and the keys it ignored. None for
+    a run of any other config."""
+    if spec.tags.get("implementation") != _nersc_implementation(spec.workload):  # what from_nersc wrote
+        return []
+    where = str(path)
+    script = f"dlbench run --exec --metric nersc -- python train.py {shell_word(where)}"
+    lines = [f"{where} is a NERSC pytorch-benchmarks config; it runs dlbench's own {spec.workload}, not NERSC's "
+             f"train.py: {_NERSC_MODEL_NOTES[spec.workload]}. To time the script itself: {script} "
+             "(docs/guide/your-code.md)."]
+    if "nersc_ignored" in spec.tags:
+        lines.append(f"{where}: ignored, as dlbench's {spec.workload} has no counterpart (recorded as tag "
+                     f"nersc_ignored): {spec.tags['nersc_ignored']}.")
+    return lines
+
+
+def _nersc_agree(model_key: str, model_value: Any, data_key: str, data_value: Any, where: str) -> None:
+    """A model size NERSC gives twice (model_config and data_config) must agree: its script would fail on the
+    first batch, and dlbench would have to pick one."""
+    if data_value is not None and model_value != data_value:
+        raise UsageError(f"{where}: model_config.{model_key} {short_repr(model_value)} does not match "
+                         f"data_config.{data_key} {short_repr(data_value)}; make them agree.")
 
 
 def _nersc_section(doc: dict[str, Any], name: str, where: str) -> dict[str, Any]:

@@ -246,6 +246,11 @@ def execute(specs, db: str | None, no_store: bool, as_json: bool, single: bool, 
 
     if launch is None or not launch.batch(config):
         check_runs(specs)  # a typo is refused before torch's import (seconds on a busy host)
+    if config:  # a NERSC config says, once it is known to be valid, whose model it runs
+        from dlbench.config import nersc_lines
+
+        for line in dict.fromkeys(line for spec in specs for line in nersc_lines(spec, config)):
+            info(f"dlbench: {line}")
     from dlbench.api.runs import run_specs  # imports torch: only when running
 
     if launch is not None and launch.batch(config):
