@@ -83,7 +83,7 @@ def test_nersc_resnet50_config(tmp_path):
     assert spec.batch_size == 128
     assert spec.optimizer == "adam" and spec.learning_rate == 0.001
     assert spec.steps == 2048 // 128  # one epoch of n_train samples
-    assert spec.tags == {"config": "nersc", "implementation": "dlbench's resnet50, not NERSC's train.py"}
+    assert spec.tags == {"config": "nersc", "implementation": "dlbench"}
 
 
 def test_nersc_lstm_config(tmp_path):
