@@ -133,6 +133,14 @@ def test_other_configs_print_nothing(tmp_path):
     assert nersc_lines(spec, "c.yaml") == []  # no NERSC model is dlbench's llm
 
 
+def test_cnn3d_takes_its_shape_from_the_model_when_the_data_gives_none(tmp_path):
+    doc = CONFIGS["cnn3d"][0]
+    doc = doc | {"data_config": {k: v for k, v in doc["data_config"].items() if k != "input_shape"},
+                 "model_config": doc["model_config"] | {"input_shape": [2, 32, 32, 32]}}
+    (spec,) = load_config(write(tmp_path, doc))
+    assert (spec.params["in_channels"], spec.params["volume_size"]) == (2, 32) and "nersc_ignored" not in spec.tags
+
+
 def _with(config: str, section: str, **keys) -> dict:
     doc = CONFIGS[config][0]
     return doc | {section: doc[section] | keys}
@@ -145,6 +153,8 @@ def _with(config: str, section: str, **keys) -> dict:
     (_with("cnn3d", "model_config", input_shape=[4, 64, 64, 64]), "model_config.input_shape [4, 64, 64, 64] does not match"),
     (_with("resnet50", "model_config", model_type="cnn2d"), "NERSC model_config.model_type 'cnn2d' has no dlbench workload"),
     (_with("dcgan", "model_config", name="wgan"), "NERSC model_config.name 'wgan' has no dlbench workload"),
+    (_with("cnn3d", "data_config", input_shape=None) | {"model_config": {"model_type": "cnn3d", "input_shape": "big"}},
+     "model_config.input_shape must be a list of positive integers, got 'big'"),
 ])
 def test_what_cannot_be_honoured_is_refused_naming_the_key(tmp_path, capsys, doc, message):
     with pytest.raises(UsageError, match=message.replace("[", r"\[").replace("]", r"\]")):

@@ -296,7 +296,7 @@ def from_nersc(doc: dict[str, Any], where: str) -> dict[str, Any]:
     if "n_classes" in data and workload not in ("cnn3d", "dcgan"):
         params["num_classes" if workload != "transformer" else "vocab_size"] = data["n_classes"]
     keys = _NERSC_MODEL_KEYS[workload]
-    ignored = [f"{name}" for name in doc if name not in _NERSC_BOOKKEEPING["doc"]]
+    ignored = [name for name in doc if name not in _NERSC_BOOKKEEPING["doc"]]
     for name, section in (("data_config", data), ("model_config", model), ("train_config", train)):
         known = _NERSC_BOOKKEEPING[name] | (set(keys) if name == "model_config" else set())
         ignored += [f"{name}.{k}" for k in section if k not in known]
@@ -304,6 +304,7 @@ def from_nersc(doc: dict[str, Any], where: str) -> dict[str, Any]:
     if workload == "cnn3d" and "input_shape" in model:  # NERSC's CNN3D takes the data's shape again
         ignored.remove("model_config.input_shape")
         _nersc_agree("input_shape", model["input_shape"], "input_shape", shape, where)
+        params |= _nersc_shape_params(workload, model["input_shape"], where, "model_config.input_shape")
     if workload == "lstm" and "input_size" in model and shape is not None:
         _nersc_agree("input_size", model["input_size"], "input_shape[1]", shape[1], where)
     for name, value in model.items():
@@ -378,11 +379,11 @@ def _nersc_number(section: dict[str, Any], name: str, key: str, kind: type, wher
     return kind(value)
 
 
-def _nersc_shape_params(workload: str, shape: Any, where: str) -> dict[str, Any]:
+def _nersc_shape_params(workload: str, shape: Any, where: str, key: str = "data_config.input_shape") -> dict[str, Any]:
     if shape is None:
         return {}
     if not isinstance(shape, list) or not shape or not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in shape):
-        raise UsageError(f"{where}: data_config.input_shape must be a list of positive integers, got {short_repr(shape)}.")
+        raise UsageError(f"{where}: {key} must be a list of positive integers, got {short_repr(shape)}.")
     if workload in ("resnet50", "alexnet", "vgg11", "inception_v3", "dcgan"):
         if len(shape) != 3 or shape[1] != shape[2]:
             raise UsageError(f"{where}: input_shape {shape} must be [channels, size, size] for {workload}.")
