@@ -114,7 +114,8 @@ def test_each_config_runs_dlbenchs_model_and_says_so(tmp_path, monkeypatch, caps
     assert "ignored" not in err  # every key of these 8 is honoured or changes neither the model nor the work
 
 
-def test_a_key_with_no_counterpart_is_named_printed_and_recorded(tmp_path):
+def test_a_key_with_no_counterpart_is_named_printed_and_recorded(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("DLBENCH_DB", str(tmp_path / "runs.db"))
     doc = CONFIGS["transformer"][0]
     doc = doc | {"model_config": doc["model_config"] | {"dropout": 0.2}, "train_config": {"n_epochs": 1, "lr_warmup": 3}}
     path = write(tmp_path, doc)
@@ -124,6 +125,15 @@ def test_a_key_with_no_counterpart_is_named_printed_and_recorded(tmp_path):
     assert lines[1] == (f"{path}: ignored, as dlbench's transformer has no counterpart (recorded as tag nersc_ignored): "
                         "model_config.dropout, train_config.lr_warmup.")
     assert "an encoder-decoder translation model" in lines[0]  # how dlbench's differs from NERSC's is said
+    sizes = [arg for key, value in TINY["transformer"].items() for arg in ("-p", f"{key}={value}")]
+    code = main(["run", "--config", str(path), *sizes, "-b", "2", "--steps", "1", "--warmup", "0", "--threads", "1",
+                 "--lr", "0.5", "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    (record,) = json.loads(out)
+    assert record["spec"]["tags"]["nersc_ignored"] == "model_config.dropout, train_config.lr_warmup"
+    assert record["spec"]["learning_rate"] == 0.5  # the command line wins over the file's 0.01
+    assert [line.removeprefix("dlbench: ") for line in err.splitlines() if str(path) in line] == lines
 
 
 def test_other_configs_print_nothing(tmp_path):
