@@ -233,3 +233,14 @@ def test_io_au_at_the_bar_passes():
 
     assert "busy" in au_verdict(0.8996, "io/unet3d", 323.0)  # prints 90.0%: at the bar
     assert "waited on data 10.1%" in au_verdict(0.8994, "io/unet3d", 323.0)
+
+
+def test_regress_shows_each_sides_load_and_cannot_tell_on_too_few_runs():
+    # issue 45: regress as compare: the busy % beside each side, the busier side named, no speed verdict on one run
+    (row,) = regress([record(100.0, busy=39.0)], [record(88.6, busy=98.0)])
+    _, (cells,) = regress_table([row])
+    assert cells[1].endswith("(n=1, busy 39%)") and cells[2].endswith("(n=1, busy 98%)")
+    assert cells[4] == "cannot tell" and cells[5] == "too few runs"
+    assert row.note.endswith("; candidate ran at 98% busy, baseline at 39%") and "cannot tell" in row.note
+    (row,) = regress([record(100.0), record(100.5)], [record(100.2), record(100.4)])
+    assert row.note == "" and "busy" not in "".join(regress_table([row])[1][0])

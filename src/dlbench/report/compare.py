@@ -207,13 +207,14 @@ def busy_text(busy: float | None) -> str:
     return "" if busy is None else f"busy {busy:.0f}%"
 
 
-def load_note(busy_a: float | None, busy_b: float | None) -> str:
+def load_note(busy_a: float | None, busy_b: float | None, names: tuple[str, str] = ("A", "B")) -> str:
     """"B ran at 98% busy, A at 39%" when a side's printed host load is above ``BUSY_PERCENT`` or ``BUSY_GAP``
-    points above the other's (the busier side named), else ``""``; judged on the whole percents printed."""
-    shown = {side: int(f"{busy:.0f}") for side, busy in (("A", busy_a), ("B", busy_b)) if busy is not None}
+    points above the other's (the busier side named, as ``names`` call the sides), else ``""``; judged on the whole
+    percents printed."""
+    shown = {side: int(f"{busy:.0f}") for side, busy in zip(names, (busy_a, busy_b)) if busy is not None}
     if not shown:
         return ""
-    side = max(shown, key=lambda s: (shown[s], s == "B"))
+    side = max(shown, key=lambda s: (shown[s], s == names[1]))
     other = next((s for s in shown if s != side), None)
     gap = shown[side] - shown[other] if other else 0
     if shown[side] <= BUSY_PERCENT and gap <= BUSY_GAP:
