@@ -164,16 +164,23 @@ def test_an_interval_that_prints_1000_is_within_noise():
     assert interval_verdict(0.99, 0.98, 0.9996) == "within noise" and interval_verdict(0.99, 0.98, 0.9994) == "slower"
 
 
-@given(st.lists(st.tuples(rates, st.floats(0.0, 0.2)), min_size=2, max_size=4))
+@given(st.lists(st.tuples(st.lists(rates, min_size=1, max_size=3), st.floats(0.0, 0.2)), min_size=2, max_size=4))
 @settings(max_examples=60)
-def test_trend_change_points_agree_with_the_printed_change_and_interval(groups):
-    runs = [record(rate, step_sem=sem, created_at=f"2026-12-0{day + 1}T10:00:00") for day, (rate, sem) in enumerate(groups)]
+def test_trend_change_points_agree_with_the_printed_change_interval_and_runs(groups):
+    runs = [record(rate, step_sem=sem, created_at=f"2026-12-0{day + 1}T10:00:00")
+            for day, (day_rates, sem) in enumerate(groups) for rate in day_rates]
     _, rows = trend_table(trend(runs, "date"), "date")
     assert rows[0][5] == "-" and rows[0][6] == "-"
-    for cells in rows[1:]:
+    for before, cells in zip(rows, rows[1:]):
         change, low, high = (float(x) for x in re.fullmatch(rf"({NUMBER})% \[({NUMBER})%, ({NUMBER})%\]", cells[5]).groups())
-        _judged(cells[6].removeprefix("◆ "), 1 + change / 100, 1 + low / 100, 1 + high / 100)
-        assert cells[6].startswith("◆") == (cells[6] not in ("within noise", "cannot tell"))
+        word, _, why = cells[6].removeprefix("◆ ").partition(" (")
+        n = (int(before[2]), int(cells[2]))  # the runs column of the two groups
+        if min(n) < 2:  # one run's interval is its step spread: no change point, as compare
+            assert word == "cannot tell" and why == ("1 run a side)" if max(n) < 2 else
+                                                     f"1 run in {'the previous' if n[0] < 2 else 'this'})")
+        else:
+            _judged(word, 1 + change / 100, 1 + low / 100, 1 + high / 100)
+        assert cells[6].startswith("◆") == (word in ("faster", "slower"))
 
 
 def _advise_runs(default: list[float], best: list[float]) -> list[dict]:

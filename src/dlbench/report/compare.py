@@ -223,19 +223,20 @@ def load_note(busy_a: float | None, busy_b: float | None, names: tuple[str, str]
 
 
 def judge(ratio: float, low: float, high: float, runs_a: int, runs_b: int, busy_a: float | None = None,
-          busy_b: float | None = None) -> str:
+          busy_b: float | None = None, names: tuple[str, str] = ("A", "B")) -> str:
     """compare's verdict on one configuration, from the figures printed beside it: B/A and its interval,
     the runs a side (``n=``) and the host load (``busy 98%``). :func:`interval_verdict`, except "cannot tell
     (1 run a side)" (or "in A"/"in B") with fewer than two runs on a side, whatever the interval: one run's
     interval is its step spread, blind to the run-to-run noise. A "cannot tell" says why; a notable host
-    load (:func:`load_note`) is added to any verdict."""
+    load (:func:`load_note`) is added to any verdict. ``names``: what the sides are called (trend: the previous
+    group and this one)."""
     word, why = interval_verdict(ratio, low, high), []
     if min(runs_a, runs_b) < 2:
         word = "cannot tell"
-        why.append("1 run a side" if max(runs_a, runs_b) < 2 else f"1 run in {'A' if runs_a < 2 else 'B'}")
+        why.append("1 run a side" if max(runs_a, runs_b) < 2 else f"1 run in {names[0] if runs_a < 2 else names[1]}")
     elif word == "cannot tell":
         why.append(f"the interval allows a change of {permille(MEANINGFUL) / 10:.0f}% or more")
-    if note := load_note(busy_a, busy_b):
+    if note := load_note(busy_a, busy_b, names):
         why.append(note)
     return word + (f" ({'; '.join(why)})" if why else "")
 
