@@ -49,9 +49,10 @@ def threads_for(idle_cores: float, cores: int, processes: int) -> int:
     return max(1, min(cores // processes, int((idle_cores + 0.25) / processes)))
 
 
-#: processes → (monotonic time, threads, why) of the last pick: a suite's runs, resolved together, share one
-#: sample of the host (and one line saying so).
-_auto_picks: dict[int, tuple[float, int, str]] = {}
+#: processes → (monotonic time, threads, why, the host-load sample) of the last pick: a suite's runs, resolved
+#: together, share one sample of the host (and one line saying so); so does the load their records carry and the
+#: busy-host warning (:func:`recent_pick_load`), so the pick and the warning read the same host.
+_auto_picks: dict[int, tuple[float, int, str, dict[str, float]]] = {}
 AUTO_PICK_REUSE_S = 10.0
 
 
@@ -63,14 +64,36 @@ def auto_threads(processes: int = 1, sample_s: float = 0.25) -> tuple[int, str]:
     if picked is not None and now_s - picked[0] < AUTO_PICK_REUSE_S:
         return picked[1], picked[2]
     cores = usable_cores()
-    busy_percent = host_load(sample_s)["cpu_busy_percent"]
+    load = host_load(sample_s)
+    busy_percent = load["cpu_busy_percent"]
     idle = cores * (1.0 - busy_percent / 100.0)
     threads = threads_for(idle, cores, processes)
     why = (f"--threads auto: {threads} thread(s) per process; {idle:.1f} of {cores} core(s) idle as the run starts "
            f"(host {busy_percent:.0f}% busy){'' if processes == 1 else f', shared by {processes} processes'}")
-    _auto_picks[processes] = (now_s, threads, why)
+    _auto_picks[processes] = (now_s, threads, why, load)
     log.warning("dlbench: %s; give --threads N for a fixed count.", why)
     return threads, why
+
+
+def recent_pick_load() -> dict[str, float] | None:
+    """The host-load sample of the newest ``--threads auto`` pick when it is fresh (``AUTO_PICK_REUSE_S``), else
+    None: the runs it picked for record that sample, and the busy-host warning judges it, not a second one that
+    could read the host otherwise ("1.8 of 2 cores idle" then "51 % busy")."""
+    fresh = [p for p in _auto_picks.values() if time.monotonic() - p[0] < AUTO_PICK_REUSE_S]
+    return dict(max(fresh, key=lambda p: p[0])[3]) if fresh else None
+
+
+def thread_advice(busy_percent: float, cores: int, threads: int, processes: int = 1) -> str:
+    """What the busy-host warning says of ``threads`` per process (of ``processes``) on ``cores`` cores
+    ``busy_percent`` busy: "" when they fit the idle cores as ``--threads auto`` fits them (:func:`threads_for`,
+    the one rule), else the count auto would pick now. The pick and the warning cannot disagree: on one sample,
+    auto's count never draws advice."""
+    idle = cores * (1.0 - busy_percent / 100.0)
+    fit = threads_for(idle, cores, processes)
+    if threads <= fit:
+        return ""
+    return (f"{threads * processes} thread(s) on {idle:.1f} idle of {cores} core(s): try --threads {fit} (what "
+            "--threads auto picks now; threads that wait for busy cores are often many times slower than one)")
 
 
 def default_threads(nproc: int, cpu_count: int | None = None) -> int:
