@@ -6,7 +6,6 @@ from __future__ import annotations
 import copy
 
 from _report_runs import TINY_LSTM, stored, variant
-
 from hypothesis import given, strategies as st
 
 from dlbench.api.resolve import thread_advice, threads_for
