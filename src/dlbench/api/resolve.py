@@ -224,6 +224,8 @@ def resolve_io(spec: IoReadSpec, joined: LaunchEnv | None = None, stored_step_s:
     if spec.direct and manifest is not None:
         check_direct(Path(spec.path), manifest)
     job_spec = io_settings(spec, manifest, stored_step_s)
+    if spec.workers is None and joined is None:  # the preset's count, fitted to the CPUs here (said once)
+        job_spec = fit_workers(job_spec)
     if manifest is not None and joined is None:  # once, where the read is asked for (a rank's peers may be reading)
         _check_read_buffers(job_spec, manifest)
     device = resolve_device(spec.device)
@@ -291,6 +293,27 @@ def io_settings(spec: IoReadSpec, manifest: Manifest | None, stored_step_s: floa
         if problem:
             raise UsageError(f"io read {spec.path}: {problem}; give a smaller --batch-size.")
     return job_spec
+
+
+def workers_fit(workers: int, cpus: int, ranks: int) -> int:
+    """DataLoader workers per rank that ``cpus`` CPUs hold for ``ranks`` ranks on the node: at most ``workers``,
+    at most the CPUs' even share, and at least 1 where ``workers`` asked for any (0: the rank reads itself).
+    torch's DataLoader warns ("… worker processes in total. Our suggested max number of worker in current system
+    is N") beyond the CPUs this process may use; workers beyond them only queue for the same cores."""
+    return workers if workers == 0 else max(1, min(workers, cpus // max(1, ranks)))
+
+
+def fit_workers(spec: IoReadSpec) -> IoReadSpec:
+    """``spec`` with workers the preset (or the default 4) gave fitted to this host's CPUs (:func:`workers_fit`),
+    said in one line on stderr when that lowers them; a count given with ``--workers`` is kept as given."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    fitted = workers_fit(spec.workers, cpus, spec.nproc)
+    if fitted == spec.workers:
+        return spec
+    log.warning("dlbench: io read: %d DataLoader worker(s) per rank, not the data set's %d: %d CPU(s) here for %d "
+                "rank(s) (more only queue for the same cores); give --workers %d to keep them.",
+                fitted, spec.workers, cpus, spec.nproc, spec.workers)
+    return spec.model_copy(update={"workers": fitted})
 
 
 def _check_read_buffers(spec: IoReadSpec, manifest: Manifest) -> None:
