@@ -222,3 +222,24 @@ def test_check_reports_the_outcome_apart_and_never_a_nan(tmp_path):
     # Mask R-CNN is no HPC benchmark: its target in this folder's round is unknown, never "reached"
     assert check_file(mask)["last_quality"] == {"BBOX": 0.4, "SEGM": 0.3}
     assert check_file(mask)["target_reached"] == "unknown"
+
+
+def test_compare_leads_with_the_comparable_figure_and_gives_a_toy_run_none(tmp_path):
+    """Issue 45: "accel-minutes ratio 0.001" headlined one CPU VM against 3,584 H100s above its own warning."""
+    from dlbench.mlperf.compare import comparable_figure, compare_scores
+    from dlbench.mlperf.references import get_reference
+    from dlbench.mlperf.report import compare_table
+
+    extra = [mllog(999_000, "submission_org", "dlbench"), mllog(1_000_100, "number_of_nodes", 1),
+             mllog(1_000_200, "accelerators_per_node", 1)]
+    for i in range(10):
+        write(tmp_path / "results" / "laptop" / "cosmoflow" / f"result_{i}.txt", good_lines("cosmoflow", minutes=1 + i / 10, extra=extra))
+    [row] = compare_scores(score_folder(tmp_path), get_reference("cori-gpu-64xV100-closed"))
+    assert row["comparable_figure"] is None and row["comparable_ratio"] is None
+    columns, [cells] = compare_table([row])
+    assert columns[3].startswith("compared") and cells[3] == "none: not comparable: a dlbench CPU-sized task is not the MLPerf workload"
+    assert "0.0" not in " ".join(cells[3:4])  # no ratio in the headline column
+    real = {"submitter": "NVIDIA"}
+    assert comparable_figure(real, 8, 8, 1.5, 1.5) == ("minutes", 1.5, None)
+    assert comparable_figure(real, 8, 64, 1.5, 0.19) == ("accelerator-minutes", 0.19, None)  # 8x apart
+    assert comparable_figure(real, None, 64, 1.5, None) == ("minutes", 1.5, None)  # unknown scale: warned elsewhere

@@ -432,11 +432,12 @@ def compare(
     references: list[str] = typer.Option(None, "--references", help="Your own reference YAML file (repeatable); format in the README."),
     as_json: bool = JSON_OPTION,
 ) -> None:
-    """The folder's scores beside a published reference, as a ratio per benchmark.
+    """The folder's scores beside a published reference, led by the figure that compares per benchmark.
 
-    Each row shows the entry's status (incomplete entries are marked), division and scale
-    (accelerators, with accelerator-minutes), and warnings when a dlbench CPU-sized task or a far
-    smaller system is set beside a cluster result. The ratio is a plain ratio of times.
+    Each row leads with its comparable figure: score ÷ reference minutes at like scales, accelerator-minutes
+    across scales 8x apart, none for a dlbench CPU-sized task beside a cluster result (not the MLPerf
+    workload); then the entry's status (incomplete entries are marked), division and scale. The ratio is a
+    plain ratio of times; --json also keeps the other ratios.
     """
     from dlbench.mlperf.compare import compare_scores
     from dlbench.mlperf.references import get_reference, load_references

@@ -163,16 +163,21 @@ def rcp_table(rows_in: Sequence[dict[str, Any]]) -> Table:
 
 
 def compare_table(rows_in: Sequence[dict[str, Any]]) -> Table:
-    """One row per system and benchmark beside the reference; warnings are rendered separately."""
-    columns = ["system", "benchmark", "status", "division", "accelerators", "score minutes", "accel-minutes",
-               "reference minutes", "ref accelerators", "time ratio", "ref/score (plain ratio)",
-               "accel-minutes ratio", "note"]
+    """One row per system and benchmark beside the reference, led by its comparable figure
+    (:func:`dlbench.mlperf.compare.comparable_figure`): ``minutes ×0.812`` (score / reference, a plain ratio of
+    times), ``accel-minutes ×1.234`` across scales, or ``none: …`` where no ratio compares (a dlbench CPU-sized
+    task beside a real result); the other ratios only in ``--json``. Warnings are rendered separately."""
+    columns = ["system", "benchmark", "status", "compared (score ÷ reference, a plain ratio)", "division", "accelerators",
+               "score minutes", "accel-minutes", "reference minutes", "ref accelerators", "note"]
+    names = {"minutes": "minutes", "accelerator-minutes": "accel-minutes"}
     rows = []
     for r in rows_in:
         status = r["status"] if r["valid"] else f"{(r['status'] or '?').upper()} (not a valid result)"
-        rows.append([r["system"], r["benchmark"] + (f" ({r['scaling']})" if r.get("scaling") else ""), status,
+        figure = r.get("comparable_figure")
+        compared = (f"{names[figure]} ×{_num(r['comparable_ratio'], 3)}" if figure
+                    else f"none: {r['not_compared']}" if r.get("not_compared") else "-")
+        rows.append([r["system"], r["benchmark"] + (f" ({r['scaling']})" if r.get("scaling") else ""), status, compared,
                      r["division"] or "-", str(r["accelerators"] or "-"), minutes_text(r["score_minutes"]),
                      _num(r["accelerator_minutes"]), minutes_text(r["reference_minutes"]),
-                     str(r["reference_accelerators"] or "-"), _num(r["time_ratio"], 3), _num(r["speedup"], 3),
-                     _num(r["accelerator_minutes_ratio"], 3), r["note"] or ""])
+                     str(r["reference_accelerators"] or "-"), r["note"] or ""])
     return columns, rows
