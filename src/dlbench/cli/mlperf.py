@@ -477,17 +477,19 @@ def references_list(
     as_json: bool = JSON_OPTION,
 ) -> None:
     """The references 'mlperf compare --reference' knows: the shipped ones (MLPerf training v0.5/v0.6,
-    HPC v0.7; headline results of training v4.0-v5.1 and HPC v3.0) and those in your files."""
-    from dlbench.mlperf.references import load_references
+    HPC v0.7; headline results of training v4.0-v5.1 and HPC v3.0) and those in your files; per reference the
+    benchmarks it has figures for, and which of dlbench's tasks ('dlbench mlperf list') map to them."""
+    from dlbench.mlperf.references import load_references, tasks_covered
 
     found = load_references(references or [])
     if as_json:
-        emit_json([ref.model_dump() for ref in found.values()])
+        emit_json([ref.model_dump() | {"dlbench_tasks": tasks_covered(ref)} for ref in found.values()])
         return
     from dlbench.report.tables import render
 
-    render((["name", "round", "division", "benchmarks", "source"],
-            [[ref.name, ref.round or "-", ref.division or "-", ", ".join(sorted(ref.minutes)), ref.source[:90]]
+    render((["name", "round", "division", "benchmarks", "dlbench tasks", "source"],
+            [[ref.name, ref.round or "-", ref.division or "-", ", ".join(sorted(ref.minutes)),
+              ", ".join(tasks_covered(ref)) or "none", ref.source[:90]]
              for ref in found.values()]), title="MLPerf references")
 
 
