@@ -243,3 +243,23 @@ def test_compare_leads_with_the_comparable_figure_and_gives_a_toy_run_none(tmp_p
     assert comparable_figure(real, 8, 8, 1.5, 1.5) == ("minutes", 1.5, None)
     assert comparable_figure(real, 8, 64, 1.5, 0.19) == ("accelerator-minutes", 0.19, None)  # 8x apart
     assert comparable_figure(real, None, 64, 1.5, None) == ("minutes", 1.5, None)  # unknown scale: warned elsewhere
+
+
+def test_score_warns_when_runs_spread_beyond_the_rcps_own_runs(tmp_path):
+    """Issue 45: runs from 232.95 s to 9.84 s (24x) scored "ok" with no word on the spread."""
+    from dlbench.mlperf.score import FALLBACK_SPREAD, rcp_spread, spread_warning
+
+    for i, minutes in enumerate([3.88, 0.164, 0.17, 0.18, 0.2]):
+        write(tmp_path / "a" / "results" / "s" / "resnet" / f"result_{i}.txt", good_lines(minutes=minutes))
+    for i in range(5):
+        write(tmp_path / "b" / "results" / "s" / "resnet" / f"result_{i}.txt", good_lines(minutes=100 + i))
+    [wide] = score_folder(tmp_path / "a")
+    [tight] = score_folder(tmp_path / "b")
+    bound = rcp_spread("resnet")
+    assert 1.0 < bound < 1.5  # mlperf-logging's resnet RCPs: the widest slowest ÷ fastest epochs
+    [said] = [w for w in wide["warnings"] if "differ by" in w]
+    spread = float(said.split("differ by ")[1].split("x")[0])
+    assert spread == round(3.88 / 0.164, 2) and f"more than the {bound:.2f}x" in said
+    assert not any("differ by" in w for w in tight["warnings"])  # 104/100: within resnet's RCP spread
+    assert spread_warning("no-such-benchmark", [1.0, FALLBACK_SPREAD]) is None
+    assert "1.51x" in spread_warning("no-such-benchmark", [1.0, 1.51]) and spread_warning("resnet", [1.0]) is None

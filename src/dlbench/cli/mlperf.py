@@ -62,7 +62,7 @@ def run(
     data_dir: str = typer.Option(None, "--data-dir", help="A real data set on disk, for tasks that read one (resnet: an ImageFolder with train/ and val/)."),
     data_seed: int = typer.Option(0, "--data-seed", help="Seed of the generated data set (the same for every run)."),
     workers: int = typer.Option(0, "--workers", help="DataLoader worker processes for training."),
-    threads: int = typer.Option(None, "--threads", help="torch intra-op threads (default: torch's)."),
+    threads: int = typer.Option(None, "--threads", help="torch intra-op threads \\[default: auto on the CPU, picked as each run starts: the cores idle then]."),
     tag: list[str] = typer.Option(None, "--tag", "-t", help="Label KEY=VALUE stored with every run (repeatable)."),
     tensorboard: str = TENSORBOARD_OPTION,
     db: str = DB_OPTION,

@@ -44,12 +44,13 @@ def tasks_table(tasks: Sequence[dict[str, Any]]) -> Table:
 
 def runs_table(records: Sequence[dict[str, Any]]) -> Table:
     """One row per time-to-train run just made."""
-    columns = ["run", "task", "seed", "status", "epochs", "quality", "target", "time to train s", "samples/s", "result file"]
+    columns = ["run", "task", "seed", "threads", "host busy", "status", "epochs", "quality", "target", "time to train s",
+               "samples/s", "result file"]
     rows = []
     for r in records:
         spec, result = r["spec"], r.get("result") or {}
         rows.append([
-            str(spec["result_index"]), spec["workload"], str(spec["seed"]),
+            str(spec["result_index"]), spec["workload"], str(spec["seed"]), str(spec.get("threads") or "-"), busy(r),
             r["status"] if r["status"] == "ok" else f"{r['status']}: {(r.get('error') or '')[:60]}",
             str(result.get("epochs", "-")),
             "-" if result.get("quality") is None else quality_text(result["quality"], spec.get("target")), f"{spec['target']:g}",
@@ -58,15 +59,21 @@ def runs_table(records: Sequence[dict[str, Any]]) -> Table:
     return columns, rows
 
 
+def busy(record: dict[str, Any]) -> str:
+    """The host's CPU load just before a run (``env.host_load``, % busy), as compare prints it; "-" when unknown."""
+    load = ((record.get("env") or {}).get("host_load") or {}).get("cpu_busy_percent")
+    return "-" if load is None else f"{load:.0f}%"
+
+
 def program_runs_table(records: Sequence[dict[str, Any]]) -> Table:
     """One row per run of your own MLPerf implementation (``mlperf run --exec``): its time to train is its log's."""
-    columns = ["run", "program", "seed", "status", "epochs", "quality", "time to train s", "result file"]
+    columns = ["run", "program", "seed", "host busy", "status", "epochs", "quality", "time to train s", "result file"]
     rows = []
     for r in records:
         spec, result = r["spec"], r.get("result") or {}
         quality = result.get("quality")
         rows.append([
-            str(spec["result_index"]), spec["workload"], str(spec["seed"]),
+            str(spec["result_index"]), spec["workload"], str(spec["seed"]), busy(r),
             r["status"] if r["status"] == "ok" else f"{r['status']}: {(r.get('error') or '')[:80]}",
             str(result.get("epochs") or "-"), "-" if quality is None else (quality_text(quality) if isinstance(quality, (int, float)) else str(quality)),
             _num(result.get("time_to_train_s"), 3), result.get("result_file") or "- (no log)",
