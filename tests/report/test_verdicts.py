@@ -199,10 +199,12 @@ def test_advise_speedup_verdict_agrees_with_the_printed_speedup_and_interval(def
     best = [d * scale * (1 + jitter * (i % 2)) for i, d in enumerate(default)]
     line = next(x for x in summary_lines(advice(_advise_runs(default, best))) if x.startswith("speed-up"))
     found = re.match(rf"speed-up: ({NUMBER})x \(95% CI of the means' ratio ({NUMBER})-({NUMBER})x, range "
-                     rf"{NUMBER}-{NUMBER}x; (faster|slower|within noise|cannot tell)\)", line)
+                     rf"{NUMBER}-{NUMBER}x; (faster|slower|within noise|cannot tell)( \(the interval allows a change "
+                     rf"of 5% or more\))?\)", line)
     assert found, line
     speedup, low, high = (float(x) for x in found.groups()[:3])
     verdict = found.group(4)
+    assert (found.group(5) is not None) == (verdict == "cannot tell")  # a "cannot tell" says why
     if verdict == "faster":
         assert low > 1 and speedup > 1
     elif verdict == "slower":
@@ -210,6 +212,11 @@ def test_advise_speedup_verdict_agrees_with_the_printed_speedup_and_interval(def
     else:
         assert not (low > 1 and speedup > 1) and not (high < 1 and speedup < 1)
         assert verdict == ("within noise" if 0.95 <= low and high <= 1.05 else "cannot tell")
+
+
+def test_advise_with_one_repeat_cannot_tell():
+    (line,) = [x for x in summary_lines(advice(_advise_runs([100.0], [150.0]))) if x.startswith("speed-up")]
+    assert "; cannot tell (1 run a side))" in line
 
 
 @given(st.floats(0.0, 1.0), st.sampled_from(["io/unet3d", "io/resnet50", "io/cosmoflow", "io/npy"]),
