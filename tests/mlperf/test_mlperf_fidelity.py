@@ -4,8 +4,10 @@ fixture written by the test (raw lines where the point is a malformed log, mllog
 import json
 import math
 import os
+import re
 
 import pytest
+from hypothesis import given, strategies as st
 from mllog_lines import good_lines, mllog, write
 
 from dlbench.mlperf.parse import MAX_LINE_CHARS, parse_file, parse_lines
@@ -263,3 +265,25 @@ def test_score_warns_when_runs_spread_beyond_the_rcps_own_runs(tmp_path):
     assert not any("differ by" in w for w in tight["warnings"])  # 104/100: within resnet's RCP spread
     assert spread_warning("no-such-benchmark", [1.0, FALLBACK_SPREAD]) is None
     assert "1.51x" in spread_warning("no-such-benchmark", [1.0, 1.51]) and spread_warning("resnet", [1.0]) is None
+
+
+@given(st.sampled_from(["resnet", "bert", "unet3d", "no-such-benchmark"]),
+       st.lists(st.one_of(st.none(), st.floats(0.01, 500.0)), min_size=1, max_size=6))
+def test_the_spread_warning_agrees_with_the_figures_it_prints(benchmark, minutes):
+    """The warning quotes slowest ÷ fastest and the bound (two decimals) and is said exactly when the first,
+    as printed, exceeds the second; the bound is the benchmark's widest RCP spread, else the fallback."""
+    from dlbench.mlperf.score import FALLBACK_SPREAD, rcp_spread, spread_warning
+
+    text = spread_warning(benchmark, minutes)
+    done = [m for m in minutes if m is not None]
+    bound = rcp_spread(benchmark) or FALLBACK_SPREAD
+    if len(done) < 2:
+        assert text is None
+        return
+    shown = round(max(done) / min(done), 2)
+    if text is None:
+        assert shown <= round(bound, 2)
+        return
+    spread, limit = (float(x) for x in re.search(r"differ by ([\d.]+)x .* more than the ([\d.]+)x", text).groups())
+    assert spread == shown and limit == round(bound, 2) and spread > limit
+    assert ("reference convergence points" in text) == (rcp_spread(benchmark) is not None)
