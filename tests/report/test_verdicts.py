@@ -135,12 +135,21 @@ def test_the_load_note_names_the_busier_side():
     assert load_note(50.4, 30.0) == "" and load_note(None, None) == "" and load_note(None, 51.0) == "B ran at 51% busy"
 
 
-@given(sides, scales, st.floats(0.0, 0.05), st.floats(0.0, 0.2))
+@given(sides, scales, st.floats(0.0, 0.05), st.floats(0.0, 0.2), loads)
 @settings(max_examples=60)
-def test_regress_decision_agrees_with_the_printed_change_interval_and_threshold(side_a, scale, jitter, fraction):
-    side_b = _near(side_a, scale, jitter)
+def test_regress_decision_agrees_with_the_printed_change_interval_and_threshold(side_a, scale, jitter, fraction, busy_b):
+    side_b = _near(side_a, scale, jitter, busy_b)
     (row,) = regress(side_a, side_b, fraction, min_runs=1)
     _, (cells,) = regress_table([row])
+    # the load note names the busier side with the figures printed beside the throughputs, as compare's verdict
+    busy = {name: int(b) for name, cell in (("baseline", cells[1]), ("candidate", cells[2]))
+            if (b := SIDE.fullmatch(cell).group(2)) is not None}
+    busiest = max(busy, key=lambda s: (busy[s], s == "candidate"), default=None)
+    if busiest and (busy[busiest] > 50 or busy[busiest] - min(busy.values()) > 25):
+        other = {"baseline": "candidate", "candidate": "baseline"}[busiest]
+        assert row.note.endswith(f"{busiest} ran at {busy[busiest]}% busy" + (f", {other} at {busy[other]}%" if other in busy else ""))
+    else:
+        assert "busy" not in row.note
     change, low, high = (float(x) for x in re.fullmatch(rf"({NUMBER})% \[({NUMBER})%, ({NUMBER})%\]", cells[3]).groups())
     limit = float(threshold_text(fraction).rstrip("%"))
     _judged(cells[4], 1 + change / 100, 1 + low / 100, 1 + high / 100)
