@@ -105,3 +105,17 @@ def test_a_plain_directory_tree_stages_for_mlperf_data_dir(capsys, db, tmp_path)
     record = run_json(capsys, "io", "stage", str(source), str(tmp_path / "bb"), "--cache", "asis")
     assert record["spec"]["workload"] == "io-stage/tree" and record["result"]["files"] == 3
     assert (tmp_path / "bb" / "val" / "n01" / "a.JPEG").read_bytes() == bytes(range(256)) * 4
+
+
+def test_the_stage_line_says_where_the_bytes_were_read():
+    """Issue 45: tar's stage table said "read 0.000 ms": its decoder reads and decodes in one call."""
+    from dlbench.cli.io import stages_line
+    from dlbench.storage._base import read_stage
+
+    stages = {"read": 0.0, "decode": 1.5, "collate": 0.25, "handoff": 0.5, "copy": 0.0}
+    assert read_stage("tar", True) == "decode" and read_stage("npy", True) == "read" and read_stage("tar", False) == "read"
+    tar = stages_line(stages, {"params": {"format": "tar", "decode": True}})
+    assert tar.startswith("per sample: read+decode 1.500 ms, collate 0.250 ms") and "read 0.000" not in tar
+    assert "tar's decoder reads the file and decodes in one call" in tar
+    npy = stages_line({**stages, "read": 1.0, "decode": 0.5}, {"params": {"format": "npy", "decode": True}})
+    assert npy.startswith("per sample: read 1.000 ms, decode 0.500 ms")

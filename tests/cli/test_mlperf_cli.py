@@ -97,6 +97,27 @@ def test_run_stores_records_and_exits_1_when_the_target_is_missed(capsys, tmp_pa
     assert [(r["workload"], r["status"], r["mode"]) for r in rows] == [("mlperf/gnmt", "aborted", "time_to_train")]
 
 
+@pytest.mark.slow  # two MLPerf gnmt epochs on the CPU (8 s each here, quiet)
+def test_each_run_picks_its_threads_and_records_its_own_host_load(capsys, tmp_path, monkeypatch, caplog):
+    """Issue 45: a series took the host load and the threads once for all its runs."""
+    from dlbench.api import resolve
+
+    monkeypatch.setattr(resolve, "AUTO_PICK_REUSE_S", 0.0)  # each run's pick its own, however short the runs
+    code, records, err = run_json(capsys, "mlperf", "run", "gnmt", "--max-epochs", "1", "--runs", "2", "--out",
+                                  str(tmp_path / "results"), "--system", "ci", "--no-store")
+    assert code == 1 and len(records) == 2
+    picks = [r.getMessage() for r in caplog.records if "--threads auto:" in r.getMessage()]
+    assert len(picks) == 2  # one pick per run, said as it starts
+    for record, line in zip(records, picks):
+        load = record["env"]["host_load"]["cpu_busy_percent"]
+        assert f"{record['spec']['threads']} thread(s) per process" in line and f"(host {load:.0f}% busy)" in line
+    from dlbench.mlperf.report import runs_table
+
+    columns, rows = runs_table(records)  # the table without --json: each run's own figures
+    assert [(row[columns.index("threads")], row[columns.index("host busy")]) for row in rows] == [
+        (str(r["spec"]["threads"]), f"{r['env']['host_load']['cpu_busy_percent']:.0f}%") for r in records]
+
+
 def test_run_user_mistakes_exit_2_without_traceback(tmp_path, capsys):
     # in this process: test_console_script_exit_codes checks the console script's own exit codes
     code = main(["mlperf", "run", "resnt", "--out", str(tmp_path), "--no-store"])

@@ -218,3 +218,16 @@ def test_started_as_one_rank_of_a_job_it_refuses(capsys, tmp_path, monkeypatch):
     code, records, err = mlperf_exec(capsys, tmp_path, "--benchmark", "resnet")
     assert code == 2 and records is None and "--launcher torchrun --nproc-per-node N" in err
     assert not (tmp_path / "out").exists()
+
+
+def test_each_run_carries_its_own_host_load_and_the_table_shows_it(three_runs):
+    """Issue 45: a series' records all carried one host load, taken once before the first run."""
+    from dlbench.mlperf.report import program_runs_table
+
+    _, records = three_runs
+    loads = [r["env"]["host_load"] for r in records]
+    assert all(0 <= load["cpu_busy_percent"] <= 100 for load in loads)
+    assert len({id(load) for load in loads}) == 3  # a sample per run, not one shared
+    columns, rows = program_runs_table(records)
+    at = columns.index("host busy")
+    assert [row[at] for row in rows] == [f"{load['cpu_busy_percent']:.0f}%" for load in loads]

@@ -4,8 +4,10 @@ fixture written by the test (raw lines where the point is a malformed log, mllog
 import json
 import math
 import os
+import re
 
 import pytest
+from hypothesis import given, strategies as st
 from mllog_lines import good_lines, mllog, write
 
 from dlbench.mlperf.parse import MAX_LINE_CHARS, parse_file, parse_lines
@@ -222,3 +224,66 @@ def test_check_reports_the_outcome_apart_and_never_a_nan(tmp_path):
     # Mask R-CNN is no HPC benchmark: its target in this folder's round is unknown, never "reached"
     assert check_file(mask)["last_quality"] == {"BBOX": 0.4, "SEGM": 0.3}
     assert check_file(mask)["target_reached"] == "unknown"
+
+
+def test_compare_leads_with_the_comparable_figure_and_gives_a_toy_run_none(tmp_path):
+    """Issue 45: "accel-minutes ratio 0.001" headlined one CPU VM against 3,584 H100s above its own warning."""
+    from dlbench.mlperf.compare import comparable_figure, compare_scores
+    from dlbench.mlperf.references import get_reference
+    from dlbench.mlperf.report import compare_table
+
+    extra = [mllog(999_000, "submission_org", "dlbench"), mllog(1_000_100, "number_of_nodes", 1),
+             mllog(1_000_200, "accelerators_per_node", 1)]
+    for i in range(10):
+        write(tmp_path / "results" / "laptop" / "cosmoflow" / f"result_{i}.txt", good_lines("cosmoflow", minutes=1 + i / 10, extra=extra))
+    [row] = compare_scores(score_folder(tmp_path), get_reference("cori-gpu-64xV100-closed"))
+    assert row["comparable_figure"] is None and row["comparable_ratio"] is None
+    columns, [cells] = compare_table([row])
+    assert columns[3].startswith("compared") and cells[3] == "none: not comparable: a dlbench CPU-sized task is not the MLPerf workload"
+    assert "0.0" not in " ".join(cells[3:4])  # no ratio in the headline column
+    real = {"submitter": "NVIDIA"}
+    assert comparable_figure(real, 8, 8, 1.5, 1.5) == ("minutes", 1.5, None)
+    assert comparable_figure(real, 8, 64, 1.5, 0.19) == ("accelerator-minutes", 0.19, None)  # 8x apart
+    assert comparable_figure(real, None, 64, 1.5, None) == ("minutes", 1.5, None)  # unknown scale: warned elsewhere
+
+
+def test_score_warns_when_runs_spread_beyond_the_rcps_own_runs(tmp_path):
+    """Issue 45: runs from 232.95 s to 9.84 s (24x) scored "ok" with no word on the spread."""
+    from dlbench.mlperf.score import FALLBACK_SPREAD, rcp_spread, spread_warning
+
+    for i, minutes in enumerate([3.88, 0.164, 0.17, 0.18, 0.2]):
+        write(tmp_path / "a" / "results" / "s" / "resnet" / f"result_{i}.txt", good_lines(minutes=minutes))
+    for i in range(5):
+        write(tmp_path / "b" / "results" / "s" / "resnet" / f"result_{i}.txt", good_lines(minutes=100 + i))
+    [wide] = score_folder(tmp_path / "a")
+    [tight] = score_folder(tmp_path / "b")
+    bound = rcp_spread("resnet")
+    assert 1.0 < bound < 1.5  # mlperf-logging's resnet RCPs: the widest slowest ÷ fastest epochs
+    [said] = [w for w in wide["warnings"] if "differ by" in w]
+    spread = float(said.split("differ by ")[1].split("x")[0])
+    assert spread == round(3.88 / 0.164, 2) and f"more than the {bound:.2f}x" in said
+    assert not any("differ by" in w for w in tight["warnings"])  # 104/100: within resnet's RCP spread
+    assert spread_warning("no-such-benchmark", [1.0, FALLBACK_SPREAD]) is None
+    assert "1.51x" in spread_warning("no-such-benchmark", [1.0, 1.51]) and spread_warning("resnet", [1.0]) is None
+
+
+@given(st.sampled_from(["resnet", "bert", "unet3d", "no-such-benchmark"]),
+       st.lists(st.one_of(st.none(), st.floats(0.01, 500.0)), min_size=1, max_size=6))
+def test_the_spread_warning_agrees_with_the_figures_it_prints(benchmark, minutes):
+    """The warning quotes slowest ÷ fastest and the bound (two decimals) and is said exactly when the first,
+    as printed, exceeds the second; the bound is the benchmark's widest RCP spread, else the fallback."""
+    from dlbench.mlperf.score import FALLBACK_SPREAD, rcp_spread, spread_warning
+
+    text = spread_warning(benchmark, minutes)
+    done = [m for m in minutes if m is not None]
+    bound = rcp_spread(benchmark) or FALLBACK_SPREAD
+    if len(done) < 2:
+        assert text is None
+        return
+    shown = round(max(done) / min(done), 2)
+    if text is None:
+        assert shown <= round(bound, 2)
+        return
+    spread, limit = (float(x) for x in re.search(r"differ by ([\d.]+)x .* more than the ([\d.]+)x", text).groups())
+    assert spread == shown and limit == round(bound, 2) and spread > limit
+    assert ("reference convergence points" in text) == (rcp_spread(benchmark) is not None)

@@ -93,3 +93,18 @@ def test_compare_without_a_figure_or_a_score():
     assert (rows[0]["time_ratio"], rows[0]["speedup"]) == (0.5, 2.0)
     assert rows[1]["time_ratio"] is None and rows[1]["note"] == "r has no figure for ssd"
     assert rows[2]["time_ratio"] is None and rows[2]["note"].startswith("no score (invalid")
+
+
+def test_references_list_says_which_dlbench_tasks_each_reference_covers(capsys):
+    """Issue 45: the newest reference has none of dlbench's tasks, and nothing said which reference covers which."""
+    import json
+
+    from dlbench.cli.app import main
+    from dlbench.mlperf.references import get_reference, tasks_covered
+
+    assert tasks_covered(get_reference("dgx1-v0.6")) == ["resnet", "ssd", "maskrcnn", "transformer", "gnmt"]
+    assert tasks_covered(get_reference("mlperf-v4.0")) == ["resnet"]  # its ssd is RetinaNet: not dlbench's SSD
+    assert tasks_covered(get_reference("mlperf-v5.1")) == []
+    assert main(["mlperf", "references", "list", "--json"]) == 0
+    listed = {r["name"]: r["dlbench_tasks"] for r in json.loads(capsys.readouterr().out)}
+    assert listed["mlperf-hpc-v3.0"] == ["cosmoflow", "deepcam"] and listed["mlperf-v5.1"] == []

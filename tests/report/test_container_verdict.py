@@ -26,15 +26,17 @@ def test_the_verdict_agrees_with_the_ratio_and_interval_it_is_printed_with(value
     text = container_verdict(ratio, low, high, stacks)
     assert text.startswith("stacks differ (") == differ  # a different stack is always said first
     if low is None:
-        assert len(values) == 1 and "one pair only" in text
+        assert len(values) == 1 and "cannot tell (1 pair" in text
         return
     assert low <= ratio + 1e-12 and ratio <= high + 1e-12
     # judged on the figures as the table prints them (issue 34): parse the cell back
     row = ContainerRow("k", len(values), 1.0, ratio, ratio, low, high, verdict=text)
     shown, shown_low, shown_high = (float(x) for x in re.fullmatch(
         r"(-?[\d.]+) \[(-?[\d.]+), (-?[\d.]+)\]", container_table([row])[1][0][4]).groups())
-    if "no measurable cost" in text:
-        assert shown_low <= 1.0 <= shown_high
+    if "no measurable cost" in text:  # only where the printed interval rules out a 5% change both ways
+        assert shown_low <= 1.0 <= shown_high and 0.95 <= shown_low and shown_high <= 1.05
+    elif "cannot tell" in text:
+        assert shown_low <= 1.0 <= shown_high and (shown_low < 0.95 or shown_high > 1.05)
     elif "faster in the container" in text:
         faster = float(re.search(r"faster in the container by ([\d.]+)%", text).group(1))
         assert shown_low > 1.0 and abs(faster - (shown - 1) * 100) < 1e-6
@@ -48,6 +50,13 @@ def test_the_verdict_agrees_with_the_ratio_and_interval_it_is_printed_with(value
 def test_an_interval_printed_to_1000_is_no_measurable_cost():
     # high 0.9996 prints "1.000": the sentence must not call it a cost
     assert container_verdict(0.99, 0.98, 0.9996).startswith("no measurable cost")
+
+
+def test_a_wide_interval_around_1_cannot_tell():
+    # issue 45: lstm was "no measurable cost" over [0.047, 1.911]
+    text = container_verdict(0.979, 0.047, 1.911)
+    assert text.startswith("cannot tell (the interval allows a change of 5% or more)") and "--repeats" in text
+    assert container_verdict(0.979, None, None).startswith("cannot tell (1 pair, 0.979")
 
 
 def record(side, round_index, samples_per_s, torch="2.14.1", load=1.5, workload="lstm"):

@@ -6,7 +6,9 @@ from __future__ import annotations
 import copy
 
 from _report_runs import TINY_LSTM, stored, variant
+from hypothesis import given, strategies as st
 
+from dlbench.api.resolve import thread_advice, threads_for
 from dlbench.api.runs import busy_warning
 from dlbench.cli.app import main
 from dlbench.report.compare import compare, config_key
@@ -64,6 +66,28 @@ def test_regress_names_the_thread_count_when_it_split_the_runs(tmp_path, capsys)
 
 def test_a_busy_host_warning_advises_one_thread_only_when_several_run():
     advice = busy_warning(100.0, 2, 2)
-    assert "already 100% busy" in advice and "2 threads on 2 busy core(s): try --threads 1" in advice
+    assert "already 100% busy" in advice and "2 thread(s) on 0.0 idle of 2 core(s): try --threads 1" in advice
     assert "--threads" not in busy_warning(100.0, 1, 2)
     assert "--threads" not in busy_warning(100.0, 0, 2)  # no CPU run: a GPU's threads matter little
+
+
+@given(st.floats(0.0, 100.0), st.integers(1, 64), st.integers(1, 4))
+def test_the_thread_pick_and_the_busy_warning_never_contradict(busy, cores, processes):
+    """Issue 45: "2 thread(s) …; 1.8 of 2 core(s) idle" then "51% busy … try --threads 1". On one sample of the
+    host, --threads auto's count never draws advice, and advice names the count auto would pick (fewer)."""
+    picked = threads_for(cores * (1 - busy / 100), cores, processes)
+    assert thread_advice(busy, cores, picked, processes) == ""
+    more = thread_advice(busy, cores, picked + 1, processes)
+    assert more.endswith(f"try --threads {picked} (what --threads auto picks now; threads that wait for busy cores "
+                         "are often many times slower than one)")
+    assert f"--threads {picked}" in busy_warning(busy, picked + 1, cores, processes)
+
+
+def test_a_run_records_the_load_its_threads_were_picked_on(monkeypatch):
+    """The record's env.host_load and the warning are the auto pick's sample, not a second one."""
+    from dlbench.api import resolve, runs
+
+    monkeypatch.setattr(resolve, "_auto_picks", {})
+    threads, why = resolve.auto_threads(1)
+    env = runs.run_env({})
+    assert env["host_load"] == resolve._auto_picks[1][3] and f"host {env['host_load']['cpu_busy_percent']:.0f}% busy" in why

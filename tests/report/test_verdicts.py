@@ -135,12 +135,21 @@ def test_the_load_note_names_the_busier_side():
     assert load_note(50.4, 30.0) == "" and load_note(None, None) == "" and load_note(None, 51.0) == "B ran at 51% busy"
 
 
-@given(sides, scales, st.floats(0.0, 0.05), st.floats(0.0, 0.2))
+@given(sides, scales, st.floats(0.0, 0.05), st.floats(0.0, 0.2), loads)
 @settings(max_examples=60)
-def test_regress_decision_agrees_with_the_printed_change_interval_and_threshold(side_a, scale, jitter, fraction):
-    side_b = _near(side_a, scale, jitter)
+def test_regress_decision_agrees_with_the_printed_change_interval_and_threshold(side_a, scale, jitter, fraction, busy_b):
+    side_b = _near(side_a, scale, jitter, busy_b)
     (row,) = regress(side_a, side_b, fraction, min_runs=1)
     _, (cells,) = regress_table([row])
+    # the load note names the busier side with the figures printed beside the throughputs, as compare's verdict
+    busy = {name: int(b) for name, cell in (("baseline", cells[1]), ("candidate", cells[2]))
+            if (b := SIDE.fullmatch(cell).group(2)) is not None}
+    busiest = max(busy, key=lambda s: (busy[s], s == "candidate"), default=None)
+    if busiest and (busy[busiest] > 50 or busy[busiest] - min(busy.values()) > 25):
+        other = {"baseline": "candidate", "candidate": "baseline"}[busiest]
+        assert row.note.endswith(f"{busiest} ran at {busy[busiest]}% busy" + (f", {other} at {busy[other]}%" if other in busy else ""))
+    else:
+        assert "busy" not in row.note
     change, low, high = (float(x) for x in re.fullmatch(rf"({NUMBER})% \[({NUMBER})%, ({NUMBER})%\]", cells[3]).groups())
     limit = float(threshold_text(fraction).rstrip("%"))
     _judged(cells[4], 1 + change / 100, 1 + low / 100, 1 + high / 100)
@@ -164,16 +173,23 @@ def test_an_interval_that_prints_1000_is_within_noise():
     assert interval_verdict(0.99, 0.98, 0.9996) == "within noise" and interval_verdict(0.99, 0.98, 0.9994) == "slower"
 
 
-@given(st.lists(st.tuples(rates, st.floats(0.0, 0.2)), min_size=2, max_size=4))
+@given(st.lists(st.tuples(st.lists(rates, min_size=1, max_size=3), st.floats(0.0, 0.2)), min_size=2, max_size=4))
 @settings(max_examples=60)
-def test_trend_change_points_agree_with_the_printed_change_and_interval(groups):
-    runs = [record(rate, step_sem=sem, created_at=f"2026-12-0{day + 1}T10:00:00") for day, (rate, sem) in enumerate(groups)]
+def test_trend_change_points_agree_with_the_printed_change_interval_and_runs(groups):
+    runs = [record(rate, step_sem=sem, created_at=f"2026-12-0{day + 1}T10:00:00")
+            for day, (day_rates, sem) in enumerate(groups) for rate in day_rates]
     _, rows = trend_table(trend(runs, "date"), "date")
     assert rows[0][5] == "-" and rows[0][6] == "-"
-    for cells in rows[1:]:
+    for before, cells in zip(rows, rows[1:]):
         change, low, high = (float(x) for x in re.fullmatch(rf"({NUMBER})% \[({NUMBER})%, ({NUMBER})%\]", cells[5]).groups())
-        _judged(cells[6].removeprefix("◆ "), 1 + change / 100, 1 + low / 100, 1 + high / 100)
-        assert cells[6].startswith("◆") == (cells[6] not in ("within noise", "cannot tell"))
+        word, _, why = cells[6].removeprefix("◆ ").partition(" (")
+        n = (int(before[2]), int(cells[2]))  # the runs column of the two groups
+        if min(n) < 2:  # one run's interval is its step spread: no change point, as compare
+            assert word == "cannot tell" and why == ("1 run a side)" if max(n) < 2 else
+                                                     f"1 run in {'the previous' if n[0] < 2 else 'this'})")
+        else:
+            _judged(word, 1 + change / 100, 1 + low / 100, 1 + high / 100)
+        assert cells[6].startswith("◆") == (word in ("faster", "slower"))
 
 
 def _advise_runs(default: list[float], best: list[float]) -> list[dict]:
@@ -192,10 +208,12 @@ def test_advise_speedup_verdict_agrees_with_the_printed_speedup_and_interval(def
     best = [d * scale * (1 + jitter * (i % 2)) for i, d in enumerate(default)]
     line = next(x for x in summary_lines(advice(_advise_runs(default, best))) if x.startswith("speed-up"))
     found = re.match(rf"speed-up: ({NUMBER})x \(95% CI of the means' ratio ({NUMBER})-({NUMBER})x, range "
-                     rf"{NUMBER}-{NUMBER}x; (faster|slower|within noise|cannot tell)\)", line)
+                     rf"{NUMBER}-{NUMBER}x; (faster|slower|within noise|cannot tell)( \(the interval allows a change "
+                     rf"of 5% or more\))?\)", line)
     assert found, line
     speedup, low, high = (float(x) for x in found.groups()[:3])
     verdict = found.group(4)
+    assert (found.group(5) is not None) == (verdict == "cannot tell")  # a "cannot tell" says why
     if verdict == "faster":
         assert low > 1 and speedup > 1
     elif verdict == "slower":
@@ -203,6 +221,11 @@ def test_advise_speedup_verdict_agrees_with_the_printed_speedup_and_interval(def
     else:
         assert not (low > 1 and speedup > 1) and not (high < 1 and speedup < 1)
         assert verdict == ("within noise" if 0.95 <= low and high <= 1.05 else "cannot tell")
+
+
+def test_advise_with_one_repeat_cannot_tell():
+    (line,) = [x for x in summary_lines(advice(_advise_runs([100.0], [150.0]))) if x.startswith("speed-up")]
+    assert "; cannot tell (1 run a side))" in line
 
 
 @given(st.floats(0.0, 1.0), st.sampled_from(["io/unet3d", "io/resnet50", "io/cosmoflow", "io/npy"]),
@@ -233,3 +256,14 @@ def test_io_au_at_the_bar_passes():
 
     assert "busy" in au_verdict(0.8996, "io/unet3d", 323.0)  # prints 90.0%: at the bar
     assert "waited on data 10.1%" in au_verdict(0.8994, "io/unet3d", 323.0)
+
+
+def test_regress_shows_each_sides_load_and_cannot_tell_on_too_few_runs():
+    # issue 45: regress as compare: the busy % beside each side, the busier side named, no speed verdict on one run
+    (row,) = regress([record(100.0, busy=39.0)], [record(88.6, busy=98.0)])
+    _, (cells,) = regress_table([row])
+    assert cells[1].endswith("(n=1, busy 39%)") and cells[2].endswith("(n=1, busy 98%)")
+    assert cells[4] == "cannot tell" and cells[5] == "too few runs"
+    assert row.note.endswith("; candidate ran at 98% busy, baseline at 39%") and "cannot tell" in row.note
+    (row,) = regress([record(100.0), record(100.5)], [record(100.2), record(100.4)])
+    assert row.note == "" and "busy" not in "".join(regress_table([row])[1][0])

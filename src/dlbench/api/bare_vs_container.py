@@ -5,7 +5,7 @@ Both sides start the same way — one torchrun per run (``--launcher torchrun``)
 in ABBA order: round r runs bare then container when r is even, container then bare when odd, so that a drift of
 the host's load falls on both sides. Every run is an ordinary record (through the one pipeline), tagged
 ``container=bare`` or ``container=RUNTIME``, ``bvc=SESSION`` and ``bvc_round=r``: the comparison can be read back
-(``dlbench compare container=bare container=podman``) and is summarised by
+(``dlbench compare tag:container=bare tag:container=podman``) and is summarised by
 :func:`dlbench.report.container.container_rows`. A program of the user's (an :class:`~dlbench.spec.ExecSpec`,
 ``--exec -- CMD``) is paired the same way: job kind ``exec`` through torchrun on both sides, in the same directory
 (mounted in the container at its own path).

@@ -14,6 +14,7 @@ from dlbench.api.checks import joined_launch
 from dlbench.api.pipeline import execute
 from dlbench.api.resolve import (
     BATCH_TELEMETRY_SAMPLED,
+    auto_threads,
     batch_container,
     batch_processes,
     default_threads,
@@ -50,11 +51,21 @@ def run_task(name: str, out_dir: str | Path, options: RunOptions, store=None, en
     with launcher_group(options.device) as grouped:
         env = env if env is not None else capture_env()
         session = prepare_task(name, out_dir, options, env, on_epoch, joined_launch() if grouped else None)
-        env = run_env(env)  # the load just before the runs, once the task is validated and built
         records = []
         for _ in range(options.runs):  # each run's energy goes into its result log (MlperfJob.recorded)
-            records += execute(session.next_run(), store, env)
+            run = session.next_run(run_threads(options, session))
+            # each run's own host load, just before it (the pick's sample when its threads were just picked)
+            records += execute(run, store, run_env(dict(env), runs=[run]))
     return records
+
+
+def run_threads(options: RunOptions, session) -> int | None:
+    """A CPU run's own threads when none were given (``--threads auto``, picked as each run starts: the host's load
+    changes between runs of minutes, and each run records its own); None (the session's) otherwise: given threads,
+    a GPU run, or a rank of an outside launcher (its OMP_NUM_THREADS)."""
+    if options.threads or session.joined is not None or session.device.type != "cpu":
+        return None
+    return auto_threads(session.base_spec["nproc"])[0]
 
 
 def resolve_launched(name: str, out_dir: str | Path, options: RunOptions, launcher: str,
@@ -128,9 +139,9 @@ def run_launched(runs: list[ResolvedRun], store=None, env: dict[str, Any] | None
     pipeline, their result files reserved until each is filed; returns the records."""
     records: list[dict[str, Any]] = []
     with reserved_results(runs):
-        env = run_env(env if env is not None else capture_env())
-        for run in runs:
-            records += execute(run, store, env)
+        env = env if env is not None else capture_env()
+        for run in runs:  # each run's own host load, just before it
+            records += execute(run, store, run_env(dict(env), runs=[run]))
     return records
 
 

@@ -118,10 +118,9 @@ def run_mlperf_exec(argv: list[str], out_dir: str | Path, options: ProgramOption
     runs = resolve_mlperf_exec(argv, out_dir, options, env)
     records: list[dict[str, Any]] = []
     with _reserved(runs):
-        env = run_env(env, runs=runs)
         for run in runs:
             Path(run.record_spec["log_file"]).unlink(missing_ok=True)  # a stale log of a run dlbench never filed
-            ended = execute(run, store, env)
+            ended = execute(run, store, run_env(dict(env), runs=[run]))  # each run's own host load, just before it
             records += ended
             if on_done is not None:
                 for record in ended:

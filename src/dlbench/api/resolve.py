@@ -49,9 +49,10 @@ def threads_for(idle_cores: float, cores: int, processes: int) -> int:
     return max(1, min(cores // processes, int((idle_cores + 0.25) / processes)))
 
 
-#: processes → (monotonic time, threads, why) of the last pick: a suite's runs, resolved together, share one
-#: sample of the host (and one line saying so).
-_auto_picks: dict[int, tuple[float, int, str]] = {}
+#: processes → (monotonic time, threads, why, the host-load sample) of the last pick: a suite's runs, resolved
+#: together, share one sample of the host (and one line saying so); so does the load their records carry and the
+#: busy-host warning (:func:`recent_pick_load`), so the pick and the warning read the same host.
+_auto_picks: dict[int, tuple[float, int, str, dict[str, float]]] = {}
 AUTO_PICK_REUSE_S = 10.0
 
 
@@ -63,14 +64,36 @@ def auto_threads(processes: int = 1, sample_s: float = 0.25) -> tuple[int, str]:
     if picked is not None and now_s - picked[0] < AUTO_PICK_REUSE_S:
         return picked[1], picked[2]
     cores = usable_cores()
-    busy_percent = host_load(sample_s)["cpu_busy_percent"]
+    load = host_load(sample_s)
+    busy_percent = load["cpu_busy_percent"]
     idle = cores * (1.0 - busy_percent / 100.0)
     threads = threads_for(idle, cores, processes)
     why = (f"--threads auto: {threads} thread(s) per process; {idle:.1f} of {cores} core(s) idle as the run starts "
            f"(host {busy_percent:.0f}% busy){'' if processes == 1 else f', shared by {processes} processes'}")
-    _auto_picks[processes] = (now_s, threads, why)
+    _auto_picks[processes] = (now_s, threads, why, load)
     log.warning("dlbench: %s; give --threads N for a fixed count.", why)
     return threads, why
+
+
+def recent_pick_load() -> dict[str, float] | None:
+    """The host-load sample of the newest ``--threads auto`` pick when it is fresh (``AUTO_PICK_REUSE_S``), else
+    None: the runs it picked for record that sample, and the busy-host warning judges it, not a second one that
+    could read the host otherwise ("1.8 of 2 cores idle" then "51 % busy")."""
+    fresh = [p for p in _auto_picks.values() if time.monotonic() - p[0] < AUTO_PICK_REUSE_S]
+    return dict(max(fresh, key=lambda p: p[0])[3]) if fresh else None
+
+
+def thread_advice(busy_percent: float, cores: int, threads: int, processes: int = 1) -> str:
+    """What the busy-host warning says of ``threads`` per process (of ``processes``) on ``cores`` cores
+    ``busy_percent`` busy: "" when they fit the idle cores as ``--threads auto`` fits them (:func:`threads_for`,
+    the one rule), else the count auto would pick now. The pick and the warning cannot disagree: on one sample,
+    auto's count never draws advice."""
+    idle = cores * (1.0 - busy_percent / 100.0)
+    fit = threads_for(idle, cores, processes)
+    if threads <= fit:
+        return ""
+    return (f"{threads * processes} thread(s) on {idle:.1f} idle of {cores} core(s): try --threads {fit} (what "
+            "--threads auto picks now; threads that wait for busy cores are often many times slower than one)")
 
 
 def default_threads(nproc: int, cpu_count: int | None = None) -> int:
@@ -201,6 +224,8 @@ def resolve_io(spec: IoReadSpec, joined: LaunchEnv | None = None, stored_step_s:
     if spec.direct and manifest is not None:
         check_direct(Path(spec.path), manifest)
     job_spec = io_settings(spec, manifest, stored_step_s)
+    if spec.workers is None and joined is None:  # the preset's count, fitted to the CPUs here (said once)
+        job_spec = fit_workers(job_spec)
     if manifest is not None and joined is None:  # once, where the read is asked for (a rank's peers may be reading)
         _check_read_buffers(job_spec, manifest)
     device = resolve_device(spec.device)
@@ -268,6 +293,27 @@ def io_settings(spec: IoReadSpec, manifest: Manifest | None, stored_step_s: floa
         if problem:
             raise UsageError(f"io read {spec.path}: {problem}; give a smaller --batch-size.")
     return job_spec
+
+
+def workers_fit(workers: int, cpus: int, ranks: int) -> int:
+    """DataLoader workers per rank that ``cpus`` CPUs hold for ``ranks`` ranks on the node: at most ``workers``,
+    at most the CPUs' even share, and at least 1 where ``workers`` asked for any (0: the rank reads itself).
+    torch's DataLoader warns ("… worker processes in total. Our suggested max number of worker in current system
+    is N") beyond the CPUs this process may use; workers beyond them only queue for the same cores."""
+    return workers if workers == 0 else max(1, min(workers, cpus // max(1, ranks)))
+
+
+def fit_workers(spec: IoReadSpec) -> IoReadSpec:
+    """``spec`` with workers the preset (or the default 4) gave fitted to this host's CPUs (:func:`workers_fit`),
+    said in one line on stderr when that lowers them; a count given with ``--workers`` is kept as given."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    fitted = workers_fit(spec.workers, cpus, spec.nproc)
+    if fitted == spec.workers:
+        return spec
+    log.warning("dlbench: io read: %d DataLoader worker(s) per rank, not the data set's %d: %d CPU(s) here for %d "
+                "rank(s) (more only queue for the same cores); give --workers %d to keep them.",
+                fitted, spec.workers, cpus, spec.nproc, spec.workers)
+    return spec.model_copy(update={"workers": fitted})
 
 
 def _check_read_buffers(spec: IoReadSpec, manifest: Manifest) -> None:

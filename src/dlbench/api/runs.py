@@ -6,16 +6,15 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 from collections.abc import Callable
 from typing import Any, ContextManager
 
 from dlbench.api.checks import joined_launch
 from dlbench.api.pipeline import execute
-from dlbench.api.resolve import auto_threads, resolve_comm, resolve_train
+from dlbench.api.resolve import auto_threads, recent_pick_load, resolve_comm, resolve_train, thread_advice
 from dlbench.engine.loop import OnStep
 from dlbench.engine.run import ResolvedRun
-from dlbench.env import capture_env, host_load
+from dlbench.env import capture_env, host_load, usable_cores
 from dlbench.record import new_id
 from dlbench.spec import CommSpec, RunSpec
 
@@ -30,26 +29,28 @@ BUSY_PERCENT = 50.0
 
 def run_env(env: dict[str, Any] | None = None, runs: list[ResolvedRun] | None = None) -> dict[str, Any]:
     """The environment of the runs about to start (``env``, or captured now) with the host's load just
-    before them; warns when other processes already keep the CPUs busy (they lower every number) and, for
-    CPU ``runs`` with more than one thread, says what to do about it."""
+    before them (the sample ``--threads auto`` just picked on, when it did: :func:`recent_pick_load`); warns when
+    other processes already keep the CPUs busy (they lower every number) and, for CPU ``runs`` with more
+    threads than the idle cores hold, says what to do about it (:func:`busy_warning`)."""
     env = env if env is not None else capture_env()
-    env["host_load"] = host_load()
+    env["host_load"] = recent_pick_load() or host_load()
     busy = env["host_load"]["cpu_busy_percent"]
     if busy > BUSY_PERCENT:
-        threads = max((r.threads * r.nproc for r in runs or () if r.device_type == "cpu"), default=0)
-        log.warning("%s", busy_warning(busy, threads, os.cpu_count() or 1))
+        cpu = [(r.threads, r.nproc) for r in runs or () if r.device_type == "cpu"]
+        threads, processes = max(cpu, default=(0, 1))
+        log.warning("%s", busy_warning(busy, threads, usable_cores(), processes))
     return env
 
 
-def busy_warning(busy_percent: float, cpu_threads: int, cores: int) -> str:
-    """The warning for a host already ``busy_percent`` busy; ``cpu_threads`` (all processes of the CPU runs
-    about to start, 0 for none) above 1 adds advice: OpenMP threads that find their cores taken spin against
-    each other, and one thread is then often many times faster (30-80x measured on a loaded 2-core host)."""
+def busy_warning(busy_percent: float, threads: int, cores: int, processes: int = 1) -> str:
+    """The warning for a host already ``busy_percent`` busy; ``threads`` per process of the CPU runs about to
+    start (0 for none) beyond what the idle cores hold adds advice, by the rule ``--threads auto`` picks by
+    (:func:`~dlbench.api.resolve.thread_advice`): OpenMP threads that find their cores taken spin against each
+    other, and one thread is then often many times faster (30-80x measured on a loaded 2-core host)."""
     text = (f"dlbench: warning: the CPUs are already {busy_percent:.0f}% busy before the benchmark; other "
             "processes will lower the numbers (recorded as env.host_load).")
-    if cpu_threads > 1:
-        text += (f" {cpu_threads} threads on {cores} busy core(s): try --threads 1 (threads that wait for "
-                 "busy cores are often many times slower than one thread).")
+    if threads and (advice := thread_advice(busy_percent, cores, threads, processes)):
+        text += f" {advice}."
     return text
 
 

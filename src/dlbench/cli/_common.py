@@ -190,7 +190,7 @@ class LaunchOptions:
 
     def in_container(self, specs: list) -> list:
         """``specs`` with ``--container IMAGE [--runtime R]`` set, each tagged ``container=R`` (unless the user
-        tagged it) so that ``dlbench compare container=bare container=podman`` finds them; unchanged without it."""
+        tagged it) so that ``dlbench compare tag:container=bare tag:container=podman`` finds them; unchanged without it."""
         image, runtime = self.values.get("container"), self.values.get("runtime")
         if image is None:
             if runtime is not None:

@@ -35,8 +35,8 @@ def bare_vs_container(
     """Run each workload on this host and in IMAGE, alternately (ABBA), --repeats times, and print container ÷ bare
     metal per workload with its 95% interval and a verdict, flagging where the two software stacks differ.
 
-    Every run is stored, tagged container=bare or container=RUNTIME: 'dlbench compare container=bare
-    container=podman' reads them back. Example: dlbench bare-vs-container localhost/dlbench:0.1.0 lstm --repeats 3
+    Every run is stored, tagged container=bare or container=RUNTIME: 'dlbench compare tag:container=bare
+    tag:container=podman' reads them back. Example: dlbench bare-vs-container localhost/dlbench:0.1.0 lstm --repeats 3
 
     Your own program: 'dlbench bare-vs-container IMAGE --exec --steps 50 -- python train.py' runs it here and in
     IMAGE (its python, with the directory you run dlbench in mounted at its own path) through torchrun.
@@ -83,8 +83,10 @@ def bare_vs_container(
                    "runs": [r["id"] for r in records]})
     else:
         render(container_table(rows), title=f"container ÷ bare metal ({runtime} {image}; session bvc={session})")
-        info(f"stored {len(records)} run(s) tagged bvc={session}: dlbench compare container=bare,bvc={session} "
-             f"container={runtime},bvc={session}")
+        info(f"stored {len(records)} run(s) tagged bvc={session}: dlbench compare tag:container=bare,tag:bvc={session} "
+             f"tag:container={runtime},tag:bvc={session} reads them back (its ratio is of the sides' means, unpaired: "
+             "it can differ from the paired ratio above in the third decimal, and its interval is wider when the "
+             "host's load drifts between rounds)")
     failed = [r for r in records if r["status"] != "ok"]
     if failed:
         raise BenchmarkFailed(f"{len(failed)} of {len(records)} run(s) did not finish: "

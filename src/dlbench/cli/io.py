@@ -244,13 +244,28 @@ def show_read(record: dict, as_json: bool) -> None:
             info(au_verdict(record["result"]["au"], record["spec"]["workload"], record["spec"].get("compute_ms") or 0))
         stages = (record["result"].get("stages") or {}).get("per_sample_ms")
         if stages:
-            info("per sample: " + ", ".join(f"{name} {ms:,.3f} ms" for name, ms in stages.items())
-                 + " (read, decode, collate: in the reading processes; hand-off to this one; copy to the device)")
+            info(stages_line(stages, record["spec"]))
     result = record.get("result") or {}
     if result.get("corrupt_samples"):
         info(f"dlbench: warning: {result['corrupt_samples']} corrupt sample(s) skipped, e.g. {result['corrupt'][0]}")
     if record["status"] != "ok":
         raise BenchmarkFailed(f"io read {record['status']}: {record['error']}")
+
+
+def stages_line(per_sample_ms: dict, spec: dict) -> str:
+    """The per-sample stages as one line, saying where the file's bytes were read: a format whose decoder reads
+    and decodes in one call (tar) shows "read+decode", not a "read 0.000 ms" beside a decode that did the reading."""
+    from dlbench.storage._base import read_stage
+
+    params = spec.get("params") or {}
+    fmt = params.get("format")
+    merged = read_stage(fmt, bool(params.get("decode", spec.get("decode")))) == "decode"
+    shown = {("read+decode" if merged and name == "decode" else name): ms
+             for name, ms in per_sample_ms.items() if not (merged and name == "read")}
+    where = (f"read+decode: {fmt}'s decoder reads the file and decodes in one call" if merged
+             else "read: the file's bytes; decode")
+    return ("per sample: " + ", ".join(f"{name} {ms:,.3f} ms" for name, ms in shown.items())
+            + f" ({where}; collate: in the reading processes; hand-off to this one; copy to the device)")
 
 
 def read_table(record: dict) -> tuple[list[str], list[list[str]]]:

@@ -62,7 +62,7 @@ def run(
     data_dir: str = typer.Option(None, "--data-dir", help="A real data set on disk, for tasks that read one (resnet: an ImageFolder with train/ and val/)."),
     data_seed: int = typer.Option(0, "--data-seed", help="Seed of the generated data set (the same for every run)."),
     workers: int = typer.Option(0, "--workers", help="DataLoader worker processes for training."),
-    threads: int = typer.Option(None, "--threads", help="torch intra-op threads (default: torch's)."),
+    threads: int = typer.Option(None, "--threads", help="torch intra-op threads \\[default: auto on the CPU, picked as each run starts: the cores idle then]."),
     tag: list[str] = typer.Option(None, "--tag", "-t", help="Label KEY=VALUE stored with every run (repeatable)."),
     tensorboard: str = TENSORBOARD_OPTION,
     db: str = DB_OPTION,
@@ -432,11 +432,12 @@ def compare(
     references: list[str] = typer.Option(None, "--references", help="Your own reference YAML file (repeatable); format in the README."),
     as_json: bool = JSON_OPTION,
 ) -> None:
-    """The folder's scores beside a published reference, as a ratio per benchmark.
+    """The folder's scores beside a published reference, led by the figure that compares per benchmark.
 
-    Each row shows the entry's status (incomplete entries are marked), division and scale
-    (accelerators, with accelerator-minutes), and warnings when a dlbench CPU-sized task or a far
-    smaller system is set beside a cluster result. The ratio is a plain ratio of times.
+    Each row leads with its comparable figure: score ÷ reference minutes at like scales, accelerator-minutes
+    across scales 8x apart, none for a dlbench CPU-sized task beside a cluster result (not the MLPerf
+    workload); then the entry's status (incomplete entries are marked), division and scale. The ratio is a
+    plain ratio of times; --json also keeps the other ratios.
     """
     from dlbench.mlperf.compare import compare_scores
     from dlbench.mlperf.references import get_reference, load_references
@@ -476,17 +477,19 @@ def references_list(
     as_json: bool = JSON_OPTION,
 ) -> None:
     """The references 'mlperf compare --reference' knows: the shipped ones (MLPerf training v0.5/v0.6,
-    HPC v0.7; headline results of training v4.0-v5.1 and HPC v3.0) and those in your files."""
-    from dlbench.mlperf.references import load_references
+    HPC v0.7; headline results of training v4.0-v5.1 and HPC v3.0) and those in your files; per reference the
+    benchmarks it has figures for, and which of dlbench's tasks ('dlbench mlperf list') map to them."""
+    from dlbench.mlperf.references import load_references, tasks_covered
 
     found = load_references(references or [])
     if as_json:
-        emit_json([ref.model_dump() for ref in found.values()])
+        emit_json([ref.model_dump() | {"dlbench_tasks": tasks_covered(ref)} for ref in found.values()])
         return
     from dlbench.report.tables import render
 
-    render((["name", "round", "division", "benchmarks", "source"],
-            [[ref.name, ref.round or "-", ref.division or "-", ", ".join(sorted(ref.minutes)), ref.source[:90]]
+    render((["name", "round", "division", "benchmarks", "dlbench tasks", "source"],
+            [[ref.name, ref.round or "-", ref.division or "-", ", ".join(sorted(ref.minutes)),
+              ", ".join(tasks_covered(ref)) or "none", ref.source[:90]]
              for ref in found.values()]), title="MLPerf references")
 
 

@@ -6,6 +6,12 @@ and the reference's, the time in accelerator-minutes (minutes x accelerators) on
 reference's source, and warnings when the two are not the same kind of thing: a dlbench CPU-sized
 task (a shrunken model on generated data) beside a real MLPerf result, or scales 8x or more apart.
 
+Each row leads with its **comparable figure** (:func:`comparable_figure`): the time ratio when the two ran at
+scales less than ``SCALE_GAP`` apart (or a scale is unknown: warned), the accelerator-minutes ratio when both
+scales are known and that far apart, and none for a dlbench CPU-sized task beside a real MLPerf result (not the
+same workload: any ratio there, "accel-minutes ratio 0.001" of one CPU VM against 3,584 H100s, reads as a speed
+comparison it is not). The other ratios stay in ``--json`` beside it, for the record, never as the headline.
+
 ``speedup`` is a plain ratio of times, reference / score. It is not an MLPerf score: only MLPerf
 Training v0.5 published results normalised to a reference implementation's time; from v0.6 on
 MLPerf publishes minutes only.
@@ -58,6 +64,22 @@ def _warnings(entry: dict[str, Any], reference: Reference) -> list[str]:
     return warnings
 
 
+def comparable_figure(entry: dict[str, Any], ours: int | None, theirs: int | None, time_ratio: float | None,
+                      accelerator_minutes_ratio: float | None) -> tuple[str | None, float | None, str | None]:
+    """(what is compared, its ratio, why none) for one row: ("minutes", score / reference) at scales less than
+    ``SCALE_GAP`` apart or unknown; ("accelerator-minutes", its ratio) at scales that far apart, both known;
+    (None, None, why) for a dlbench CPU-sized task (not the MLPerf workload) or when the needed figure is missing."""
+    if DLBENCH_ORG in (entry.get("submitter") or "").split(", "):
+        return None, None, "not comparable: a dlbench CPU-sized task is not the MLPerf workload"
+    if ours and theirs and max(ours, theirs) >= SCALE_GAP * min(ours, theirs):
+        if accelerator_minutes_ratio is None:
+            return None, None, "no accelerator-minutes"
+        return "accelerator-minutes", accelerator_minutes_ratio, None
+    if time_ratio is None:
+        return None, None, "no ratio"
+    return "minutes", time_ratio, None
+
+
 def compare_scores(scores: list[dict[str, Any]], reference: Reference) -> list[dict[str, Any]]:
     """One row per scored entry beside ``reference``: the score and the reference's minutes,
 
@@ -86,8 +108,14 @@ def compare_scores(scores: list[dict[str, Any]], reference: Reference) -> list[d
         both = reference_minutes is not None and score is not None
         ours = _per_accelerator(score, entry.get("accelerators"))
         theirs = _per_accelerator(reference_minutes, reference.accelerators_for(entry["benchmark"]))
+        time_ratio = score / reference_minutes if both else None
+        accel_ratio = ours / theirs if ours is not None and theirs else None
+        figure, ratio, why_none = comparable_figure(entry, entry.get("accelerators"),
+                                                    reference.accelerators_for(entry["benchmark"]), time_ratio, accel_ratio)
         rows.append({
             "system": entry["system"], "benchmark": entry["benchmark"], "scaling": entry.get("scaling"),
+            "comparable_figure": figure if both else None, "comparable_ratio": ratio if both else None,
+            "not_compared": why_none if both else None,
             "status": entry.get("status"), "valid": entry.get("status") == "ok", "division": entry.get("division"),
             "accelerators": entry.get("accelerators"), "score_minutes": score,
             "accelerator_minutes": ours,
@@ -96,9 +124,9 @@ def compare_scores(scores: list[dict[str, Any]], reference: Reference) -> list[d
             "reference_accelerators": reference.accelerators_for(entry["benchmark"]),
             "reference_accelerator_minutes": theirs, "reference_source": reference.source_for(entry["benchmark"]),
             "round": entry_round(entry), "reference_round": reference.round or None, "not_comparable": changed,
-            "time_ratio": score / reference_minutes if both else None,
+            "time_ratio": time_ratio,
             "speedup": reference_minutes / score if both and score > 0 else None,
-            "accelerator_minutes_ratio": ours / theirs if ours is not None and theirs else None,
+            "accelerator_minutes_ratio": accel_ratio,
             "warnings": _warnings(entry, reference) if both else [], "note": note,
         })
     return rows

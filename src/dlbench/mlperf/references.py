@@ -133,3 +133,22 @@ def get_reference(name: str, extra_files: list[str | Path] = ()) -> Reference:
     if name not in references:
         raise unknown_name("reference", name, references, "Add your own with --references FILE.")
     return references[name]
+
+
+def tasks_covered(reference: Reference) -> list[str]:
+    """dlbench's MLPerf tasks (``dlbench mlperf list``) that have a figure in ``reference``: a task's benchmark
+    among its minutes, and, where the reference names its round, the same model under that name there
+    (:func:`dlbench.mlperf.identity.generation`: ssd is RetinaNet from training 2.0, not dlbench's SSD)."""
+    from dlbench.mlperf.identity import generation
+    from dlbench.mlperf.tasks import TASKS
+    from dlbench.mlperf.tasks.metadata import describe
+
+    covered = []
+    for name, target in TASKS.items():
+        task = describe(target)
+        if task["benchmark"] not in reference.minutes:
+            continue
+        then = generation(task["benchmark"], reference.round) if reference.round else None
+        if then is None or task["mlperf_reference"].startswith(then):
+            covered.append(name)
+    return covered

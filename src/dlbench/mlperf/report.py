@@ -44,12 +44,13 @@ def tasks_table(tasks: Sequence[dict[str, Any]]) -> Table:
 
 def runs_table(records: Sequence[dict[str, Any]]) -> Table:
     """One row per time-to-train run just made."""
-    columns = ["run", "task", "seed", "status", "epochs", "quality", "target", "time to train s", "samples/s", "result file"]
+    columns = ["run", "task", "seed", "threads", "host busy", "status", "epochs", "quality", "target", "time to train s",
+               "samples/s", "result file"]
     rows = []
     for r in records:
         spec, result = r["spec"], r.get("result") or {}
         rows.append([
-            str(spec["result_index"]), spec["workload"], str(spec["seed"]),
+            str(spec["result_index"]), spec["workload"], str(spec["seed"]), str(spec.get("threads") or "-"), busy(r),
             r["status"] if r["status"] == "ok" else f"{r['status']}: {(r.get('error') or '')[:60]}",
             str(result.get("epochs", "-")),
             "-" if result.get("quality") is None else quality_text(result["quality"], spec.get("target")), f"{spec['target']:g}",
@@ -58,15 +59,21 @@ def runs_table(records: Sequence[dict[str, Any]]) -> Table:
     return columns, rows
 
 
+def busy(record: dict[str, Any]) -> str:
+    """The host's CPU load just before a run (``env.host_load``, % busy), as compare prints it; "-" when unknown."""
+    load = ((record.get("env") or {}).get("host_load") or {}).get("cpu_busy_percent")
+    return "-" if load is None else f"{load:.0f}%"
+
+
 def program_runs_table(records: Sequence[dict[str, Any]]) -> Table:
     """One row per run of your own MLPerf implementation (``mlperf run --exec``): its time to train is its log's."""
-    columns = ["run", "program", "seed", "status", "epochs", "quality", "time to train s", "result file"]
+    columns = ["run", "program", "seed", "host busy", "status", "epochs", "quality", "time to train s", "result file"]
     rows = []
     for r in records:
         spec, result = r["spec"], r.get("result") or {}
         quality = result.get("quality")
         rows.append([
-            str(spec["result_index"]), spec["workload"], str(spec["seed"]),
+            str(spec["result_index"]), spec["workload"], str(spec["seed"]), busy(r),
             r["status"] if r["status"] == "ok" else f"{r['status']}: {(r.get('error') or '')[:80]}",
             str(result.get("epochs") or "-"), "-" if quality is None else (quality_text(quality) if isinstance(quality, (int, float)) else str(quality)),
             _num(result.get("time_to_train_s"), 3), result.get("result_file") or "- (no log)",
@@ -163,16 +170,21 @@ def rcp_table(rows_in: Sequence[dict[str, Any]]) -> Table:
 
 
 def compare_table(rows_in: Sequence[dict[str, Any]]) -> Table:
-    """One row per system and benchmark beside the reference; warnings are rendered separately."""
-    columns = ["system", "benchmark", "status", "division", "accelerators", "score minutes", "accel-minutes",
-               "reference minutes", "ref accelerators", "time ratio", "ref/score (plain ratio)",
-               "accel-minutes ratio", "note"]
+    """One row per system and benchmark beside the reference, led by its comparable figure
+    (:func:`dlbench.mlperf.compare.comparable_figure`): ``minutes ×0.812`` (score / reference, a plain ratio of
+    times), ``accel-minutes ×1.234`` across scales, or ``none: …`` where no ratio compares (a dlbench CPU-sized
+    task beside a real result); the other ratios only in ``--json``. Warnings are rendered separately."""
+    columns = ["system", "benchmark", "status", "compared (score ÷ reference, a plain ratio)", "division", "accelerators",
+               "score minutes", "accel-minutes", "reference minutes", "ref accelerators", "note"]
+    names = {"minutes": "minutes", "accelerator-minutes": "accel-minutes"}
     rows = []
     for r in rows_in:
         status = r["status"] if r["valid"] else f"{(r['status'] or '?').upper()} (not a valid result)"
-        rows.append([r["system"], r["benchmark"] + (f" ({r['scaling']})" if r.get("scaling") else ""), status,
+        figure = r.get("comparable_figure")
+        compared = (f"{names[figure]} ×{_num(r['comparable_ratio'], 3)}" if figure
+                    else f"none: {r['not_compared']}" if r.get("not_compared") else "-")
+        rows.append([r["system"], r["benchmark"] + (f" ({r['scaling']})" if r.get("scaling") else ""), status, compared,
                      r["division"] or "-", str(r["accelerators"] or "-"), minutes_text(r["score_minutes"]),
                      _num(r["accelerator_minutes"]), minutes_text(r["reference_minutes"]),
-                     str(r["reference_accelerators"] or "-"), _num(r["time_ratio"], 3), _num(r["speedup"], 3),
-                     _num(r["accelerator_minutes_ratio"], 3), r["note"] or ""])
+                     str(r["reference_accelerators"] or "-"), r["note"] or ""])
     return columns, rows

@@ -98,15 +98,19 @@ class TaskSession:
         self.workload, self.telemetry = spec["workload"], options.telemetry
         self.telemetry_interval_s, self.metrics_host, self.metrics_port = options.telemetry_interval_s, "127.0.0.1", None
 
-    def next_run(self) -> ResolvedRun:
-        """The next run: its result index (rank 0 numbers the folder; every rank learns it) and seed."""
+    def next_run(self, threads: int | None = None) -> ResolvedRun:
+        """The next run: its result index (rank 0 numbers the folder; every rank learns it) and seed; ``threads``:
+        this run's own (``mlperf run`` picks them per run), else the session's."""
         system, benchmark = self.base_spec["system"], self.task.benchmark
-        return self.run_at(_from_rank_zero(next_result_index(self.out, system, benchmark) if is_rank_zero() else 0, self.device))
+        return self.run_at(_from_rank_zero(next_result_index(self.out, system, benchmark) if is_rank_zero() else 0, self.device),
+                           threads)
 
-    def run_at(self, index: int) -> ResolvedRun:
+    def run_at(self, index: int, threads: int | None = None) -> ResolvedRun:
         """The run with result index ``index`` (its seed is the options' seed + ``index``)."""
         path = result_path(self.out, self.base_spec["system"], self.task.benchmark, index)
         spec = self.base_spec | {"seed": self.options.seed + index, "result_index": index, "result_file": str(path)}
+        if threads:
+            spec["threads"] = threads
         return ResolvedRun(
             kind="mlperf", spec=self, record_spec=frozen(spec), job=frozen(spec), device_type=self.device.type,
             world_size=spec["nproc"], threads=spec["threads"], joined=self.joined, tags=frozen(self.options.tags),
@@ -122,7 +126,7 @@ class TaskSession:
                 self.on_epoch(spec["result_index"], epoch, quality, reached)
 
         try:
-            with torch_threads(self.options.threads):
+            with torch_threads(spec["threads"]):  # the run's own (the options', or picked for it)
                 result = train_to_target(self.task, self.datasets, log, dict(spec), self.options, self.device, report)
         finally:
             log.close()

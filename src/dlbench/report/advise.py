@@ -12,7 +12,9 @@ run again ``repeats`` times each, interleaved (default, best, default, best …)
 machine's load hits both alike. It is the ratio of the medians, with the 95% interval of the ratio of
 the means (:func:`dlbench.report.compare.ratio_interval`, Welch) and the range of the ratio over the
 extremes; the verdict (faster | slower | within noise | cannot tell) is judged on the speed-up and the interval as
-printed (:func:`dlbench.report.compare.interval_verdict`): "faster" only when both lie above 1.000.
+printed, as compare judges it (:func:`dlbench.report.compare.judge`): "faster" only when both lie above 1.000,
+"cannot tell (1 run a side)" with ``--repeats 1`` (one run's step spread is no run-to-run noise), the busier
+side named when its host was busy.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from dlbench.report.compare import estimate, interval_verdict, ratio_interval, ratio_text
+from dlbench.report.compare import estimate, judge, ratio_interval, ratio_text, side_busy
 from dlbench.report.numbers import ms, sig, with_spread
 from dlbench.report.tables import Table
 
@@ -120,7 +122,8 @@ def _confirmation(records: list[dict[str, Any]]) -> dict[str, Any] | None:
         "default_samples_per_s": default, "best_samples_per_s": best,
         "speedup": speedup, "speedup_interval": [low, high],
         "speedup_range": [best["min"] / default["max"], best["max"] / default["min"]],
-        "verdict": interval_verdict(speedup, low, high),
+        "verdict": judge(speedup, low, high, len(sides["default"]), len(sides["best"]), side_busy(sides["default"]),
+                         side_busy(sides["best"]), names=("the defaults", "the best")),
     }
 
 

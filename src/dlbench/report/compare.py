@@ -207,13 +207,14 @@ def busy_text(busy: float | None) -> str:
     return "" if busy is None else f"busy {busy:.0f}%"
 
 
-def load_note(busy_a: float | None, busy_b: float | None) -> str:
+def load_note(busy_a: float | None, busy_b: float | None, names: tuple[str, str] = ("A", "B")) -> str:
     """"B ran at 98% busy, A at 39%" when a side's printed host load is above ``BUSY_PERCENT`` or ``BUSY_GAP``
-    points above the other's (the busier side named), else ``""``; judged on the whole percents printed."""
-    shown = {side: int(f"{busy:.0f}") for side, busy in (("A", busy_a), ("B", busy_b)) if busy is not None}
+    points above the other's (the busier side named, as ``names`` call the sides), else ``""``; judged on the whole
+    percents printed."""
+    shown = {side: int(f"{busy:.0f}") for side, busy in zip(names, (busy_a, busy_b)) if busy is not None}
     if not shown:
         return ""
-    side = max(shown, key=lambda s: (shown[s], s == "B"))
+    side = max(shown, key=lambda s: (shown[s], s == names[1]))
     other = next((s for s in shown if s != side), None)
     gap = shown[side] - shown[other] if other else 0
     if shown[side] <= BUSY_PERCENT and gap <= BUSY_GAP:
@@ -222,19 +223,20 @@ def load_note(busy_a: float | None, busy_b: float | None) -> str:
 
 
 def judge(ratio: float, low: float, high: float, runs_a: int, runs_b: int, busy_a: float | None = None,
-          busy_b: float | None = None) -> str:
+          busy_b: float | None = None, names: tuple[str, str] = ("A", "B")) -> str:
     """compare's verdict on one configuration, from the figures printed beside it: B/A and its interval,
     the runs a side (``n=``) and the host load (``busy 98%``). :func:`interval_verdict`, except "cannot tell
     (1 run a side)" (or "in A"/"in B") with fewer than two runs on a side, whatever the interval: one run's
     interval is its step spread, blind to the run-to-run noise. A "cannot tell" says why; a notable host
-    load (:func:`load_note`) is added to any verdict."""
+    load (:func:`load_note`) is added to any verdict. ``names``: what the sides are called (trend: the previous
+    group and this one)."""
     word, why = interval_verdict(ratio, low, high), []
     if min(runs_a, runs_b) < 2:
         word = "cannot tell"
-        why.append("1 run a side" if max(runs_a, runs_b) < 2 else f"1 run in {'A' if runs_a < 2 else 'B'}")
+        why.append("1 run a side" if max(runs_a, runs_b) < 2 else f"1 run in {names[0] if runs_a < 2 else names[1]}")
     elif word == "cannot tell":
         why.append(f"the interval allows a change of {permille(MEANINGFUL) / 10:.0f}% or more")
-    if note := load_note(busy_a, busy_b):
+    if note := load_note(busy_a, busy_b, names):
         why.append(note)
     return word + (f" ({'; '.join(why)})" if why else "")
 

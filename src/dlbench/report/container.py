@@ -4,6 +4,10 @@
 swaps every round, so a drift of the host's load falls on both sides); the runs of one round form a pair and
 its ratio is container samples/s ÷ bare samples/s. Pairing cancels what the two runs share (the host's load
 at that moment), so the interval is that of the mean of the per-round ratios: mean ± t(95%, n − 1) · sd/√n.
+``dlbench compare`` of the same runs prints the ratio of the two sides' means with Welch's unpaired interval: a
+ratio that differs in the third decimal (a mean of ratios is not a ratio of means) and an interval that also
+holds the load's drift between rounds. Both are judged by the one shared rule
+(:func:`dlbench.report.compare.interval_verdict`): "cannot tell" when the interval allows a 5 % change.
 
 The goal is :data:`GOAL` (a container adds no compute: published HPC figures are within 4 % of bare metal,
 arXiv 2406.11760; NERSC reports Shifter "near bare-metal"). A ratio compares containers only when the two
@@ -22,7 +26,15 @@ from dataclasses import asdict, dataclass, field
 from html import escape
 from typing import Any
 
-from dlbench.report.compare import comparable, config_key, critical_value, permille, ratio_text
+from dlbench.report.compare import (
+    MEANINGFUL,
+    comparable,
+    config_key,
+    critical_value,
+    interval_verdict,
+    permille,
+    ratio_text,
+)
 from dlbench.report.numbers import sig
 from dlbench.report.page import method, table
 
@@ -65,18 +77,25 @@ def ratio_interval(ratios: list[float]) -> tuple[float, float | None, float | No
 
 def container_verdict(ratio: float, low: float | None, high: float | None, stacks_differ: tuple[str, ...] = ()) -> str:
     """The one sentence judging a container ÷ bare-metal ratio, from the figures printed beside it (three
-    decimals: whole per-mille, :func:`dlbench.report.compare.permille`), so an interval printed
-    ``[0.990, 1.000]`` holds 1.000 whatever the digits not shown."""
+    decimals: whole per-mille, :func:`dlbench.report.compare.permille`), by the one shared judgement of an
+    interval (:func:`dlbench.report.compare.interval_verdict`): "no measurable cost" only when the printed interval
+    holds 1.000 and rules out a change of 5 % (``MEANINGFUL``) both ways; "cannot tell" when it holds 1.000 but
+    allows such a change (``[0.047, 1.911]``) or when there is one pair (no interval); a cost (or a gain) only
+    when the interval lies below (above) 1.000."""
     prefix = f"stacks differ ({'; '.join(stacks_differ)}): not the container alone — " if stacks_differ else ""
     if low is None or high is None:
-        return prefix + f"one pair only ({ratio:.3f}): repeat (--repeats 3 or more) for an interval"
-    shown, shown_low, shown_high = permille(ratio), permille(low), permille(high)
+        return prefix + f"cannot tell (1 pair, {ratio_text(ratio)}: no interval): repeat with --repeats 3 or more"
+    word = interval_verdict(ratio, low, high)
+    shown = permille(ratio)
     cost = f"{(1000 - shown) / 10:.1f}%"
-    if shown_low <= 1000 <= shown_high:
-        judged = "no measurable cost: 1.000 is inside the interval"
-    elif shown_high < 1000 and shown >= permille(GOAL):
+    if word == "within noise":
+        judged = f"no measurable cost: the interval holds 1.000 and rules out a {MEANINGFUL:.0%} change"
+    elif word == "cannot tell":
+        judged = (f"cannot tell (the interval allows a change of {MEANINGFUL:.0%} or more): repeat with more "
+                  "--repeats")
+    elif word == "slower" and shown >= permille(GOAL):
         judged = f"costs {cost}, within the {1 - GOAL:.0%} goal"
-    elif shown_high < 1000:
+    elif word == "slower":
         judged = (f"costs {cost}, more than the {1 - GOAL:.0%} goal: look at threads, CPU quotas (cgroups), "
                   "/dev/shm and seccomp")
     else:
@@ -165,7 +184,8 @@ def _verdict_class(row: ContainerRow) -> str:
     if row.stacks_differ:
         return "diff"
     # the rule container_verdict applies, on the printed per-mille figures: a cost beyond the goal
-    beyond = row.high is not None and permille(row.high) < 1000 and permille(row.ratio) < permille(GOAL)
+    beyond = (row.low is not None and row.high is not None and interval_verdict(row.ratio, row.low, row.high) == "slower"
+              and permille(row.ratio) < permille(GOAL))
     return "slower" if beyond else ""
 
 
@@ -181,7 +201,10 @@ def container_section(sessions: list[dict[str, Any]]) -> str:
     return "".join(out) + method(
         "As <code>dlbench bare-vs-container</code>: each workload runs on the host and in the image alternately "
         "(ABBA), both through torchrun with the same threads; a round's two runs form a pair, and the ratio is "
-        "the mean of the pairs' container ÷ bare samples/s with its 95 % interval (t over the pairs). Goal: "
+        "the mean of the pairs' container ÷ bare samples/s with its 95 % interval (t over the pairs), judged as "
+        "<code>compare</code> judges an interval (no measurable cost only when it rules out a 5 % change both ways, "
+        "else cannot tell). <code>compare</code> of the same runs gives the ratio of the two sides' means with an "
+        "unpaired interval: a slightly different ratio, and a wider interval when the host's load drifts. Goal: "
         f"≥ {GOAL} (HPC codes in containers are within 4 % of bare metal, arXiv 2406.11760). Where the two "
         "software stacks differ (torch, CUDA, Python, dlbench, threads) the verdict says so first and the row "
         "is highlighted: then it is not the container alone that differs.")

@@ -22,7 +22,16 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from dlbench.errors import UsageError
-from dlbench.report.compare import GroupEstimate, change_text, compare, interval_verdict, permille, thread_split_hint
+from dlbench.report.compare import (
+    GroupEstimate,
+    busy_text,
+    change_text,
+    compare,
+    interval_verdict,
+    load_note,
+    permille,
+    thread_split_hint,
+)
 from dlbench.report.numbers import with_spread
 
 DEFAULT_THRESHOLD = 0.05
@@ -45,6 +54,8 @@ class RegressRow:
     note: str
     low: float | None = None  # the 95% interval of ``ratio`` (compare's)
     high: float | None = None
+    busy_baseline: float | None = None  # each side's host load before its runs (% CPU busy, compare's)
+    busy_candidate: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -91,20 +102,24 @@ def regress(baseline: list[dict[str, Any]], candidate: list[dict[str, Any]], thr
         if row.a is None or row.b is None or row.ratio is None:
             side = "baseline" if row.a else "candidate"
             rows.append(RegressRow(row.key, row.a, row.b, None, None, f"only in {side}", "not compared",
-                                   f"no successful run of this configuration in the {'candidate' if row.a else 'baseline'}"))
+                                   f"no successful run of this configuration in the {'candidate' if row.a else 'baseline'}",
+                                   busy_baseline=row.busy_a, busy_candidate=row.busy_b))
             continue
         fewest = min(row.a.runs, row.b.runs)
-        # the interval's verdict alone: compare's "cannot tell (1 run a side)" is --min-runs' business here
+        # the interval's verdict: compare's "cannot tell (1 run a side)" is --min-runs' business here (--min-runs 1
+        # decides on single runs, as asked)
         statistical = interval_verdict(row.ratio, row.low, row.high)
-        decision, note = decide(statistical, row.ratio, threshold), ""
-        if fewest < min_runs:
-            decision = "too few runs"
-            note = (f"{fewest} run(s) on a side, fewer than --min-runs {min_runs}: repeat the runs, baseline and "
-                    "candidate alternating (3+ each)")
+        decision, notes = decide(statistical, row.ratio, threshold), []
+        if fewest < min_runs:  # compare's "cannot tell" too: no verdict of speed on too few runs
+            statistical, decision = "cannot tell", "too few runs"
+            notes.append(f"{fewest} run(s) on a side, fewer than --min-runs {min_runs}: cannot tell; repeat the runs, "
+                         "baseline and candidate alternating (3+ each)")
         elif fewest < 2:
-            note = "one run on a side: its error is the step-time spread only, which misses run-to-run noise"
-        rows.append(RegressRow(row.key, row.a, row.b, row.ratio, (row.ratio - 1) * 100, statistical, decision, note,
-                               row.low, row.high))
+            notes.append("one run on a side: its error is the step-time spread only, which misses run-to-run noise")
+        if loaded := load_note(row.busy_a, row.busy_b, ("baseline", "candidate")):
+            notes.append(loaded)  # as compare's verdict says it: the load lowers that side's numbers
+        rows.append(RegressRow(row.key, row.a, row.b, row.ratio, (row.ratio - 1) * 100, statistical, decision,
+                               "; ".join(notes), row.low, row.high, row.busy_a, row.busy_b))
     return rows
 
 
@@ -129,12 +144,14 @@ def gate(rows: list[RegressRow]) -> int:
 def regress_table(rows: list[RegressRow]) -> tuple[list[str], list[list[str]]]:
     """Columns and rows of text for the terminal."""
 
-    def side(est: GroupEstimate | None) -> str:
-        return "-" if est is None else f"{with_spread(est.samples_per_s, est.sem)} (n={est.runs})"
+    def side(est: GroupEstimate | None, busy: float | None) -> str:
+        if est is None:
+            return "-"
+        return f"{with_spread(est.samples_per_s, est.sem)} (" + ", ".join(filter(None, [f"n={est.runs}", busy_text(busy)])) + ")"
 
     columns = ["configuration", "baseline samples/s", "candidate samples/s", "change [95% CI]", "noise test", "decision"]
     return columns, [
-        [r.configuration, side(r.baseline), side(r.candidate),
+        [r.configuration, side(r.baseline, r.busy_baseline), side(r.candidate, r.busy_candidate),
          "-" if r.ratio is None else change_text(r.ratio, r.low, r.high), r.statistical,
          r.decision.upper() if r.decision == "regression" else r.decision]
         for r in rows

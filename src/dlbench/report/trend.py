@@ -6,7 +6,9 @@ host (in order of their first run), or date (UTC day). Each group's throughput i
 ``dlbench compare`` does (mean, standard error from the run-to-run spread, else from the step
 times). A **change point** is flagged between two consecutive groups when ``compare``'s verdict on
 them is "faster" or "slower" (Welch's t-test at 95 %), judged on the change and its 95% interval printed
-beside it (``+4.1% [+1.2%, +7.0%]``, :func:`~dlbench.report.compare.interval_verdict`).
+beside it (``+4.1% [+1.2%, +7.0%]``, :func:`~dlbench.report.compare.judge`): as there, a group of one run
+against another is "cannot tell (1 run a side)", whatever its interval (one run's step spread), and an interval
+that allows a 5 % change is "cannot tell".
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from dlbench.report.compare import (
     comparable,
     config_key,
     estimate,
-    interval_verdict,
+    judge,
     ratio_interval,
 )
 from dlbench.report.frame import environment
@@ -94,7 +96,8 @@ def trend(records: list[dict[str, Any]], by: str) -> list[TrendPoint]:
             change, percent, interval = "", None, (None, None, None)
             if previous is not None:
                 interval = ratio_interval(previous, est)
-                change, percent = interval_verdict(*interval), (interval[0] - 1) * 100
+                change = judge(*interval, previous.runs, est.runs, names=("the previous", "this"))
+                percent = (interval[0] - 1) * 100
             points.append(TrendPoint(key, name, est, min(rates), max(rates),
                                      min(r["created_at"] for r in runs), change, percent, *interval))
             previous = est

@@ -82,6 +82,15 @@ def get_format(name: str) -> Format:
     return getattr(importlib.import_module(module), cls)()
 
 
+def read_stage(format_name: str | None, decode: bool) -> str:
+    """The stage a read of ``format_name`` times its file reads in: "read", except a decoded read of a format
+    whose decoder reads and decodes in one call (no ``read_into``: tar, npz, jpeg, hdf5, tokens): "decode"
+    (:func:`dlbench.storage.batch._read_decoded` laps "decode" after that call)."""
+    if not decode or format_name not in FORMATS:
+        return "read"
+    return "read" if hasattr(get_format(format_name), "read_into") else "decode"
+
+
 def read_spans(path: Path, spans: list[tuple[int, int]], into: memoryview | None = None) -> memoryview:
     """The bytes of ``spans`` of ``path``, read with ``preadv`` straight into ``into`` (a writable buffer of
     their total size: no zeroing, no copy after the kernel's) or a new bytearray; a short read means the
