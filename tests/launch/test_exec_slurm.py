@@ -39,3 +39,28 @@ def test_a_program_the_node_cannot_find_fails_the_job_with_its_sentence(slurm, t
     out, _ = capsys.readouterr()
     record = json.loads(out)
     assert code == 1 and record["status"] == "failed" and "cannot start 'no-such-program-on-the-node'" in record["error"]
+
+
+def test_your_mlperf_implementation_runs_as_a_slurm_job_array_into_the_results_folder(slurm, tmp_path, capsys):
+    """``mlperf run --exec --launcher slurm --runs 2``: one job array, each run's program logging with mllog to
+    ``{log}`` on the node; rank 0 sends that log back, filed as result_<i>.txt here, each run a record; the folder
+    scores as any."""
+    out, db = tmp_path / "out", str(tmp_path / "runs.db")
+    code = main(["mlperf", "run", "--exec", "--launcher", "slurm", "--benchmark", "resnet", "--runs", "2", "--out",
+                 str(out), "--db", db, "--json", "--", sys.executable, str(PROGRAMS / "mllog_train.py"), "--seed",
+                 "{seed}", "--log", "{log}"])
+    stdout, err = capsys.readouterr()
+    assert code == 0, err[-3000:]
+    records = json.loads(stdout)
+    system = "slurm_1x1_cpu"  # no --system: where and how large, as the catalogue's MLPerf jobs
+    assert [(r["status"], r["spec"]["launcher"], r["spec"]["result_index"], r["spec"]["seed"]) for r in records] == [
+        ("ok", "slurm", 0, 0), ("ok", "slurm", 1, 1)]
+    assert len({r["env"]["scheduler"]["job_id"] for r in records}) == 2 and all(r["result"]["time_to_train_s"] > 0 for r in records)
+    folder = out / "results" / system / "resnet"
+    assert sorted(p.name for p in folder.iterdir()) == ["result_0.txt", "result_1.txt"]  # nothing hidden left
+    assert '"key": "seed", "value": 1' in (folder / "result_1.txt").read_text()
+    assert json.loads((out / "systems" / f"{system}.json").read_text())["submitter"] == "dlbench-tests"
+    assert {r["id"] for r in open_store(db).records()} == {r["id"] for r in records}
+    code = main(["mlperf", "score", str(out), "--json"])
+    (entry,) = json.loads(capsys.readouterr()[0])
+    assert code == 0 and entry["system"] == system and [f["problem"] for f in entry["files"]] == [None, None]

@@ -16,6 +16,7 @@ from typing import Any
 from dlbench.api.exec_job import resolve_exec
 from dlbench.api.pipeline import execute
 from dlbench.engine.aggregate import per_rank_batch
+from dlbench.engine.run import ResolvedRun
 from dlbench.errors import UsageError
 from dlbench.record import new_id
 from dlbench.spec import ExecSpec
@@ -61,10 +62,19 @@ def run_exec_series(specs: list[ExecSpec], store=None, env: dict[str, Any] | Non
     joined = joined_launch()
     runs = [resolve_exec(spec, joined) for spec in specs]
     env = env if env is not None else run_env()  # no --threads advice: the program picks its own threads
+    return run_in_order(runs, store, env, (lambda run: on_run(run.spec)) if on_run is not None else None, on_done)
+
+
+def run_in_order(runs: list[ResolvedRun], store, env: dict[str, Any],
+                 on_run: Callable[[ResolvedRun], Any] | None = None,
+                 on_done: Callable[[dict[str, Any]], Any] | None = None) -> list[dict[str, Any]]:
+    """Run resolved ``runs`` one after the other through the pipeline (a series of ``scale --exec``, the runs of
+    ``mlperf run --exec``): ``on_run`` before each, ``on_done`` with each record as it is saved. A failed run is
+    recorded and the next one starts; a signal stops the series. Returns the records."""
     records: list[dict[str, Any]] = []
     for run in runs:
         if on_run is not None:
-            on_run(run.spec)
+            on_run(run)
         ended = execute(run, store, env)
         records += ended
         if on_done is not None:
