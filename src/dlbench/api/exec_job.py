@@ -43,7 +43,7 @@ from dlbench.launch.program import ProgramEnd, run_program
 from dlbench.probe import ENV as PROBE_ENV
 from dlbench.spec import ExecSpec
 from dlbench.telemetry.host import HostSource, ProcessSource
-from dlbench.telemetry.session import NoTelemetry, ReportedTelemetry, RunTelemetry, _visible_gpus
+from dlbench.telemetry.session import NoTelemetry, ReportedTelemetry, RunTelemetry, visible_gpus
 from dlbench.telemetry.training import TrainingState, metrics_dir
 
 #: Lines of the program's output kept in the record (``result.program.output_tail``), and their characters.
@@ -162,7 +162,7 @@ class ExecJob(Job):
                               batch_size=spec.batch_size or 0, interval_s=spec.telemetry_interval_s)
         sources: list = [HostSource(), ProcessSource()]  # the host, and this process with its children (the program)
         if run.device_type == "cuda":
-            sources.insert(0, _visible_gpus(spec.nproc))
+            sources.insert(0, visible_gpus(spec.nproc))
         return RunTelemetry(state, sources, spec.telemetry_interval_s, metrics_dir(), spec.metrics_host, spec.metrics_port)
 
     def run_here(self, run: ResolvedRun, progress, on_step) -> dict[str, Any]:
