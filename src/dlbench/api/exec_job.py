@@ -396,11 +396,23 @@ def merge_ranks(spec: ExecSpec, reports: dict[int, dict[str, Any]]) -> dict[str,
                 result |= _summed_over_ranks(key, reports)
     else:
         result["throughput_from"] = "wall"
+        if spec.steps is not None or spec.warmup is not None:
+            result["warning"] = counts_unused(spec)
     result.setdefault("samples_per_s", None)
     result.setdefault("steps", result.get("metric_lines", 0))  # what was measured: probe steps or metric lines
     if result.get("program"):
         result["wall_s"] = result["program"]["wall_s"]
     return result
+
+
+def counts_unused(spec: ExecSpec) -> str:
+    """The run's warning when ``--steps``/``--warmup`` had nothing to count: no ``--metric``, and the program called
+    no ``probe.step()`` (known only once it ended: a probe may report, so the options are not refused up front)."""
+    given = " and ".join(f"--{name} {value}" for name, value in (("warmup", spec.warmup), ("steps", spec.steps))
+                         if value is not None)
+    return (f"{given} counted nothing: no --metric was given and the program called no probe.step(), so it ran to "
+            "its end and its only figure is its wall time; give --metric (a line it prints each step or epoch) or "
+            "call probe.step() in its loop.")
 
 
 def _summed_over_ranks(key: str, reports: dict[int, dict[str, Any]]) -> dict[str, Any]:
