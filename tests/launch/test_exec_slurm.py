@@ -64,3 +64,21 @@ def test_your_mlperf_implementation_runs_as_a_slurm_job_array_into_the_results_f
     code = main(["mlperf", "score", str(out), "--json"])
     (entry,) = json.loads(capsys.readouterr()[0])
     assert code == 0 and entry["system"] == system and [f["problem"] for f in entry["files"]] == [None, None]
+
+
+def test_scale_exec_submits_one_job_per_process_count_and_reports_the_series(slurm, tmp_path, capsys):
+    """``scale --exec --launcher slurm --nproc 1,2``: the series' runs as Slurm jobs (the exec kind through
+    resolve_exec_batch), each count's placeholders filled in, the series' table from their records."""
+    db = str(tmp_path / "runs.db")
+    code = main(["scale", "--exec", "--launcher", "slurm", "--nproc", "1,2", "--scaling", "strong", "--batch-size", "16",
+                 "--steps", "4", "--no-plot", "--db", db, "--json", "--", sys.executable, str(PROGRAMS / "ddp_probe.py"),
+                 "100000", "{batch_size}"])
+    out, err = capsys.readouterr()
+    assert code == 0, err[-3000:]
+    shown = json.loads(out)
+    records = [open_store(db).get(row["run_id"]) for row in shown["rows"]]
+    assert [(r["spec"]["launcher"], r["spec"]["world_size"], r["spec"]["exec"]["argv"][-1]) for r in records] == [
+        ("slurm", 1, "16"), ("slurm", 2, "8")]  # the global 16 split over the processes
+    assert all(r["status"] == "ok" and r["result"]["steps"] == 4 and r["env"]["scheduler"]["job_id"] for r in records)
+    assert {r["spec"]["tags"]["scale_series"] for r in records} == {shown["series"]}
+    assert [row["nproc"] for row in shown["rows"]] == [1, 2] and shown["rows"][0]["speedup"] == pytest.approx(1.0)

@@ -51,6 +51,16 @@ def exec_series_specs(base: ExecSpec, counts: list[int], scaling: str, batch_siz
     return series, specs
 
 
+def exec_series_batch(specs: list[ExecSpec], settings, launcher: str) -> list[ResolvedRun]:
+    """The series' runs as jobs (``scale --exec --launcher slurm|k8s``), each with its count of processes on the node
+    (with ``--gpus-per-node``, that many GPUs: one process each), all resolved before any is submitted, as a
+    catalogue series' (:func:`dlbench.api.batch.scale_runs`)."""
+    from dlbench.api.exec_job import resolve_exec_batch  # the pipeline's resolution of a job: only when submitting
+
+    return [resolve_exec_batch(spec, settings.model_copy(update={"gpus_per_node": spec.nproc}) if settings.gpus_per_node
+                               else settings, launcher) for spec in specs]
+
+
 def run_exec_series(specs: list[ExecSpec], store=None, env: dict[str, Any] | None = None,
                     on_run: Callable[[ExecSpec], Any] | None = None,
                     on_done: Callable[[dict[str, Any]], Any] | None = None) -> list[dict[str, Any]]:
