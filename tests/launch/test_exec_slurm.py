@@ -82,3 +82,27 @@ def test_scale_exec_submits_one_job_per_process_count_and_reports_the_series(slu
     assert all(r["status"] == "ok" and r["result"]["steps"] == 4 and r["env"]["scheduler"]["job_id"] for r in records)
     assert {r["spec"]["tags"]["scale_series"] for r in records} == {shown["series"]}
     assert [row["nproc"] for row in shown["rows"]] == [1, 2] and shown["rows"][0]["speedup"] == pytest.approx(1.0)
+
+
+#: A program of the user's that runs the same bare and in the image: a loop timed by the probe (dlbench's, in both).
+PROBE_LOOP = "import time\nfrom dlbench import probe\nfor _ in range(100000):\n    time.sleep(0.01)\n    probe.step(samples=4)"
+
+
+def test_bare_vs_container_exec_runs_each_side_as_a_slurm_job(slurm, container_image, tmp_path, capsys):
+    """``bare-vs-container IMAGE --exec --launcher slurm``: each run of the pair a job of its own (waited for before
+    the next), the container side's ranks in the image through podman on the node; the sides' rows from the records."""
+    db = str(tmp_path / "runs.db")
+    code = main(["bare-vs-container", container_image, "--exec", "--launcher", "slurm", "--repeats", "1", "--steps", "5",
+                 "--name", "loop", "--no-telemetry", "--db", db, "--json", "--", "python3", "-c", PROBE_LOOP])
+    out, err = capsys.readouterr()
+    assert code == 0, err[-3000:]
+    doc = json.loads(out)
+    records = [open_store(db).get(run_id) for run_id in doc["runs"]]
+    assert [r["spec"]["tags"]["container"] for r in records] == ["bare", "podman"]  # round 0: bare first
+    assert [r["spec"]["container"] for r in records] == [{"runtime": None, "image": None},
+                                                         {"runtime": "podman", "image": container_image}]
+    assert records[1]["env"]["container"]["image"] == container_image and not records[0]["env"].get("container")
+    assert len({r["env"]["scheduler"]["job_id"] for r in records}) == 2
+    assert all(r["status"] == "ok" and r["result"]["steps"] == 5 for r in records)
+    (row,) = doc["rows"]
+    assert row["pairs"] == 1 and row["ratio"] == pytest.approx(row["container_samples_per_s"] / row["bare_samples_per_s"])
