@@ -46,3 +46,19 @@ def test_your_mlperf_implementation_runs_as_a_kubernetes_job_into_the_results_fo
     assert [p.name for p in folder.iterdir()] == ["result_0.txt"]
     assert '"key": "run_stop"' in (folder / "result_0.txt").read_text() and (out / "systems" / "pods.json").is_file()
     assert open_store(db).get(record["id"])["result"]["result_file"] == str(folder / "result_0.txt")
+
+
+def test_scale_exec_runs_each_count_as_a_kubernetes_job(kube, tmp_path, capsys):
+    """``scale --exec --launcher k8s --nproc 1,2``: a pod per count, its ranks running the program with the count's
+    batch filled in; the series from their records."""
+    db = str(tmp_path / "runs.db")
+    code = main(["scale", "--exec", "--launcher", "k8s", "--image", "dlbench:test", "--nproc", "1,2", "--batch-size", "4",
+                 "--steps", "3", "--no-plot", "--db", db, "--json", "--", sys.executable,
+                 str(PROGRAMS / "ddp_probe.py"), "100000", "{batch_size}"])
+    out, err = capsys.readouterr()
+    assert code == 0, err[-3000:]
+    rows = json.loads(out)["rows"]
+    records = [open_store(db).get(row["run_id"]) for row in rows]
+    assert [(r["spec"]["launcher"], r["spec"]["world_size"], r["status"]) for r in records] == [("k8s", 1, "ok"), ("k8s", 2, "ok")]
+    assert [[p["steps"] for p in r["result"]["per_rank"]] for r in records] == [[3], [3, 3]]  # weak: 4 a process
+    assert [r["spec"]["exec"]["argv"][-1] for r in records] == ["4", "4"]
