@@ -13,6 +13,9 @@ started by the launcher, its tree stopped and its exit code recorded by the one 
   from the run's environment capture, with the submitter and division the log names.
 
 Run *i* (its result index) gets seed ``--seed`` + *i*: ``{seed}`` in the arguments and ``$DLBENCH_MLPERF_SEED``.
+With ``--launcher slurm|k8s`` each run is a job (:func:`resolve_exec_batch`, the runs one job array on Slurm):
+``{log}`` is filled on the node (:meth:`MlperfExecJob.run_rank`), rank 0 sends the log back in its report, and it
+is written beside its result file here before the run's ending is read, so the rest is as for a local run.
 """
 
 from __future__ import annotations
