@@ -55,6 +55,10 @@ def test_bare_and_container_runs_of_a_program_alternate_and_are_tagged(tmp_path)
     (["lstm", "--exec"], "WORKLOAD does not apply to --exec"),
     (["--exec", "--threads", "2"], "--threads does not apply to --exec"),
     (["--name", "x"], "--name is for a program compared with --exec"),
+    (["--exec", "--launcher", "k8s"], "a Kubernetes pod always runs in an image, so there is no bare side to compare"),
+    (["--launcher", "slurm"], "--launcher slurm pairs your own program (--exec -- CMD)"),
+    (["--exec", "--partition", "gpu"], "--partition is for pairs run as Slurm jobs (--exec --launcher slurm)"),
+    (["--exec", "--launcher", "slurm", "--no-wait"], "--no-wait does not apply to bare-vs-container"),
 ])
 def test_bare_vs_container_refuses_what_does_not_apply_to_exec(capsys, tmp_path, options, sentence):
     capsys.readouterr()

@@ -68,6 +68,20 @@ def test_wall_time_alone_claims_no_rate(capsys, tmp_path):
     assert record["result"]["samples_per_s"] is None and record["result"]["wall_s"] > 0
 
 
+def test_steps_with_nothing_to_count_are_a_warning_in_the_run_and_on_stderr(capsys, tmp_path):
+    """No --metric and no probe.step(): --steps cannot stop the program (a probe might have reported: not refused
+    up front); the run is its wall time, ok, and says in its record and on stderr that --steps counted nothing."""
+    code, record, err = exec_run(capsys, tmp_path / "runs.db", "--steps", "5", program=[PY, "-c", "print('hello')"])
+    assert code == 0 and record["status"] == "ok" and record["result"]["throughput_from"] == "wall"
+    warning = record["result"]["warning"]
+    assert warning.startswith("--steps 5 counted nothing: no --metric was given and the program called no probe.step()")
+    assert f"warning: {warning}" in " ".join(err.split())  # the line as printed may be wrapped
+    assert open_store(str(tmp_path / "runs.db")).get(record["id"])["result"]["warning"] == warning
+    code, record, _ = exec_run(capsys, tmp_path / "runs.db", "--steps", "3", program=[
+        PY, str(PROGRAMS / "probe_train.py"), "100", "0.01", "16", "2"])
+    assert code == 0 and record["result"]["throughput_from"] == "probe" and "warning" not in record["result"]
+
+
 def test_a_metric_that_matches_nothing_fails_the_run_never_a_rate_of_zero(capsys, tmp_path):
     code, record, _ = exec_run(capsys, tmp_path / "runs.db", "--metric", "nersc", program=[PY, "-c", "print('epoch 1')"])
     assert code == 1 and record["status"] == "failed"

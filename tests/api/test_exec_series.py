@@ -69,7 +69,7 @@ def test_scale_exec_runs_the_program_at_each_count_and_reports_its_efficiency(ca
     (["--precision", "bf16"], "--precision does not apply to --exec"),
     (["--busbw", "1MB/s"], "--busbw does not apply to scale --exec"),
     (["lstm"], "WORKLOAD does not apply to --exec"),
-    (["--launcher", "slurm"], "not available for it yet"),
+    (["--dry-run"], "--dry-run and --no-wait are for a series submitted with --launcher slurm or k8s."),
     (["--scaling", "sideways"], "must be weak or strong"),
 ])
 def test_options_that_do_not_apply_to_scale_exec_are_one_sentence(capsys, tmp_path, options, sentence):

@@ -183,7 +183,8 @@ def test_a_run_that_fails_is_failed_with_a_sentence(capsys, tmp_path, mode, said
     ([], None, "--exec needs --benchmark NAME"),
     (["--benchmark", "resnet", "--log-env", "1BAD"], None, "--log-env '1BAD' is not an environment variable name"),
     (["--benchmark", "resnet", "--max-epochs", "3"], None, "--max-epochs does not apply to --exec"),
-    (["--benchmark", "resnet", "--launcher", "slurm"], None, "--launcher slurm|k8s, --nodes, --container"),
+    (["--benchmark", "resnet", "--nodes", "2"], None, "--nodes, --container, --dry-run and --no-wait run your "
+     "implementation as jobs: add --launcher slurm or k8s"),
 ])
 def test_bad_input_is_one_sentence_and_nothing_runs(capsys, tmp_path, options, program, sentence):
     code, records, err = mlperf_exec(capsys, tmp_path, *options, program=program)

@@ -8,7 +8,9 @@ the host's load falls on both sides. Every run is an ordinary record (through th
 (``dlbench compare tag:container=bare tag:container=podman``) and is summarised by
 :func:`dlbench.report.container.container_rows`. A program of the user's (an :class:`~dlbench.spec.ExecSpec`,
 ``--exec -- CMD``) is paired the same way: job kind ``exec`` through torchrun on both sides, in the same directory
-(mounted in the container at its own path).
+(mounted in the container at its own path). On Slurm (:func:`bare_vs_container_jobs`, ``--exec --launcher slurm``)
+each run of a pair is a job of its own, the container side's ranks in the image through the site's container
+runtime; a job is waited for before the next is submitted, so the two sides never share the node.
 """
 
 from __future__ import annotations
@@ -63,4 +65,31 @@ def bare_vs_container(specs: list[Spec], container: ContainerSpec, repeats: int,
                 if on_done is not None:
                     for record in ended:
                         on_done(record)
+    return session, records
+
+
+def bare_vs_container_jobs(spec: ExecSpec, container: ContainerSpec, repeats: int, settings, launcher: str,
+                           submit: Callable[[Any], list[dict[str, Any]]],
+                           on_done: Callable[[dict[str, Any]], Any] | None = None) -> tuple[str, list[dict[str, Any]]]:
+    """``spec``'s pairs as Slurm jobs (in the ABBA order of :func:`pair_specs`): the bare side with no container,
+    the other with ``container``'s image and runtime as the job's (``--container-image``/``--container-runtime``);
+    every run resolved (:func:`resolve_exec_batch`) before the first is submitted, then ``submit`` (submit and wait)
+    called with each in turn. The image is the nodes' to find: a job that cannot start it fails with its sentence.
+    Returns (session, records)."""
+    from dlbench.api.exec_job import resolve_exec_batch  # the pipeline's resolution of a job: only when submitting
+
+    session = new_id()
+    sides = {"bare": settings.model_copy(update={"container_image": None, "container_runtime": None}),
+             container.runtime: settings.model_copy(update={"container_image": container.image,
+                                                            "container_runtime": container.runtime})}
+    runs = [resolve_exec_batch(one.model_copy(update={"container": None, "torchrun": None}),
+                               sides[one.tags["container"]], launcher)
+            for round_index in range(repeats) for one in pair_specs(spec, container, session, round_index)]
+    records: list[dict[str, Any]] = []
+    for run in runs:
+        ended = submit(run)
+        records += ended
+        if on_done is not None:
+            for record in ended:
+                on_done(record)
     return session, records

@@ -43,7 +43,7 @@ from dlbench.launch.program import ProgramEnd, run_program
 from dlbench.probe import ENV as PROBE_ENV
 from dlbench.spec import ExecSpec
 from dlbench.telemetry.host import HostSource, ProcessSource
-from dlbench.telemetry.session import NoTelemetry, ReportedTelemetry, RunTelemetry, _visible_gpus
+from dlbench.telemetry.session import NoTelemetry, ReportedTelemetry, RunTelemetry, visible_gpus
 from dlbench.telemetry.training import TrainingState, metrics_dir
 
 #: Lines of the program's output kept in the record (``result.program.output_tail``), and their characters.
@@ -162,7 +162,7 @@ class ExecJob(Job):
                               batch_size=spec.batch_size or 0, interval_s=spec.telemetry_interval_s)
         sources: list = [HostSource(), ProcessSource()]  # the host, and this process with its children (the program)
         if run.device_type == "cuda":
-            sources.insert(0, _visible_gpus(spec.nproc))
+            sources.insert(0, visible_gpus(spec.nproc))
         return RunTelemetry(state, sources, spec.telemetry_interval_s, metrics_dir(), spec.metrics_host, spec.metrics_port)
 
     def run_here(self, run: ResolvedRun, progress, on_step) -> dict[str, Any]:
@@ -176,8 +176,7 @@ class ExecJob(Job):
         run_dir = Path(os.environ.get(RUN_DIR_ENV) or tempfile.mkdtemp(prefix="dlbench-exec-"))
         on_joined()  # the program forms its own process group (or none): nothing of ours to wait for
         return run_rank_program(spec, run_dir, launch.rank, dict(os.environ) | spec.env, None,
-                                stop_marker=run_dir / "stop" if launch.rank != 0 else None,
-                                mark_stop=run_dir / "stop" if launch.rank == 0 else None)
+                                **node_stop(run_dir, launch))
 
     def result_of(self, run: ResolvedRun, outcome: Outcome) -> Any:
         """Every rank's figures (a failed rank's too: its program's exit code is the story), merged."""
@@ -196,8 +195,20 @@ class ExecJob(Job):
         return [ending(run.spec, result)]
 
 
+def node_stop(directory: Path, launch) -> dict[str, Any]:
+    """How one rank learns that ``--steps`` were measured. Each node's local rank 0 watches its own program's steps
+    (or lines) and, once it stopped it, marks ``stop.node<N>`` in ``directory``; the node's other ranks stop their
+    programs on that mark (a program may print on its node's first rank only). Every rank also stops on node 0's
+    mark, where it can see it (a directory the nodes share): a node whose programs print nothing is not left
+    running. Per node, because with ``--nnodes`` each node's dlbench may have a directory of its own."""
+    node = launch.rank // max(1, launch.local_world_size)
+    mine, first = directory / f"stop.node{node}", directory / "stop.node0"
+    watched = ([] if launch.local_rank == 0 else [mine]) + ([first] if node != 0 else [])
+    return {"stop_markers": tuple(dict.fromkeys(watched)), "mark_stop": mine if launch.local_rank == 0 else None}
+
+
 def run_rank_program(spec: ExecSpec, run_dir: Path, rank: int, env: dict[str, str], on_step=None,
-                     stop_marker: Path | None = None, mark_stop: Path | None = None) -> dict[str, Any]:
+                     stop_markers: tuple[Path, ...] = (), mark_stop: Path | None = None) -> dict[str, Any]:
     """Run the program once as rank ``rank`` and return that rank's figures (:func:`rank_figures`). A signal to
     dlbench stops the program and is re-raised with what was measured so far."""
     metric = parse_metric(spec.metric, spec.metric_scope) if spec.metric else None
@@ -207,8 +218,8 @@ def run_rank_program(spec: ExecSpec, run_dir: Path, rank: int, env: dict[str, st
     reading = Reading(spec, metric, probe_file, on_step)
 
     def on_tick() -> bool:
-        if stop_marker is not None and stop_marker.exists():
-            return True  # rank 0 measured enough: every rank stops together
+        if any(marker.exists() for marker in stop_markers):
+            return True  # its node's watcher (or node 0's) measured enough: see node_stop
         return reading.poll_probe()
 
     try:
@@ -247,15 +258,15 @@ def gather_ranks(spec: ExecSpec, joined, on_step=None) -> dict[str, Any]:
     """One rank of a job an outside launcher started (NERSC's ``srun -n N dlbench run --exec -- python train.py``:
     each task runs the program with Slurm's variables as they are). Every rank writes its figures into the job's
     shared directory (:func:`gather_dir`); rank 0 waits for them (bounded) and carries them back, so the record's
-    throughput is every rank's, as for ranks dlbench launched itself. Rank 0's ``--steps`` stops every rank."""
+    throughput is every rank's, as for ranks dlbench launched itself. ``--steps`` stop each node's ranks
+    (:func:`node_stop`)."""
     from dlbench.launch._base import write_json_atomic  # the rank files' one writer
 
     shared = gather_dir(os.environ)
     shared.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="dlbench-exec-") as tmp:
         figures = run_rank_program(spec, Path(tmp), joined.rank, dict(os.environ), on_step if joined.rank == 0 else None,
-                                   stop_marker=shared / "stop" if joined.rank else None,
-                                   mark_stop=shared / "stop" if joined.rank == 0 else None)
+                                   **node_stop(shared, joined))
     write_json_atomic(shared / f"rank{joined.rank}.json", figures)
     if joined.rank != 0:
         return figures
@@ -267,8 +278,10 @@ def gather_ranks(spec: ExecSpec, joined, on_step=None) -> dict[str, Any]:
             if rank not in others and path.exists():
                 others[rank] = json.loads(path.read_text())
         time.sleep(0.2)
-    for name in [f"rank{r}.json" for r in range(joined.world_size)] + ["stop"]:
+    for name in [f"rank{r}.json" for r in range(joined.world_size)]:
         (shared / name).unlink(missing_ok=True)
+    for mark in shared.glob("stop.node*"):
+        mark.unlink(missing_ok=True)
     with contextlib.suppress(OSError):
         shared.rmdir()  # ours, and empty now (another job's files are never in it: its name is the job's)
     missing = sorted(set(range(1, joined.world_size)) - set(others))
@@ -396,11 +409,23 @@ def merge_ranks(spec: ExecSpec, reports: dict[int, dict[str, Any]]) -> dict[str,
                 result |= _summed_over_ranks(key, reports)
     else:
         result["throughput_from"] = "wall"
+        if spec.steps is not None or spec.warmup is not None:
+            result["warning"] = counts_unused(spec)
     result.setdefault("samples_per_s", None)
     result.setdefault("steps", result.get("metric_lines", 0))  # what was measured: probe steps or metric lines
     if result.get("program"):
         result["wall_s"] = result["program"]["wall_s"]
     return result
+
+
+def counts_unused(spec: ExecSpec) -> str:
+    """The run's warning when ``--steps``/``--warmup`` had nothing to count: no ``--metric``, and the program called
+    no ``probe.step()`` (known only once it ended: a probe may report, so the options are not refused up front)."""
+    given = " and ".join(f"--{name} {value}" for name, value in (("warmup", spec.warmup), ("steps", spec.steps))
+                         if value is not None)
+    return (f"{given} counted nothing: no --metric was given and the program called no probe.step(), so it ran to "
+            "its end and its only figure is its wall time; give --metric (a line it prints each step or epoch) or "
+            "call probe.step() in its loop.")
 
 
 def _summed_over_ranks(key: str, reports: dict[int, dict[str, Any]]) -> dict[str, Any]:

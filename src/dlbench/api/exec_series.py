@@ -16,6 +16,7 @@ from typing import Any
 from dlbench.api.exec_job import resolve_exec
 from dlbench.api.pipeline import execute
 from dlbench.engine.aggregate import per_rank_batch
+from dlbench.engine.run import ResolvedRun
 from dlbench.errors import UsageError
 from dlbench.record import new_id
 from dlbench.spec import ExecSpec
@@ -50,22 +51,44 @@ def exec_series_specs(base: ExecSpec, counts: list[int], scaling: str, batch_siz
     return series, specs
 
 
+def exec_series_batch(specs: list[ExecSpec], settings, launcher: str) -> list[ResolvedRun]:
+    """The series' runs as jobs (``scale --exec --launcher slurm|k8s``), each with its count of processes on the node
+    (with ``--gpus-per-node``, that many GPUs: one process each), all resolved before any is submitted, as a
+    catalogue series' (:func:`dlbench.api.batch.scale_runs`)."""
+    from dlbench.api.exec_job import resolve_exec_batch  # the pipeline's resolution of a job: only when submitting
+
+    return [resolve_exec_batch(spec, settings.model_copy(update={"gpus_per_node": spec.nproc}) if settings.gpus_per_node
+                               else settings, launcher) for spec in specs]
+
+
 def run_exec_series(specs: list[ExecSpec], store=None, env: dict[str, Any] | None = None,
                     on_run: Callable[[ExecSpec], Any] | None = None,
                     on_done: Callable[[dict[str, Any]], Any] | None = None) -> list[dict[str, Any]]:
     """Run ``specs`` in order, every one resolved (its program found, its metric compiled) before the first
     starts; each record saved as it ends. Returns the records."""
     from dlbench.api.checks import joined_launch
-    from dlbench.api.runs import run_env  # imports torch (api.resolve): the host's load before the runs
+    from dlbench.env import capture_env
 
     joined = joined_launch()
     runs = [resolve_exec(spec, joined) for spec in specs]
-    env = env if env is not None else run_env()  # no --threads advice: the program picks its own threads
+    env = env if env is not None else capture_env()
+    return run_in_order(runs, store, env, (lambda run: on_run(run.spec)) if on_run is not None else None, on_done)
+
+
+def run_in_order(runs: list[ResolvedRun], store, env: dict[str, Any],
+                 on_run: Callable[[ResolvedRun], Any] | None = None,
+                 on_done: Callable[[dict[str, Any]], Any] | None = None) -> list[dict[str, Any]]:
+    """Run resolved ``runs`` one after the other through the pipeline (a series of ``scale --exec``, the runs of
+    ``mlperf run --exec``) in the environment ``env``, each with its own host load taken just before it starts;
+    ``on_run`` before each, ``on_done`` with each record as it is saved. A failed run is recorded and the next
+    one starts; a signal stops the series. Returns the records."""
+    from dlbench.api.runs import run_env  # imports torch (api.resolve)
+
     records: list[dict[str, Any]] = []
     for run in runs:
         if on_run is not None:
-            on_run(run.spec)
-        ended = execute(run, store, env)
+            on_run(run)
+        ended = execute(run, store, run_env(dict(env), runs=[run]))
         records += ended
         if on_done is not None:
             for record in ended:

@@ -149,16 +149,17 @@ def run_launched(runs: list[ResolvedRun], store=None, env: dict[str, Any] | None
 def reserved_results(runs: list[ResolvedRun]) -> Iterator[None]:
     """Reserve the runs' result files while they are submitted (a later ``mlperf run`` into the same
     folder numbers after them, even with ``--no-wait``); each is released when its run is recorded
-    (``MlperfJob.recorded``), or here when the submission fails."""
+    (``MlperfJob.recorded``, ``MlperfExecJob.recorded``), or here when the submission fails."""
     reserved = []
     try:
         for run in runs:
-            reserve_result(Path(run.spec.result_file))
+            reserve_result(Path(run.record_spec["result_file"]))
             reserved.append(run)
         yield
     except BaseException:  # only what never went out is free again: a submitted job still files its log
         submitted = {entry["run"]["record_spec"].get("result_file") for entry in JobRegistry().entries()}
         for run in reserved:
-            if run.spec.result_file not in submitted and not Path(run.spec.result_file).exists():
-                release_result(Path(run.spec.result_file))
+            path = run.record_spec["result_file"]
+            if path not in submitted and not Path(path).exists():
+                release_result(Path(path))
         raise

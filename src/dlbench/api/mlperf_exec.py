@@ -13,19 +13,24 @@ started by the launcher, its tree stopped and its exit code recorded by the one 
   from the run's environment capture, with the submitter and division the log names.
 
 Run *i* (its result index) gets seed ``--seed`` + *i*: ``{seed}`` in the arguments and ``$DLBENCH_MLPERF_SEED``.
+With ``--launcher slurm|k8s`` each run is a job (:func:`resolve_exec_batch`, the runs one job array on Slurm):
+``{log}`` is filled on the node (:meth:`MlperfExecJob.run_rank`), rank 0 sends the log back in its report, and it
+is written beside its result file here before the run's ending is read, so the rest is as for a local run.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from dlbench.api.checks import device_type, joined_launch
-from dlbench.api.exec_job import ExecJob, ending, resolve_exec
-from dlbench.api.pipeline import execute
+from dlbench.api.exec_job import RUN_DIR_ENV, ExecJob, ending, resolve_exec, resolve_exec_batch
+from dlbench.api.exec_series import run_in_order
 from dlbench.engine.run import ResolvedRun, frozen
 from dlbench.errors import UsageError
 from dlbench.mlperf.folder import (
@@ -41,10 +46,24 @@ from dlbench.mlperf.folder import (
     write_system,
 )
 from dlbench.mlperf.parse import parse_file
-from dlbench.mlperf.program import check_benchmark, check_program, log_ending, log_file, program_argv, program_env
+from dlbench.mlperf.program import (
+    LOG_PLACEHOLDER,
+    check_benchmark,
+    check_program,
+    log_ending,
+    log_file,
+    program_argv,
+    program_env,
+)
+from dlbench.safety import write_text_atomic
 from dlbench.spec import ExecSpec
 
 #: The system description's software note for a folder of your own implementation's runs.
+#: The file a job's program logs to ({log}) in its rank's run directory on the node, and the characters of it that
+#: rank 0 sends back (an MLPerf log is kilobytes to a few megabytes).
+NODE_LOG, MAX_LOG_CHARS = "mlperf_log.txt", 64 << 20
+#: Where the log's text travels in the rank's report, and in the run's result until it is filed.
+RESULT_LOG = "result_log"
 NOTES = "runs of the submitter's own MLPerf implementation, started and recorded by dlbench (mlperf run --exec)"
 
 
@@ -66,11 +85,13 @@ class ProgramOptions:
     tags: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
-def resolve_mlperf_exec(argv: list[str], out_dir: str | Path, options: ProgramOptions,
-                        env: dict[str, Any]) -> list[ResolvedRun]:
+def resolve_mlperf_exec(argv: list[str], out_dir: str | Path, options: ProgramOptions, env: dict[str, Any],
+                        launcher: str | None = None, settings=None) -> list[ResolvedRun]:
     """The ``options.runs`` runs, each an ``exec`` run of the program with its seed and log path filled in, of kind
     ``mlperf-exec``; every mistake is a :class:`UsageError` before anything is written. Indices follow the runs
-    already in the folder."""
+    already in the folder. With ``launcher`` ``slurm``/``k8s`` (and its ``settings``) each run is a job
+    (:func:`resolve_exec_batch`): ``{log}`` is filled on the job's node (:meth:`MlperfExecJob.run_rank`), whose
+    rank 0 sends the log back in its report, and the system is named after where and how large the job is."""
     from pydantic import ValidationError  # pydantic: the spec's validation only
 
     from dlbench.spec import describe_validation_error
@@ -79,8 +100,18 @@ def resolve_mlperf_exec(argv: list[str], out_dir: str | Path, options: ProgramOp
         raise UsageError(f"--runs {options.runs} must be at least 1.")
     benchmark = check_benchmark(options.benchmark)
     check_program(argv, options.log_env)
-    device = device_type(options.device) or "cuda"  # None: a GPU driver is present (as the exec kind decides)
-    system = check_system_name(options.system) if options.system else default_system_name(env, device, options.nproc)
+    batch = launcher in ("slurm", "k8s")
+    if batch:
+        from dlbench.api.mlperf import batch_system_name  # torch: only for a job (as resolve_exec_batch)
+        from dlbench.api.resolve import batch_processes
+
+        device, per_node = batch_processes(options.device if options.device != "auto" else "", settings,
+                                           options.nproc, launcher)
+        default_system = batch_system_name(settings, launcher, device, per_node)
+    else:
+        device = device_type(options.device) or "cuda"  # None: a GPU driver is present (as the exec kind decides)
+        default_system = default_system_name(env, device, options.nproc)
+    system = check_system_name(options.system) if options.system else default_system
     out = submission_root(Path(out_dir).absolute())
     first = next_result_index(out, system, benchmark)
     if joined_launch() is not None:  # every rank would run the whole series and file the same logs
@@ -90,13 +121,14 @@ def resolve_mlperf_exec(argv: list[str], out_dir: str | Path, options: ProgramOp
     for index in range(first, first + options.runs):
         seed, result = options.seed + index, result_path(out, system, benchmark, index)
         log = log_file(result)
+        program_log = Path(LOG_PLACEHOLDER) if batch else log  # a job's: filled on its node
         try:
-            spec = ExecSpec(argv=program_argv(argv, seed, log), env=program_env(seed, log, options.log_env),
+            spec = ExecSpec(argv=program_argv(argv, seed, program_log), env=program_env(seed, program_log, options.log_env),
                             name=options.name, timeout_s=options.timeout_s, nproc=options.nproc, torchrun=options.torchrun,
                             device=options.device, telemetry=options.telemetry, tags=options.tags)
         except ValidationError as exc:
             raise UsageError(describe_validation_error(exc)) from None
-        run = resolve_exec(spec)
+        run = resolve_exec_batch(spec, settings, launcher) if batch else resolve_exec(spec)
         record_spec = dict(run.record_spec) | {
             "mode": "time_to_train", "benchmark": benchmark, "system": system, "seed": seed, "result_index": index,
             "result_file": str(result), "log_file": str(log), "argv_template": list(argv),
@@ -111,21 +143,14 @@ def run_mlperf_exec(argv: list[str], out_dir: str | Path, options: ProgramOption
     """Run the program ``options.runs`` times into the results folder ``out_dir`` and return the records, each saved
     to ``store`` as it ends (``on_done`` called with it). A failed run is recorded and the next one starts; a signal
     stops the series (that run recorded, its log filed)."""
-    from dlbench.api.runs import run_env  # imports torch (api.resolve): the host's load before the runs
     from dlbench.env import capture_env
 
     env = env if env is not None else capture_env()
     runs = resolve_mlperf_exec(argv, out_dir, options, env)
-    records: list[dict[str, Any]] = []
     with _reserved(runs):
         for run in runs:
             Path(run.record_spec["log_file"]).unlink(missing_ok=True)  # a stale log of a run dlbench never filed
-            ended = execute(run, store, run_env(dict(env), runs=[run]))  # each run's own host load, just before it
-            records += ended
-            if on_done is not None:
-                for record in ended:
-                    on_done(record)
-    return records
+        return run_in_order(runs, store, env, on_done=on_done)
 
 
 @contextlib.contextmanager
@@ -148,9 +173,35 @@ class MlperfExecJob(ExecJob):
 
     kind = "mlperf-exec"
 
+    def run_rank(self, doc, launch, progress, on_joined):
+        """One rank of a run submitted as a job: ``{log}`` is a file in the rank's run directory on its node; rank 0
+        sends what the program logged there back in its report (as the catalogue's MLPerf job sends its log)."""
+        log = Path(os.environ.get(RUN_DIR_ENV) or ".").absolute() / NODE_LOG
+        fill = functools.partial(_fill_log, path=str(log))
+        doc = dict(doc) | {"argv": [doc["argv"][0]] + [fill(a) for a in doc["argv"][1:]],
+                           "env": {k: fill(v) for k, v in (doc.get("env") or {}).items()}}
+        figures = super().run_rank(doc, launch, progress, on_joined)
+        if launch.rank == 0 and log.is_file():
+            with open(log, encoding="utf-8", errors="replace") as handle:
+                figures[RESULT_LOG] = handle.read(MAX_LOG_CHARS)
+        return figures
+
+    def result_of(self, run: ResolvedRun, outcome):
+        result = super().result_of(run, outcome)
+        statuses = outcome.statuses or {}
+        text = next((s["result"].get(RESULT_LOG) for _, s in sorted(statuses.items())
+                     if isinstance(s.get("result"), dict) and s["result"].get(RESULT_LOG)), None)
+        return result | {RESULT_LOG: text} if text is not None and isinstance(result, dict) else result
+
     def endings(self, run: ResolvedRun, result: Any):
-        status, result, error = ending(run.spec, result)
         spec = run.record_spec
+        text = result.pop(RESULT_LOG, None) if isinstance(result, dict) else None
+        if text is not None:  # a job's: its node's log, written here where the folder is, then read and filed as a local one
+            log = Path(spec["log_file"])
+            log.parent.mkdir(parents=True, exist_ok=True)
+            log.unlink(missing_ok=True)  # a stale one of a run dlbench never filed
+            write_text_atomic(log, text, new=True)
+        status, result, error = ending(run.spec, result)
         log_status, figures, log_error = log_ending(Path(spec["log_file"]), spec["benchmark"])
         result = (result or {}) | figures
         if status != "ok":  # the program failed: its own sentence, whatever its log says
@@ -172,6 +223,10 @@ class MlperfExecJob(ExecJob):
         else:
             record["result"] = {"result_file": str(filed)}
         _describe_system(filed.parents[3], spec, record)
+
+
+def _fill_log(text: str, path: str) -> str:
+    return text.replace(LOG_PLACEHOLDER, path)
 
 
 def _describe_system(out: Path, spec: dict[str, Any], record: dict[str, Any]) -> None:

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import typer
 
-from dlbench.cli._common import DB_OPTION, JSON_OPTION, emit_json, info, open_store
+from dlbench.cli._common import DB_OPTION, JSON_OPTION, LaunchOptions, emit_json, info, launch_options, open_store
 from dlbench.errors import BenchmarkFailed, UsageError
 
 _EXEC = "Your own program (--exec)"
 
 
+@launch_options(own=("runtime", "image"))
 def bare_vs_container(
     image: str = typer.Argument(..., help="The image (built by 'dlbench image build').", show_default=False),
     workloads: list[str] = typer.Argument(None, help="Catalogue names \\[default: resnet50 lstm llm]; or --config.", show_default=False),
@@ -31,6 +32,7 @@ def bare_vs_container(
     timeout: float = typer.Option(None, "--timeout", rich_help_panel=_EXEC, help="With --exec: seconds each run's program may take."),
     db: str = DB_OPTION,
     as_json: bool = JSON_OPTION,
+    launch: LaunchOptions = None,
 ) -> None:
     """Run each workload on this host and in IMAGE, alternately (ABBA), --repeats times, and print container ÷ bare
     metal per workload with its 95% interval and a verdict, flagging where the two software stacks differ.
@@ -39,13 +41,12 @@ def bare_vs_container(
     tag:container=podman' reads them back. Example: dlbench bare-vs-container localhost/dlbench:0.1.0 lstm --repeats 3
 
     Your own program: 'dlbench bare-vs-container IMAGE --exec --steps 50 -- python train.py' runs it here and in
-    IMAGE (its python, with the directory you run dlbench in mounted at its own path) through torchrun.
+    IMAGE (its python, with the directory you run dlbench in mounted at its own path) through torchrun. With
+    --launcher slurm each run is a job of its own (waited for before the next), the container side in IMAGE
+    through --runtime on the node (pyxis, shifter, apptainer, podman, docker).
     """
-    from dlbench.api.bare_vs_container import bare_vs_container as run_pairs
     from dlbench.cli.run import _overrides, _refuse_with_exec
     from dlbench.config import load_config
-    from dlbench.report.container import container_rows, container_table
-    from dlbench.report.tables import render
     from dlbench.safety import image_problem, shown
     from dlbench.spec import CONTAINER_RUNTIMES, ContainerSpec, make_spec
 
@@ -70,13 +71,60 @@ def bare_vs_container(
                                device=device, tag=tag, telemetry=telemetry)
         specs = load_config(config, overrides) if config else [
             make_spec({"workload": workload, **overrides}) for workload in (workloads or ["resnet50", "lstm", "llm"])]
+
+    def done(r: dict) -> None:
+        info(f"{r['spec']['workload']} [{r['spec']['tags'].get('container')}, round {r['spec']['tags'].get('bvc_round')}]: "
+             + (f"{r['result']['samples_per_s']:,.2f} samples/s" if r["status"] == "ok" else f"{r['status']}: {r['error']}"))
+
+    if _jobs(launch, exec_):
+        from dlbench.api.bare_vs_container import bare_vs_container_jobs
+        from dlbench.cli.batch import submit_runs
+
+        session, records = bare_vs_container_jobs(specs[0], ContainerSpec(image=image, runtime=runtime), repeats,
+                                                  launch.settings(), "slurm",
+                                                  lambda run: submit_runs([run], launch, db), on_done=done)
+    else:
+        session, records = _here(specs, ContainerSpec(image=image, runtime=runtime), repeats, db, done)
+    _show(session, image, runtime, records, as_json)
+
+
+def _jobs(launch: LaunchOptions, exec_: bool) -> bool:
+    """Whether the pairs go to Slurm as jobs (``--exec --launcher slurm``); the launch options that cannot apply are
+    one sentence each."""
+    given = [name for name, value in launch.values.items() if value not in (None, False, (), [])]
+    if not launch.batch():
+        if given:
+            raise UsageError(f"--{given[0].replace('_', '-')} is for pairs run as Slurm jobs (--exec --launcher slurm); "
+                             "here both sides start through torchrun on this host.")
+        return False
+    if not exec_:
+        raise UsageError("--launcher slurm pairs your own program (--exec -- CMD); the catalogue's workloads are "
+                         "compared on this host.")
+    if launch.launcher_name() == "k8s":
+        raise UsageError("a Kubernetes pod always runs in an image, so there is no bare side to compare; use "
+                         "--launcher slurm, or run here.")
+    for flag in ("container", "container_image", "container_runtime", "dry_run", "no_wait"):
+        if launch.values.get(flag):
+            raise UsageError(f"--{flag.replace('_', '-')} does not apply to bare-vs-container: IMAGE and --runtime are "
+                             "the container side, and each job is waited for before the next (the sides never "
+                             "overlap).")
+    return True
+
+
+def _here(specs, container, repeats: int, db: str | None, done) -> tuple[str, list[dict]]:
+    from dlbench.api.bare_vs_container import bare_vs_container as run_pairs
+
     store = open_store(db)
     try:
-        session, records = run_pairs(specs, ContainerSpec(image=image, runtime=runtime), repeats, store, on_done=lambda r: info(
-            f"{r['spec']['workload']} [{r['spec']['tags'].get('container')}, round {r['spec']['tags'].get('bvc_round')}]: "
-            + (f"{r['result']['samples_per_s']:,.2f} samples/s" if r["status"] == "ok" else f"{r['status']}: {r['error']}")))
+        return run_pairs(specs, container, repeats, store, on_done=done)
     finally:
         store.close()
+
+
+def _show(session: str, image: str, runtime: str, records: list[dict], as_json: bool) -> None:
+    from dlbench.report.container import container_rows, container_table
+    from dlbench.report.tables import render
+
     rows = container_rows(records)
     if as_json:
         emit_json({"session": session, "image": image, "runtime": runtime, "rows": [r.as_dict() for r in rows],

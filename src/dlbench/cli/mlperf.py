@@ -169,10 +169,10 @@ def _run_program(benchmark: str | None, runs: int, out: str, seed: int, system: 
                          "--benchmark resnet (it names the results folder and its logs are checked against it).")
     if device not in ("auto", "cpu", "cuda"):
         raise UsageError(f"--device {device!r} must be auto, cpu or cuda.")
-    if launch.batch() or launch.dry_run or launch.no_wait or (launch.nodes or 1) > 1 or launch.values.get("container"):
-        raise UsageError("--exec runs your implementation on this node (--launcher local or torchrun with "
-                         "--nproc-per-node N); --launcher slurm|k8s, --nodes, --container, --dry-run and --no-wait are "
-                         "not available with it yet.")
+    batch = launch.batch()
+    if not batch and (launch.dry_run or launch.no_wait or (launch.nodes or 1) > 1 or launch.values.get("container")):
+        raise UsageError("--nodes, --container, --dry-run and --no-wait run your implementation as jobs: add --launcher "
+                         "slurm or k8s (here it runs with --launcher local, or torchrun with --nproc-per-node N).")
     from dlbench.api.mlperf_exec import ProgramOptions, run_mlperf_exec  # the pipeline: only when running
 
     launcher = launch.launcher_name()
@@ -186,12 +186,19 @@ def _run_program(benchmark: str | None, runs: int, out: str, seed: int, system: 
         outcome = record["status"] if record["status"] == "ok" else f"{record['status']} ({record['error']})"
         info(f"run {spec['result_index']} (seed {spec['seed']}): {outcome}")
 
-    store = None if no_store else open_store(db)
-    try:
-        records = run_mlperf_exec(program_argv(), out, options, store=store, on_done=done)
-    finally:
-        if store is not None:
-            store.close()
+    if batch:
+        records = _submit_program(program_argv(), out, options, launch, db, no_store, as_json)
+        if records is None:  # --dry-run, --no-wait
+            return
+        for record in records:
+            done(record)
+    else:
+        store = None if no_store else open_store(db)
+        try:
+            records = run_mlperf_exec(program_argv(), out, options, store=store, on_done=done)
+        finally:
+            if store is not None:
+                store.close()
     if as_json:
         emit_json(records)
     else:
@@ -204,6 +211,25 @@ def _run_program(benchmark: str | None, runs: int, out: str, seed: int, system: 
     if failed:
         raise BenchmarkFailed(f"{len(failed)} of {len(records)} run(s) did not succeed: " + "; ".join(
             f"run {r['spec']['result_index']} {r['status']} ({r['error']})" for r in failed))
+
+
+def _submit_program(argv: list[str], out: str, options, launch: LaunchOptions, db: str | None, no_store: bool,
+                    as_json: bool):
+    """``mlperf run --exec --launcher slurm|k8s``: each run one job (a job array on Slurm) of the exec job kind, its
+    node's log sent back by its rank 0 and filed in ``out``; None with --dry-run or --no-wait."""
+    from pathlib import Path
+
+    from dlbench.api.mlperf import reserved_results
+    from dlbench.api.mlperf_exec import resolve_mlperf_exec
+    from dlbench.cli.batch import submit_runs
+
+    runs = resolve_mlperf_exec(argv, out, options, {}, launch.launcher_name(), launch.settings())
+    if launch.dry_run:
+        return submit_runs(runs, launch, db, no_store, as_json)
+    for run in runs:
+        Path(run.record_spec["log_file"]).unlink(missing_ok=True)  # a stale log of a run dlbench never filed
+    with reserved_results(runs):
+        return submit_runs(runs, launch, db, no_store, as_json)
 
 
 def _submit(task: str, out: str, options, launch: LaunchOptions, db: str | None, no_store: bool, as_json: bool):

@@ -204,6 +204,8 @@ def run_program(fields: dict[str, Any], db: str | None, no_store: bool, as_json:
     if follower:
         _raise_if_failed([record])
         return
+    if isinstance(record.get("result"), dict) and record["result"].get("warning"):
+        info(f"warning: {record['result']['warning']}")
     show([record], store, as_json, single=True)
 
 

@@ -198,13 +198,22 @@ def _scale_exec(counts: list[int], scaling: str, fields: dict, batch_size: int |
 
     if scaling not in ("weak", "strong"):
         raise UsageError(f"--scaling {scaling!r} must be weak or strong.")
-    if launch.batch() or launch.dry_run or launch.no_wait:
-        raise UsageError("scale --exec runs its series on this node (--launcher torchrun); --launcher slurm|k8s, "
-                         "--dry-run and --no-wait are not available for it yet.")
+    if not launch.batch() and (launch.dry_run or launch.no_wait):
+        raise UsageError("--dry-run and --no-wait are for a series submitted with --launcher slurm or k8s.")
     try:
         base = ExecSpec(argv=program_argv(), **_overrides(**fields))
     except ValidationError as exc:
         raise UsageError(describe_validation_error(exc)) from None
+    if launch.batch():
+        from dlbench.api.exec_series import exec_series_batch, exec_series_specs  # the pipeline: only when submitting
+        from dlbench.cli.batch import submit_runs
+
+        series, specs = exec_series_specs(base, counts, scaling, batch_size)
+        records = submit_runs(exec_series_batch(specs, launch.settings(), launch.launcher_name()), launch, db,
+                              as_json=as_json)
+        if records is not None:  # None: --dry-run, --no-wait
+            _show_series(records, None, base.workload, scaling, series, plot, no_plot, as_json)
+        return
     (base,) = launch.on_this_node([base])
     from dlbench.api.exec_series import exec_series_specs, run_exec_series  # the pipeline: only when running
 

@@ -32,7 +32,8 @@ from dlbench.spec import (
 )
 
 #: Spec classes of the job kinds a batch launcher can submit.
-SPECS = {"train": RunSpec, "comm": CommSpec, "mlperf": MlperfJobSpec, "io": IoReadSpec, "exec": ExecSpec}
+SPECS = {"train": RunSpec, "comm": CommSpec, "mlperf": MlperfJobSpec, "io": IoReadSpec, "exec": ExecSpec,
+         "mlperf-exec": ExecSpec}
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
 

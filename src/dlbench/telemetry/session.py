@@ -77,7 +77,7 @@ class RunTelemetry:
                               batch_size=record["spec"]["global_batch_size"], interval_s=spec.telemetry_interval_s)
         sources: list = [HostSource(), ProcessSource()]
         if getattr(device, "type", None) == "cuda":
-            sources.insert(0, _visible_gpus(record["spec"].get("nproc")))
+            sources.insert(0, visible_gpus(record["spec"].get("nproc")))
         return cls(state, sources, spec.telemetry_interval_s, metrics_dir(), spec.metrics_host, spec.metrics_port)
 
     @classmethod
@@ -88,7 +88,7 @@ class RunTelemetry:
         state = TrainingState(run_id="", workload=workload, device="node", batch_size=0, interval_s=interval_s)
         sources: list = [HostSource(), ProcessSource()]
         if device_type == "cuda":  # a CPU job on a GPU node watches no GPU
-            sources.insert(0, _visible_gpus(None))
+            sources.insert(0, visible_gpus(None))
         return cls(state, sources, interval_s)
 
     # -- the run ------------------------------------------------------------------------------
@@ -267,7 +267,7 @@ def combine_nodes(nodes: list[dict[str, Any]], nnodes: int | None = None) -> dic
     return combined
 
 
-def _visible_gpus(count: int | None):
+def visible_gpus(count: int | None):
     """An NVML source on the first ``count`` CUDA devices this process sees (all when None), by UUID:
     NVML ignores CUDA_VISIBLE_DEVICES, so a job on a shared node would otherwise watch every GPU."""
     import torch
