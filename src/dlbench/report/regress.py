@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from dlbench.errors import UsageError
+from dlbench.figure import spread_words
 from dlbench.report.compare import GroupEstimate, change_text, compare, interval_verdict, permille, thread_split_hint
 from dlbench.report.numbers import with_spread
 
@@ -45,6 +46,8 @@ class RegressRow:
     note: str
     low: float | None = None  # the 95% interval of ``ratio`` (compare's)
     high: float | None = None
+    unit: str = "samples/s"  # of both sides' figures (compare's row)
+    spread_of: str = "steps"  # what a one-run side's ± is the spread of
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -91,7 +94,8 @@ def regress(baseline: list[dict[str, Any]], candidate: list[dict[str, Any]], thr
         if row.a is None or row.b is None or row.ratio is None:
             side = "baseline" if row.a else "candidate"
             rows.append(RegressRow(row.key, row.a, row.b, None, None, f"only in {side}", "not compared",
-                                   f"no successful run of this configuration in the {'candidate' if row.a else 'baseline'}"))
+                                   f"no successful run of this configuration in the {'candidate' if row.a else 'baseline'}",
+                                   unit=row.unit, spread_of=row.spread_of))
             continue
         fewest = min(row.a.runs, row.b.runs)
         # the interval's verdict alone: compare's "cannot tell (1 run a side)" is --min-runs' business here
@@ -104,7 +108,7 @@ def regress(baseline: list[dict[str, Any]], candidate: list[dict[str, Any]], thr
         elif fewest < 2:
             note = "one run on a side: its error is the step-time spread only, which misses run-to-run noise"
         rows.append(RegressRow(row.key, row.a, row.b, row.ratio, (row.ratio - 1) * 100, statistical, decision, note,
-                               row.low, row.high))
+                               row.low, row.high, row.unit, row.spread_of))
     return rows
 
 
@@ -129,12 +133,21 @@ def gate(rows: list[RegressRow]) -> int:
 def regress_table(rows: list[RegressRow]) -> tuple[list[str], list[list[str]]]:
     """Columns and rows of text for the terminal."""
 
-    def side(est: GroupEstimate | None) -> str:
-        return "-" if est is None else f"{with_spread(est.samples_per_s, est.sem)} (n={est.runs})"
+    units = {r.unit for r in rows}
+    unit = units.pop() if len(units) == 1 else ""  # one unit: in the heading; several: in each cell
 
-    columns = ["configuration", "baseline samples/s", "candidate samples/s", "change [95% CI]", "noise test", "decision"]
+    def side(est: GroupEstimate | None, row: RegressRow) -> str:
+        """``4,712 ± 12 of steps (n=1)``: one run's ± is its steps' spread, several runs' their run-to-run spread."""
+        if est is None:
+            return "-"
+        spread = "runs" if est.runs >= 2 else spread_words(1, row.spread_of)
+        figure = f"{with_spread(est.samples_per_s, est.sem)} of {spread}" if est.sem else with_spread(est.samples_per_s, None)
+        return f"{figure}{'' if unit else ' ' + row.unit} (n={est.runs})"
+
+    columns = ["configuration", f"baseline {unit}".rstrip(), f"candidate {unit}".rstrip(), "change [95% CI]", "noise test",
+               "decision"]
     return columns, [
-        [r.configuration, side(r.baseline), side(r.candidate),
+        [r.configuration, side(r.baseline, r), side(r.candidate, r),
          "-" if r.ratio is None else change_text(r.ratio, r.low, r.high), r.statistical,
          r.decision.upper() if r.decision == "regression" else r.decision]
         for r in rows
