@@ -78,8 +78,13 @@ class Page:
         if not self.loaded:
             raise TimeoutError("the page did not finish loading")
 
-    def screenshot(self, path: Path) -> None:
-        data = self.send("Page.captureScreenshot", format="png", captureBeyondViewport=True)["data"]
+    def screenshot(self, path: Path, full_page: bool = False) -> None:
+        """The viewport, or with ``full_page`` the whole document (its content size, beyond the viewport)."""
+        params = {"format": "png", "captureBeyondViewport": True}
+        if full_page:
+            size = self.send("Page.getLayoutMetrics")["cssContentSize"]
+            params["clip"] = {"x": 0, "y": 0, "width": size["width"], "height": size["height"], "scale": 1}
+        data = self.send("Page.captureScreenshot", **params)["data"]
         path.write_bytes(base64.b64decode(data))
 
 

@@ -62,10 +62,10 @@ def test_report_renders_in_chromium(browser_page, tmp_path):
     assert page.evaluate(zoom) > 1.5 * charts[0]["w"]  # click: full window
     assert page.evaluate(zoom) == pytest.approx(charts[0]["w"], abs=1)  # click again: back in place
 
-    page.evaluate(f"{CLICK}('samples/s')")
-    ascending = page.evaluate(f"{COLUMN}('samples/s')")
-    page.evaluate(f"{CLICK}('samples/s')")
-    descending = page.evaluate(f"{COLUMN}('samples/s')")
+    page.evaluate(f"{CLICK}('figure')")
+    ascending = page.evaluate(f"{COLUMN}('figure')")
+    page.evaluate(f"{CLICK}('figure')")
+    descending = page.evaluate(f"{COLUMN}('figure')")
     assert _sorted_numbers(ascending) and _sorted_numbers(descending, reverse=True)
     assert ascending != descending
     page.evaluate(f"{CLICK}('workload')")
@@ -157,6 +157,57 @@ def test_runs_table_fits_1400px_and_a_pruned_trial_keeps_its_status_short(chromi
         assert layout["table"] <= layout["box"], layout  # no horizontal scrolling at 1400 px
         assert page.evaluate("document.querySelector('#runs-table td.status summary').title") == PRUNED_WHY
         assert page.evaluate(WIDE_TABLES) == []  # every table of the page fits 1400 px, not only the runs table
+    finally:
+        page.ws.close()
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+#: Every table row the page holds that a box around it cuts off (an ancestor that scrolls or hides what overflows
+#: it, and does not reach to the row's bottom), and the number of rows of each table.
+CLIPPED_ROWS = """(function(){var clipped=[],sizes=[];
+  Array.from(document.querySelectorAll('table')).forEach(function(t,k){var rows=Array.from(t.tBodies[0]?t.tBodies[0].rows:[]);
+    if(!t.checkVisibility())return;sizes.push(rows.length);
+    rows.forEach(function(r,i){var b=r.getBoundingClientRect();
+      for(var el=t.parentElement;el&&el!==document.body;el=el.parentElement){var style=getComputedStyle(el);
+        if(style.overflowY==='visible')continue;var box=el.getBoundingClientRect();
+        if(b.bottom>box.bottom+1||b.top<box.top-1){clipped.push({table:t.id||k,row:i});break;}}});});
+  return {clipped:clipped,largest:Math.max.apply(null,sizes),bottom:Math.max.apply(null,Array.from(
+    document.querySelectorAll('tr')).map(function(r){return r.getBoundingClientRect().bottom+window.scrollY;}))};})()"""
+#: Words (between spaces, commas, slashes and semicolons) of dates and parameter cells that run over two lines.
+BROKEN_WORDS = """(function(){var broken=[];
+  Array.from(document.querySelectorAll('span.date, td.params')).forEach(function(cell){
+    var walk=document.createTreeWalker(cell,NodeFilter.SHOW_TEXT),node;
+    while((node=walk.nextNode())){if(!node.parentElement.checkVisibility())continue;var re=/[^\\s,\\/;]+/g,m;
+      while((m=re.exec(node.data))){var range=document.createRange();range.setStart(node,m.index);range.setEnd(node,m.index+m[0].length);
+        var tops=new Set(Array.from(range.getClientRects()).filter(function(b){return b.width>0;}).map(function(b){return Math.round(b.top);}));
+        if(tops.size>1)broken.push(m[0]);}}});
+  return broken;})()"""
+
+
+def test_the_printed_report_shows_every_row_and_breaks_no_date_or_parameter(chromium, report_db, tmp_path):
+    """In print layout (and its full-page screenshot) no box scrolls: the rows beyond the 7th of a long table are on
+    the page (a scroll box of 520 px showed 5-7 rows on paper), every table fits the sheet's width, and dates and
+    parameters wrap between words only."""
+    out = tmp_path / "report.html"
+    assert main(["report", "--db", report_db, "--out", str(out)]) == 0
+    proc, page = open_page(chromium, tmp_path / "profile", out.as_uri())
+    try:
+        on_screen = page.evaluate(CLIPPED_ROWS)
+        assert on_screen["largest"] > 7 and any(c["row"] >= 7 for c in on_screen["clipped"]), on_screen  # can fail
+        # a landscape sheet of A4 at 96 px per inch, less its 10 mm margins (the report's @page): about 1050 px wide
+        page.send("Emulation.setDeviceMetricsOverride", width=1050, height=740, deviceScaleFactor=1, mobile=False)
+        page.send("Emulation.setEmulatedMedia", media="print")
+        printed = page.evaluate(CLIPPED_ROWS)
+        assert printed["clipped"] == [], printed["clipped"][:5]
+        assert page.evaluate(WIDE_TABLES) == []  # and no column runs off the sheet's right edge
+        assert page.evaluate(BROKEN_WORDS) == []
+        shot = Path(os.environ.get("DLBENCH_TEST_ARTIFACTS", tmp_path)) / "report-print.png"
+        shot.parent.mkdir(parents=True, exist_ok=True)
+        page.screenshot(shot, full_page=True)
+        height = int.from_bytes(shot.read_bytes()[20:24], "big")  # the PNG's IHDR height
+        assert height >= printed["bottom"] > 1000, (height, printed["bottom"])  # the last row is in the picture
+        print(f"screenshot: {shot}")
     finally:
         page.ws.close()
         proc.terminate()

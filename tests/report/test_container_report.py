@@ -50,7 +50,7 @@ def test_each_comparison_shows_the_terminal_rows_with_differing_stacks_flagged(o
     comparison(db, base, "other", [1.0, 1.0], [0.99, 1.02], torch="2.13.0+cpu", minutes=30)
     text = report(db, tmp_path / "r.html")
     section = text[text.index('<section id="container">'):]
-    section = section[:section.index("</section>")]
+    section = section[:section.index("</section>")].replace("<wbr>", "")  # the text as read (<wbr>: where it may wrap)
     runs = stored(db, RunFilter())
     for session in ("same", "other"):
         [row] = container_rows([r for r in runs if r["spec"]["tags"].get("bvc") == session])
@@ -69,3 +69,21 @@ def test_each_comparison_shows_the_terminal_rows_with_differing_stacks_flagged(o
     assert '<tr class="diff">' in section and escape(f"stacks differ ({other.stacks_differ[0]}): not the container") in section
     # the newer comparison first
     assert section.index("bvc=other") < section.index("bvc=same")
+
+
+def test_the_host_side_is_named_as_the_environments_section_names_it(one_run_db, tmp_path):
+    # issue 45: on a host that is itself a container (this VM has /.dockerenv) Environments said "docker" and the
+    # container section "bare"; both now read frame.environment
+    from dlbench.report.frame import environment
+
+    db = str(tmp_path / "runs.db")
+    [base] = stored(one_run_db)
+    comparison(db, base, "s", [1.0, 1.0], [0.99, 1.0])
+    text = report(db, tmp_path / "r.html")
+    host = environment(base)["container"]  # "docker" here, "bare metal" on a host that is not a container
+    envs = text[text.index('<section id="environments">'):]
+    envs = envs[:envs.index("</section>")]
+    section = text[text.index('<section id="container">'):]
+    assert f"<td>{escape(host)}</td>" in envs
+    assert f"the host side ran in: {escape(host)})" in section and escape(f"host ({host}) samples/s") in section
+    assert ">bare samples/s<" not in section

@@ -52,17 +52,21 @@ def results(
         flt = narrowed(flt, parse_selector(where))
     if fmt or as_csv:  # one CSV export: --csv is --format csv (a 15-column variant also existed)
         return _export(db, flt, fmt or "csv", out)
+    from dlbench.figure import FIGURE_IS_RATE
+    from dlbench.report.tables import render, summary_figure, summary_table
+
     store = open_store(db, create=False)
     try:
         rows = store.query(flt)
+        # ok runs whose figure is not a summary column (a checkpoint's bytes/s, a time to train): their records
+        records = store.records_by_id([r.id for r in rows if r.status == "ok" and (
+            r.samples_per_s is None or r.mode not in FIGURE_IS_RATE)])
     finally:
         store.close()
     if as_json:
-        emit_json([r.as_dict() for r in rows])
+        emit_json([r.as_dict() | {"figure": summary_figure(r, records).as_dict()} for r in rows])
     else:
-        from dlbench.report.tables import render, summary_table
-
-        render(summary_table(rows), title=f"{len(rows)} run(s)")
+        render(summary_table(rows, records), title=f"{len(rows)} run(s)")
         if limit and len(rows) == limit:
             info(f"showing the newest {limit}; --limit 0 lists all.")
 
@@ -108,10 +112,24 @@ def show(
     finally:
         store.close()
     if not profile:
+        info(figure_line(record))  # stdout stays the record as stored; what its figure is goes to stderr
         return emit_json(with_hints(record))
     if not (record.get("result") or {}).get("profile"):
         raise UsageError(f"run {record['id']} was not profiled; run it with --profile DIR to get a breakdown.")
     show_profiles([record])
+
+
+def figure_line(record: dict) -> str:
+    """``run 3f2a1c9b0e77: throughput 4,712 samples/s (± of steps)``: a stored run's primary figure, what it is."""
+    from dlbench.figure import primary_metric, spread_words
+    from dlbench.report.tables import metric_text
+
+    figure = primary_metric(record)
+    if figure.value is None:
+        return f"run {record['id']} ({record['status']}): no {figure.name} recorded"
+    better = "higher" if figure.higher_is_better else "lower"
+    return (f"run {record['id']}: {figure.name} {metric_text(figure)} ({better} is better; its spread: "
+            f"{spread_words(1, figure.spread_of)})")
 
 
 def matched(runs: list[dict]) -> str:

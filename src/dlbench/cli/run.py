@@ -32,7 +32,7 @@ from dlbench.cli._common import (
     with_hints,
 )
 from dlbench.errors import BenchmarkFailed, UsageError
-from dlbench.report.tables import common_columns, rate_text, render, run_table, token_table
+from dlbench.report.tables import common_columns, figure_text, render, run_table, token_table
 from dlbench.report.tensorboard import with_tensorboard
 
 
@@ -301,8 +301,7 @@ class SuiteProgress:
         done = index + 1
         elapsed_s = time.monotonic() - self.started_s
         for record in records[:1]:
-            result = record.get("result") or {}
-            outcome = (f"{rate_text(result.get('samples_per_s'))} samples/s" if record["status"] == "ok"
+            outcome = (figure_text(record) if record["status"] == "ok"
                        else f"{record['status']}: {(record.get('error') or '')[:80]}")
             left = self.total - done
             eta = f", about {_duration(elapsed_s / done * left)} left" if left else ""

@@ -18,7 +18,8 @@ from typing import Any
 from dlbench.errors import UsageError
 from dlbench.report.compare import compare
 from dlbench.report.digest import DRILL_RUNS, TREND_POINTS, Acc, Digest, Parts, Run, acc_of, compare_accs, run_of
-from dlbench.report.numbers import sig, span, with_spread
+from dlbench.report.numbers import estimate_text, sig, span
+from dlbench.report.page import breakable, date_time
 from dlbench.store._base import narrowed, parse_selector
 
 __all__ = ["DRILL_RUNS", "TREND_POINTS", "Digest", "Gathered", "configurations", "configurations_section", "gather",
@@ -72,7 +73,7 @@ def gather(store, selectors: list[str], within, digest: Digest, explicit: list[t
                              "the results store holds no runs; run a benchmark first (e.g. 'dlbench run lstm') or point "
                              "--db at a store.")
     records = _fetch(store, [*digest.listed, *digest.special, *digest.telemetry])
-    sides = [{"label": label, "auto": False, "rows": compare_accs(_side(store, a), _side(store, b))}
+    sides = [{"label": label, "auto": False, "rows": compare_accs(_side(store, a), _side(store, b), digest.units)}
              for label, a, b in explicit]
     return Gathered(digest, [records[i] for i in digest.listed if i in records],
                     [records[i] for i in digest.special if i in records],
@@ -139,7 +140,7 @@ def _fetch(store, run_ids: list[str]) -> dict[str, dict[str, Any]]:
     return {i: slim(r, shared) for i, r in found.items()}
 
 
-def sparkline(points: list[tuple[str, float, int]], width: int = 160, height: int = 32) -> str:
+def sparkline(points: list[tuple[str, float, int]], unit: str = "samples/s", width: int = 160, height: int = 32) -> str:
     """A small inline SVG line of the trend points (hover a point for its date, mean and runs)."""
     if len(points) < 2:
         return "-"
@@ -148,10 +149,10 @@ def sparkline(points: list[tuple[str, float, int]], width: int = 160, height: in
     span = (high - low) or 1.0
     xy = [(4 + i * (width - 8) / (len(points) - 1), height - 4 - (v - low) / span * (height - 8)) for i, v in enumerate(values)]
     line = " ".join(f"{x:.1f},{y:.1f}" for x, y in xy)
-    marks = "".join(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="2.2"><title>{escape(day)}: {sig(v)} samples/s, '
+    marks = "".join(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="2.2"><title>{escape(day)}: {sig(v)} {escape(unit)}, '
                     f'{n} run(s)</title></circle>' for (x, y), (day, v, n) in zip(xy, points))
     return (f'<svg class="spark" width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img" '
-            f'aria-label="trend from {sig(points[0][1])} to {sig(points[-1][1])} samples/s">'
+            f'aria-label="trend from {sig(points[0][1])} to {sig(points[-1][1])} {escape(unit)}">'
             f'<polyline fill="none" stroke="#1f77b4" stroke-width="1.5" points="{line}"/>'
             f'<g fill="#1f77b4">{marks}</g></svg>')
 
@@ -159,14 +160,14 @@ def sparkline(points: list[tuple[str, float, int]], width: int = 160, height: in
 def _drill(row: dict[str, Any]) -> str:
     """The configuration's newest runs, one click away."""
     lines = "".join(
-        f"<tr><td>{escape(r['id'])}</td><td>{escape(r['created_at'][:16].replace('T', ' '))}</td>"
+        f"<tr><td>{escape(r['id'])}</td><td>{date_time(r['created_at'][:16])}</td>"
         f"<td>{escape(str(r['host'] or '-'))}</td><td>{escape(str(r['torch'] or '-'))}</td>"
         f"<td>{escape(r['status'])}</td><td class=\"num\">{_rate(r['samples_per_s'])}</td></tr>" for r in row["newest"])
     more = row["runs"] - len(row["newest"])
     note = (f"<p>and {more} older run(s): <code>dlbench results -w {escape(row['workload'])} --since "
             f"{escape(row['first'][:10])} -n 0</code> lists them.</p>" if more > 0 else "")
     return (f"<details><summary>{len(row['newest'])} newest</summary><table><thead><tr><th>id</th><th>created (UTC)</th>"
-            f"<th>host</th><th>torch</th><th>status</th><th>samples/s</th></tr></thead><tbody>{lines}</tbody></table>"
+            f"<th>host</th><th>torch</th><th>status</th><th>{escape(row['unit'])}</th></tr></thead><tbody>{lines}</tbody></table>"
             f"{note}</details>")
 
 
@@ -176,19 +177,22 @@ def _rate(rate: float | None) -> str:
 
 def configurations_section(rows: list[dict[str, Any]]) -> str:
     """One table row per configuration: runs, failures, mean ± sem, range, CV, span, trend line, drill-down."""
-    head = "".join(f"<th>{c}</th>" for c in ("configuration", "runs", "failed", "samples/s (mean ± sem)", "min – max",
+    units = {r["unit"] for r in rows}
+    unit = units.pop() if len(units) == 1 else "figure"  # several: each cell says its own
+    head = "".join(f"<th>{c}</th>" for c in ("configuration", "runs", "failed", f"{unit} (mean ± sem)", "min – max",
                                               "CV", "first – last", "trend", "runs of it"))
     body = []
     for r in rows:
         est, cv = r["estimate"], r.get("cv")
-        mean = "-" if est is None else with_spread(est.samples_per_s, est.sem)
+        mean = "-" if est is None else (estimate_text(est.samples_per_s, est.sem, est.runs, r["spread_of"])
+                                        + ("" if unit == r["unit"] else f" {r['unit']}"))
         spread = "-" if est is None else span(r["min"], r["max"])
         body.append(
-            f"<tr><td class=\"free\">{escape(r['configuration'])}</td><td class=\"num\">{r['runs']}</td><td class=\"num\">{r['failed']}</td>"
+            f"<tr><td class=\"free params\">{breakable(r['configuration'])}</td><td class=\"num\">{r['runs']}</td><td class=\"num\">{r['failed']}</td>"
             f"<td class=\"num\">{mean}</td><td class=\"num\">{spread}</td>"
             f"<td class=\"num\">{'-' if cv is None else format(cv, '.1%')}</td>"
-            f"<td>{escape(r['first'][:10])} – {escape(r['last'][:10])}</td>"
-            f"<td>{sparkline(r.get('trend') or [])}</td><td>{_drill(r)}</td></tr>")
+            f"<td><span class=\"date\">{escape(r['first'][:10])}</span> – <span class=\"date\">{escape(r['last'][:10])}</span></td>"
+            f"<td>{sparkline(r.get('trend') or [], r['unit'])}</td><td>{_drill(r)}</td></tr>")
     return (f'<div class="scroll"><table id="configurations-table"><thead><tr>{head}</tr></thead>'
             f'<tbody>{"".join(body)}</tbody></table></div>')
 

@@ -32,6 +32,8 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from dlbench.figure import primary_metric, setting_words
+
 #: Standard errors a difference must exceed to count with many degrees of freedom (two-sided 95%).
 Z = 1.96
 #: A change this large (B/A beyond 1 ± 0.05) matters by default: "within noise" rules it out both ways.
@@ -75,6 +77,8 @@ class CompareRow:
     high: float | None = None
     busy_a: float | None = None  # the busiest host load (% CPU busy) before a run of the side; None: not recorded
     busy_b: float | None = None
+    unit: str = "samples/s"  # of both sides' figures (dlbench.figure.primary_metric)
+    spread_of: str = "steps"  # what one run's ± is the spread of (dlbench.figure.SPREADS); two runs or more: runs
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -89,7 +93,7 @@ def config_key(record: dict[str, Any]) -> str:
         return " ".join([spec["workload"], "exec", *([f"bs{spec['batch_size']}"] if spec.get("batch_size") else []),
                          *([f"x{world}"] if world != 1 else [])]) + f" [{(spec.get('exec') or {}).get('cmd', '')}]"
     params = ",".join(f"{k}={v}" for k, v in sorted((spec.get("params") or {}).items()))
-    parts = [spec["workload"], spec.get("mode", "train"), spec.get("precision", "fp32"), f"bs{spec.get('batch_size')}"]
+    parts = [spec["workload"], spec.get("mode", "train"), *setting_words(spec)]  # no "bsNone" for a node check
     world = spec.get("world_size") or spec.get("nproc", 1)
     if world != 1:
         parts.append(f"x{world}")
@@ -276,12 +280,14 @@ def compare(group_a: list[dict[str, Any]], group_b: list[dict[str, Any]]) -> lis
         a = estimate(runs_a) if runs_a else None
         b = estimate(runs_b) if runs_b else None
         busy_a, busy_b = side_busy(runs_a), side_busy(runs_b)
+        figure = primary_metric((runs_a or runs_b)[0])
         if a and b:
             ratio, low, high = ratio_interval(a, b)
             rows.append(CompareRow(key, a, b, ratio, judge(ratio, low, high, a.runs, b.runs, busy_a, busy_b), low, high,
-                                   busy_a, busy_b))
+                                   busy_a, busy_b, figure.unit, figure.spread_of))
         else:
-            rows.append(CompareRow(key, a, b, None, "only in A" if a else "only in B", busy_a=busy_a, busy_b=busy_b))
+            rows.append(CompareRow(key, a, b, None, "only in A" if a else "only in B", busy_a=busy_a, busy_b=busy_b,
+                                   unit=figure.unit, spread_of=figure.spread_of))
     return rows
 
 

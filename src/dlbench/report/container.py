@@ -35,6 +35,7 @@ from dlbench.report.compare import (
     permille,
     ratio_text,
 )
+from dlbench.report.frame import environment
 from dlbench.report.numbers import sig
 from dlbench.report.page import method, table
 
@@ -174,7 +175,10 @@ def container_sessions(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
             continue
         boxed = [r for r in runs if r["spec"]["tags"][SIDE_TAG] != BARE]
         spec_container = (boxed[0]["spec"].get("container") or {}) if boxed else {}
-        out.append({"session": session, "rows": rows, "started": min(r["created_at"] for r in runs),
+        # the host side as the Environments section names it (one source: frame.environment): on a host that is itself
+        # a container (/.dockerenv) "docker", never a "bare" that contradicts it
+        host = ", ".join(sorted({str(environment(r)["container"]) for r in runs if r["spec"]["tags"][SIDE_TAG] == BARE}))
+        out.append({"session": session, "rows": rows, "started": min(r["created_at"] for r in runs), "host": host or "?",
                     "runtime": spec_container.get("runtime") or (boxed[0]["spec"]["tags"][SIDE_TAG] if boxed else "?"),
                     "image": spec_container.get("image") or "?"})
     return sorted(out, key=lambda s: s["started"], reverse=True)
@@ -194,9 +198,10 @@ def container_section(sessions: list[dict[str, Any]]) -> str:
     out = []
     for s in sessions:
         header, cells = container_table(s["rows"])
+        header = [f"host ({s.get('host', '?')}) samples/s" if name == "bare samples/s" else name for name in header]
         rows = s["rows"]
         out.append(f"<h3>{escape(s['runtime'])} {escape(s['image'])} (bvc={escape(s['session'])}, "
-                   f"{escape(s['started'][:16].replace('T', ' '))} UTC)</h3>"
+                   f"{escape(s['started'][:16].replace('T', ' '))} UTC; the host side ran in: {escape(s.get('host', '?'))})</h3>"
                    + table(header, cells, numeric={1, 2, 3, 4, 5}, row_class=lambda i, rows=rows: _verdict_class(rows[i])))
     return "".join(out) + method(
         "As <code>dlbench bare-vs-container</code>: each workload runs on the host and in the image alternately "

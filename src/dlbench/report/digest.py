@@ -19,6 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from dlbench.figure import rate_unit
 from dlbench.report.compare import (
     CompareRow,
     GroupEstimate,
@@ -52,6 +53,8 @@ class Spec:
     key: str  # compare's configuration key
     workload: str
     device: str  # device name, else cpu/cuda
+    unit: str = "samples/s"  # of its runs' rate (dlbench.figure.rate_unit)
+    spread_of: str = "steps"  # what one run's ± is the spread of
 
 
 @dataclass(frozen=True)
@@ -86,7 +89,8 @@ class Run:
 
 
 def spec_of(spec: dict[str, Any]) -> Spec:
-    return Spec(config_key({"spec": spec}), spec["workload"], spec.get("device_name") or spec.get("device") or "?")
+    return Spec(config_key({"spec": spec}), spec["workload"], spec.get("device_name") or spec.get("device") or "?",
+                *rate_unit(spec))
 
 
 def env_of(record: dict[str, Any]) -> Env:
@@ -196,7 +200,9 @@ class Config:
 
     workload: str
     runs: int = 0
-    failed: int = 0
+    failed: int = 0  # runs that did not end ok (an ok run without a rate, a checkpoint's, is not one)
+    unit: str = "samples/s"
+    spread_of: str = "steps"
     first: str = ""
     last: str = ""
     ok: Acc = field(default_factory=Acc)
@@ -214,6 +220,8 @@ class Workload:
     mfu_n: int = 0
     medians: list = field(default_factory=list)
     devices: set = field(default_factory=set)
+    unit: str = "samples/s"
+    spread_of: str = "steps"
 
 
 class Digest:
@@ -230,6 +238,7 @@ class Digest:
         self.configs: dict[str, Config] = {}
         self.workloads: dict[str, Workload] = {}
         self.trends: dict[tuple[str, str], Acc] = {}
+        self.units: dict[str, tuple[str, str]] = {}  # configuration key → (unit, what one run's ± is the spread of)
         self.sides: dict[str, dict[str, dict[str, Acc]] | None] = {f: {} for f in AUTO_COMPARE}
         self._random = random.Random(0)
 
@@ -268,7 +277,8 @@ class Digest:
             parts.append(f"cluster={run.env.facts['cluster']}")
         parts += [f"{tag}={run.tags.get(tag, '-')}" for tag in self.group_by]
         key = " · ".join(parts)
-        config = self.configs.get(key) or self.configs.setdefault(key, Config(run.spec.workload))
+        config = self.configs.get(key) or self.configs.setdefault(
+            key, Config(run.spec.workload, unit=run.spec.unit, spread_of=run.spec.spread_of))
         config.runs += 1
         config.first = min(config.first or run.created_at, run.created_at)
         config.last = max(config.last, run.created_at)
@@ -278,11 +288,14 @@ class Digest:
         if ok:
             config.ok.add(run.samples_per_s, run.step, run.created_at)
             config.trend.add(run.samples_per_s, run.created_at)
-        else:
+        elif run.status != "ok":  # an ok run without samples/s (a checkpoint, a program's wall time) did not fail
             config.failed += 1
 
     def _workload(self, run: Run, ok: bool) -> None:
-        row = self.workloads.get(run.spec.key) or self.workloads.setdefault(run.spec.key, Workload())
+        if not ok and run.status == "ok":
+            return  # ok without a rate (a checkpoint, a program's wall time): no throughput, and no failure
+        row = self.workloads.get(run.spec.key) or self.workloads.setdefault(
+            run.spec.key, Workload(unit=run.spec.unit, spread_of=run.spec.spread_of))
         if not ok:
             row.failed += 1
             return
@@ -298,6 +311,7 @@ class Digest:
 
     def _compared(self, run: Run) -> None:
         group = trend_group(run, self.trend_by)
+        self.units[run.spec.key] = (run.spec.unit, run.spec.spread_of)
         acc_of(self.trends, (run.spec.key, group)).add(run.samples_per_s, run.step, run.created_at)
         for name, values in self.sides.items():
             if values is None:
@@ -323,6 +337,7 @@ class Digest:
         out = []
         for key, c in sorted(self.configs.items(), key=lambda kv: (kv[1].workload, kv[0])):
             row: dict[str, Any] = {"configuration": key, "workload": c.workload, "runs": c.runs, "failed": c.failed,
+                                   "unit": c.unit, "spread_of": c.spread_of,
                                    "first": c.first, "last": c.last, "newest": c.newest,
                                    "estimate": c.ok.estimate() if c.ok.n else None}
             if c.ok.n:
@@ -334,7 +349,8 @@ class Digest:
     def workload_rows(self) -> list[dict[str, Any]]:
         rows = []
         for key, w in sorted(self.workloads.items()):
-            row: dict[str, Any] = {"configuration": key, "workload": key.split()[0], "failed": w.failed, "runs": w.ok.n}
+            row: dict[str, Any] = {"configuration": key, "workload": key.split()[0], "failed": w.failed, "runs": w.ok.n,
+                                   "unit": w.unit, "spread_of": w.spread_of}
             if w.ok.n:
                 row.update(estimate=w.ok.estimate(), min=w.ok.low, max=w.ok.high,
                            mfu=w.mfu_sum / w.mfu_n if w.mfu_n else None,
@@ -357,7 +373,8 @@ class Digest:
                 if previous is not None:  # as trend.trend: the verdict on the interval it prints
                     interval = ratio_interval(previous, est)
                     change, percent = interval_verdict(*interval), (interval[0] - 1) * 100
-                points.append(TrendPoint(key, name, est, acc.low, acc.high, acc.first_at, change, percent, *interval))
+                points.append(TrendPoint(key, name, est, acc.low, acc.high, acc.first_at, change, percent, *interval,
+                                         *self.units.get(key, ("samples/s", "steps"))))
                 previous = est
         return points
 
@@ -370,7 +387,7 @@ class Digest:
             # A is the side that ran first; runs in one second (created_at's resolution) are ordered by value
             (value_a, a), (value_b, b) = sorted(values.items(),
                                                 key=lambda kv: (min(acc.first_at for acc in kv[1].values()), kv[0]))
-            rows = [row for row in compare_accs(a, b) if row.ratio is not None]
+            rows = [row for row in compare_accs(a, b, self.units) if row.ratio is not None]
             if rows:
                 out.append({"label": f"{name}: A = {value_a}, B = {value_b}", "auto": True, "rows": rows})
         return out
@@ -383,17 +400,20 @@ def acc_of(accs: dict, key) -> Acc:
     return acc
 
 
-def compare_accs(a: dict[str, Acc], b: dict[str, Acc]) -> list[CompareRow]:
-    """:func:`dlbench.report.compare.compare` on accumulated sides (configuration key → :class:`Acc`)."""
+def compare_accs(a: dict[str, Acc], b: dict[str, Acc], units: dict[str, tuple[str, str]] | None = None) -> list[CompareRow]:
+    """:func:`dlbench.report.compare.compare` on accumulated sides (configuration key → :class:`Acc`; ``units``: key →
+    (unit, what one run's ± is the spread of), samples/s and steps where absent)."""
     rows = []
     for key in sorted(set(a) | set(b)):
         ea = a[key].estimate() if key in a else None
         eb = b[key].estimate() if key in b else None
+        unit, spread = (units or {}).get(key, ("samples/s", "steps"))
         if ea and eb:
             ratio, low, high = ratio_interval(ea, eb)  # as compare.compare
-            rows.append(CompareRow(key, ea, eb, ratio, judge(ratio, low, high, ea.runs, eb.runs), low, high))
+            rows.append(CompareRow(key, ea, eb, ratio, judge(ratio, low, high, ea.runs, eb.runs), low, high,
+                                   unit=unit, spread_of=spread))
         else:
-            rows.append(CompareRow(key, ea, eb, None, "only in A" if ea else "only in B"))
+            rows.append(CompareRow(key, ea, eb, None, "only in A" if ea else "only in B", unit=unit, spread_of=spread))
     return rows
 
 

@@ -18,7 +18,7 @@ from dlbench.report.centre import DRILL_RUNS, TREND_POINTS, Digest, Gathered, co
 from dlbench.report.compare import Z, change_text, ratio_text
 from dlbench.report.container import container_section, container_sessions
 from dlbench.report.labels import split_shared
-from dlbench.report.numbers import ms, percent, sig, span, with_spread
+from dlbench.report.numbers import estimate_text, ms, percent, sig, span, with_spread
 from dlbench.report.page import method, page, runs_table, section, table
 from dlbench.report.svg import bar_chart, line_chart
 from dlbench.report.tables import token_table
@@ -43,26 +43,38 @@ def _env_section(data: dict[str, Any]) -> str:
                      "scheduler job (Slurm or Kubernetes variables)."))
 
 
-def _est(est) -> str:
-    return with_spread(est.samples_per_s, est.sem)
+def _est(est, spread_of: str | None = None) -> str:
+    """``4,712 ± 12``; with ``spread_of`` (what one run's ± is of), what the ± is of: ``± 12 (steps)``, ``± 30 (5 runs)``."""
+    if spread_of is None:
+        return with_spread(est.samples_per_s, est.sem)
+    return estimate_text(est.samples_per_s, est.sem, est.runs, spread_of)
+
+
+def _unit(rows: list[dict[str, Any]] | list) -> str:
+    """The unit the rows share (a dict's ``unit`` or a row's), "figure" when they differ."""
+    units = {r.get("unit", "samples/s") if isinstance(r, dict) else r.unit for r in rows}
+    return units.pop() if len(units) == 1 else "figure"
 
 
 def _workloads_section(rows: list[dict[str, Any]]) -> str:
-    columns = ["configuration", "device", "runs", "failed", "samples/s (mean ± sem)", "min – max", "median step ms", "MFU"]
+    unit = _unit(rows)
+    columns = ["configuration", "device", "runs", "failed", f"{unit} (mean ± sem)", "min – max", "median step ms", "MFU"]
     body = []
     for r in rows:
         est = r.get("estimate")
+        row_unit, spread_of = r.get("unit", "samples/s"), r.get("spread_of", "steps")
+        in_cell = "" if unit == row_unit else f" {row_unit}"
         body.append([r["configuration"], ", ".join(r.get("device", [])), r["runs"], r["failed"],
-                     _est(est) if est else "-", span(r["min"], r["max"]) if est else "-", ms(r.get("step_median_s")),
-                     percent(r.get("mfu"))])
+                     _est(est, spread_of) + in_cell if est else "-", span(r["min"], r["max"]) if est else "-",
+                     ms(r.get("step_median_s")) if spread_of == "steps" else "-", percent(r.get("mfu"))])
     charts = []
     for workload in sorted({r["workload"] for r in rows if r.get("estimate")}):
         measured = [r for r in rows if r["workload"] == workload and r.get("estimate")]
         # each bar is labelled with what tells it from the others; what they all share is in the title
         shared, labels = split_shared([r["configuration"] for r in measured])
         bars = [(label, r["estimate"].samples_per_s, interval_half_width(r["estimate"].sem),
-                 f"{r['configuration']}: {_est(r['estimate'])} samples/s, n={r['runs']}") for label, r in zip(labels, measured)]
-        charts.append(bar_chart(bars, f"{shared}: throughput (whiskers: ±{Z} sem)", "samples/s"))
+                 f"{r['configuration']}: {_est(r['estimate'])} {r.get('unit', 'samples/s')}, n={r['runs']}") for label, r in zip(labels, measured)]
+        charts.append(bar_chart(bars, f"{shared}: {_unit(measured)} (whiskers: ±{Z} sem)", _unit(measured)))
     return (table(columns, body, numeric={2, 3, 4, 5, 6, 7}) + f'<div class="charts">{"".join(charts)}</div>'
             + method("Throughput = batch × timed steps / wall time of the timed window, after warm-up steps that are "
                      "not timed; the device is synchronised at both ends of the window. Runs of one configuration "
@@ -172,11 +184,13 @@ def _telemetry_section(timelines: list[dict[str, Any]], limit: int) -> str:
 def _compare_section(items: list[dict[str, Any]]) -> str:
     out = []
     for item in items:
-        rows = [[r.key, _est(r.a) + f" (n={r.a.runs})" if r.a else "-", _est(r.b) + f" (n={r.b.runs})" if r.b else "-",
+        unit = _unit(item["rows"])
+        rows = [[r.key, *(f"{_est(est, r.spread_of)}{'' if unit == r.unit else ' ' + r.unit}" if est else "-"
+                          for est in (r.a, r.b)),
                  ratio_text(r.ratio, r.low, r.high) if r.ratio else "-", ("html", f'<span class="{r.verdict.split()[0]}">{escape(r.verdict)}</span>')]
                 for r in item["rows"]]
         out.append(f"<h3>{escape(item['label'])}{' (automatic)' if item['auto'] else ''}</h3>"
-                   + table(["configuration", "A samples/s", "B samples/s", "B/A [95% CI]", "verdict"], rows, numeric={1, 2, 3}))
+                   + table(["configuration", f"A {unit}", f"B {unit}", "B/A [95% CI]", "verdict"], rows, numeric={1, 2, 3}))
     return "".join(out) + method(
         f"As <code>dlbench compare</code>: runs are paired by configuration; B/A is shown with its 95 % interval "
         f"(Welch's: t standard errors of the difference of mean throughputs, {Z} with many runs, 2.78 with three a "
@@ -194,7 +208,7 @@ def trend_chart(configuration: str, points: list, by: str) -> str:
     flagged = {"label": "change point", "color": "#b00020", "points": [
         (i, p.estimate.samples_per_s, None, f"change point: {p.change} {p.change_percent:+.1f}%")
         for i, p in enumerate(points) if is_change_point(p)]}
-    return line_chart([line] + ([flagged] if flagged["points"] else []), configuration, by, "samples/s",
+    return line_chart([line] + ([flagged] if flagged["points"] else []), configuration, by, _unit(points),
                       xlabels=[p.group for p in points])
 
 
@@ -205,12 +219,12 @@ def _trend_section(points: list, by: str) -> str:
     shown = {k: v for k, v in by_config.items() if len(v) >= 2}
     if not shown:
         return ""
-    charts, rows = [], []
+    charts, rows, unit = [], [], _unit([p for pts in shown.values() for p in pts])
     for key, pts in shown.items():
         charts.append(trend_chart(key, pts, by))
-        rows += [[key, p.group, p.estimate.runs, _est(p.estimate), "-" if p.ratio is None else change_text(p.ratio, p.ratio_low, p.ratio_high),
-                  p.change or "-"] for p in pts]
-    return (table(["configuration", by, "runs", "samples/s", "vs previous [95% CI]", "verdict"], rows, numeric={2, 3, 4},
+        rows += [[key, p.group, p.estimate.runs, _est(p.estimate, p.spread_of) + ("" if unit == p.unit else f" {p.unit}"),
+                  "-" if p.ratio is None else change_text(p.ratio, p.ratio_low, p.ratio_high), p.change or "-"] for p in pts]
+    return (table(["configuration", by, "runs", unit, "vs previous [95% CI]", "verdict"], rows, numeric={2, 3, 4},
                   row_class=lambda i: "changed" if rows[i][5] in ("faster", "slower") else "")
             + f'<div class="charts">{"".join(charts)}</div>'
             + method(f"Runs grouped by configuration and by {by} ({'version order' if by in ('torch', 'cuda') else 'time order'}); "

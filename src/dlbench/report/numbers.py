@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import math
 
+from dlbench.figure import spread_label
+
 #: Significant digits of a value shown alone or beside its spread.
 DIGITS = 3
 
@@ -98,3 +100,11 @@ def prefixed(value: float | None, unit: str = "", digits: int = DIGITS) -> str:
         if abs(shown) >= factor:
             return f"{sig(shown / factor, digits)} {prefix}{unit}"
     return f"{sig(shown, digits)} {unit}".rstrip()
+
+
+def estimate_text(value: float | None, sem: float | None, runs: int, spread_of: str) -> str:
+    """A mean with what its ± is the spread of (:func:`dlbench.figure.spread_label`): ``1,635 ± 235 (2 runs)``,
+    ``1,869 ± 12 (steps)``; one measurement has no ±: ``6,103,773 (one measurement)``."""
+    if runs < 2 and spread_of not in ("steps", "lines"):
+        return f"{sig(value)} {spread_label(runs, spread_of)}"
+    return f"{with_spread(value, sem)} {spread_label(runs, spread_of)}"

@@ -9,28 +9,38 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
+from dlbench.figure import primary_metric
 from dlbench.record import diverged
 from dlbench.report.frame import environment, world_size
-from dlbench.report.numbers import ms, sig
-from dlbench.report.tables import layout_label
+from dlbench.report.numbers import ms
+from dlbench.report.tables import layout_label, metric_text
 
-# Tables fit the window (1400 px and less): a long text cell (class free) may break anywhere (a configuration's
-# parameters are one unbroken "[a=1,b=2,…]"), so the table narrows to the page rather than scroll; short cells
-# (ids, dates, versions) and numbers never break.
+# Tables fit the window (1400 px and less): a long text cell (class free: tags, images, hosts) may break anywhere,
+# so the table narrows to the page rather than scroll; parameters and configurations (class params) break between
+# parameters only (a break opportunity after each comma, slash and semicolon: breakable), never inside "seq_len=4";
+# short cells (ids, versions), dates (class date) and numbers never break. On paper (and in a print-layout
+# screenshot) nothing scrolls inside a box: the boxes grow to their rows, on a landscape page (@media print).
 CSS = """
 body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:0 auto;max-width:min(1600px,98vw);padding:0 18px 40px;color:#222}
 h1{font-size:1.5em;margin:18px 0 4px}h2{font-size:1.2em;margin-top:34px;border-bottom:2px solid #1f77b4;padding-bottom:3px}
 h3{font-size:1em;margin:18px 0 6px}nav a{margin-right:12px}.meta{color:#555;font-size:.9em}
 table{border-collapse:collapse;font-size:.82em;margin:6px 0}th,td{border:1px solid #ccc;padding:3px 6px;text-align:left;vertical-align:top}
-th{background:#f0f4f8}td.free{overflow-wrap:anywhere}td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}.diff{background:#fff3cd}
+th{background:#f0f4f8}td.free{overflow-wrap:anywhere}td.params{overflow-wrap:normal}td.num,td.date,span.date{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+td.date,span.date{text-align:left}td.num.figure{white-space:normal}.diff{background:#fff3cd}
 .method{background:#f6f8fa;border-left:3px solid #888;padding:6px 10px;font-size:.85em;color:#333;margin:8px 0}
 .charts{display:grid;grid-template-columns:repeat(auto-fill,minmax(460px,1fr));gap:10px}
 .slower,.regression{color:#b00020;font-weight:bold}.faster{color:#087f23;font-weight:bold}.changed{background:#fde2e1}
 #runs-table th{cursor:pointer;user-select:none}#runs-table th.asc:after{content:' \\25B2'}#runs-table th.desc:after{content:' \\25BC'}
 .scroll{max-height:520px;overflow:auto;border:1px solid #ddd}
+#runs-table{font-size:.76em}#runs-table td,#runs-table th{padding:3px 4px}
 #runs-table td.num,#runs-table td.status summary{white-space:nowrap}#runs-table td.status summary{cursor:pointer}input#filter{padding:4px;width:320px}
 svg.chart{cursor:zoom-in}svg.chart.zoomed{position:fixed;left:2vw;top:2vh;width:96vw;height:96vh;background:#fff;
 z-index:10;box-shadow:0 0 0 100vmax rgba(0,0,0,.45);cursor:zoom-out}
+@page{size:A4 landscape;margin:10mm}
+@media print{body{max-width:none;padding:0}.scroll{max-height:none;overflow:visible;border:0}table{font-size:.68em}
+#runs-table{font-size:.6em}
+tr,svg.chart{break-inside:avoid}input#filter,#runs-table th:after{display:none}
+svg.chart.zoomed{position:static;width:auto;height:auto;box-shadow:none}}
 """
 
 # Click a chart to see it full-window (again to close); sort the runs table by a column (numbers
@@ -85,6 +95,22 @@ def section(anchor: str, title: str, content: str) -> str:
 LONG_CELL = 40
 
 
+def date_time(iso: str) -> str:
+    """``2026-12-06 19:44:54`` (UTC) as two unbreakable parts: it may wrap between the date and the time, never
+    inside the date ("2026-" / "12-06")."""
+    day, _, time = iso[:19].partition("T")
+    return f'<span class="date">{escape(day)}</span>' + (f' <span class="date">{escape(time)}</span>' if time else "")
+
+
+def breakable(text: str) -> str:
+    """Escaped ``text`` with a break opportunity (``<wbr>``) after each comma, slash and semicolon: a long cell wraps
+    between parameters ("seq_len=4,<wbr>vocab=64"), never inside one."""
+    out = escape(text)
+    for mark in (",", "/", ";"):
+        out = out.replace(mark, mark + "<wbr>")
+    return out
+
+
 def table(columns: list[str], rows: list[list[Any]], numeric: set[int] = frozenset(), row_class=None) -> str:
     """A plain table; cells are escaped text unless given as ``("html", markup)``; a text cell longer than
     :data:`LONG_CELL` characters may break anywhere (class ``free``), so the table fits the page."""
@@ -93,16 +119,22 @@ def table(columns: list[str], rows: list[list[Any]], numeric: set[int] = frozens
     for i, row in enumerate(rows):
         cells = []
         for j, cell in enumerate(row):
-            text = cell[1] if isinstance(cell, tuple) and cell[0] == "html" else escape("-" if cell is None else str(cell))
+            html = isinstance(cell, tuple) and cell[0] == "html"
+            text = cell[1] if html else escape("-" if cell is None else str(cell))
             cls = "num" if j in numeric else "free" if len(text) > LONG_CELL else ""
+            if cls == "free" and not html:
+                text = breakable("-" if cell is None else str(cell))
+                if columns[j] == "configuration":  # its parameters break between parameters only
+                    cls = "free params"
             cells.append(f'<td class="{cls}">{text}</td>' if cls else f"<td>{text}</td>")
         cls = f' class="{row_class(i)}"' if row_class and row_class(i) else ""
         out.append(f"<tr{cls}>{''.join(cells)}</tr>")
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(out)}</tbody></table>"
 
 
-def _num(value: float | None, text: str) -> str:
-    return f'<td class="num" data-v="{"NaN" if value is None else repr(float(value))}">{escape(text)}</td>'
+def _num(value: float | None, text: str, cls: str = "num") -> str:
+    """A number's cell, sorted by ``data-v``; class ``num figure``: a figure and its unit, which may wrap between them."""
+    return f'<td class="{cls}" data-v="{"NaN" if value is None else repr(float(value))}">{escape(text)}</td>'
 
 
 def _params(spec: dict[str, Any]) -> str:
@@ -112,9 +144,10 @@ def _params(spec: dict[str, Any]) -> str:
     return f"{params} · {layout}" if layout and params else layout or params
 
 
-def _free(text: Any) -> str:
-    """A cell of free text (parameters, tags, image names) that may break anywhere rather than widen the table."""
-    return f'<td class="free">{escape(str(text))}</td>'
+def _free(text: Any, cls: str = "free") -> str:
+    """A cell of free text (tags, image names) that may break anywhere rather than widen the table; class ``free
+    params``: parameters, which break between parameters only."""
+    return f'<td class="{cls}">{breakable(str(text))}</td>'
 
 
 def _status_cell(record: dict[str, Any]) -> str:
@@ -132,21 +165,21 @@ def _status_cell(record: dict[str, Any]) -> str:
 def runs_table(records: list[dict[str, Any]]) -> str:
     """Every selected run, sortable by any column (click a header) and filterable by text."""
     columns = ["id", "created (UTC)", "workload", "parameters", "mode", "prec", "batch", "procs", "threads",
-               "device", "status", "samples/s", "median step ms", "torch", "container", "host", "tags"]
+               "device", "status", "figure", "median step ms", "torch", "container", "host", "tags"]
     rows = []
     for r in records:
         spec, result, env = r["spec"], r.get("result") or {}, environment(r)
-        step = (result.get("step_time_s") or {}).get("median")
-        rate = result.get("samples_per_s")
+        figure = primary_metric(r)  # a node check's iterations/s, a checkpoint's bytes/s: never "samples/s"
+        step = (result.get("step_time_s") or {}).get("median") if figure.spread_of == "steps" else None
         rows.append(
-            f"<tr><td>{escape(r['id'])}</td><td>{escape(r['created_at'][:19].replace('T', ' '))}</td>"
-            + _free(spec["workload"]) + _free(_params(spec)) + f"<td>{escape(str(spec.get('mode', '')))}</td>"
+            f"<tr><td>{escape(r['id'])}</td><td>{date_time(r['created_at'])}</td>"
+            + _free(spec["workload"]) + _free(_params(spec), "free params") + f"<td>{escape(str(spec.get('mode', '')))}</td>"
             f"<td>{escape(str(spec.get('precision', '')))}</td>"
             + _num(spec.get("batch_size"), str(spec.get("batch_size") or "-"))
             + _num(world_size(r), str(world_size(r)))
             + _num(spec.get("threads"), str(spec.get("threads") or "-"))
             + _free(spec.get("device_name") or spec.get("device", "")) + _status_cell(r)
-            + _num(rate, sig(rate))
+            + _num(figure.value, metric_text(figure), "num figure")
             + _num(None if step is None else step * 1e3, ms(step))
             + f"<td>{escape(str(env['torch']))}</td>" + _free(env["container"] + (" " + env["image"] if env["image"] else ""))
             + _free(env["host"]) + _free(" ".join(f"{k}={v}" for k, v in sorted((spec.get("tags") or {}).items())))

@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from dlbench.errors import UsageError
+from dlbench.figure import spread_words
 from dlbench.report.compare import (
     GroupEstimate,
     busy_text,
@@ -56,6 +57,8 @@ class RegressRow:
     high: float | None = None
     busy_baseline: float | None = None  # each side's host load before its runs (% CPU busy, compare's)
     busy_candidate: float | None = None
+    unit: str = "samples/s"  # of both sides' figures (compare's row)
+    spread_of: str = "steps"  # what a one-run side's ± is the spread of
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -103,7 +106,8 @@ def regress(baseline: list[dict[str, Any]], candidate: list[dict[str, Any]], thr
             side = "baseline" if row.a else "candidate"
             rows.append(RegressRow(row.key, row.a, row.b, None, None, f"only in {side}", "not compared",
                                    f"no successful run of this configuration in the {'candidate' if row.a else 'baseline'}",
-                                   busy_baseline=row.busy_a, busy_candidate=row.busy_b))
+                                   busy_baseline=row.busy_a, busy_candidate=row.busy_b, unit=row.unit,
+                                   spread_of=row.spread_of))
             continue
         fewest = min(row.a.runs, row.b.runs)
         # the interval's verdict: compare's "cannot tell (1 run a side)" is --min-runs' business here (--min-runs 1
@@ -119,7 +123,8 @@ def regress(baseline: list[dict[str, Any]], candidate: list[dict[str, Any]], thr
         if loaded := load_note(row.busy_a, row.busy_b, ("baseline", "candidate")):
             notes.append(loaded)  # as compare's verdict says it: the load lowers that side's numbers
         rows.append(RegressRow(row.key, row.a, row.b, row.ratio, (row.ratio - 1) * 100, statistical, decision,
-                               "; ".join(notes), row.low, row.high, row.busy_a, row.busy_b))
+                               "; ".join(notes), row.low, row.high, row.busy_a, row.busy_b,
+                               row.unit, row.spread_of))
     return rows
 
 
@@ -144,14 +149,22 @@ def gate(rows: list[RegressRow]) -> int:
 def regress_table(rows: list[RegressRow]) -> tuple[list[str], list[list[str]]]:
     """Columns and rows of text for the terminal."""
 
-    def side(est: GroupEstimate | None, busy: float | None) -> str:
+    units = {r.unit for r in rows}
+    unit = units.pop() if len(units) == 1 else ""  # one unit: in the heading; several: in each cell
+
+    def side(est: GroupEstimate | None, row: RegressRow, busy: float | None) -> str:
+        """``4,712 ± 12 of steps (n=1, busy 98%)``: one run's ± is its steps' spread, several runs' their
+        run-to-run spread; the side's host load beside it (compare's)."""
         if est is None:
             return "-"
-        return f"{with_spread(est.samples_per_s, est.sem)} (" + ", ".join(filter(None, [f"n={est.runs}", busy_text(busy)])) + ")"
+        spread = "runs" if est.runs >= 2 else spread_words(1, row.spread_of)
+        figure = f"{with_spread(est.samples_per_s, est.sem)} of {spread}" if est.sem else with_spread(est.samples_per_s, None)
+        return f"{figure}{'' if unit else ' ' + row.unit} (" + ", ".join(filter(None, [f"n={est.runs}", busy_text(busy)])) + ")"
 
-    columns = ["configuration", "baseline samples/s", "candidate samples/s", "change [95% CI]", "noise test", "decision"]
+    columns = ["configuration", f"baseline {unit}".rstrip(), f"candidate {unit}".rstrip(), "change [95% CI]", "noise test",
+               "decision"]
     return columns, [
-        [r.configuration, side(r.baseline, r.busy_baseline), side(r.candidate, r.busy_candidate),
+        [r.configuration, side(r.baseline, r, r.busy_baseline), side(r.candidate, r, r.busy_candidate),
          "-" if r.ratio is None else change_text(r.ratio, r.low, r.high), r.statistical,
          r.decision.upper() if r.decision == "regression" else r.decision]
         for r in rows

@@ -11,6 +11,7 @@ import io
 from collections.abc import Sequence
 from typing import Any
 
+from dlbench.figure import Metric, primary_metric, spread_words, units_of
 from dlbench.record import diverged
 from dlbench.report.compare import busy_text, ratio_text
 from dlbench.report.numbers import ms, percent, prefixed, sig, with_spread
@@ -34,8 +35,10 @@ def run_table(records: Sequence[dict[str, Any]]) -> Table:
     processes, threads), throughput, step-time spread, FLOP/s. The layout column is there when a run has one:
     a suite of one model under six layouts showed six rows with the same parameters."""
     with_layout = any(layout_label(r["spec"]) for r in records)
+    # samples/s in the heading; any other unit (a program's wall time in s) or several: in each cell
+    unit = "samples/s" if units_of(records) == "samples/s" else "figure"
     columns = ["workload", "params", *(["layout"] if with_layout else []), "device", "prec", "batch", "procs×threads",
-               "samples/s", "step ms (median±MAD)", "FLOP/s", "MFU", "status"]
+               unit, "step ms (median±MAD)", "FLOP/s", "MFU", "status"]
     rows = []
     for r in records:
         spec, result = r["spec"], r.get("result") or {}
@@ -48,11 +51,29 @@ def run_table(records: Sequence[dict[str, Any]]) -> Table:
         rows.append([
             spec["workload"], params or "-", *([layout_label(spec) or "-"] if with_layout else []),
             spec.get("device_name") or spec.get("device", "?"), spec.get("precision", ""),
-            str(spec.get("batch_size") or "-"), procs, rate_text(result.get("samples_per_s")), spread,
+            str(spec.get("batch_size") or "-"), procs, figure_text(r, with_unit=unit == "figure"), spread,
             prefixed(result.get("achieved_flops_per_s"), "FLOP/s"), percent(mfu),
             status_text(r),
         ])
     return columns, rows
+
+
+def figure_text(record: dict[str, Any], with_unit: bool = True) -> str:
+    """A run's primary figure (:func:`dlbench.figure.primary_metric`): ``4,712 samples/s``, ``6.1e+06 iterations/s``,
+    ``0.84 s`` (a program's wall time); ``-`` when it has none."""
+    figure = primary_metric(record)
+    if figure.value is None:
+        return "-"
+    return metric_text(figure) if with_unit else rate_text(figure.value)
+
+
+def metric_text(figure: Metric) -> str:
+    """A figure with its unit: ``4,712 samples/s``, ``24.4 GB/s`` (bytes/s with an SI prefix), ``0.843 s``."""
+    if figure.value is None:
+        return "-"
+    if figure.unit == "bytes/s":
+        return prefixed(figure.value, "B/s")
+    return f"{rate_text(figure.value)} {figure.unit}"
 
 
 def status_text(record: dict[str, Any]) -> str:
@@ -109,31 +130,51 @@ def token_table(records: Sequence[dict[str, Any]]) -> Table:
     return columns, rows
 
 
-def summary_table(summaries: Sequence[Any]) -> Table:
-    """One row per stored run (``RunSummary``)."""
-    columns = ["id", "created (UTC)", "workload", "device", "procs", "prec", "batch", "samples/s", "median step ms", "torch", "host", "status", "tags"]
-    rows = [
-        [
+def summary_figure(summary: Any, records: dict[str, dict[str, Any]] | None = None) -> Metric:
+    """A stored run's primary figure: from its full record when ``records`` holds it (a checkpoint, a collective,
+    a time to train or a program's wall time is not in the summary columns), else from its summary columns."""
+    record = (records or {}).get(summary.id) or {
+        "status": summary.status, "spec": {"mode": summary.mode, "workload": summary.workload},
+        "result": {"samples_per_s": summary.samples_per_s,
+                   "step_time_s": {"median": summary.step_time_median_s} if summary.step_time_median_s else None}}
+    return primary_metric(record)
+
+
+def summary_table(summaries: Sequence[Any], records: dict[str, dict[str, Any]] | None = None) -> Table:
+    """One row per stored run (``RunSummary``): its primary figure with its unit (:func:`summary_figure`; ``records``:
+    full records of the runs whose figure is not among the summary columns), the median step time of a run timed
+    in steps."""
+    columns = ["id", "created (UTC)", "workload", "device", "procs", "prec", "batch", "figure", "median step ms", "torch", "host", "status", "tags"]
+    rows = []
+    for s in summaries:
+        figure = summary_figure(s, records)
+        value = metric_text(figure)
+        rows.append([
             s.id, s.created_at[:19].replace("T", " "), s.workload, s.device_name, str(s.nproc), s.precision,
-            str(s.batch_size or ""), rate_text(s.samples_per_s), ms(s.step_time_median_s), s.torch_version,
-            s.host, s.status, ",".join(f"{k}={v}" for k, v in sorted(s.tags.items())),
-        ]
-        for s in summaries
-    ]
+            str(s.batch_size or ""), value, ms(s.step_time_median_s) if figure.spread_of == "steps" else "-",
+            s.torch_version, s.host, s.status, ",".join(f"{k}={v}" for k, v in sorted(s.tags.items())),
+        ])
     return columns, rows
 
 
 def compare_table(rows: Sequence[Any]) -> Table:
     """One row per configuration (``CompareRow``): B/A with its 95% interval, the figures the verdict is judged on."""
-    columns = ["configuration", "A samples/s", "B samples/s", "B/A [95% CI]", "verdict"]
+    units = {row.unit for row in rows}
+    unit = units.pop() if len(units) == 1 else ""  # one unit: in the heading; several: in each cell
+    columns = ["configuration", f"A {unit}".rstrip(), f"B {unit}".rstrip(), "B/A [95% CI]", "verdict"]
 
-    def side(est, busy) -> str:
+    def side(est, busy, row) -> str:
+        """``4,712 ± 12 of steps (n=1, busy 39%)``: the ± of one run is its steps' spread, of several their runs'."""
         if est is None:
             return "-"
-        return f"{with_spread(est.samples_per_s, est.sem)} (" + ", ".join(filter(None, [f"n={est.runs}", busy_text(busy)])) + ")"
+        spread = spread_words(est.runs, row.spread_of)
+        figure = (with_spread(est.samples_per_s, est.sem) + f" of {spread.removeprefix(f'{est.runs} ')}"
+                  if est.sem else sig(est.samples_per_s))
+        return (f"{figure}{'' if unit else ' ' + row.unit} ("
+                + ", ".join(filter(None, [f"n={est.runs}", busy_text(busy)])) + ")")
 
     return columns, [
-        [row.key, side(row.a, row.busy_a), side(row.b, row.busy_b),
+        [row.key, side(row.a, row.busy_a, row), side(row.b, row.busy_b, row),
          "-" if row.ratio is None else ratio_text(row.ratio, row.low, row.high), row.verdict]
         for row in rows
     ]
@@ -156,8 +197,8 @@ def render(table: Table, title: str | None = None, file=None) -> None:
     out = RichTable(title=None if title is None else shown(title), header_style="bold")
     for name in columns:
         # whole words: "params" holds "ms" but is text (it was right-aligned)
-        numeric = any(word in name.replace("(", " ").split()
-                      for word in ("samples/s", "tokens/s", "ms", "FLOP/s", "MFU", "batch", "B/A"))
+        numeric = any(word.endswith("/s") or word in ("ms", "MFU", "batch", "B/A", "figure", "min")
+                      for word in name.replace("(", " ").split())
         # long free text (a workload's parameters, an error) wraps inside its cell, not the whole row
         wide = name in ("params", "status", "configuration", "tags")
         out.add_column(shown(name), justify="right" if numeric else "left", overflow="fold", max_width=36 if wide else None)

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from dlbench.errors import UsageError
+from dlbench.figure import primary_metric
 from dlbench.report.compare import (
     GroupEstimate,
     change_text,
@@ -28,7 +29,7 @@ from dlbench.report.compare import (
     ratio_interval,
 )
 from dlbench.report.frame import environment
-from dlbench.report.numbers import span, with_spread
+from dlbench.report.numbers import estimate_text, span
 
 BY = ("torch", "cuda", "container", "date", "host")
 
@@ -48,6 +49,8 @@ class TrendPoint:
     ratio: float | None = None  # this group ÷ the previous, with its 95% interval (compare's)
     ratio_low: float | None = None
     ratio_high: float | None = None
+    unit: str = "samples/s"  # of the figures (dlbench.figure.primary_metric)
+    spread_of: str = "steps"  # what a one-run group's ± is the spread of (a many-run group's: its runs)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -98,8 +101,10 @@ def trend(records: list[dict[str, Any]], by: str) -> list[TrendPoint]:
                 interval = ratio_interval(previous, est)
                 change = judge(*interval, previous.runs, est.runs, names=("the previous", "this"))
                 percent = (interval[0] - 1) * 100
+            figure = primary_metric(runs[0])
             points.append(TrendPoint(key, name, est, min(rates), max(rates),
-                                     min(r["created_at"] for r in runs), change, percent, *interval))
+                                     min(r["created_at"] for r in runs), change, percent, *interval,
+                                     unit=figure.unit, spread_of=figure.spread_of))
             previous = est
     return points
 
@@ -110,12 +115,17 @@ def is_change_point(point: TrendPoint) -> bool:
 
 def trend_table(points: list[TrendPoint], by: str) -> tuple[list[str], list[list[str]]]:
     """Columns and rows of text; change points are marked with ◆."""
-    columns = ["configuration", by, "runs", "samples/s (mean ± sem)", "min – max", "vs previous [95% CI]", "change point"]
+    units = {p.unit for p in points}
+    unit = units.pop() if len(units) == 1 else ""  # one unit: in the heading; several: in each cell
+    columns = ["configuration", by, "runs", f"{unit or 'figure'} (mean ± sem)", "min – max", "vs previous [95% CI]",
+               "change point"]
     rows = []
     for p in points:
         e = p.estimate
+        figure = estimate_text(e.samples_per_s, e.sem, e.runs, p.spread_of) + ("" if unit else f" {p.unit}")
         rows.append([
-            p.configuration, p.group, str(e.runs), with_spread(e.samples_per_s, e.sem), span(p.min_samples_per_s, p.max_samples_per_s),
+            p.configuration, p.group, str(e.runs), figure,
+            span(p.min_samples_per_s, p.max_samples_per_s),
             "-" if p.ratio is None else change_text(p.ratio, p.ratio_low, p.ratio_high),
             f"◆ {p.change}" if is_change_point(p) else (p.change or "-"),
         ])
