@@ -42,7 +42,8 @@ def bare_vs_container(
     IMAGE (its python, with the directory you run dlbench in mounted at its own path) through torchrun.
     """
     from dlbench.api.bare_vs_container import bare_vs_container as run_pairs
-    from dlbench.cli.run import _overrides, _refuse_with_exec
+    from dlbench.api.checks import check_runs
+    from dlbench.cli.run import _overrides, _refuse_with_exec, say_whose_model
     from dlbench.config import load_config
     from dlbench.report.container import container_rows, container_table
     from dlbench.report.tables import render
@@ -70,6 +71,9 @@ def bare_vs_container(
                                device=device, tag=tag, telemetry=telemetry)
         specs = load_config(config, overrides) if config else [
             make_spec({"workload": workload, **overrides}) for workload in (workloads or ["resnet50", "lstm", "llm"])]
+        if config:  # checked as 'run --config' checks it, then whose model a NERSC config runs is said
+            check_runs(specs)
+            say_whose_model(specs, config)
     store = open_store(db)
     try:
         session, records = run_pairs(specs, ContainerSpec(image=image, runtime=runtime), repeats, store, on_done=lambda r: info(
