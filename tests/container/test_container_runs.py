@@ -76,6 +76,33 @@ def test_bare_against_container_pairs_the_runs_and_says_the_stacks_differ(contai
     assert "lstm" in compared.stdout
 
 
+def test_bare_against_container_says_a_nersc_config_runs_dlbenchs_model(container_image, tmp_path):
+    """``bare-vs-container --config`` of a NERSC pytorch-benchmarks config says what ``run --config`` says (issue 45
+    item 4): it runs dlbench's implementation of that model, not the script, and how to time the script."""
+    import yaml
+
+    config = tmp_path / "lstm.yaml"  # the keys of NERSC's configs/lstm.yaml (tests/test_nersc_configs.py), its sizes tiny
+    config.write_text(yaml.safe_dump({
+        "trainer": "generic", "output_dir": "results/lstm",
+        "data_config": {"name": "dummy", "n_train": 64, "n_valid": 64, "input_shape": [4, 8], "n_classes": 4,
+                        "batch_size": 4, "use_dist_sampler_train": False, "use_dist_sampler_valid": False},
+        "model_config": {"model_type": "lstm", "input_size": 8, "hidden_size": 8, "output_size": 4, "n_lstm_layers": 1,
+                         "optimizer": "Adam", "learning_rate": 0.001},
+        "train_config": {"n_epochs": 1}}, sort_keys=False))
+    db = tmp_path / "runs.db"
+    out = dlbench("bare-vs-container", container_image, "--config", str(config), "--steps", "3", "--warmup", "1",
+                  "--threads", "1", "--repeats", "1", "--no-telemetry", "--json", db=db)
+    assert out.returncode == 0, out.stderr
+    said = [line for line in out.stderr.splitlines() if "NERSC pytorch-benchmarks config" in line]
+    assert len(said) == 1  # once, though two runs (bare, podman) follow
+    assert said[0].startswith(f"dlbench: {config} is a NERSC pytorch-benchmarks config; it runs dlbench's own lstm, "
+                              "not NERSC's train.py: ")
+    assert f"To time the script itself: dlbench run --exec --metric nersc -- python train.py {config}" in said[0]
+    records = stored(db)
+    assert sorted(r["tags"]["container"] for r in records) == ["bare", "podman"]
+    assert all(r["workload"] == "lstm" and r["tags"]["implementation"] == "dlbench" for r in records)
+
+
 def _derived(base: str, tag: str, command: str) -> str:
     """An image made from ``base`` by one RUN ``command`` (a thin layer, seconds)."""
     subprocess.run(["podman", "build", "-q", "-t", tag, "-f", "-", "."], input=f"FROM {base}\nRUN {command}\n",

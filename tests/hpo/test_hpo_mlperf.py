@@ -5,6 +5,8 @@ The task is resnet (the cheapest: about 3 s an epoch on one thread), trained 1 t
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from test_hpo_study import records_of
 
@@ -92,3 +94,29 @@ def test_task_knobs_are_its_hyperparameters():
         task.set_knobs({"batch_size": 0.5})
     with pytest.raises(UsageError, match="unknown hyperparameter of task 'resnet': 'target'"):
         task.set_knobs({"target": 0.5})
+
+
+PICK = re.compile(r"--threads auto: (\d+) thread\(s\) per process; .* \(host (\d+)% busy\)")
+
+
+def test_cpu_trials_pick_their_threads_by_the_one_rule_and_record_the_load_they_picked_on(hpo):
+    """Issue 45: HPO trials on the CPU follow ``--threads auto`` per trial, as ``mlperf run``'s runs do (an MLPerf
+    task's trials ran on torch's default count), and each record carries the host load its pick read (a workload's
+    trials carried the load the study started on)."""
+    doc = {"name": "thr", "objective": {"workload": "lstm", "fixed": {
+        "device": "cpu", "steps": 2, "warmup": 1, "telemetry": False, "params": {"seq_len": 4, "input_size": 8, "hidden_size": 8}}},
+        "sampler": "grid", "space": {"batch_size": {"type": "categorical", "choices": [2, 4]}}}
+    out, db = hpo(doc)
+    assert out.returncode == 0, out.stderr
+    for record in records_of(db, "thr"):
+        threads, busy = PICK.search(record["spec"]["threads_auto"]).groups()
+        assert record["spec"]["threads"] == int(threads)
+        assert f"{record['env']['host_load']['cpu_busy_percent']:.0f}" == busy
+    doc = {"name": "mlthr", "objective": mlperf(epochs=1, fixed={"device": "cpu"}), "trials": 1, "sampler": "grid",
+           "space": {"batch_size": {"type": "categorical", "choices": [64]}}}
+    out, db = hpo(doc)
+    assert out.returncode == 0, out.stderr  # goal quality: the trial is ok with its last quality
+    (record,) = records_of(db, "mlthr")
+    [(threads, busy)] = PICK.findall(out.stderr)  # one pick, as the trial starts
+    assert record["spec"]["threads"] == int(threads) and record["spec"]["mode"] == "hpo_trial"
+    assert f"{record['env']['host_load']['cpu_busy_percent']:.0f}" == busy

@@ -82,6 +82,7 @@ def test_mlperf_beside_references_and_hpo(page):
     text, _ = page
     mlperf = text[text.index('id="mlperf"'):text.index('id="hpo"')]
     assert "vm_cpu" in mlperf and "dgx1-v0.6: 115.22 min" in mlperf
+    assert "<td>not a score: 2 of 5 runs</td>" in mlperf and "median" not in mlperf  # one aborted, one ok: no score
     assert "study s1: 3 trials, 3 ok" in text
 
 

@@ -24,6 +24,10 @@ def execute(run, store, env) -> list[dict[str, Any]]:
     which the process that only drives a study's workers never needs."""
     from dlbench.api.pipeline import execute as pipeline_execute
 
+    if run.kind != "trial":  # a workload's or an MLPerf task's trial records its own host load: the sample its
+        from dlbench.api.runs import run_env  # threads were picked on (a command trial imports no torch: not it)
+
+        env = run_env(dict(env), runs=[run])
     return pipeline_execute(run, store, env)
 
 
@@ -34,8 +38,16 @@ def resolve_train(spec) -> Any:
     return resolve(spec)
 
 
+def mlperf_threads(options, session) -> int | None:
+    """:func:`dlbench.api.mlperf.run_threads`: an MLPerf task trial on the CPU picks its threads as ``mlperf run``'s
+    runs do, by the one thread rule, as it starts."""
+    from dlbench.api.mlperf import run_threads  # imports torch: only when a trial runs
+
+    return run_threads(options, session)
+
+
 #: The run pipeline every trial goes through.
-PIPELINE = Pipeline(execute=execute, resolve_train=resolve_train)
+PIPELINE = Pipeline(execute=execute, resolve_train=resolve_train, mlperf_threads=mlperf_threads)
 
 __all__ = ["PIPELINE", "close_storage", "link_records", "list_studies", "load_study_file", "open_study", "run_study", "run_worker", "spec_of", "storage_url",
            "work_left"]

@@ -45,7 +45,8 @@ def bare_vs_container(
     --launcher slurm each run is a job of its own (waited for before the next), the container side in IMAGE
     through --runtime on the node (pyxis, shifter, apptainer, podman, docker).
     """
-    from dlbench.cli.run import _overrides, _refuse_with_exec
+    from dlbench.api.checks import check_runs
+    from dlbench.cli.run import _overrides, _refuse_with_exec, say_whose_model
     from dlbench.config import load_config
     from dlbench.safety import image_problem, shown
     from dlbench.spec import CONTAINER_RUNTIMES, ContainerSpec, make_spec
@@ -71,6 +72,9 @@ def bare_vs_container(
                                device=device, tag=tag, telemetry=telemetry)
         specs = load_config(config, overrides) if config else [
             make_spec({"workload": workload, **overrides}) for workload in (workloads or ["resnet50", "lstm", "llm"])]
+        if config:  # checked as 'run --config' checks it, then whose model a NERSC config runs is said
+            check_runs(specs)
+            say_whose_model(specs, config)
 
     def done(r: dict) -> None:
         info(f"{r['spec']['workload']} [{r['spec']['tags'].get('container')}, round {r['spec']['tags'].get('bvc_round')}]: "

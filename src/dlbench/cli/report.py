@@ -85,6 +85,7 @@ def report(
     Examples: dlbench report --out report.html ; dlbench report workload=resnet50 --compare 'container=bare vs container=docker'
     """
     from dlbench.mlperf.references import load_references
+    from dlbench.mlperf.score import score_records
     from dlbench.report.centre import Digest, gather
     from dlbench.report.html import RUNS_LISTED, build_report
     from dlbench.report.trend import BY
@@ -106,7 +107,7 @@ def report(
     try:  # one pass over the selected runs; full records only of those the page lists
         got = gather(store, selectors or [], within, Digest(tuple(group_by or ()), trend_by, RUNS_LISTED, telemetry_runs), pairs)
         document = build_report(got, title=title, selectors=selectors or [], series_of=store.series, series_many=store.series_of,
-                                references=refs, telemetry_runs=telemetry_runs)
+                                references=refs, telemetry_runs=telemetry_runs, mlperf_score=score_records)
     finally:
         store.close()
     try:

@@ -237,6 +237,16 @@ def suite(
     execute(builtin_suite(name, overrides), db, no_store, as_json, single=False, launch=launch)
 
 
+def say_whose_model(specs, config: str) -> None:
+    """On stderr, once each: a NERSC pytorch-benchmarks config runs dlbench's implementation of its model, not the
+    script, and which of its keys were ignored (:func:`dlbench.config.nersc_lines`); nothing for any other config.
+    ``run --config`` and ``bare-vs-container --config`` say it once the config is known to be valid."""
+    from dlbench.config import nersc_lines
+
+    for line in dict.fromkeys(line for spec in specs for line in nersc_lines(spec, config)):
+        info(f"dlbench: {line}")
+
+
 def execute(specs, db: str | None, no_store: bool, as_json: bool, single: bool, launch: LaunchOptions | None = None,
             config: str | None = None, tensorboard: str | None = None) -> None:
     """Run specs in order, saving each record as it ends; exit 1 when any benchmark failed.
@@ -249,10 +259,7 @@ def execute(specs, db: str | None, no_store: bool, as_json: bool, single: bool, 
     if launch is None or not launch.batch(config):
         check_runs(specs)  # a typo is refused before torch's import (seconds on a busy host)
     if config:  # a NERSC config says, once it is known to be valid, whose model it runs
-        from dlbench.config import nersc_lines
-
-        for line in dict.fromkeys(line for spec in specs for line in nersc_lines(spec, config)):
-            info(f"dlbench: {line}")
+        say_whose_model(specs, config)
     from dlbench.api.runs import run_specs  # imports torch: only when running
 
     if launch is not None and launch.batch(config):

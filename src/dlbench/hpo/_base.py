@@ -61,12 +61,15 @@ STOP_GRACE_S = 30.0
 
 @dataclass(frozen=True)
 class Pipeline:
-    """The run pipeline a trial goes through (``dlbench.api.pipeline.execute`` and
-    ``dlbench.api.resolve.resolve_train``), handed in from the layer above. Its fields are module-level
+    """The run pipeline a trial goes through (``dlbench.api.pipeline.execute``,
+    ``dlbench.api.resolve.resolve_train`` and ``dlbench.api.mlperf.run_threads``), handed in from the layer above. Its fields are module-level
     functions, so a pipeline pickles by reference (the ray engine sends it to its actors)."""
 
     execute: Callable[..., list[dict[str, Any]]]
     resolve_train: Callable[..., Any]
+    #: ``(RunOptions, TaskSession) → threads or None``: an MLPerf task trial's threads by the one thread rule
+    #: (``dlbench.api.mlperf.run_threads``: ``--threads auto`` per run on the CPU); None: the session's
+    mlperf_threads: Callable[..., int | None] | None = None
 
 
 @dataclass(frozen=True)

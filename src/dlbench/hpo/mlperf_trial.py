@@ -70,7 +70,8 @@ def run_trial(spec: StudySpec, trial, params: dict[str, Any], store, env: dict[s
     out = Path(obj.out or f"hpo-{spec.name}") / f"trial-{trial.number}"
     session = prepare_task(obj.task, out, options, env, reporter if obj.goal == "quality" else None,
                            session_type=partial(TrialTask, spec, trial.number, reporter))
-    return pipeline.execute(session.next_run(), store, env)[0]
+    threads = pipeline.mlperf_threads(options, session) if pipeline.mlperf_threads else None  # none given: auto's
+    return pipeline.execute(session.next_run(threads), store, env)[0]
 
 
 class _Reporter:
@@ -99,8 +100,8 @@ class TrialTask(TaskSession):
         super().__init__(*args)
         self.study, self.number, self.reporter = study, number, reporter
 
-    def next_run(self):
-        run = super().next_run()
+    def next_run(self, threads: int | None = None):
+        run = super().next_run(threads)
         spec = dict(run.record_spec) | {"mode": "hpo_trial", "direction": self.study.direction, "trial": self.number,
                                         "sampler": self.study.sampler, "pruner": self.study.pruner,
                                         "goal": self.study.objective.goal}

@@ -202,6 +202,8 @@ def score_entry(system: str, benchmark: str, runs: Sequence[RunTime], scaling: s
     required, per_side = required_runs(benchmark), DROPPED_PER_SIDE.get(benchmark, 1)
     entry = _common(system, benchmark, scaling, runs) | {"metric": "minutes", "score_minutes": None, "energy_j": None,
                                                          "convergence": None}
+    if spread := spread_warning(benchmark, minutes):  # said even where too few runs make no score
+        entry["warnings"].append(spread)
     try:
         entry["score_minutes"] = olympic_mean(minutes, per_side)
     except TooManyFailures as exc:
@@ -210,8 +212,6 @@ def score_entry(system: str, benchmark: str, runs: Sequence[RunTime], scaling: s
     except ValueError as exc:
         entry.update(status="incomplete", message=f"{exc}; MLPerf requires {required or 'more'} runs")
         return entry
-    if spread := spread_warning(benchmark, minutes):
-        entry["warnings"].append(spread)
     if convergence.DLBENCH_ORG in (entry["submitter"] or "").split(", "):  # dlbench's own tasks only
         entry["convergence"] = convergence.check(benchmark, [r.epochs for r in runs if r.status == SUCCESS])
     energies = [runs[i].energy_j for i in _kept_indices(minutes, per_side)]
@@ -220,6 +220,20 @@ def score_entry(system: str, benchmark: str, runs: Sequence[RunTime], scaling: s
     if required is not None and len(runs) < required:
         entry.update(status="incomplete", message=f"MLPerf requires {required} runs of {benchmark}; scored {len(runs)}")
     return entry
+
+
+def score_records(system: str, benchmark: str, records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The olympic score of stored time-to-train runs (``dlbench report``'s MLPerf section): each record is the run
+    its result file logs, with its time to train when it ended ok, else a non-converging run, and the entry is
+    :func:`score_entry`'s, the one ``mlperf score`` gives that results folder (required runs, spread warning)."""
+    runs = []
+    for record in records:
+        seconds = (record.get("result") or {}).get("time_to_train_s")
+        done = record["status"] == "ok" and seconds is not None
+        runs.append(RunTime(path=(record.get("spec") or {}).get("result_file") or record["id"], format="record",
+                            minutes=seconds / 60 if done else None, unparsed=0, status=SUCCESS if done else FAILED,
+                            problem=None if done else f"run {record['status']}"))
+    return score_entry(system, benchmark, runs)
 
 
 def weak_scaling_entry(system: str, benchmark: str, runs: Sequence[RunTime],

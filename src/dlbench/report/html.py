@@ -18,7 +18,7 @@ from dlbench.report.centre import DRILL_RUNS, TREND_POINTS, Digest, Gathered, co
 from dlbench.report.compare import Z, change_text, ratio_text
 from dlbench.report.container import container_section, container_sessions
 from dlbench.report.labels import split_shared
-from dlbench.report.numbers import estimate_text, ms, percent, sig, span, with_spread
+from dlbench.report.numbers import decimals_for, estimate_text, fixed, ms, percent, sig, span, with_spread
 from dlbench.report.page import method, page, runs_table, section, table
 from dlbench.report.svg import bar_chart, line_chart
 from dlbench.report.tables import token_table
@@ -232,16 +232,42 @@ def _trend_section(points: list, by: str) -> str:
                      f"consecutive groups is faster or slower (<code>dlbench trend WORKLOAD --by {by}</code>)."))
 
 
+def _minutes(value: float) -> str:
+    """Minutes as ``dlbench mlperf score`` writes them (``mlperf.report.minutes_text``): at least 4 significant digits
+    and 2 decimals (0.5791, 36.32, 237.61), so the two read alike."""
+    return fixed(value, max(2, decimals_for(value, 4)))
+
+
+def mlperf_score_text(row: dict[str, Any]) -> str:
+    """The score cell: MLPerf's score in minutes, or "not a score: …" where the runs make none (fewer than the
+    benchmark requires, or more failed than the score may drop)."""
+    required = row.get("required_runs")
+    if required is not None and row["runs"] < required:
+        return f"not a score: {row['runs']} of {required} runs"
+    if row["status"] != "ok" or row["score_minutes"] is None:
+        return f"not a score: {row['message'] or row['status']}"
+    return _minutes(row["score_minutes"])
+
+
 def _mlperf_section(rows: list[dict[str, Any]]) -> str:
-    body = [[r["system"], r["benchmark"], r["runs"], r["reached"], sig(r["median_minutes"]),
-             span(r["min_minutes"], r["max_minutes"]),
+    body = [[r["system"], r["benchmark"], f"{r['runs']} of {r['required_runs'] or '?'}", r["reached"], mlperf_score_text(r),
+             "-" if r["min_minutes"] is None else f"{_minutes(r['min_minutes'])} – {_minutes(r['max_minutes'])}",
+             f"{r['max_minutes'] / r['min_minutes']:.2f}x" if r["reached"] > 1 and r["min_minutes"] > 0 else "-",
              "; ".join(f"{name}: {m:g} min" for name, m in r["references"].items()) or "-"] for r in rows]
-    return table(["system", "benchmark", "runs", "reached target", "median minutes", "min – max", "published references"],
-                 body, numeric={2, 3, 4}) + method(
-        "MLPerf-style time to train: the clock runs from run_start to run_stop, with an evaluation after every epoch on "
-        "the clock; only runs that reached the target count. References are published results (dlbench/data/references.yaml, "
-        "or --references FILE). dlbench's own tasks are shrunken, so their ratio to a DGX-1 says nothing about the "
-        "hardware; <code>dlbench mlperf score</code> gives MLPerf's olympic score of a results folder.")
+    warnings = "".join(f'<p class="warning"><b>{escape(r["system"])} / {escape(r["benchmark"])}</b>: {escape(w)}</p>'
+                       for r in rows for w in r["warnings"])
+    return table(["system", "benchmark", "runs (of required)", "reached target", "MLPerf score (minutes)",
+                  "fastest – slowest run (minutes)", "slowest ÷ fastest", "published references"],
+                 body, numeric={3}) + warnings + method(
+        "MLPerf's score, as <code>dlbench mlperf score</code> gives it for the results folder (the same function): the "
+        "olympic mean of the runs' times to train, dropping the fastest and the slowest run (four each for unet3d), a run "
+        "that did not reach its target counting as the slowest; a benchmark needs its number of runs (resnet 5, bert 10, "
+        "unet3d 40), and fewer make no score. The spread is of the runs that reached the target (fastest, slowest, and "
+        "their ratio); a ratio wider than the benchmark's reference convergence points allow is warned of. A run's time is "
+        "its record's (run_start to run_stop), which may differ from its log's whole milliseconds by a few; RCP scaling, which "
+        "needs the results folder, is left to <code>dlbench mlperf score FOLDER</code>. References "
+        "are published results (dlbench/data/references.yaml, or --references FILE). dlbench's own tasks are shrunken, "
+        "so their ratio to a DGX-1 says nothing about the hardware.")
 
 
 def _hpo_section(studies: list[dict[str, Any]]) -> str:
@@ -260,9 +286,11 @@ def build_report(records: list[dict[str, Any]] | Gathered, *, title: str, select
                  series_of: Callable[[str], list[dict[str, Any]]], references: dict[str, dict[str, Any]] | None = None,
                  explicit: list[tuple[str, list, list]] = (), telemetry_runs: int = 12, trend_by: str = "torch",
                  series_many: Callable[[list[str]], dict[str, list[dict[str, Any]]]] | None = None,
-                 group_by: tuple[str, ...] = ()) -> str:
+                 group_by: tuple[str, ...] = (),
+                 mlperf_score: Callable[[str, str, list[dict[str, Any]]], dict[str, Any]] | None = None) -> str:
     """The whole HTML document for ``records`` (run records, or what :func:`dlbench.report.centre.gather` read of a
-    store in one pass); ``group_by``: tags whose values split a configuration."""
+    store in one pass); ``group_by``: tags whose values split a configuration; ``mlperf_score``: the MLPerf section's
+    scoring, :func:`dlbench.mlperf.score.score_records` (report/ does not import mlperf/; without it, no section)."""
     got = records if isinstance(records, Gathered) else gather_records(
         records, Digest(group_by, trend_by, RUNS_LISTED, telemetry_runs), explicit)
     digest, special, total = got.digest, got.special, got.digest.runs
@@ -303,9 +331,9 @@ def build_report(records: list[dict[str, Any]] | Gathered, *, title: str, select
     timelines = sections.telemetry(got.telemetry, series_of, telemetry_runs, series_many) if telemetry_runs else []
     if timelines:
         parts.append(("telemetry", "Telemetry timelines", _telemetry_section(timelines, telemetry_runs)))
-    mlperf = sections.mlperf(special, references or {})
+    mlperf = sections.mlperf(special, references or {}, mlperf_score) if mlperf_score else []
     if mlperf:
-        parts.append(("mlperf", "MLPerf-style time to train", _mlperf_section(mlperf)))
+        parts.append(("mlperf", "MLPerf score (time to train)", _mlperf_section(mlperf)))
     studies = sections.hpo(special)
     if studies:
         parts.append(("hpo", "Hyperparameter studies", _hpo_section(studies)))

@@ -6,7 +6,6 @@ re-derives them.
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Callable
 from typing import Any
 
@@ -103,9 +102,13 @@ def comparisons(records: list[dict[str, Any]], explicit: list[tuple[str, list, l
     return [{"label": label, "auto": False, "rows": compare(a, b)} for label, a, b in explicit] + _digest(records).comparisons()
 
 
-def mlperf(records: list[dict[str, Any]], references: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    """Time-to-train per system and benchmark, beside the published references for that benchmark.
+def mlperf(records: list[dict[str, Any]], references: dict[str, dict[str, Any]],
+           score: Callable[[str, str, list[dict[str, Any]]], dict[str, Any]]) -> list[dict[str, Any]]:
+    """MLPerf's score per system and benchmark, beside the published references for that benchmark.
 
+    ``score(system, benchmark, records)``: the entry ``dlbench mlperf score`` gives those runs
+    (:func:`dlbench.mlperf.score.score_records`, handed in: report/ does not import mlperf/); each row is that
+    entry with its successful runs' fastest and slowest minutes and ``references``' minutes for the benchmark.
     ``references``: name → ``{"description", "minutes": {benchmark: minutes}}`` (plain data).
     """
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
@@ -116,13 +119,11 @@ def mlperf(records: list[dict[str, Any]], references: dict[str, dict[str, Any]])
             groups.setdefault((spec.get("system") or environment(record)["host"] or "?", benchmark), []).append(record)
     out = []
     for (system, benchmark), runs in sorted(groups.items()):
-        reached = [r["result"]["time_to_train_s"] / 60 for r in runs
-                   if r["status"] == "ok" and (r.get("result") or {}).get("time_to_train_s") is not None]
+        entry = score(system, benchmark, runs)
+        reached = [m for m in entry["run_minutes"] if m is not None]
         refs = {name: ref["minutes"][benchmark] for name, ref in references.items() if benchmark in ref.get("minutes", {})}
-        out.append({"system": system, "benchmark": benchmark, "runs": len(runs), "reached": len(reached),
-                    "median_minutes": statistics.median(reached) if reached else None,
-                    "min_minutes": min(reached) if reached else None, "max_minutes": max(reached) if reached else None,
-                    "references": refs})
+        out.append(entry | {"reached": len(reached), "min_minutes": min(reached) if reached else None,
+                            "max_minutes": max(reached) if reached else None, "references": refs})
     return out
 
 
