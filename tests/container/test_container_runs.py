@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -152,3 +153,37 @@ def test_bare_against_container_runs_a_program_of_ours_on_both_sides(container_i
     records = stored(db)
     assert sorted(r["tags"]["container"] for r in records) == ["bare", "podman"]  # results --json: one row a run
     assert all(r["mode"] == "exec" and r["workload"] == "mine" for r in records)
+
+
+@pytest.mark.parametrize(("program", "options", "source"), [
+    (["nersc_like.py", "1000", "64", "0.05"], ["--metric", "nersc", "--warmup", "1", "--steps", "3"], "metric:nersc"),
+    (["probe_train.py", "23", "0.04", "16", "2"], ["--warmup", "2"], "probe"),
+])
+def test_a_program_of_ours_runs_in_the_image_and_dlbenchs_rate_is_the_programs_own(container_image, tmp_path, program,
+                                                                                    options, source):
+    """``run --exec --container IMAGE``: the stand-in for NERSC's train.py read through ``--metric nersc``, and a loop
+    edited with the probe (the image's dlbench), each run by the image's python3 in the directory dlbench runs in;
+    dlbench's samples/s is the rate the program prints itself over the same steps (issue 40 item 5, in podman)."""
+    from pathlib import Path
+
+    (tmp_path / program[0]).write_text((Path(__file__).resolve().parents[1] / "data" / "exec" / program[0]).read_text())
+    db = tmp_path / "runs.db"
+    out = subprocess.run([sys.executable, "-m", "dlbench", "run", "--exec", "--container", container_image, "--name",
+                          "nersc-like", "--no-telemetry", *options, "--json", "--db", str(db), "--", "python3", *program],
+                         capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                         env=dict(os.environ, DLBENCH_SITE_CONFIG="/nonexistent"))
+    assert out.returncode == 0, out.stderr
+    record = json.loads(out.stdout)
+    result = record["result"]
+    assert record["status"] == "ok" and result["throughput_from"] == source, result
+    assert record["env"]["container"]["digest"] == digest_of(container_image) and record["spec"]["mode"] == "exec"
+    tail = result["program"]["output_tail"]
+    if source == "probe":
+        own = float(re.search(r"own rate ([0-9.]+) samples/s over 20 steps", tail).group(1))
+        assert result["steps"] == 20 and result["samples_per_s"] == pytest.approx(own, rel=0.02)  # timed by both
+    else:
+        printed = [float(v) for v in re.findall(r"rate ([0-9.e+]+) samples/s", tail)]
+        assert result["metric_lines"] == 3 and result["program"]["stopped"] == "enough" and len(printed) >= 4
+        own = 3 / sum(1 / rate for rate in printed[1:4])  # its lines 2–4 (the first is the warm-up): work over time
+        assert result["samples_per_s"] == pytest.approx(own, rel=1e-6)
+    assert [r["id"] for r in stored(db)] == [record["id"]] and stored(db)[0]["workload"] == "nersc-like"
