@@ -97,9 +97,11 @@ def history(store, host: str, probe: str) -> list[float]:
 
 
 def plan_check(store=None, expect: Path | None = None, data_dir: Path | None = None, peer: str | None = None,
-               budget_s: float = 60.0, nvml=None, host: str | None = None, only: tuple[str, ...] = ()) -> NodeCheckPlan:
+               budget_s: float = 60.0, nvml=None, host: str | None = None, only: tuple[str, ...] = (),
+               among: tuple[str, ...] = ()) -> NodeCheckPlan:
     """Validate the options and decide the probes, their durations and references (no probe runs yet);
-    ``only``: run just these probes (when they apply here)."""
+    ``only``: run just these probes (each must apply here); ``among``: those of these that apply here (the
+    preflight's quick probes)."""
     unknown = [p for p in only if p not in PROBES]
     if unknown:
         raise UsageError(f"--only {','.join(unknown)}: unknown probe; the probes are {', '.join(PROBES)}.")
@@ -129,7 +131,7 @@ def plan_check(store=None, expect: Path | None = None, data_dir: Path | None = N
         if missing.get(probe):
             raise UsageError(f"--only {probe} cannot run here: {missing[probe]}; leave {probe} out of --only, or give "
                              "what it needs.")
-    probes = [p for p in PROBES if not missing.get(p) and (not only or p in only)]
+    probes = [p for p in PROBES if not missing.get(p) and (not only or p in only) and (not among or p in among)]
     # the shortest the probes can be (0.2 s of measuring each) with their start-up costs, in 90 % of the budget
     shortest_s = sum(OVERHEAD_S[p] + (0.2 if DURATIONS_S[p] else 0.0) for p in probes) / 0.9
     if budget_s < shortest_s:

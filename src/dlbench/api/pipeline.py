@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from dlbench import strict_json
+from dlbench.api import preflight
 from dlbench.api.jobs import Ending, job_kind
 from dlbench.engine.progress import Progress
 from dlbench.engine.run import ResolvedRun
@@ -53,8 +54,13 @@ def execute(run: ResolvedRun, store=None, env: dict[str, Any] | None = None, on_
     job = job_kind(run.kind)
     show_output = show_output or os.environ.get("DLBENCH_DEBUG") == "1"
     launcher = launcher or get_launcher(run.launcher, show_output=show_output)
-    records = job.records(run, env or {})
     owner = run.is_main
+    records = job.records(run, env or {})
+    # --preflight: this node is checked before the launcher starts anything (a batch job's nodes check themselves
+    # in its script: preflight.gather); a node check is not preflighted
+    batch = run.launcher in ("slurm", "k8s")
+    checked = preflight.here(store, env or {}) if owner and run.kind != "node-check" and not batch else None
+    preflight.apply(records, checked)
     telemetry = job.telemetry(run, records[0]) if owner else NoTelemetry()
     progress = Progress()
     try:
@@ -66,14 +72,36 @@ def execute(run: ResolvedRun, store=None, env: dict[str, Any] | None = None, on_
             # a batch launcher checks the scheduler here, before its job directory exists: its UsageError records
             # nothing (nothing ran); a signal meanwhile records the run aborted, as one in a local run's set-up does
             launcher.prepare(run, records)
+            stop = preflight.stop_sentence(checked)
+            if stop:
+                raise RunFailed("failed", stop)
             with _workdir(launcher, run) as workdir:
                 plan = launcher.plan(run, workdir)
-                outcome = launcher.execute(plan, workdir, lambda: job.run_here(run, progress, telemetry.wrap(on_step)))
-                recording.end(job.endings(run, job.result_of(run, adopt_job_env(records, outcome, telemetry))))
+                try:
+                    outcome = launcher.execute(plan, workdir, lambda: job.run_here(run, progress, telemetry.wrap(on_step)))
+                except RunFailed:  # a job its nodes' preflight stopped fails for that reason, not for its ranks' absence
+                    if batch:
+                        _batch_preflight(workdir, run, records)
+                    raise
+                checked = _batch_preflight(workdir, run, records) if batch else checked
+                result = job.result_of(run, adopt_job_env(records, outcome, telemetry))
+                preflight.apply(records, checked)  # a batch job's records took its rank 0's environment
+                recording.end(job.endings(run, result))
     except Submitted as submitted:
         log.info("dlbench: %s", submitted)
         return []
     return records
+
+
+def _batch_preflight(workdir: Path, run: ResolvedRun, records: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """A batch job's ``env.preflight``, from what its nodes wrote, put in its records; :class:`RunFailed` with the
+    sentence when it stopped the job."""
+    checked = preflight.gather(workdir, run.nnodes)
+    preflight.apply(records, checked)
+    stop = preflight.stop_sentence(checked)
+    if stop:
+        raise RunFailed("failed", stop) from None
+    return checked
 
 
 def finish_submitted(run: ResolvedRun, records: list[dict[str, Any]], store, wait: Callable[[], Outcome]) -> list[dict[str, Any]]:
