@@ -49,7 +49,7 @@ PREFLIGHT_DIR = "preflight"
 #: The worst first: a job's verdict is its worst node's.
 _ORDER = ("degraded", "incomplete", "no reference", "healthy")
 
-_done: dict[str, Any] = {}  # this process's check (a suite's runs share it)
+_done: dict[tuple, dict[str, Any]] = {}  # this process's checks by (mode, expectations, store): a suite's runs share one
 
 
 def check_mode(value: object, option: str = "--preflight") -> str:
@@ -133,12 +133,13 @@ def here(store, env: dict[str, Any]) -> dict[str, Any] | None:
     asked = mode()
     if asked is None:
         return None
-    if "doc" not in _done:
-        node = check_node(store, env, expect_file())
-        _done["doc"] = combine(asked, [node])
+    key = (asked, expect_file(), getattr(store, "location", None))
+    if key not in _done:
+        node = check_node(store, env, key[1])
+        _done[key] = combine(asked, [node])
         log.warning("dlbench: preflight (%s): %s is %s: %s (%.1f s)", asked, node["host"], node["verdict"],
                     node["sentence"], node["duration_s"])
-    return _done["doc"] | {"mode": asked}
+    return _done[key]
 
 
 def forget() -> None:
