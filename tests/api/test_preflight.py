@@ -111,6 +111,12 @@ def test_gate_refuses_a_degraded_node_before_the_run_and_warn_records_it(tmp_pat
     assert main(["run", *TINY, "--db", db, "--json"]) == 0  # the next command asks no preflight: none is run
     assert "preflight" not in json.loads(capsys.readouterr().out)["env"]
 
+    page = tmp_path / "report.html"  # drawn in the report: the runs table's preflight column, the sentence on hover
+    assert main(["report", "workload=lstm", "--db", db, "--out", str(page)]) == 0
+    table = page.read_text()[page.read_text().index('<table id="runs-table">'):]
+    assert "<th>preflight</th>" in table and "degraded (gate, " in table and "degraded (warn, " in table
+    assert 'title="' + checked["host"] + ": DEGRADED: cpu: " in table
+
 
 def test_no_preflight_without_the_option(tmp_path, monkeypatch):
     monkeypatch.delenv(preflight.MODE_VAR, raising=False)
