@@ -22,7 +22,6 @@ from typing import Any
 
 from dlbench.api.jobs import Job
 from dlbench.api.pipeline import execute
-from dlbench.api.runs import run_comm, run_env
 from dlbench.engine import node_probes
 from dlbench.engine.run import ResolvedRun, frozen
 from dlbench.errors import UsageError
@@ -163,7 +162,11 @@ def resolve_check(plan: NodeCheckPlan) -> ResolvedRun:
 
 def run_check(plan: NodeCheckPlan, store=None, env: dict | None = None) -> list[dict[str, Any]]:
     """Run the probes and return one record per probe, each saved to ``store``."""
-    return execute(resolve_check(plan), store, env if env is not None else run_env())
+    if env is None:
+        from dlbench.api.runs import run_env  # torch (api.runs resolves runs with it): only to capture the env
+
+        env = run_env()
+    return execute(resolve_check(plan), store, env)
 
 
 def node_verdict(plan: NodeCheckPlan, require_reference: bool = False) -> tuple[str, int, str]:
@@ -253,6 +256,8 @@ def _gpus_probe(plan: NodeCheckPlan) -> dict[str, Any]:
 
 def _allreduce_busbw(gpus: int, size_bytes: int = 256 << 20) -> dict[str, Any]:
     """Peak all_reduce bus bandwidth over the node's GPUs: ``dlbench comm``'s measurement over NCCL, not stored."""
+    from dlbench.api.runs import run_comm  # torch: only on a node with GPUs
+
     records = run_comm(CommSpec(collectives=("all_reduce",), min_bytes=size_bytes, max_bytes=size_bytes, iters=10,
                                 warmup=3, device="cuda", nproc=gpus, backend="nccl"), store=None)
     if records[0]["status"] != "ok":
