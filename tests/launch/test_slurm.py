@@ -313,3 +313,12 @@ def test_preflight_gate_stops_the_job_before_its_ranks_and_warn_records_the_node
     node = record["env"]["preflight"]["nodes"][host]  # the verdict its node started with
     assert node["verdict"] == "degraded" and node["probes"]["cpu"]["low"] == 1e15 and node["duration_s"] > 0
     assert record["spec"]["tags"]["preflight"] == "degraded"
+    # --no-wait, then collected by a command that asks no preflight: the verdict and the refusal come from the job
+    code, out, err = dlbench(capsys, "run", *TINY, "--steps", "2", *SLURM, *pre, "--db", db, "--no-wait", "--json")
+    assert code == 0, err
+    (job,) = json.loads(out)["submitted"]
+    code, out, err = dlbench(capsys, "jobs", "collect", job["job_id"], "--db", db, "--json")
+    assert code == 1, err
+    (record,) = json.loads(out)
+    assert record["status"] == "failed" and record["error"].startswith("preflight refused the job before its workload")
+    assert record["env"]["preflight"]["mode"] == "gate" and record["env"]["preflight"]["verdict"] == "degraded"

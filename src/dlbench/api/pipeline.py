@@ -77,13 +77,9 @@ def execute(run: ResolvedRun, store=None, env: dict[str, Any] | None = None, on_
                 raise RunFailed("failed", stop)
             with _workdir(launcher, run) as workdir:
                 plan = launcher.plan(run, workdir)
-                try:
-                    outcome = launcher.execute(plan, workdir, lambda: job.run_here(run, progress, telemetry.wrap(on_step)))
-                except RunFailed:  # a job its nodes' preflight stopped fails for that reason, not for its ranks' absence
-                    if batch:
-                        _batch_preflight(workdir, run, records)
-                    raise
-                checked = _batch_preflight(workdir, run, records) if batch else checked
+                launched = lambda: launcher.execute(plan, workdir, lambda: job.run_here(run, progress, telemetry.wrap(on_step)))  # noqa: E731
+                outcome = _after_preflight(launched, workdir, run, records) if batch else launched()
+                checked = records[0]["env"].get("preflight")  # a batch job's: what its nodes wrote
                 result = job.result_of(run, adopt_job_env(records, outcome, telemetry))
                 preflight.apply(records, checked)  # a batch job's records took its rank 0's environment
                 recording.end(job.endings(run, result))
@@ -93,26 +89,42 @@ def execute(run: ResolvedRun, store=None, env: dict[str, Any] | None = None, on_
     return records
 
 
-def _batch_preflight(workdir: Path, run: ResolvedRun, records: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """A batch job's ``env.preflight``, from what its nodes wrote, put in its records; :class:`RunFailed` with the
-    sentence when it stopped the job."""
-    checked = preflight.gather(workdir, run.nnodes)
+def _after_preflight(wait: Callable[[], Outcome], workdir: Path | None, run: ResolvedRun,
+                     records: list[dict[str, Any]]) -> Outcome:
+    """A batch job's outcome (``wait``), with ``env.preflight`` — what its nodes wrote in ``workdir`` — put in its
+    records; a job its nodes' preflight stopped fails for that reason (:class:`RunFailed` with the sentence), not
+    for its ranks' absence."""
+    try:
+        outcome = wait()
+    except RunFailed:
+        _batch_preflight(workdir, run, records)
+        raise
+    _batch_preflight(workdir, run, records)
+    return outcome
+
+
+def _batch_preflight(workdir: Path | None, run: ResolvedRun, records: list[dict[str, Any]]) -> None:
+    checked = preflight.gather(workdir, run.nnodes) if workdir is not None else None
     preflight.apply(records, checked)
     stop = preflight.stop_sentence(checked)
     if stop:
         raise RunFailed("failed", stop) from None
-    return checked
 
 
-def finish_submitted(run: ResolvedRun, records: list[dict[str, Any]], store, wait: Callable[[], Outcome]) -> list[dict[str, Any]]:
+def finish_submitted(run: ResolvedRun, records: list[dict[str, Any]], store, wait: Callable[[], Outcome],
+                     workdir: Path | None = None) -> list[dict[str, Any]]:
     """The second half of :func:`execute` for a job submitted earlier (``--no-wait``, job arrays):
-    ``wait`` gives its outcome; the records end and are saved exactly as :func:`execute` does."""
+    ``wait`` gives its outcome; the records end and are saved exactly as :func:`execute` does (``workdir``: the
+    job's directory, where its nodes' preflight verdicts are)."""
     job = job_kind(run.kind)
     telemetry = job.telemetry(run, records[0])  # a batch run's: what its nodes reported (ReportedTelemetry)
     with Recording(records, store, Progress(), telemetry,
                    recorded=lambda ended: job.recorded(run, ended)) as recording:
-        outcome = wait()
-        recording.end(job.endings(run, job.result_of(run, adopt_job_env(records, outcome, telemetry))))
+        outcome = _after_preflight(wait, workdir, run, records)
+        checked = records[0]["env"].get("preflight")
+        result = job.result_of(run, adopt_job_env(records, outcome, telemetry))
+        preflight.apply(records, checked)  # the records took the job's rank 0's environment
+        recording.end(job.endings(run, result))
     return records
 
 

@@ -162,13 +162,11 @@ def write_node(directory: Path, node: Mapping[str, Any]) -> Path:
 
 
 def gather(jobdir: Path, nodes: int) -> dict[str, Any] | None:
-    """``env.preflight`` of a batch job from what its nodes wrote in ``jobdir/preflight``; None without a preflight."""
-    mode_name = mode()
+    """``env.preflight`` of a batch job from what its nodes wrote in ``jobdir/preflight`` (the mode theirs, as
+    ``dlbench jobs collect`` asks none); None when the job had no preflight."""
     directory = jobdir / PREFLIGHT_DIR
-    if mode_name is None:
-        return None
     if not directory.is_dir():
-        return combine(mode_name, [], nodes)
+        return combine(mode(), [], nodes) if mode() else None  # asked, but the job ended before its nodes wrote
         return None
     docs = []
     for path in sorted(directory.glob("*.json")):
@@ -176,7 +174,7 @@ def gather(jobdir: Path, nodes: int) -> dict[str, Any] | None:
             docs.append(json.loads(path.read_text(encoding="utf-8")))
         except (OSError, ValueError) as exc:
             log.warning("dlbench: preflight: cannot read %s (%s)", path, exc)
-    return combine(mode_name, docs, nodes)
+    return combine(next((d["mode"] for d in docs if d.get("mode")), None) or mode() or "warn", docs, nodes)
 
 
 def node_command(mode_name: str, expect: str | None = None) -> list[str]:

@@ -85,7 +85,7 @@ def preflight(
     finally:
         if store is not None:
             store.close()
-    pre.write_node(out, node)
+    pre.write_node(out, node | {"mode": mode})
     info(f"dlbench preflight: {node['host']} is {node['verdict']}: {node['sentence']} ({node['duration_s']:.1f} s)")
     if mode == "gate" and node["verdict"] == "degraded":
         raise typer.Exit(1)
