@@ -34,6 +34,7 @@ from typing import Any
 
 from dlbench import strict_json
 from dlbench.errors import UsageError
+from dlbench.launch._base import PREFLIGHT_DIR, PREFLIGHT_EXPECT_VAR, PREFLIGHT_MODE_VAR
 from dlbench.report.node_health import judge, overall
 
 log = logging.getLogger("dlbench")
@@ -43,9 +44,7 @@ MODES = ("gate", "warn")
 QUICK = ("gpus", "cpu", "host_memory_bandwidth")
 #: Seconds the preflight's probes may take on a node (the node check scales their measuring to fit).
 BUDGET_S = 10.0
-MODE_VAR, EXPECT_VAR = "DLBENCH_PREFLIGHT", "DLBENCH_PREFLIGHT_EXPECT"
-#: Where a batch job's nodes write their verdicts, inside the job directory.
-PREFLIGHT_DIR = "preflight"
+MODE_VAR, EXPECT_VAR = PREFLIGHT_MODE_VAR, PREFLIGHT_EXPECT_VAR
 #: The worst first: a job's verdict is its worst node's.
 _ORDER = ("degraded", "incomplete", "no reference", "healthy")
 
@@ -144,11 +143,6 @@ def here(store, env: dict[str, Any]) -> dict[str, Any] | None:
     return _done[key]
 
 
-def forget() -> None:
-    """Forget this process's check (the next run checks again): for a caller that runs commands in one process."""
-    _done.clear()
-
-
 def write_node(directory: Path, node: Mapping[str, Any]) -> Path:
     """Write a node's document as ``directory/<host>.json`` (atomically: a file only the job's reader reads)."""
     from dlbench.safety import path_inside
@@ -177,12 +171,6 @@ def gather(jobdir: Path, nodes: int) -> dict[str, Any] | None:
     return combine(next((d["mode"] for d in docs if d.get("mode")), None) or mode() or "warn", docs, nodes)
 
 
-def node_command(mode_name: str, expect: str | None = None) -> list[str]:
-    """The arguments after ``python -m dlbench`` that check a node of a batch job and write its verdict."""
-    return ["node", "preflight", "--mode", mode_name, "--out", f'"$JOBDIR"/{PREFLIGHT_DIR}'] + (
-        ["--expect", expect] if expect else [])
-
-
 def apply(records: list[dict[str, Any]], preflight: Mapping[str, Any] | None) -> None:
     """Put ``preflight`` in each record's environment and its verdict in the tag ``preflight`` (unless the user
     tagged the run so)."""
@@ -195,5 +183,5 @@ def apply(records: list[dict[str, Any]], preflight: Mapping[str, Any] | None) ->
             record["spec"] = {**record["spec"], "tags": {**tags, "preflight": preflight["verdict"]}}
 
 
-__all__ = ["BUDGET_S", "MODES", "QUICK", "apply", "check_mode", "check_node", "combine", "expect_file", "forget",
-           "gather", "here", "mode", "node_command", "node_document", "stop_sentence", "write_node"]
+__all__ = ["BUDGET_S", "MODES", "QUICK", "apply", "check_mode", "check_node", "combine", "expect_file", "gather", "here",
+           "mode", "node_document", "stop_sentence", "write_node"]
