@@ -24,6 +24,7 @@ CLI from ``--preflight`` or the config, as ``--cluster`` travels as ``$DLBENCH_C
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import os
@@ -74,8 +75,10 @@ def check_node(store=None, env: dict | None = None, expect: Path | None = None, 
                budget_s: float = BUDGET_S) -> dict[str, Any]:
     """Run the quick probes on this node (stored as node-check runs in ``store`` when given: the node's history)
     and return this node's verdict document (see :func:`node_document`)."""
-    from dlbench.api.node_check import plan_check, run_check  # the node check's pipeline: only when asked
-
+    # by name, as api/jobs.py's JOBS names the node check's job kind: it runs its probes through the pipeline,
+    # which calls this module (an import would be a cycle)
+    node_check = importlib.import_module("dlbench.api.node_check")
+    plan_check, run_check = node_check.plan_check, node_check.run_check
     started = time.monotonic()
     plan = plan_check(store, expect=expect, budget_s=budget_s, nvml=nvml, among=QUICK)
     if env is None and store is None:  # records kept nowhere: no environment captured (that imports torch: seconds)
