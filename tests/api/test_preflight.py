@@ -104,7 +104,8 @@ def test_gate_refuses_a_degraded_node_before_the_run_and_warn_records_it(tmp_pat
     assert {r["id"] for r in json.loads(capsys.readouterr().out)} == {refused["id"], warned["id"]}
     store = open_store(db)
     try:
-        assert len(store.records(RunFilter(workloads=("node-check/cpu",)))) == 3
+        cpu_checks = store.records(RunFilter(workloads=("node-check/cpu",)))
+        assert len(cpu_checks) == 3 and {r["id"] for r in cpu_checks} & set(checked["runs"])  # linked from the record
         assert store.get(refused["id"])["env"]["preflight"] == pre
     finally:
         store.close()

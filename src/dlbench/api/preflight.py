@@ -85,7 +85,8 @@ def check_node(store=None, env: dict | None = None, expect: Path | None = None, 
         env = {"hostname": plan.host}
     records = run_check(plan, store, {k: v for k, v in (env or {}).items() if k != "preflight"} or None)
     verdicts = [judge(p, plan.finished.get(p), plan.references.get(p)) for p in plan.probes]
-    return node_document(plan.host, verdicts, time.monotonic() - started, [r["id"] for r in records])
+    # the node-check runs that hold the figures, where they were stored (a job's node stores none)
+    return node_document(plan.host, verdicts, time.monotonic() - started, [r["id"] for r in records] if store is not None else [])
 
 
 def node_document(host: str, verdicts, duration_s: float, run_ids: list[str] | None = None) -> dict[str, Any]:
