@@ -187,7 +187,7 @@ def specs_from_document(doc: Any, where: str, overrides: dict[str, Any] | None =
     if not isinstance(doc, dict):
         raise UsageError(f"{where}: expected a mapping of run settings or a suite with 'runs:', got {type(doc).__name__}.")
     _require_string_keys(doc, where)
-    doc = {k: v for k, v in doc.items() if k not in ("launcher", "cluster")}  # where to run: see launcher_section
+    doc = {k: v for k, v in doc.items() if k not in ("launcher", "cluster", "preflight", "preflight_expect")}  # where to run: see launcher_section
     if "model_config" in doc or "data_config" in doc:
         entries = [from_nersc(doc, where)]
     elif "runs" in doc:
@@ -227,6 +227,18 @@ def cluster_setting(path: str | Path | None = None) -> tuple[Any, str] | None:
         doc = load_yaml(source)
         if isinstance(doc, dict) and doc.get("cluster") is not None:
             return doc["cluster"], f"config file {str(source)!r}: cluster"
+    return None
+
+
+def top_setting(key: str, path: str | Path | None = None) -> tuple[Any, str] | None:
+    """The top-level ``key`` of ``path`` (a config file), else of the site config, with where it was written; None
+    when neither has it (``preflight:``, ``preflight_expect:``; a flag overrides both)."""
+    for source in (path, site_config_path()):
+        if source is None or (source != path and not Path(source).is_file()):
+            continue
+        doc = load_yaml(source)
+        if isinstance(doc, dict) and doc.get(key) is not None:
+            return doc[key], f"config file {str(source)!r}: {key}"
     return None
 
 

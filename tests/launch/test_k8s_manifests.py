@@ -329,3 +329,27 @@ def test_an_mlperf_run_renders_valid_restricted_manifests(shape, tmp_path):
     document = yaml.safe_load(next(iter(objects[0]["data"].values())))
     assert document["kind"] == "mlperf" and document["batch"] is True
     assert (document["spec"]["task"], document["spec"]["max_epochs"], document["spec"]["device"]) == ("gnmt", 3, "cuda")
+
+
+@pytest.mark.parametrize("shape", [PYTORCHJOB, INDEXED_JOB])
+def test_preflight_is_an_init_container_on_every_pod_with_the_ranks_gpus(shape, tmp_path, monkeypatch):
+    expect = tmp_path / "expect.yaml"
+    expect.write_text("default: {cpu: 2.0e+7}\n")
+    monkeypatch.setenv("DLBENCH_PREFLIGHT", "gate")
+    monkeypatch.setenv("DLBENCH_PREFLIGHT_EXPECT", str(expect))
+    objects = render(shape, "gpu-4nodes-all-settings", tmp_path)
+    assert objects[0]["data"]["preflight-expect.yaml"] == expect.read_text()  # in the job's ConfigMap
+    for obj in objects:
+        validate_kubernetes(obj)
+        if obj["kind"] == "PyTorchJob":
+            validate_crd(obj)
+    for template in pod_templates(objects):  # Master and Worker alike: every node
+        (init,) = template["spec"]["initContainers"]
+        (rank,) = template["spec"]["containers"]
+        assert init["command"] == ["python", "-m", "dlbench", "node", "preflight", "--mode", "gate", "--out",
+                                   "/tmp/preflight", "--expect", "/etc/dlbench/preflight-expect.yaml"]
+        assert init["image"] == rank["image"] and init["resources"] == rank["resources"] == {"limits": {"nvidia.com/gpu": "4"}}
+        assert init["securityContext"] == rank["securityContext"]
+        assert not any(e["name"] == "DLBENCH_DB" for e in init["env"])  # the store's secret stays with the ranks
+    monkeypatch.delenv("DLBENCH_PREFLIGHT")
+    assert not any("initContainers" in t["spec"] for t in pod_templates(render(shape, "gpu-1node", tmp_path)))

@@ -287,3 +287,38 @@ def test_an_io_read_runs_as_a_slurm_job_and_is_stored(slurm, tmp_path, capsys):
     assert record["status"] == "ok" and record["spec"]["mode"] == "io" and record["spec"]["launcher"] == "slurm"
     assert record["result"]["samples"] == 16 and [r["rank"] for r in record["result"]["per_rank"]] == [0, 1]
     assert record["env"]["scheduler"]["job_id"] and open_store(db).get(record["id"])["spec"]["mode"] == "io"
+
+
+def test_preflight_gate_stops_the_job_before_its_ranks_and_warn_records_the_nodes_verdict(slurm, tmp_path, capsys):
+    """The node is made unmistakably degraded by an expectations file no CPU meets (1e15 loop iterations per
+    second per core), not by judging this machine's speed."""
+    db = str(tmp_path / "runs.db")
+    unmeetable = tmp_path / "unmeetable.yaml"
+    unmeetable.write_text("default: {cpu: 1.0e+15}\n")
+    pre = ["--preflight", "gate", "--preflight-expect", str(unmeetable)]
+    code, out, err = dlbench(capsys, "run", *TINY, "--steps", "2", *SLURM, *pre, "--db", db, "--json")
+    assert code == 1, err
+    record = json.loads(out)
+    host = socket.gethostname()
+    assert record["status"] == "failed" and record["result"] is None
+    assert record["error"].startswith(f"preflight refused the job before its workload started: {host}: DEGRADED: cpu: ")
+    assert record["env"]["preflight"]["verdict"] == "degraded" and list(record["env"]["preflight"]["nodes"]) == [host]
+    (jobdir,) = (tmp_path / "home").rglob("preflight")
+    assert not list(jobdir.parent.glob("ranks/*"))  # no rank started
+    code, out, err = dlbench(capsys, "run", *TINY, "--steps", "2", *SLURM, "--preflight", "warn", "--preflight-expect",
+                             str(unmeetable), "--db", db, "--json")
+    assert code == 0, err
+    record = json.loads(out)
+    assert record["status"] == "ok" and record["env"]["hostname"] == host  # the rank's environment, and
+    node = record["env"]["preflight"]["nodes"][host]  # the verdict its node started with
+    assert node["verdict"] == "degraded" and node["probes"]["cpu"]["low"] == 1e15 and node["duration_s"] > 0
+    assert record["spec"]["tags"]["preflight"] == "degraded"
+    # --no-wait, then collected by a command that asks no preflight: the verdict and the refusal come from the job
+    code, out, err = dlbench(capsys, "run", *TINY, "--steps", "2", *SLURM, *pre, "--db", db, "--no-wait", "--json")
+    assert code == 0, err
+    (job,) = json.loads(out)["submitted"]
+    code, out, err = dlbench(capsys, "jobs", "collect", job["job_id"], "--db", db, "--json")
+    assert code == 1, err
+    (record,) = json.loads(out)
+    assert record["status"] == "failed" and record["error"].startswith("preflight refused the job before its workload")
+    assert record["env"]["preflight"]["mode"] == "gate" and record["env"]["preflight"]["verdict"] == "degraded"

@@ -119,3 +119,19 @@ def test_the_hpo_workers_array_runs_one_worker_per_element():
     assert "#SBATCH --gpus-per-node=1" in lines(script)
     assert lines(script)[-1] == 'exec srun /venv/python -m dlbench hpo worker s1 --index "$SLURM_ARRAY_TASK_ID"'
     assert 'export DLBENCH_HPO_WORKER="slurm-$SLURM_ARRAY_JOB_ID:w$SLURM_ARRAY_TASK_ID"' in lines(script)
+
+
+def test_preflight_is_a_step_on_every_node_before_the_ranks_and_gate_ends_the_job_there():
+    run = run_for(nodes=2, gpus_per_node=4)
+    assert not any("node preflight" in line for line in lines(sbatch_script(run, WORKDIR)))  # none unless asked
+    script = lines(sbatch_script(run, WORKDIR, "gate", expect=True))
+    (check,) = [i for i, line in enumerate(script) if "-m dlbench node preflight" in line]
+    (ranks,) = [i for i, line in enumerate(script) if "dlbench.api.worker" in line]
+    assert check < ranks  # before the ranks' step
+    assert script[check].startswith("srun --nodes=2 --ntasks-per-node=1 ")  # one task per node
+    assert ('--mode gate --out "$JOBDIR"/preflight --expect "$JOBDIR"/preflight-expect.yaml || { echo "dlbench: '
+            'preflight: a node is degraded') in script[check] and script[check].endswith("exit 1; }")
+    warn = [line for line in lines(sbatch_script(run, WORKDIR, "warn")) if "node preflight" in line]
+    assert warn[0].endswith("--mode warn --out \"$JOBDIR\"/preflight || true") and "--expect" not in warn[0]
+    array = lines(sbatch_array_script([run, run], WORKDIR, "gate", expect=True))
+    assert any('--expect "$JOBDIR"/../preflight-expect.yaml' in line for line in array)  # the file beside the elements

@@ -87,7 +87,7 @@ def collect_entry(entry: dict[str, Any], store) -> list[dict[str, Any]]:
     """Wait for ``entry``'s job to end and record its runs through the pipeline (once: see the registry)."""
     launcher = _launcher(entry["launcher"])
     run = run_from_document(entry["run"])
-    return finish_submitted(run, entry["records"], store, lambda: launcher.wait(entry))
+    return finish_submitted(run, entry["records"], store, lambda: launcher.wait(entry), Path(entry["workdir"]))
 
 
 def collect(job_id: str, store) -> list[dict[str, Any]]:

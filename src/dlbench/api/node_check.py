@@ -22,7 +22,6 @@ from typing import Any
 
 from dlbench.api.jobs import Job
 from dlbench.api.pipeline import execute
-from dlbench.api.runs import run_comm, run_env
 from dlbench.engine import node_probes
 from dlbench.engine.run import ResolvedRun, frozen
 from dlbench.errors import UsageError
@@ -97,9 +96,11 @@ def history(store, host: str, probe: str) -> list[float]:
 
 
 def plan_check(store=None, expect: Path | None = None, data_dir: Path | None = None, peer: str | None = None,
-               budget_s: float = 60.0, nvml=None, host: str | None = None, only: tuple[str, ...] = ()) -> NodeCheckPlan:
+               budget_s: float = 60.0, nvml=None, host: str | None = None, only: tuple[str, ...] = (),
+               among: tuple[str, ...] = ()) -> NodeCheckPlan:
     """Validate the options and decide the probes, their durations and references (no probe runs yet);
-    ``only``: run just these probes (when they apply here)."""
+    ``only``: run just these probes (each must apply here); ``among``: those of these that apply here (the
+    preflight's quick probes)."""
     unknown = [p for p in only if p not in PROBES]
     if unknown:
         raise UsageError(f"--only {','.join(unknown)}: unknown probe; the probes are {', '.join(PROBES)}.")
@@ -129,7 +130,7 @@ def plan_check(store=None, expect: Path | None = None, data_dir: Path | None = N
         if missing.get(probe):
             raise UsageError(f"--only {probe} cannot run here: {missing[probe]}; leave {probe} out of --only, or give "
                              "what it needs.")
-    probes = [p for p in PROBES if not missing.get(p) and (not only or p in only)]
+    probes = [p for p in PROBES if not missing.get(p) and (not only or p in only) and (not among or p in among)]
     # the shortest the probes can be (0.2 s of measuring each) with their start-up costs, in 90 % of the budget
     shortest_s = sum(OVERHEAD_S[p] + (0.2 if DURATIONS_S[p] else 0.0) for p in probes) / 0.9
     if budget_s < shortest_s:
@@ -161,7 +162,11 @@ def resolve_check(plan: NodeCheckPlan) -> ResolvedRun:
 
 def run_check(plan: NodeCheckPlan, store=None, env: dict | None = None) -> list[dict[str, Any]]:
     """Run the probes and return one record per probe, each saved to ``store``."""
-    return execute(resolve_check(plan), store, env if env is not None else run_env())
+    if env is None:
+        from dlbench.api.runs import run_env  # torch (api.runs resolves runs with it): only to capture the env
+
+        env = run_env()
+    return execute(resolve_check(plan), store, env)
 
 
 def node_verdict(plan: NodeCheckPlan, require_reference: bool = False) -> tuple[str, int, str]:
@@ -251,6 +256,8 @@ def _gpus_probe(plan: NodeCheckPlan) -> dict[str, Any]:
 
 def _allreduce_busbw(gpus: int, size_bytes: int = 256 << 20) -> dict[str, Any]:
     """Peak all_reduce bus bandwidth over the node's GPUs: ``dlbench comm``'s measurement over NCCL, not stored."""
+    from dlbench.api.runs import run_comm  # torch: only on a node with GPUs
+
     records = run_comm(CommSpec(collectives=("all_reduce",), min_bytes=size_bytes, max_bytes=size_bytes, iters=10,
                                 warmup=3, device="cuda", nproc=gpus, backend="nccl"), store=None)
     if records[0]["status"] != "ok":

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from dlbench import strict_json
+from dlbench.api import preflight
 from dlbench.api.jobs import Ending, job_kind
 from dlbench.engine.progress import Progress
 from dlbench.engine.run import ResolvedRun
@@ -53,8 +54,13 @@ def execute(run: ResolvedRun, store=None, env: dict[str, Any] | None = None, on_
     job = job_kind(run.kind)
     show_output = show_output or os.environ.get("DLBENCH_DEBUG") == "1"
     launcher = launcher or get_launcher(run.launcher, show_output=show_output)
-    records = job.records(run, env or {})
     owner = run.is_main
+    records = job.records(run, env or {})
+    # --preflight: this node is checked before the launcher starts anything (a batch job's nodes check themselves
+    # in its script: preflight.gather); a node check is not preflighted
+    batch = run.launcher in ("slurm", "k8s")
+    checked = preflight.here(store, env or {}) if owner and run.kind != "node-check" and not batch else None
+    preflight.apply(records, checked)
     telemetry = job.telemetry(run, records[0]) if owner else NoTelemetry()
     progress = Progress()
     try:
@@ -66,25 +72,59 @@ def execute(run: ResolvedRun, store=None, env: dict[str, Any] | None = None, on_
             # a batch launcher checks the scheduler here, before its job directory exists: its UsageError records
             # nothing (nothing ran); a signal meanwhile records the run aborted, as one in a local run's set-up does
             launcher.prepare(run, records)
+            stop = preflight.stop_sentence(checked)
+            if stop:
+                raise RunFailed("failed", stop)
             with _workdir(launcher, run) as workdir:
                 plan = launcher.plan(run, workdir)
-                outcome = launcher.execute(plan, workdir, lambda: job.run_here(run, progress, telemetry.wrap(on_step)))
-                recording.end(job.endings(run, job.result_of(run, adopt_job_env(records, outcome, telemetry))))
+                launched = lambda: launcher.execute(plan, workdir, lambda: job.run_here(run, progress, telemetry.wrap(on_step)))  # noqa: E731
+                outcome = _after_preflight(launched, workdir, run, records) if batch else launched()
+                checked = records[0]["env"].get("preflight")  # a batch job's: what its nodes wrote
+                result = job.result_of(run, adopt_job_env(records, outcome, telemetry))
+                preflight.apply(records, checked)  # a batch job's records took its rank 0's environment
+                recording.end(job.endings(run, result))
     except Submitted as submitted:
         log.info("dlbench: %s", submitted)
         return []
     return records
 
 
-def finish_submitted(run: ResolvedRun, records: list[dict[str, Any]], store, wait: Callable[[], Outcome]) -> list[dict[str, Any]]:
+def _after_preflight(wait: Callable[[], Outcome], workdir: Path | None, run: ResolvedRun,
+                     records: list[dict[str, Any]]) -> Outcome:
+    """A batch job's outcome (``wait``), with ``env.preflight`` — what its nodes wrote in ``workdir`` — put in its
+    records; a job its nodes' preflight stopped fails for that reason (:class:`RunFailed` with the sentence), not
+    for its ranks' absence."""
+    try:
+        outcome = wait()
+    except RunFailed:
+        _batch_preflight(workdir, run, records)
+        raise
+    _batch_preflight(workdir, run, records)
+    return outcome
+
+
+def _batch_preflight(workdir: Path | None, run: ResolvedRun, records: list[dict[str, Any]]) -> None:
+    checked = preflight.gather(workdir, run.nnodes) if workdir is not None else None
+    preflight.apply(records, checked)
+    stop = preflight.stop_sentence(checked)
+    if stop:
+        raise RunFailed("failed", stop) from None
+
+
+def finish_submitted(run: ResolvedRun, records: list[dict[str, Any]], store, wait: Callable[[], Outcome],
+                     workdir: Path | None = None) -> list[dict[str, Any]]:
     """The second half of :func:`execute` for a job submitted earlier (``--no-wait``, job arrays):
-    ``wait`` gives its outcome; the records end and are saved exactly as :func:`execute` does."""
+    ``wait`` gives its outcome; the records end and are saved exactly as :func:`execute` does (``workdir``: the
+    job's directory, where its nodes' preflight verdicts are)."""
     job = job_kind(run.kind)
     telemetry = job.telemetry(run, records[0])  # a batch run's: what its nodes reported (ReportedTelemetry)
     with Recording(records, store, Progress(), telemetry,
                    recorded=lambda ended: job.recorded(run, ended)) as recording:
-        outcome = wait()
-        recording.end(job.endings(run, job.result_of(run, adopt_job_env(records, outcome, telemetry))))
+        outcome = _after_preflight(wait, workdir, run, records)
+        checked = records[0]["env"].get("preflight")
+        result = job.result_of(run, adopt_job_env(records, outcome, telemetry))
+        preflight.apply(records, checked)  # the records took the job's rank 0's environment
+        recording.end(job.endings(run, result))
     return records
 
 

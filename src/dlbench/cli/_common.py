@@ -9,6 +9,7 @@ import sys
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import typer
@@ -143,6 +144,8 @@ LAUNCH_OPTIONS: dict[str, tuple[Any, Any]] = {
     "priority_class": (str | None, typer.Option(None, "--priority-class", help="Kubernetes PriorityClass.", rich_help_panel=_K8S)),
     "store_secret": (str | None, typer.Option(None, "--store-secret", help="Secret (key 'url') with the PostgreSQL URL the pods record into.", rich_help_panel=_K8S)),
     "cluster": (str | None, typer.Option(None, "--cluster", help="The cluster the runs run on, recorded as env.cluster for a store several sites share \\[default: the config's cluster:, else $DLBENCH_CLUSTER, else Slurm's ClusterName].", rich_help_panel="Launch")),
+    "preflight": (str | None, typer.Option(None, "--preflight", metavar="gate|warn", help="First run 'dlbench node check''s quick probes on every node of the job: gate stops the job on a degraded node (exit 1, recorded failed with the probe and figure), warn only records the verdict (env.preflight) \\[default: the config's preflight:, else none].", rich_help_panel="Preflight")),
+    "preflight_expect": (str | None, typer.Option(None, "--preflight-expect", metavar="FILE", help="Expectations file (YAML, as 'dlbench node check --expect') the preflight judges against \\[default: the node's history in the store; the config's preflight_expect:].", rich_help_panel="Preflight")),
     "dry_run": (bool, typer.Option(False, "--dry-run", help="Print exactly what would be submitted (sbatch script, manifests) and exit.", rich_help_panel="Launch")),
     "no_wait": (bool, typer.Option(False, "--no-wait", help="Submit and return; record later with 'dlbench jobs collect ID'.", rich_help_panel="Launch")),
 }
@@ -166,6 +169,7 @@ class LaunchOptions:
         from dlbench.errors import unknown_name
 
         name_cluster(self.values.get("cluster"), config)  # where the config files are first read (after the store)
+        ask_preflight(self.values.get("preflight"), self.values.get("preflight_expect"), config)
         name = self.values["launcher"] or launcher_section(config).get("name")
         if name is not None and name not in LAUNCHER_NAMES:
             raise unknown_name("launcher", str(name), LAUNCHER_NAMES)
@@ -245,6 +249,30 @@ def name_cluster(option: str | None, config: str | None) -> None:
         os.environ["DLBENCH_CLUSTER"] = cluster_name(*given)
 
 
+PREFLIGHT_VARS = ("DLBENCH_PREFLIGHT", "DLBENCH_PREFLIGHT_EXPECT")
+
+
+def ask_preflight(option: str | None, expect: str | None, config: str | None) -> None:
+    """``--preflight`` (else the config's or the site's ``preflight:``) and ``--preflight-expect`` (else
+    ``preflight_expect:``) checked and set as ``$DLBENCH_PREFLIGHT`` / ``$DLBENCH_PREFLIGHT_EXPECT``, which every run
+    this process starts reads (:mod:`dlbench.api.preflight`)."""
+    from dlbench.config import top_setting
+    from dlbench.safety import read_input_file
+
+    given = (option, "--preflight") if option is not None else top_setting("preflight", config)
+    if given is not None:
+        from dlbench.api.preflight import check_mode  # the node check's verdicts (no torch): only when asked
+
+        os.environ["DLBENCH_PREFLIGHT"] = check_mode(*given)
+    given = (expect, "--preflight-expect") if expect is not None else top_setting("preflight_expect", config)
+    if given is not None:
+        if not isinstance(given[0], str):
+            raise UsageError(f"{given[1]} must be the path of an expectations file (YAML), not {given[0]!r}.")
+        path = Path(given[0]).expanduser().resolve()
+        read_input_file(path, given[1], 1 << 20)  # a regular file of at most 1 MiB, as node check's --expect
+        os.environ["DLBENCH_PREFLIGHT_EXPECT"] = str(path)
+
+
 def launch_options(command: Callable | None = None, *, own: tuple[str, ...] = ()) -> Callable:
     """Add the launch options to a typer command; it receives them as one ``launch: LaunchOptions``.
     ``own``: options the command declares itself (``scale``'s ``--nodes 1,2,4``); it passes them on."""
@@ -261,7 +289,16 @@ def launch_options(command: Callable | None = None, *, own: tuple[str, ...] = ()
         values = {name: kwargs.pop(name) for name in added} | {name: None for name in own}
         if values.get("cluster") is not None:  # a typo is refused before anything; a config's cluster: in launcher_name
             name_cluster(values["cluster"], None)
-        return command(*args, launch=LaunchOptions(values), **kwargs)
+        before = {k: os.environ.get(k) for k in PREFLIGHT_VARS}
+        try:  # the preflight asked of this command, not of the next one run in this process (a notebook, a test)
+            ask_preflight(values.get("preflight"), values.get("preflight_expect"), None)
+            return command(*args, launch=LaunchOptions(values), **kwargs)
+        finally:
+            for key, value in before.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
 
     hints = {k: v for k, v in typing.get_type_hints(command).items() if k != "launch"}
     wrapper.__annotations__ = hints | {name: kind for name, (kind, _) in added.items()}

@@ -63,6 +63,34 @@ def check(
         raise typer.Exit(code)
 
 
+@node_app.command("preflight")
+def preflight(
+    mode: str = typer.Option(..., "--mode", help="gate: exit 1 when this node is degraded | warn: exit 0 whatever it is."),
+    out: Path = typer.Option(..., "--out", help="Directory the node's verdict goes to, as HOST.json (a job's own directory)."),
+    expect: Path = typer.Option(None, "--expect", help="Expectations file (YAML), as 'dlbench node check --expect'; "
+                                "default: none (on a job's node: the verdict is 'no reference' unless earlier checks are in --db)."),
+    budget: float = typer.Option(None, "--budget", help="Seconds the probes may take \\[default: 10]."),
+    db: str = typer.Option(None, "--db", help="Results store holding this node's history (and taking these probes); "
+                           "default: none."),
+) -> None:
+    """A job's preflight on this node (a step of the job before its ranks start, one task per node): the node
+    check's quick probes, the verdict written to OUT/HOST.json for the job's record; exit 1 when degraded and
+    --mode gate, else 0."""
+    from dlbench.api import preflight as pre
+
+    pre.check_mode(mode, "--mode")
+    store = open_store(db) if db else None
+    try:
+        node = pre.check_node(store, expect=expect, budget_s=budget or pre.BUDGET_S)
+    finally:
+        if store is not None:
+            store.close()
+    pre.write_node(out, node | {"mode": mode})
+    info(f"dlbench preflight: {node['host']} is {node['verdict']}: {node['sentence']} ({node['duration_s']:.1f} s)")
+    if mode == "gate" and node["verdict"] == "degraded":
+        raise typer.Exit(1)
+
+
 @node_app.command("peer")
 def peer(
     host: str = typer.Option("127.0.0.1", "--host", help="Interface to listen on (the address other nodes' checks use)."),

@@ -35,6 +35,18 @@ JOB_FILE = "job.json"
 RANKS_DIR = "ranks"
 #: Where each node of a batch job marks that its step started (one empty file per host).
 NODES_DIR = "nodes"
+#: ``--preflight``: where a batch job's nodes write their verdicts (``HOST.json``), the expectations file copied
+#: into the job directory, and the variables that carry the mode and that file (:mod:`dlbench.api.preflight`).
+PREFLIGHT_DIR, PREFLIGHT_EXPECT_FILE = "preflight", "preflight-expect.yaml"
+PREFLIGHT_MODE_VAR, PREFLIGHT_EXPECT_VAR = "DLBENCH_PREFLIGHT", "DLBENCH_PREFLIGHT_EXPECT"
+
+
+def preflight_asked() -> tuple[str | None, str | None]:
+    """The preflight this process asks of the jobs it submits: the mode (None: none) and the expectations file's
+    text (None: judged against history)."""
+    mode = os.environ.get(PREFLIGHT_MODE_VAR) or None
+    expect = os.environ.get(PREFLIGHT_EXPECT_VAR)
+    return mode, (Path(expect).read_text(encoding="utf-8") if mode and expect else None)
 
 
 @dataclass(frozen=True)

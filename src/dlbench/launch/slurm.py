@@ -27,7 +27,16 @@ from typing import Any
 
 from dlbench.engine.run import ResolvedRun
 from dlbench.errors import UsageError
-from dlbench.launch._base import JOB_FILE, NODES_DIR, RANKS_DIR, LaunchPlan, read_statuses
+from dlbench.launch._base import (
+    JOB_FILE,
+    NODES_DIR,
+    PREFLIGHT_DIR,
+    PREFLIGHT_EXPECT_FILE,
+    RANKS_DIR,
+    LaunchPlan,
+    preflight_asked,
+    read_statuses,
+)
 from dlbench.launch.batch import (
     CANCELLED,
     DONE,
@@ -154,6 +163,21 @@ def step_command(run: ResolvedRun, workdir: Path) -> list[str]:
     return srun + marker + prefix + torchrun + ["-m", "dlbench.api.worker", f'"$JOBDIR"/{JOB_FILE}', f'"$JOBDIR"/{RANKS_DIR}']
 
 
+def preflight_step(run: ResolvedRun, workdir: Path, mode: str | None, expect: bool) -> str:
+    """``--preflight``: one task per node runs ``dlbench node preflight`` (the node check's quick probes) before the
+    ranks' step, each writing ``JOBDIR/preflight/HOST.json``; ``gate``: a degraded node (its exit 1) ends the job
+    here. ``expect``: judge against the expectations file copied into the job directory. Empty without a preflight."""
+    if mode is None:
+        return ""
+    options, prefix, python = container_words(run.settings, workdir)
+    srun = ["srun", f"--nodes={run.nnodes}", "--ntasks-per-node=1", '--cpus-per-task="$SLURM_CPUS_ON_NODE"', *options]
+    check = [*prefix, _q(python), "-m", "dlbench", "node", "preflight", "--mode", _q(mode), "--out",
+             f'"$JOBDIR"/{PREFLIGHT_DIR}'] + (["--expect", f'"$JOBDIR"/{PREFLIGHT_EXPECT_FILE}'] if expect else [])
+    then = ('{ echo "dlbench: preflight: a node is degraded; the job stops before its ranks start (verdicts in '
+            f'$JOBDIR/{PREFLIGHT_DIR})"; exit 1; }}' if mode == "gate" else "true")
+    return " ".join(srun + check) + " || " + then
+
+
 BODY = """\
 set -u
 export PYTHONUNBUFFERED=1
@@ -162,6 +186,7 @@ NODES=($(scontrol show hostnames "$SLURM_JOB_NODELIST"))
 RDZV="${{NODES[0]}}:$((29500 + SLURM_JOB_ID % 1000))"
 mkdir -p "$JOBDIR/{ranks}"
 echo "dlbench: job $SLURM_JOB_ID on ${{NODES[*]}}: $NPROC process(es) per node in $JOBDIR"
+{preflight}
 # SIGTERM (--signal before the time limit, scancel, preemption) goes to the step's tasks: torchrun passes
 # it to the ranks, which record what they measured before Slurm's SIGKILL. This shell only waits for
 # them: killing srun instead would make it cancel the step at once ("forcing job termination").
@@ -186,22 +211,27 @@ def _threads_line(threads: int | None) -> str:
     return 'export OMP_NUM_THREADS="${OMP_NUM_THREADS:-$(( ${SLURM_CPUS_ON_NODE:-1} / NPROC > 0 ? ${SLURM_CPUS_ON_NODE:-1} / NPROC : 1 ))}"'
 
 
-def sbatch_script(run: ResolvedRun, workdir: Path) -> str:
-    """The sbatch script that runs ``run`` with ``workdir`` as its job directory. Pure."""
+def sbatch_script(run: ResolvedRun, workdir: Path, preflight: str | None = None, expect: bool = False) -> str:
+    """The sbatch script that runs ``run`` with ``workdir`` as its job directory (``preflight``: its mode, see
+    :func:`preflight_step`). Pure."""
     head = ["#!/bin/bash", *sbatch_header(run, workdir), f"JOBDIR={_q(workdir)}", f"NPROC={run.nproc}"]
-    body = BODY.format(threads=_threads_line(_spec_threads(run)), ranks=RANKS_DIR, step=" ".join(step_command(run, workdir)))
+    body = BODY.format(threads=_threads_line(_spec_threads(run)), ranks=RANKS_DIR, step=" ".join(step_command(run, workdir)),
+                       preflight=preflight_step(run, workdir, preflight, expect))
     return "\n".join(head) + "\n" + body
 
 
-def sbatch_array_script(runs: list[ResolvedRun], workdir: Path) -> str:
-    """One job array: element i runs ``runs[i]`` in ``workdir/i`` (same nodes; processes per element). Pure."""
+def sbatch_array_script(runs: list[ResolvedRun], workdir: Path, preflight: str | None = None, expect: bool = False) -> str:
+    """One job array: element i runs ``runs[i]`` in ``workdir/i`` (same nodes; processes per element), each element
+    preflighted in its own directory. Pure."""
     nprocs = [r.nproc for r in runs]
     head = ["#!/bin/bash", *sbatch_header(runs[0], workdir, array=len(runs), nproc=max(nprocs)),
             f'JOBDIR={_q(workdir)}/"$SLURM_ARRAY_TASK_ID"', f"NPROCS=({' '.join(map(str, nprocs))})",
             'NPROC="${NPROCS[$SLURM_ARRAY_TASK_ID]}"']
     threads = {_spec_threads(r) for r in runs}
     body = BODY.format(threads=_threads_line(threads.pop() if len(threads) == 1 else None), ranks=RANKS_DIR,
-                       step=" ".join(step_command(runs[0], workdir)))
+                       step=" ".join(step_command(runs[0], workdir)),
+                       preflight=preflight_step(runs[0], workdir, preflight, expect).replace(
+                           f'"$JOBDIR"/{PREFLIGHT_EXPECT_FILE}', f'"$JOBDIR"/../{PREFLIGHT_EXPECT_FILE}'))
     return "\n".join(head) + "\n" + body
 
 
@@ -241,15 +271,19 @@ class SlurmScheduler(Scheduler):
                                  "'sinfo -s' lists the partitions.")
 
     def render(self, run: ResolvedRun, workdir: Path) -> LaunchPlan:
+        mode, expect = preflight_asked()
         return LaunchPlan(launcher=self.name, argv=("sbatch", "--parsable", SCRIPT),
-                          files={SCRIPT: sbatch_script(run, workdir), JOB_FILE: batch_job_document(run)},
+                          files={SCRIPT: sbatch_script(run, workdir, mode, expect is not None), JOB_FILE: batch_job_document(run),
+                                 **({PREFLIGHT_EXPECT_FILE: expect} if expect is not None else {})},
                           ranks_here=tuple(range(run.world_size)), start_timeout_s=run.timeout_s,
                           grace_s=run.timeout_s, describe=f"Slurm job of {run.nnodes} node(s)")
 
     def render_array(self, runs: list[ResolvedRun], workdir: Path) -> LaunchPlan | None:
         if len({r.nnodes for r in runs}) != 1 or len({r.settings.model_dump_json() for r in runs}) != 1:
             return None  # an array asks for the same nodes for every element: one job per run instead
-        files = {SCRIPT: sbatch_array_script(runs, workdir)}
+        mode, expect = preflight_asked()
+        files = {SCRIPT: sbatch_array_script(runs, workdir, mode, expect is not None)}
+        files |= {PREFLIGHT_EXPECT_FILE: expect} if expect is not None else {}
         files |= {f"{i}/{JOB_FILE}": batch_job_document(r) for i, r in enumerate(runs)}
         return LaunchPlan(launcher=self.name, argv=("sbatch", "--parsable", SCRIPT), files=files,
                           ranks_here=tuple(range(max(r.world_size for r in runs))),

@@ -150,6 +150,18 @@ def _free(text: Any, cls: str = "free") -> str:
     return f'<td class="{cls}">{breakable(str(text))}</td>'
 
 
+def _preflight_cell(record: dict[str, Any]) -> str:
+    """The verdict the run started with (``env.preflight``): the word, coloured as a status is, with its mode and the
+    probes' duration; each node's sentence (the probes and figures it rests on) in the tooltip."""
+    pre = (record.get("env") or {}).get("preflight")
+    if not pre:
+        return '<td class="status">-</td>'
+    sentence = "; ".join(f"{host}: {node['sentence']}" for host, node in sorted(pre["nodes"].items())) or pre["sentence"]
+    took = f", {pre['duration_s']:.1f} s" if pre.get("duration_s") is not None else ""
+    return (f'<td class="status" title="{escape(sentence[:1000])}">{escape(pre["verdict"])} '
+            f'({escape(pre["mode"])}{took})</td>')
+
+
 def _status_cell(record: dict[str, Any]) -> str:
     """The status word; a failed or pruned run's reason one click away (and in the tooltip), so that a long
     reason neither wraps the row to many lines nor widens the table."""
@@ -166,6 +178,9 @@ def runs_table(records: list[dict[str, Any]]) -> str:
     """Every selected run, sortable by any column (click a header) and filterable by text."""
     columns = ["id", "created (UTC)", "workload", "parameters", "mode", "prec", "batch", "procs", "threads",
                "device", "status", "figure", "median step ms", "torch", "container", "host", "tags"]
+    checked = any((r.get("env") or {}).get("preflight") for r in records)  # the column where a run was preflighted
+    if checked:
+        columns.insert(columns.index("status") + 1, "preflight")
     rows = []
     for r in records:
         spec, result, env = r["spec"], r.get("result") or {}, environment(r)
@@ -179,6 +194,7 @@ def runs_table(records: list[dict[str, Any]]) -> str:
             + _num(world_size(r), str(world_size(r)))
             + _num(spec.get("threads"), str(spec.get("threads") or "-"))
             + _free(spec.get("device_name") or spec.get("device", "")) + _status_cell(r)
+            + (_preflight_cell(r) if checked else "")
             + _num(figure.value, metric_text(figure), "num figure")
             + _num(None if step is None else step * 1e3, ms(step))
             + f"<td>{escape(str(env['torch']))}</td>" + _free(env["container"] + (" " + env["image"] if env["image"] else ""))

@@ -35,7 +35,7 @@ import yaml
 
 from dlbench.engine.run import ResolvedRun
 from dlbench.errors import UsageError
-from dlbench.launch._base import JOB_FILE
+from dlbench.launch._base import JOB_FILE, PREFLIGHT_DIR, PREFLIGHT_EXPECT_FILE
 from dlbench.launch.batch import batch_job_document
 from dlbench.spec import LaunchSettings
 
@@ -49,6 +49,7 @@ GPU = "nvidia.com/gpu"  # the NVIDIA device plugin's resource and the GPU Operat
 JOB_DIR = "/etc/dlbench"  # the job document (ConfigMap)
 SCRATCH = "/tmp"  # emptyDir: HOME, caches, rank files  # noqa: S108 - a pod-private emptyDir
 RANKS_OUT = f"{SCRATCH}/dlbench-ranks"
+PREFLIGHT_CONTAINER = "preflight"  # the init container of ``--preflight``
 #: Finished jobs (and their pods, whose logs are the reports) stay this long for 'dlbench jobs collect'.
 KEEP_FINISHED_S = 7 * 24 * 3600
 SHM_LIMIT = "16Gi"  # DataLoader workers pass batches through /dev/shm; the container default is 64 MiB
@@ -148,8 +149,25 @@ def container(run: ResolvedRun, settings: LaunchSettings, shape: str, name: str)
     return spec
 
 
-def pod_template(run: ResolvedRun, settings: LaunchSettings, shape: str, name: str) -> dict[str, Any]:
-    """The pod template every node's pod is made from."""
+def preflight_container(rank: dict[str, Any], mode: str, expect: bool) -> dict[str, Any]:
+    """``--preflight``: an init container on every pod (node) running ``dlbench node preflight`` with the rank
+    container's image, GPUs and security context; under ``gate`` a degraded node's exit 1 keeps the ranks from
+    starting and fails the pod (``restartPolicy: Never``). ``expect``: the expectations file from the job's ConfigMap."""
+    command = ["python", "-m", "dlbench", "node", "preflight", "--mode", mode, "--out", f"{SCRATCH}/{PREFLIGHT_DIR}"]
+    command += ["--expect", f"{JOB_DIR}/{PREFLIGHT_EXPECT_FILE}"] if expect else []
+    spec = {"name": PREFLIGHT_CONTAINER, "image": rank["image"], "command": command,
+            "env": [e for e in rank["env"] if e["name"] != "DLBENCH_DB"],
+            "volumeMounts": [m for m in rank["volumeMounts"] if m["name"] in ("job", "scratch")],
+            "securityContext": rank["securityContext"]}
+    if "resources" in rank:
+        spec["resources"] = rank["resources"]
+    return spec
+
+
+def pod_template(run: ResolvedRun, settings: LaunchSettings, shape: str, name: str,
+                 preflight: tuple[str | None, bool] = (None, False)) -> dict[str, Any]:
+    """The pod template every node's pod is made from (``preflight``: its mode and whether an expectations file
+    is in the ConfigMap, :func:`preflight_container`)."""
     _, _, gpus = pod_layout(run)
     tolerations = [parse_toleration(t) for t in settings.tolerations]
     if gpus and not any(t["key"] == GPU for t in tolerations):  # the GPU Operator taints GPU nodes so
@@ -165,6 +183,8 @@ def pod_template(run: ResolvedRun, settings: LaunchSettings, shape: str, name: s
                     {"name": "scratch", "emptyDir": {}},
                     {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": SHM_LIMIT}}],
     }
+    if preflight[0]:
+        spec["initContainers"] = [preflight_container(spec["containers"][0], preflight[0], preflight[1])]
     if settings.node_selector:
         spec["nodeSelector"] = dict(settings.node_selector)
     if tolerations:
@@ -180,20 +200,21 @@ def labels(name: str) -> dict[str, str]:
     return MANAGED_BY | {RUN_LABEL: name}
 
 
-def config_map(run: ResolvedRun, settings: LaunchSettings, name: str) -> dict[str, Any]:
+def config_map(run: ResolvedRun, settings: LaunchSettings, name: str, expect: str | None = None) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": f"{name}-job", "namespace": settings.namespace, "labels": labels(name)},
-            "data": {JOB_FILE: batch_job_document(run)}}
+            "data": {JOB_FILE: batch_job_document(run), **({PREFLIGHT_EXPECT_FILE: expect} if expect is not None else {})}}
 
 
-def pytorchjob(run: ResolvedRun, settings: LaunchSettings, name: str) -> dict[str, Any]:
+def pytorchjob(run: ResolvedRun, settings: LaunchSettings, name: str,
+               preflight: tuple[str | None, bool] = (None, False)) -> dict[str, Any]:
     """The PyTorchJob: Master (node 0) and Worker (nodes 1…) replicas of the same pod template."""
     nodes, per_pod, _ = pod_layout(run)
     replicas = {"Master": {"replicas": 1, "restartPolicy": "Never",
-                           "template": pod_template(run, settings, PYTORCHJOB, name)}}
+                           "template": pod_template(run, settings, PYTORCHJOB, name, preflight)}}
     if nodes > 1:
         replicas["Worker"] = {"replicas": nodes - 1, "restartPolicy": "Never",
-                              "template": pod_template(run, settings, PYTORCHJOB, name)}
+                              "template": pod_template(run, settings, PYTORCHJOB, name, preflight)}
     # keep the pods: their logs are the reports (the cluster removes the job a week after it ended)
     run_policy: dict[str, Any] = {"backoffLimit": 0, "cleanPodPolicy": "None", "ttlSecondsAfterFinished": KEEP_FINISHED_S}
     deadline = settings.time_limit_s
@@ -204,7 +225,8 @@ def pytorchjob(run: ResolvedRun, settings: LaunchSettings, name: str) -> dict[st
             "spec": {"nprocPerNode": str(per_pod), "runPolicy": run_policy, "pytorchReplicaSpecs": replicas}}
 
 
-def indexed_job(run: ResolvedRun, settings: LaunchSettings, name: str) -> list[dict[str, Any]]:
+def indexed_job(run: ResolvedRun, settings: LaunchSettings, name: str,
+                preflight: tuple[str | None, bool] = (None, False)) -> list[dict[str, Any]]:
     """The headless Service (pod 0's DNS name) and the Indexed Job of one pod per node."""
     nodes, _, _ = pod_layout(run)
     service = {"apiVersion": "v1", "kind": "Service",
@@ -213,7 +235,7 @@ def indexed_job(run: ResolvedRun, settings: LaunchSettings, name: str) -> list[d
                         "ports": [{"name": PORT_NAME, "port": PORT, "targetPort": PORT, "protocol": "TCP"}]}}
     spec: dict[str, Any] = {"completionMode": "Indexed", "completions": nodes, "parallelism": nodes,
                             "backoffLimit": 0, "ttlSecondsAfterFinished": KEEP_FINISHED_S,
-                            "template": pod_template(run, settings, INDEXED_JOB, name)}
+                            "template": pod_template(run, settings, INDEXED_JOB, name, preflight)}
     deadline = settings.time_limit_s
     if deadline:
         spec["activeDeadlineSeconds"] = deadline
@@ -222,11 +244,15 @@ def indexed_job(run: ResolvedRun, settings: LaunchSettings, name: str) -> list[d
     return [service, job]
 
 
-def manifests(run: ResolvedRun, settings: LaunchSettings, shape: str, name: str) -> list[dict[str, Any]]:
-    """Every object of the run, in the order they are created (the job's ConfigMap first)."""
+def manifests(run: ResolvedRun, settings: LaunchSettings, shape: str, name: str,
+              preflight: tuple[str | None, str | None] = (None, None)) -> list[dict[str, Any]]:
+    """Every object of the run, in the order they are created (the job's ConfigMap first); ``preflight``: the mode
+    (None: none) and the expectations file's text (None: none), see :func:`preflight_container`."""
     check_settings(settings)
-    objects = [config_map(run, settings, name)]
-    objects += [pytorchjob(run, settings, name)] if shape == PYTORCHJOB else indexed_job(run, settings, name)
+    mode, expect = preflight
+    pods = (mode, expect is not None)
+    objects = [config_map(run, settings, name, expect if mode else None)]
+    objects += [pytorchjob(run, settings, name, pods)] if shape == PYTORCHJOB else indexed_job(run, settings, name, pods)
     return objects
 
 

@@ -20,7 +20,7 @@ import yaml
 
 from dlbench.engine.run import ResolvedRun
 from dlbench.errors import UsageError
-from dlbench.launch._base import LaunchPlan
+from dlbench.launch._base import LaunchPlan, preflight_asked
 from dlbench.launch.batch import CANCELLED, DONE, FAILED, QUEUED, RUNNING, TIMEOUT, JobState, Scheduler, parse_reports
 from dlbench.launch.k8s.manifests import (
     CONTAINER,
@@ -133,7 +133,7 @@ class KubeScheduler(Scheduler):
         name = job_name(run, str(workdir))
         nodes, per_pod, _ = pod_layout(run)
         shape = self.shape(settings)
-        text = to_yaml(manifests(run, settings, shape, name))
+        text = to_yaml(manifests(run, settings, shape, name, preflight_asked()))
         return LaunchPlan(
             launcher=self.name, argv=("kubectl", "apply", "-n", settings.namespace, "-f", str(workdir / MANIFEST_FILE)),
             files={MANIFEST_FILE: text}, ranks_here=tuple(range(run.world_size)),

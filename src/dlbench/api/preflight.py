@@ -1,0 +1,191 @@
+"""``--preflight gate|warn``: the node check's quick probes on every node of a job before its workload starts.
+
+A run, suite, scaling series, comm benchmark or MLPerf run started with ``--preflight`` (or a config file's
+``preflight:`` key) first checks its nodes with :mod:`dlbench.api.node_check` — the probes of :data:`QUICK` that
+apply there, within :data:`BUDGET_S` — and records the verdict it started with as ``env.preflight`` (per node:
+probes, figures, verdict, duration) and the tag ``preflight=<verdict>`` (a selector: ``dlbench results
+preflight=degraded``). Where it runs:
+
+* on this node (``local``, ``torchrun``): in :func:`dlbench.api.pipeline.execute`, once per process (a suite's
+  runs share the first check), before the launcher starts anything;
+* on a Slurm job's nodes: a step of the batch script before the ranks' step (:func:`node_step`), one task per
+  node running ``dlbench node preflight``, each writing ``JOBDIR/preflight/<host>.json``; the submitting process
+  reads them (:func:`gather`) into the record;
+* on Kubernetes: an init container running the same command (:func:`init_container`).
+
+A ``degraded`` node stops the job before its workload with :func:`stop_sentence` (the probe and its figure named):
+the run is recorded ``failed`` with that sentence and the command exits 1 — unless the mode is ``warn``, which
+records the verdict and runs anyway. ``no reference`` (too few earlier checks and no expectations file) and
+``incomplete`` cannot tell, so they never stop a run; they are recorded as such.
+
+The mode travels as ``$DLBENCH_PREFLIGHT`` (and the expectations file as ``$DLBENCH_PREFLIGHT_EXPECT``), set by the
+CLI from ``--preflight`` or the config, as ``--cluster`` travels as ``$DLBENCH_CLUSTER``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import os
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from dlbench import strict_json
+from dlbench.errors import UsageError
+from dlbench.launch._base import PREFLIGHT_DIR, PREFLIGHT_EXPECT_VAR, PREFLIGHT_MODE_VAR
+from dlbench.report.node_health import judge, overall
+
+log = logging.getLogger("dlbench")
+
+MODES = ("gate", "warn")
+#: The node check's quick probes (those of a Slurm prolog); each runs where it applies (``gpus`` where NVML sees GPUs).
+QUICK = ("gpus", "cpu", "host_memory_bandwidth")
+#: Seconds the preflight's probes may take on a node (the node check scales their measuring to fit).
+BUDGET_S = 10.0
+MODE_VAR, EXPECT_VAR = PREFLIGHT_MODE_VAR, PREFLIGHT_EXPECT_VAR
+#: The worst first: a job's verdict is its worst node's.
+_ORDER = ("degraded", "incomplete", "no reference", "healthy")
+
+_done: dict[tuple, dict[str, Any]] = {}  # this process's checks by (mode, expectations, store): a suite's runs share one
+
+
+def check_mode(value: object, option: str = "--preflight") -> str:
+    """``value`` checked as a preflight mode."""
+    if value not in MODES:
+        raise UsageError(f"{option} {value!r} is not a preflight mode; give gate (a degraded node stops the job) or "
+                         "warn (the verdict is recorded, the job runs).")
+    return str(value)
+
+
+def mode() -> str | None:
+    """The preflight asked of this process (``$DLBENCH_PREFLIGHT``); None: no preflight."""
+    value = os.environ.get(MODE_VAR) or None
+    return check_mode(value, f"${MODE_VAR}") if value else None
+
+
+def expect_file() -> Path | None:
+    value = os.environ.get(EXPECT_VAR)
+    return Path(value) if value else None
+
+
+def check_node(store=None, env: dict | None = None, expect: Path | None = None, nvml=None,
+               budget_s: float = BUDGET_S) -> dict[str, Any]:
+    """Run the quick probes on this node (stored as node-check runs in ``store`` when given: the node's history)
+    and return this node's verdict document (see :func:`node_document`)."""
+    # by name, as api/jobs.py's JOBS names the node check's job kind: it runs its probes through the pipeline,
+    # which calls this module (an import would be a cycle)
+    node_check = importlib.import_module("dlbench.api.node_check")
+    plan_check, run_check = node_check.plan_check, node_check.run_check
+    started = time.monotonic()
+    plan = plan_check(store, expect=expect, budget_s=budget_s, nvml=nvml, among=QUICK)
+    if env is None and store is None:  # records kept nowhere: no environment captured (that imports torch: seconds)
+        env = {"hostname": plan.host}
+    records = run_check(plan, store, {k: v for k, v in (env or {}).items() if k != "preflight"} or None)
+    verdicts = [judge(p, plan.finished.get(p), plan.references.get(p)) for p in plan.probes]
+    # the node-check runs that hold the figures, where they were stored (a job's node stores none)
+    return node_document(plan.host, verdicts, time.monotonic() - started, [r["id"] for r in records] if store is not None else [])
+
+
+def node_document(host: str, verdicts, duration_s: float, run_ids: list[str] | None = None) -> dict[str, Any]:
+    """One node's preflight: its verdict and sentence (the node check's :func:`~dlbench.report.node_health.overall`),
+    each probe's figure, unit, verdict and reference, and how long the probes took."""
+    verdict, _, sentence = overall(verdicts)
+    return {"host": host, "verdict": verdict, "sentence": sentence, "duration_s": round(duration_s, 3),
+            "probes": {v.probe: {"value": v.value, "unit": v.unit, "verdict": v.status, "sentence": v.sentence,
+                                 "low": None if v.reference is None else v.reference.low} for v in verdicts},
+            "runs": list(run_ids or [])}
+
+
+def combine(mode_name: str, nodes: list[Mapping[str, Any]], expected_nodes: int | None = None) -> dict[str, Any]:
+    """``env.preflight`` of a job from its nodes' documents: the worst node's verdict (a node that sent none, of
+    ``expected_nodes``, makes it ``incomplete``), the longest node's duration."""
+    nodes = sorted(nodes, key=lambda n: (_ORDER.index(n["verdict"]), n["host"]))
+    verdict = nodes[0]["verdict"] if nodes else "incomplete"
+    missing = (expected_nodes or len(nodes)) - len(nodes)
+    if missing > 0 and verdict != "degraded":
+        verdict = "incomplete"
+    return {"mode": mode_name, "verdict": verdict, "sentence": job_sentence(nodes, missing),
+            "duration_s": max((n["duration_s"] for n in nodes), default=None),
+            "nodes": {n["host"]: dict(n) for n in nodes}}
+
+
+def job_sentence(nodes: list[Mapping[str, Any]], missing: int = 0) -> str:
+    """The job's preflight in one sentence: every node not healthy named with its node check sentence."""
+    unwell = [f"{n['host']}: {n['sentence']}" for n in nodes if n["verdict"] != "healthy"]
+    if missing > 0:
+        unwell.append(f"{missing} node(s) sent no verdict")
+    if not unwell:
+        return f"{len(nodes)} node(s) healthy"
+    return "; ".join(unwell)
+
+
+def stop_sentence(preflight: Mapping[str, Any] | None) -> str | None:
+    """Why the job must not start (``gate`` and a degraded node), naming the node, the probe and its figure; None:
+    it may start."""
+    if not preflight or preflight.get("mode") != "gate" or preflight.get("verdict") != "degraded":
+        return None
+    bad = [f"{host}: {node['sentence']}" for host, node in preflight["nodes"].items() if node["verdict"] == "degraded"]
+    return (f"preflight refused the job before its workload started: {'; '.join(bad)} "
+            "(--preflight warn records the verdict and runs anyway)")
+
+
+def here(store, env: dict[str, Any]) -> dict[str, Any] | None:
+    """This process's ``env.preflight`` when a preflight is asked: the check runs on the first call (before the
+    first run of a command), later runs reuse it; None without ``--preflight``."""
+    asked = mode()
+    if asked is None:
+        return None
+    key = (asked, expect_file(), getattr(store, "location", None))
+    if key not in _done:
+        node = check_node(store, env, key[1])
+        _done[key] = combine(asked, [node])
+        log.warning("dlbench: preflight (%s): %s is %s: %s (%.1f s)", asked, node["host"], node["verdict"],
+                    node["sentence"], node["duration_s"])
+    return _done[key]
+
+
+def write_node(directory: Path, node: Mapping[str, Any]) -> Path:
+    """Write a node's document as ``directory/<host>.json`` (atomically: a file only the job's reader reads)."""
+    from dlbench.safety import path_inside
+
+    directory.mkdir(parents=True, exist_ok=True)
+    path = path_inside(directory, f"{node['host']}.json", "host name")
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(strict_json.dumps(node), encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+def gather(jobdir: Path, nodes: int) -> dict[str, Any] | None:
+    """``env.preflight`` of a batch job from what its nodes wrote in ``jobdir/preflight`` (the mode theirs, as
+    ``dlbench jobs collect`` asks none); None when the job had no preflight."""
+    directory = jobdir / PREFLIGHT_DIR
+    if not directory.is_dir():
+        return combine(mode(), [], nodes) if mode() else None  # asked, but the job ended before its nodes wrote
+        return None
+    docs = []
+    for path in sorted(directory.glob("*.json")):
+        try:
+            docs.append(json.loads(path.read_text(encoding="utf-8")))
+        except (OSError, ValueError) as exc:
+            log.warning("dlbench: preflight: cannot read %s (%s)", path, exc)
+    return combine(next((d["mode"] for d in docs if d.get("mode")), None) or mode() or "warn", docs, nodes)
+
+
+def apply(records: list[dict[str, Any]], preflight: Mapping[str, Any] | None) -> None:
+    """Put ``preflight`` in each record's environment and its verdict in the tag ``preflight`` (unless the user
+    tagged the run so)."""
+    if not preflight:
+        return
+    for record in records:
+        record["env"] = {**record["env"], "preflight": dict(preflight)}
+        tags = record["spec"].get("tags") or {}
+        if "preflight" not in tags:
+            record["spec"] = {**record["spec"], "tags": {**tags, "preflight": preflight["verdict"]}}
+
+
+__all__ = ["BUDGET_S", "MODES", "QUICK", "apply", "check_mode", "check_node", "combine", "expect_file", "gather", "here",
+           "mode", "node_document", "stop_sentence", "write_node"]

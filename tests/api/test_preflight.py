@@ -1,0 +1,124 @@
+"""``--preflight gate|warn``: the node check's quick probes before a run, for real on this CPU.
+
+A test never judges this machine's speed: the unhealthy node is made unmistakable by an expectations file
+no CPU can meet (1e15 loop iterations per second per core; this VM does ~4e6), the healthy one by a floor any
+working CPU passes (1 per second). The verdict functions are tested on figures given to them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import given, strategies as st
+
+from dlbench.api import preflight
+from dlbench.cli.app import main
+from dlbench.report.node_health import Reference, judge
+from dlbench.store import RunFilter, open_store
+
+TINY = ["lstm", "-p", "seq_len=4", "-p", "input_size=8", "-p", "hidden_size=8", "-b", "4", "--steps", "2",
+        "--warmup", "1", "--no-telemetry"]
+UNMEETABLE = "default: {cpu: 1.0e+15}\n"
+ANY_CPU = "default: {cpu: 1.0, host_memory_bandwidth: 1.0}\n"
+
+
+def node(host: str, verdict: str, value: float = 3.0e6, low: float | None = 1.0e15) -> dict:
+    figure = {"value": value, "duration_s": 1.0}
+    reference = Reference(low, source="--expect f") if verdict != "no reference" else Reference(None)
+    if verdict == "incomplete":
+        verdicts = [judge("cpu", {"skipped": "the time budget of 1 s was spent"}, reference)]
+    else:
+        verdicts = [judge("cpu", figure, reference if verdict != "healthy" else Reference(1.0, source="--expect f"))]
+    return preflight.node_document(host, verdicts, 2.5)
+
+
+@given(st.lists(st.sampled_from(["healthy", "degraded", "no reference", "incomplete"]), min_size=1, max_size=6),
+       st.sampled_from(preflight.MODES))
+def test_a_job_is_stopped_only_by_a_degraded_node_under_gate_and_the_sentence_names_each(verdicts, mode):
+    nodes = [node(f"node{i}", v) for i, v in enumerate(verdicts)]
+    doc = preflight.combine(mode, nodes)
+    assert doc["verdict"] == min(verdicts, key=["degraded", "incomplete", "no reference", "healthy"].index)
+    assert set(doc["nodes"]) == {n["host"] for n in nodes} and doc["duration_s"] == 2.5
+    stop = preflight.stop_sentence(doc)
+    if mode == "warn" or "degraded" not in verdicts:
+        assert stop is None  # warn never stops; no reference and incomplete cannot tell
+        return
+    for i, verdict in enumerate(verdicts):  # every degraded node named with its probe and figure, and only those
+        named = f"node{i}: DEGRADED: cpu: 3.000e+06 iterations/s, below 1.000e+15" in stop
+        assert named == (verdict == "degraded")
+
+
+def test_a_node_that_sent_no_verdict_leaves_the_job_incomplete_not_healthy():
+    doc = preflight.combine("gate", [node("node0", "healthy")], expected_nodes=2)
+    assert doc["verdict"] == "incomplete" and "1 node(s) sent no verdict" in doc["sentence"]
+    assert preflight.stop_sentence(doc) is None
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--preflight", "maybe"], "--preflight 'maybe' is not a preflight mode; give gate"),
+    (["--preflight", "gate", "--preflight-expect", "/nonexistent/expect.yaml"], "cannot read --preflight-expect"),
+])
+def test_bad_preflight_options_exit_2_in_one_sentence(tmp_path, capsys, argv, words):
+    assert main(["run", *TINY, *argv, "--db", str(tmp_path / "runs.db")]) == 2
+    err = capsys.readouterr().err
+    assert words in err and "Traceback" not in err and not (tmp_path / "runs.db").exists()
+
+
+@pytest.mark.slow  # three preflights, each keeping every core busy for seconds
+def test_gate_refuses_a_degraded_node_before_the_run_and_warn_records_it(tmp_path, capsys, monkeypatch):
+    db = str(tmp_path / "runs.db")
+    unmeetable, any_cpu = tmp_path / "unmeetable.yaml", tmp_path / "any.yaml"
+    unmeetable.write_text(UNMEETABLE)
+    any_cpu.write_text(ANY_CPU)
+    monkeypatch.setenv("DLBENCH_SITE_CONFIG", str(tmp_path / "no-site-config.yaml"))
+
+    assert main(["run", *TINY, "--preflight", "gate", "--preflight-expect", str(unmeetable), "--db", db, "--json"]) == 1
+    refused = json.loads(capsys.readouterr().out)
+    assert refused["status"] == "failed" and refused["result"] is None  # the workload never started
+    assert refused["error"].startswith("preflight refused the job before its workload started: ")
+    assert "DEGRADED: cpu: " in refused["error"] and "below 1.000e+15" in refused["error"]
+    pre = refused["env"]["preflight"]
+    assert pre["mode"] == "gate" and pre["verdict"] == "degraded" and pre["duration_s"] > 0
+    (checked,) = pre["nodes"].values()
+    assert checked["probes"]["cpu"]["verdict"] == "degraded" and checked["probes"]["cpu"]["unit"] == "iterations/s"
+    assert checked["probes"]["cpu"]["value"] < 1e15 and checked["probes"]["cpu"]["low"] == 1e15
+    assert refused["spec"]["tags"]["preflight"] == "degraded"
+
+    # a config file's preflight: warn (the flag's absence): the verdict recorded, the run made
+    config = tmp_path / "run.yaml"
+    config.write_text(f"workload: lstm\nparams: {{seq_len: 4, input_size: 8, hidden_size: 8}}\nbatch_size: 4\nsteps: 2\n"
+                      f"warmup: 1\ntelemetry: false\npreflight: warn\npreflight_expect: {unmeetable}\n")
+    assert main(["run", "--config", str(config), "--db", db, "--json"]) == 0
+    (warned,) = json.loads(capsys.readouterr().out)
+    assert warned["status"] == "ok" and warned["result"]["samples_per_s"] > 0
+    assert warned["env"]["preflight"]["mode"] == "warn" and warned["env"]["preflight"]["verdict"] == "degraded"
+
+    assert main(["comm", "--collective", "all_reduce", "--min-bytes", "1024", "--max-bytes", "1024", "--iters", "2",
+                 "--preflight", "gate", "--preflight-expect", str(any_cpu), "--db", db, "--json"]) == 0
+    (comm,) = json.loads(capsys.readouterr().out)
+    assert comm["env"]["preflight"]["verdict"] == "healthy" and comm["spec"]["tags"]["preflight"] == "healthy"
+
+    # the verdict is a selector (results, compare, report), and the probes are the node's history
+    assert main(["results", "--where", "preflight=degraded", "--db", db, "--json"]) == 0
+    assert {r["id"] for r in json.loads(capsys.readouterr().out)} == {refused["id"], warned["id"]}
+    store = open_store(db)
+    try:
+        cpu_checks = store.records(RunFilter(workloads=("node-check/cpu",)))
+        assert len(cpu_checks) == 3 and {r["id"] for r in cpu_checks} & set(checked["runs"])  # linked from the record
+        assert store.get(refused["id"])["env"]["preflight"] == pre
+    finally:
+        store.close()
+    assert main(["run", *TINY, "--db", db, "--json"]) == 0  # the next command asks no preflight: none is run
+    assert "preflight" not in json.loads(capsys.readouterr().out)["env"]
+
+    page = tmp_path / "report.html"  # drawn in the report: the runs table's preflight column, the sentence on hover
+    assert main(["report", "workload=lstm", "--db", db, "--out", str(page)]) == 0
+    table = page.read_text()[page.read_text().index('<table id="runs-table">'):]
+    assert "<th>preflight</th>" in table and "degraded (gate, " in table and "degraded (warn, " in table
+    assert 'title="' + checked["host"] + ": DEGRADED: cpu: " in table
+
+
+def test_no_preflight_without_the_option(tmp_path, monkeypatch):
+    monkeypatch.delenv(preflight.MODE_VAR, raising=False)
+    assert preflight.here(None, {}) is None and preflight.gather(Path(tmp_path), 2) is None

@@ -1,0 +1,45 @@
+"""``--preflight`` on the 2-node namespace cluster: the job's script checks every node (one task per node) before
+its ranks' step; under ``gate`` a degraded node ends the job there, the run recorded ``failed`` naming each node,
+the probe and its figure, and every node's verdict kept in ``env.preflight``; under ``warn`` the job runs and
+records them.
+
+The nodes share this machine's two cores, so a CPU hog on one would slow both: a node is made unmistakably
+degraded by an expectations file no CPU meets (1e15 loop iterations per second per core), a healthy one by a
+floor any working CPU passes (1 per second) — never by judging this machine's speed."""
+
+from __future__ import annotations
+
+import pytest
+from login import TINY
+
+pytestmark = pytest.mark.slow
+
+
+def test_gate_refuses_the_job_on_its_degraded_nodes_and_warn_runs_it_with_every_nodes_verdict(login2):
+    login = login2
+    db = str(login.tmp / "runs.db")
+    unmeetable, any_cpu = login.tmp / "unmeetable.yaml", login.tmp / "any.yaml"
+    unmeetable.write_text("default: {cpu: 1.0e+15}\n")
+    any_cpu.write_text("default: {cpu: 1.0, host_memory_bandwidth: 1.0}\n")
+    slurm = ["--launcher", "slurm", "--nodes", "2", "--nproc-per-node", "1", "--no-telemetry", "--db", db]
+
+    code, record, err = login.dlbench_json("run", *TINY, "--steps", "2", *slurm, "--preflight", "gate",
+                                           "--preflight-expect", str(unmeetable))
+    assert code == 1, err[-3000:]
+    assert record["status"] == "failed" and record["result"] is None
+    assert record["error"].startswith("preflight refused the job before its workload started: node0: DEGRADED: cpu: ")
+    assert "; node1: DEGRADED: cpu: " in record["error"] and "below 1.000e+15" in record["error"]
+    pre = record["env"]["preflight"]
+    assert pre["verdict"] == "degraded" and sorted(pre["nodes"]) == ["node0", "node1"]
+    (jobdir,) = [p.parent for p in (login.tmp / "home").rglob("preflight") if p.is_dir()]
+    assert not (jobdir / "nodes").exists()  # the ranks' step never started on any node
+
+    code, record, err = login.dlbench_json("run", *TINY, "--steps", "2", *slurm, "--preflight", "gate",
+                                           "--preflight-expect", str(any_cpu))
+    assert code == 0, err[-3000:]
+    assert record["status"] == "ok" and record["spec"]["world_size"] == 2
+    pre = record["env"]["preflight"]
+    assert pre["verdict"] == "healthy" and sorted(pre["nodes"]) == ["node0", "node1"]
+    assert all(node["probes"]["cpu"]["verdict"] == "healthy" for node in pre["nodes"].values())
+    assert record["spec"]["tags"]["preflight"] == "healthy"
+    assert login.cluster.left_running() == []
