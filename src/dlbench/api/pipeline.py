@@ -32,6 +32,7 @@ from typing import Any
 
 from dlbench import strict_json
 from dlbench.api.jobs import Ending, job_kind
+from dlbench.api.peaks import attach_peaks
 from dlbench.engine.progress import Progress
 from dlbench.engine.run import ResolvedRun
 from dlbench.errors import RecordNotSaved, RecordRefused, RunFailed, Submitted, Terminated, UsageError
@@ -70,6 +71,8 @@ def execute(run: ResolvedRun, store=None, env: dict[str, Any] | None = None, on_
                 plan = launcher.plan(run, workdir)
                 outcome = launcher.execute(plan, workdir, lambda: job.run_here(run, progress, telemetry.wrap(on_step)))
                 recording.end(job.endings(run, job.result_of(run, adopt_job_env(records, outcome, telemetry))))
+                if owner:  # MFU against the datasheet's and the measured peak (measured now if never before)
+                    attach_peaks(run, records, store)
     except Submitted as submitted:
         log.info("dlbench: %s", submitted)
         return []
@@ -85,6 +88,7 @@ def finish_submitted(run: ResolvedRun, records: list[dict[str, Any]], store, wai
                    recorded=lambda ended: job.recorded(run, ended)) as recording:
         outcome = wait()
         recording.end(job.endings(run, job.result_of(run, adopt_job_env(records, outcome, telemetry))))
+        attach_peaks(run, records, store)
     return records
 
 
