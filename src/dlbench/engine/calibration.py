@@ -127,9 +127,10 @@ def calibrate(device: torch.device, size: int | None = None) -> dict[str, Any]:
     threads = len(os.sched_getaffinity(0)) if device.type == "cpu" else None
     with torch_threads(threads):
         figures = _measure_all(device, size)
+    # a CPU shared with other work reaches less: the load it ran under is kept beside the figures
     return {"identity": device_identity(device), "measured_at": measured_at,
             "seconds": round(time.perf_counter() - started, 3), "threads": threads or torch.get_num_threads(),
-            "precisions": figures}
+            "load_average_1m": os.getloadavg()[0], "precisions": figures}
 
 
 def _measure_all(device: torch.device, size: int | None) -> dict[str, Any]:

@@ -88,9 +88,11 @@ def render_calibration(calibration: dict[str, Any], rows: Sequence[dict[str, Any
     """Print a calibration: its device, when it was measured (or that it was reused), and its table."""
     identity = calibration["identity"]
     how = "stored calibration reused" if calibration.get("reused") else f"measured in {calibration.get('seconds')} s"
+    load = calibration.get("load_average_1m")
+    load = f" at load average {load:.3g}" if isinstance(load, (int, float)) else ""
     title = (f"peak FLOP/s of {identity['name']} ({identity['uuid']}; torch {identity['torch']}"
              f"{', driver ' + identity['driver'] if identity['driver'] else ''}), {calibration.get('measured_at')}, "
-             f"{how}, calibration {calibration.get('id')}")
+             f"{how}{load}, calibration {calibration.get('id')}")
     render(calibration_table(rows), title=title, file=file)
 
 
