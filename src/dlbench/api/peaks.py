@@ -40,7 +40,11 @@ def attach_peaks(run: ResolvedRun, records: list[dict[str, Any]], store) -> None
         except Exception as exc:  # noqa: BLE001 - a store or device error costs the measured MFU only
             log.warning("dlbench: run %s: no measured peak (%s: %s)", record["id"], type(exc).__name__, exc)
             measured = {"flops_per_s": None, "why": f"the calibration failed: {type(exc).__name__}: {exc}"}
-        figures = peak_figures(result, run_datasheet_peak(record), measured)
+        try:
+            figures = peak_figures(result, run_datasheet_peak(record), measured)
+        except (TypeError, ValueError, ZeroDivisionError) as exc:  # a result an older or foreign rank wrote oddly
+            log.warning("dlbench: run %s: no MFU (%s: %s)", record["id"], type(exc).__name__, exc)
+            continue
         if result.get("formula_flops_per_sample") and figures["peak_flops_per_s"]:
             figures["formula_mfu"] = result["samples_per_s"] * result["formula_flops_per_sample"] / figures["peak_flops_per_s"]
         record["result"] = result | figures
@@ -70,12 +74,12 @@ def measured_peak(record: dict[str, Any], store) -> dict[str, Any]:
 def _cannot_measure(record: dict[str, Any], store) -> str | None:
     """Why this process cannot measure the record's device now (None: it can)."""
     host = (record.get("env") or {}).get("hostname")
-    if os.environ.get(CALIBRATE_ENV, "auto") == "off":
-        return f"{CALIBRATE_ENV}=off; run 'dlbench calibrate' once on this host"
-    if store is None:
-        return "no results store to keep it in"
     if host and host != socket.gethostname():
         return f"the run ran on {host}; run 'dlbench calibrate' there (e.g. srun dlbench calibrate --db …)"
+    if store is None:
+        return "no results store to keep it in"
+    if os.environ.get(CALIBRATE_ENV, "auto") == "off":
+        return f"{CALIBRATE_ENV}=off; run 'dlbench calibrate' once on this host"
     return None
 
 

@@ -39,9 +39,9 @@ def device_identity(device: torch.device) -> dict[str, str]:
                 "torch": torch.__version__}
     uuid = gpu_uuid(device)
     gpus, _ = gpu_inventory()
-    driver = next((g["driver_version"] for g in gpus if g.get("uuid") == uuid), None)
-    driver = driver or (gpus[0]["driver_version"] if gpus else torch.version.hip or "")
-    return {"device": "cuda", "name": device_name(device), "uuid": uuid, "driver": driver or "", "torch": torch.__version__}
+    # NVML's driver version (one per node), else ROCm's HIP version: as identity_of reads them from a record
+    driver = next((g["driver_version"] for g in gpus if g.get("driver_version")), None) or torch.version.hip or ""
+    return {"device": "cuda", "name": device_name(device), "uuid": uuid, "driver": driver, "torch": torch.__version__}
 
 
 def gpu_uuid(device: torch.device) -> str:

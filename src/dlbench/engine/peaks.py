@@ -30,7 +30,8 @@ def identity_of(record: dict[str, Any]) -> dict[str, str] | None:
     uuid = result.get("device_uuid")
     if spec.get("device") != "cuda" or not uuid or not spec.get("device_name"):
         return None
-    driver = next((g.get("driver_version") for g in env.get("gpus") or () if g.get("driver_version")), "") or ""
+    driver = (next((g.get("driver_version") for g in env.get("gpus") or () if g.get("driver_version")), None)
+              or (env.get("torch") or {}).get("hip") or "")  # NVML's driver, else ROCm's HIP version
     return {"device": "cuda", "name": spec["device_name"], "uuid": uuid, "driver": driver, "torch": torch_version}
 
 

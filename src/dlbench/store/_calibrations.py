@@ -19,11 +19,12 @@ from dlbench.strict_json import finite, loads_record
 
 
 class CalibrationStore:
-    """Mixed into :class:`dlbench.store.sql.SQLStore` (``engine``, ``_writing``, ``_reading``)."""
+    """Mixed into :class:`dlbench.store.sql.SQLStore` (``engine``, ``_writing``, ``_reading``, ``_check_file``)."""
 
     def save_calibration(self, calibration: dict[str, Any]) -> str:
         """Store one calibration; returns its id (also written into the document as ``id``)."""
         identity = calibration["identity"]
+        self._check_file()  # a deleted or replaced store file: StoreFileGone, never a new empty store in its place
         doc = finite({**calibration, "id": calibration.get("id") or new_id(),
                       "host": calibration.get("host") or socket.gethostname()})[0]  # a NaN figure is stored as null
         with self._writing() as conn:
@@ -34,7 +35,12 @@ class CalibrationStore:
         return doc["id"]
 
     def calibration(self, identity: dict[str, str]) -> dict[str, Any] | None:
-        """The newest calibration of exactly this device identity, or None."""
+        """The newest calibration of exactly this device identity, or None (also when the store's file was deleted or
+        replaced since it was opened: connecting would create an empty file where it was)."""
+        try:
+            self._check_file()
+        except Exception:  # noqa: BLE001 - StoreFileGone (sql.py imports this module): the run is spooled anyway
+            return None
         c = calibrations_table.c
         query = (sa.select(c.record).where(c.name == identity["name"], c.uuid == identity["uuid"],
                                            c.driver == identity["driver"], c.torch_version == identity["torch"],
