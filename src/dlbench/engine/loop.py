@@ -151,7 +151,7 @@ def _merge_ranks(local: dict[str, Any], model: torch.nn.Module, dist: DistContex
                                       "memory_before_model_bytes", "loss_per_step")}
     # equal on every rank when gradients were averaged correctly (each rank's own shards under FSDP/TP/PP)
     mine |= {"rank": dist.rank, "host": socket.gethostname(), "param_checksum": param_checksum(model)}
-    same = {k: local.get(k) for k in ("peak_precision", "device_uuid")}  # rank 0's GPU names the run's device
+    same = {k: local.get(k) for k in ("peak_precision", "device_uuid")}  # this rank's GPU: rank 0's is recorded
     data_ranks = layout.dp if layout is not None else None  # tensor/pipeline groups share their rows
     merged = global_result(dist.all_gather_object(mine), local["batch_size"], local["steps"], data_ranks)
     flops = local["flops_per_sample"]

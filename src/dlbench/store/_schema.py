@@ -117,7 +117,7 @@ def migrate(conn: sa.Connection) -> bool:
     columns = {c["name"] for c in sa.inspect(conn).get_columns(runs_table.name)}
     if "cluster" not in columns:  # ALTER TABLE ... ADD COLUMN with a constant default: no table rewrite
         conn.exec_driver_sql("ALTER TABLE runs ADD COLUMN cluster VARCHAR(128) NOT NULL DEFAULT ''")
-    for table in (runs_table, tags_table, telemetry_table):
+    for table in (runs_table, tags_table, telemetry_table, calibrations_table):
         for index in table.indexes:
             index.create(conn, checkfirst=True)
     conn.execute(meta_table.delete().where(meta_table.c.key == _REVISION_KEY))
