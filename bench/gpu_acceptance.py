@@ -5,12 +5,16 @@
 Run this first whenever a GPU machine is lent. The steps, in order of how much each tells (a step that
 would start after the budget is spent is reported ``not run``; each has its own timeout inside it):
 
+* ``calibrate`` — ``dlbench calibrate --device cuda``: the measured dense-matmul peak at tf32, bf16 and fp16
+  (fp32 and fp8 too) beside the datasheet's figure for this part (:func:`calibration_figures`); first, as it
+  is what every later step's MFU is measured against (they share its store);
 * ``pytest_gpu`` — ``pytest -m gpu``: the tests that skip without CUDA;
 * ``resnet50`` — ``dlbench run resnet50`` fp16 autocast + channels_last at 224 px, against the published
   single-GPU figure for this GPU (``src/dlbench/data/references.yaml``), with the run's NVML telemetry
   (energy from NVML's counter, GPU utilisation) checked present;
 * ``node_check`` — ``dlbench node check``: NVML health, the GPU step-rate probe, host probes;
-* ``llm_mfu`` — the 1B LLM (bf16, torch.compile) and its MFU against the 40 % goal;
+* ``llm_mfu`` — the 1B LLM (bf16, torch.compile) and its MFU against the 40 % goal (the datasheet's peak), with
+  its MFU against the measured peak beside it;
 * ``comm_nccl`` — ``dlbench comm`` all_reduce over NCCL (results checked);
 * ``mlperf_energy`` — one MLPerf time-to-train run whose result log must carry NVML's energy;
 * ``suite`` — the standard suite.
@@ -44,6 +48,8 @@ ROOT = Path(__file__).resolve().parents[1]
 BUDGET_S = 480.0
 DLBENCH = [sys.executable, "-m", "dlbench"]
 MFU_GOAL = 0.40
+#: The precisions whose measured peak the calibrate step must show beside the datasheet's.
+CALIBRATED = ("tf32", "bf16", "fp16")
 
 
 @dataclass
@@ -90,11 +96,35 @@ def resnet50_figures(doc: Any, gpu_name: str, references: dict[str, Any]) -> tup
     return ("fail" if problems else "pass"), figures, "; ".join(problems)
 
 
+def calibration_figures(doc: dict[str, Any]) -> tuple[str, dict[str, Any], str]:
+    """The calibrate step from ``dlbench calibrate --json``: per precision the measured peak (median of its
+    repeats, with their min and max) beside the datasheet's; pass when tf32, bf16 and fp16 were each measured,
+    the part is in the table, and no measured peak exceeds its datasheet figure or falls 2x below it."""
+    rows = {row["precision"]: row for row in doc.get("rows", ())}
+    figures = {"device": doc.get("identity", {}).get("name"), "seconds": doc.get("seconds"),
+               "precisions": {p: {k: row.get(k) for k in ("measured_flops_per_s", "measured_min_flops_per_s",
+                                                          "measured_max_flops_per_s", "datasheet_flops_per_s",
+                                                          "measured_over_datasheet", "part", "why")}
+                              for p, row in rows.items()}}
+    problems = []
+    for precision in CALIBRATED:
+        row = rows.get(precision) or {}
+        if not row.get("measured_flops_per_s"):
+            problems.append(f"{precision} not measured: {row.get('why') or 'absent'}")
+        elif row.get("datasheet_flops_per_s") is None:
+            problems.append(f"{precision}: {row.get('why') or 'no datasheet peak'}")
+        elif row["measured_over_datasheet"] > 1:
+            problems.append(f"{precision} measured {row['measured_over_datasheet']:.0%} of the datasheet peak: the entry is wrong")
+    problems += [f"{p}: {flag}" for p, row in rows.items() for flag in row.get("flags") or ()]
+    return ("fail" if problems else "pass"), figures, "; ".join(problems)
+
+
 def llm_figures(doc: Any) -> tuple[str, dict[str, Any], str]:
     record = doc[0] if isinstance(doc, list) else doc
     result = record.get("result") or {}
     mfu = result.get("mfu")
-    figures = {"tokens_per_s": result.get("tokens_per_s"), "mfu": mfu, "goal": MFU_GOAL}
+    figures = {"tokens_per_s": result.get("tokens_per_s"), "mfu": mfu, "goal": MFU_GOAL,
+               "mfu_measured": result.get("mfu_measured"), "mfu_flags": result.get("mfu_flags")}
     if record.get("status") != "ok" or mfu is None:
         return "fail", figures, f"run {record.get('status')}: {record.get('error') or 'no MFU in the record'}"
     return ("pass" if mfu >= MFU_GOAL else "fail"), figures, "" if mfu >= MFU_GOAL else f"MFU {mfu:.1%} below {MFU_GOAL:.0%}"
@@ -147,6 +177,8 @@ def steps_plan(db: str, workdir: Path, gpu_name: str, references: dict) -> list[
     store = ["--db", db]
     from_json = lambda judge: lambda out, code: judge(json.loads(out))  # noqa: E731
     return [
+        ("calibrate", [*DLBENCH, "calibrate", "--device", "cuda", "--json", *store], 90,
+         from_json(calibration_figures)),
         ("pytest_gpu", [sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider", str(ROOT / "tests")],
          150, lambda out, code: pytest_figures(out, code)),
         ("resnet50", [*DLBENCH, "run", "resnet50", "--device", "cuda", "--precision", "fp16", "--channels-last", "-b", "256",
@@ -197,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--from", dest="from_file", help="rebuild the JSON from a list of step results (no GPU needed)")
     args = parser.parse_args(argv)
     names = [n for n in args.only.split(",") if n]
-    known = ("pytest_gpu", "resnet50", "node_check", "llm_mfu", "comm_nccl", "mlperf_energy", "suite")
+    known = ("calibrate", "pytest_gpu", "resnet50", "node_check", "llm_mfu", "comm_nccl", "mlperf_energy", "suite")
     if unknown := [n for n in names if n not in known]:
         print(f"gpu_acceptance: unknown step {', '.join(unknown)}; the steps are {', '.join(known)}.", file=sys.stderr)
         return 2

@@ -19,6 +19,9 @@ TESTS = Path(__file__).resolve().parent
 # Every PNG a test makes (here or in a child process) is checked before it is saved: a text cut at the
 # figure's edge or a second title raises instead of being repaired (dlbench.report.figures).
 os.environ.setdefault("DLBENCH_CHECK_FIGURES", "1")
+# A run measures its device's peak once per store (about 1 s of matmuls here); the thousand tiny runs of the suite,
+# each in a fresh store, do not: tests/api/test_measured_peak.py turns it on where calibration is the point.
+os.environ.setdefault("DLBENCH_CALIBRATE", "off")
 
 #: Fixtures that start a service or many processes: a test using one (directly or through another
 #: fixture) is ``slow``. Add a fixture here when it starts something that costs seconds.

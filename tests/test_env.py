@@ -343,13 +343,13 @@ def test_gpu_inventory_with_fake_nvml():
     assert health == {"available": True, "error": None}
     assert gpus == [
         {"index": 0, "name": "NVIDIA A100-SXM4-80GB", "uuid": "GPU-aaaa",
-         "memory_total_bytes": 85899345920, "driver_version": "550.54.15",
+         "memory_total_bytes": 85899345920, "pci_device_id": None, "driver_version": "550.54.15",
          "cuda_driver_version": "12.4"},
         {"index": 1, "name": "NVIDIA H100 80GB HBM3", "uuid": "GPU-bbbb",
-         "memory_total_bytes": 85520809984, "driver_version": "550.54.15",
+         "memory_total_bytes": 85520809984, "pci_device_id": None, "driver_version": "550.54.15",
          "cuda_driver_version": "12.4"},
     ]
-    assert nvml.shutdown_calls == 1
+    assert nvml.shutdown_calls == 1  # pci_device_id None: this double, like an old driver, has no nvmlDeviceGetPciInfo
     json.dumps(gpus)
 
 
@@ -454,6 +454,7 @@ def test_format_env_gpus_and_bytes():
         "    name: NVIDIA H100",
         "    uuid: GPU-1",
         f"    memory_total_bytes: {80 * 2**30} (80.0 GiB)",
+        "    pci_device_id: -",
         "    driver_version: 550.54.15",
         "    cuda_driver_version: 12.4",
         "scheduler: -",

@@ -81,3 +81,31 @@ def test_the_json_from_given_step_results(tmp_path):
     doc = json.loads(out.read_text())
     assert (doc["passed"], doc["failed"], doc["not_run"], doc["ok"], doc["seconds"]) == (1, 0, 1, False, 61.0)
     assert doc["machine"]["gpu"] == "NVIDIA H100 80GB HBM3" and doc["steps"][0]["figures"]["samples_per_s"] == 2550.0
+
+
+def test_the_calibrate_step_comes_first_and_its_command_runs_on_this_cpu(tmp_path, capsys):
+    from dlbench.cli.app import main
+
+    name, command, _timeout, judge = acceptance.steps_plan(str(tmp_path / "runs.db"), tmp_path, "NVIDIA H100 80GB HBM3", REFERENCES)[0]
+    assert name == "calibrate" and command[1:5] == ["-m", "dlbench", "calibrate", "--device"]
+    argv = ["cpu" if word == "cuda" else word for word in command[3:]]  # the same command, on the CPU this machine has
+    assert main(argv) == 0
+    verdict, figures, why = judge(capsys.readouterr().out, 0)
+    assert figures["precisions"]["fp32"]["measured_flops_per_s"] > 0 and figures["seconds"] > 0
+    assert verdict == "fail" and "tf32 not measured" in why  # a CPU has no tf32 and no datasheet peak
+
+
+def test_the_calibration_is_judged_against_the_datasheet():
+    from dlbench.engine.peaks import calibration_rows
+
+    def doc(scale):
+        precisions = {p: {"flops_per_s": scale * tflops * 1e12, "repeats": 7}
+                      for p, tflops in {"fp32": 60.0, "tf32": 400.0, "bf16": 750.0, "fp16": 760.0}.items()}
+        calibration = {"identity": {"device": "cuda", "name": "NVIDIA H100 80GB HBM3", "uuid": "GPU-1", "driver": "570",
+                                    "torch": "2.14"}, "seconds": 4.0, "precisions": precisions}
+        return calibration | {"rows": calibration_rows(calibration)}
+
+    verdict, figures, why = acceptance.calibration_figures(doc(1.0))
+    assert (verdict, why) == ("pass", "") and figures["precisions"]["bf16"]["measured_over_datasheet"] == pytest.approx(750 / 989.4)
+    verdict, _, why = acceptance.calibration_figures(doc(2.0))  # a measured peak above the datasheet's
+    assert verdict == "fail" and "bf16 measured 152% of the datasheet peak" in why

@@ -275,9 +275,20 @@ def _gpu_record(nvml: Any, index: int, driver: str | None, cuda_driver: str | No
         "name": _decode(nvml.nvmlDeviceGetName(handle)),
         "uuid": _decode(nvml.nvmlDeviceGetUUID(handle)),
         "memory_total_bytes": int(nvml.nvmlDeviceGetMemoryInfo(handle).total),
+        "pci_device_id": _pci_device_id(nvml, handle),
         "driver_version": driver,
         "cuda_driver_version": cuda_driver,
     }
+
+
+def _pci_device_id(nvml: Any, handle: Any) -> str | None:
+    """The part's PCI device id (``"0x2330"``: an H100 SXM5), what the datasheet table matches first; None where
+    NVML does not say (its ``pciDeviceId`` is the device id above the vendor's, ``0x233010DE``)."""
+    try:
+        combined = int(nvml.nvmlDeviceGetPciInfo(handle).pciDeviceId)
+    except Exception:  # an old driver, a double without it: the table matches the name instead
+        return None
+    return f"0x{combined >> 16:04X}"
 
 
 def gpu_inventory(nvml: Any = None) -> tuple[list[dict], dict]:

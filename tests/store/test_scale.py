@@ -183,7 +183,7 @@ def test_an_older_store_is_migrated_on_open_and_still_read_before(tmp_path):
         inspector = sa.inspect(store.engine)
         assert "cluster" in {c["name"] for c in inspector.get_columns("runs")}
         assert {i.name for t in metadata.sorted_tables for i in t.indexes} <= {
-            i["name"] for t in ("runs", "run_tags") for i in inspector.get_indexes(t)}
+            i["name"] for t in ("runs", "run_tags", "device_calibrations") for i in inspector.get_indexes(t)}
         assert len(store.query()) == 3
     finally:
         store.close()

@@ -58,7 +58,7 @@ class FakeNVML:
     def _gpu(index: int, spec: dict) -> SimpleNamespace:
         base = {
             "name": "NVIDIA H100 80GB HBM3", "uuid": f"GPU-{index:08x}-fake-4000-8000-{index:012x}",
-            "bus": f"00000000:{0x18 + index:02X}:00.0", "minor": index, "total": 80 * GIB, "used": (2 + index) * GIB,
+            "bus": f"00000000:{0x18 + index:02X}:00.0", "pci_device_id": 0x2330, "minor": index, "total": 80 * GIB, "used": (2 + index) * GIB,
             "power_w": 300.0 + 10 * index, "limit_w": 700.0, "temp_c": 40 + index, "energy_mj0": 1_000_000 * (index + 1),
             "unsupported": set(), "failing": set(), "lost": False, "processes": [(4242, GIB)],
             "throttle": 0x1, "pcie_width": 16, "ecc_uncorrected": 0,  # idle, a full x16 link, no ECC error
@@ -113,6 +113,12 @@ class FakeNVML:
 
     # -- static --------------------------------------------------------------------------------
 
+    def nvmlSystemGetDriverVersion(self):
+        return "570.86.15"
+
+    def nvmlSystemGetCudaDriverVersion(self):
+        return 12080
+
     def nvmlDeviceGetName(self, h):
         return self._device(h, "nvmlDeviceGetName").name
 
@@ -120,7 +126,8 @@ class FakeNVML:
         return self._device(h, "nvmlDeviceGetUUID").uuid
 
     def nvmlDeviceGetPciInfo(self, h):
-        return SimpleNamespace(busId=self._device(h, "nvmlDeviceGetPciInfo").bus.encode())  # bytes, as old pynvml
+        gpu = self._device(h, "nvmlDeviceGetPciInfo")  # busId in bytes, as old pynvml; the device id above NVIDIA's
+        return SimpleNamespace(busId=gpu.bus.encode(), pciDeviceId=(gpu.pci_device_id << 16) | 0x10DE)
 
     def nvmlDeviceGetMinorNumber(self, h):
         return self._device(h, "nvmlDeviceGetMinorNumber").minor

@@ -33,6 +33,7 @@ from typing import Any
 from dlbench import strict_json
 from dlbench.api import preflight
 from dlbench.api.jobs import Ending, job_kind
+from dlbench.api.peaks import attach_peaks
 from dlbench.engine.progress import Progress
 from dlbench.engine.run import ResolvedRun
 from dlbench.errors import RecordNotSaved, RecordRefused, RunFailed, Submitted, Terminated, UsageError
@@ -83,6 +84,8 @@ def execute(run: ResolvedRun, store=None, env: dict[str, Any] | None = None, on_
                 result = job.result_of(run, adopt_job_env(records, outcome, telemetry))
                 preflight.apply(records, checked)  # a batch job's records took its rank 0's environment
                 recording.end(job.endings(run, result))
+                if owner:  # MFU against the datasheet's and the measured peak (measured now if never before)
+                    attach_peaks(run, records, store)
     except Submitted as submitted:
         log.info("dlbench: %s", submitted)
         return []
@@ -125,6 +128,7 @@ def finish_submitted(run: ResolvedRun, records: list[dict[str, Any]], store, wai
         result = job.result_of(run, adopt_job_env(records, outcome, telemetry))
         preflight.apply(records, checked)  # the records took the job's rank 0's environment
         recording.end(job.endings(run, result))
+        attach_peaks(run, records, store)
     return records
 
 

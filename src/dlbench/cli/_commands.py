@@ -35,6 +35,8 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
      "Print one stored run record as JSON (a profiled run's hints included); --profile for its breakdown."),
     ("compare", "dlbench.cli.results:compare", "Set two groups of runs side by side: B/A throughput per "
      "configuration and a verdict from the runs' own spread."),
+    ("calibrate", "dlbench.cli.calibrate:calibrate", "Measure this device's peak FLOP/s per precision (dense "
+     "matmuls), store it, and print it beside the datasheet's: every run's MFU is given against both."),
     ("env", "dlbench.cli.catalog:env",
      "Print this machine's environment (versions, CPU, GPUs, container, scheduler) for bug reports."),
     ("monitor", "dlbench.cli.monitor:monitor",

@@ -32,7 +32,7 @@ from dlbench.cli._common import (
     with_hints,
 )
 from dlbench.errors import BenchmarkFailed, UsageError
-from dlbench.report.tables import common_columns, figure_text, render, run_table, token_table
+from dlbench.report.tables import common_columns, figure_text, mfu_notes, render, run_table, token_table
 from dlbench.report.tensorboard import with_tensorboard
 
 
@@ -329,6 +329,8 @@ def show(records: list[dict], store, as_json: bool, single: bool) -> None:
     else:
         table, note = common_columns(run_table(records))
         render(table, title="dlbench results" + (f" ({note})" if note else ""))
+        for line in mfu_notes(records):
+            info(f"MFU flagged (!): {line}")
         tokens = token_table(records)
         if tokens[1]:
             render(tokens, title="language models: tokens/s, MFU and memory per layout")

@@ -7,22 +7,9 @@ from collections.abc import Iterator
 
 import torch
 
+from dlbench.engine.datasheet import datasheet_peak
 from dlbench.env import cpu_model
 from dlbench.errors import UsageError
-
-# Dense (no sparsity) peak FLOP/s from NVIDIA's datasheets, by GPU name fragment, most specific first.
-# "tf32" is what fp32 convolutions and matmuls run at when PyTorch allows TF32 (cuDNN convolutions
-# do by default); "fp32" is the non-tensor-core figure.
-_PEAKS_TFLOPS: list[tuple[str, dict[str, float]]] = [
-    ("H200", {"fp32": 66.9, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4}),
-    ("H100 PCIe", {"fp32": 51.2, "tf32": 378.0, "bf16": 756.0, "fp16": 756.0}),
-    ("H100", {"fp32": 66.9, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4}),
-    ("A100", {"fp32": 19.5, "tf32": 156.0, "bf16": 312.0, "fp16": 312.0}),
-    ("L40S", {"fp32": 91.6, "tf32": 183.0, "bf16": 362.0, "fp16": 362.0}),
-    ("A10", {"fp32": 31.2, "tf32": 62.5, "bf16": 125.0, "fp16": 125.0}),
-    ("V100", {"fp32": 15.7, "fp16": 125.0}),
-    ("T4", {"fp32": 8.1, "fp16": 65.0}),
-]
 
 
 def cpu_precision_note(precision: str) -> str | None:
@@ -68,15 +55,18 @@ def device_name(device: torch.device) -> str:
     return cpu_model()
 
 
+def peak_precision(device_type: str, precision: str) -> str:
+    """The precision whose peak a run's matmuls reach: fp32 on a GPU is tf32 where PyTorch allows TF32 (cuDNN's
+    convolutions do by default)."""
+    if device_type == "cuda" and precision == "fp32" and (torch.backends.cuda.matmul.allow_tf32 or torch.backends.cudnn.allow_tf32):
+        return "tf32"
+    return precision
+
+
 def peak_flops_per_s(name: str, precision: str) -> float | None:
-    """Published dense peak for ``name`` at ``precision``; None when unknown (CPUs, unlisted GPUs)."""
-    for fragment, peaks in _PEAKS_TFLOPS:
-        if fragment in name:
-            if precision == "fp32" and "tf32" in peaks and torch.backends.cudnn.allow_tf32:
-                return peaks["tf32"] * 1e12
-            value = peaks.get(precision)
-            return value * 1e12 if value else None
-    return None
+    """The datasheet's dense peak of the GPU called ``name`` at a run's ``precision`` (matched on the whole name:
+    :mod:`dlbench.engine.datasheet`); None for a part the table does not list."""
+    return datasheet_peak(name, peak_precision("cuda", precision))["flops_per_s"]
 
 
 @contextlib.contextmanager

@@ -26,8 +26,9 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from dlbench.catalog._base import Batch, StepContext, Workload
 from dlbench.engine.aggregate import global_result
+from dlbench.engine.calibration import gpu_uuid
 from dlbench.engine.data import file_batches, loader_batches, resident_batches, to_device
-from dlbench.engine.devices import device_name, peak_flops_per_s
+from dlbench.engine.devices import device_name, peak_flops_per_s, peak_precision
 from dlbench.engine.dist import DistContext
 from dlbench.engine.parallel import (
     Traffic,
@@ -150,6 +151,7 @@ def _merge_ranks(local: dict[str, Any], model: torch.nn.Module, dist: DistContex
                                       "memory_before_model_bytes", "loss_per_step")}
     # equal on every rank when gradients were averaged correctly (each rank's own shards under FSDP/TP/PP)
     mine |= {"rank": dist.rank, "host": socket.gethostname(), "param_checksum": param_checksum(model)}
+    same = {k: local.get(k) for k in ("peak_precision", "device_uuid")}  # this rank's GPU: rank 0's is recorded
     data_ranks = layout.dp if layout is not None else None  # tensor/pipeline groups share their rows
     merged = global_result(dist.all_gather_object(mine), local["batch_size"], local["steps"], data_ranks)
     flops = local["flops_per_sample"]
@@ -158,7 +160,7 @@ def _merge_ranks(local: dict[str, Any], model: torch.nn.Module, dist: DistContex
     return merged | {
         "flops_per_sample": flops, "achieved_flops_per_s": achieved, "peak_flops_per_s": peak,
         "mfu": achieved / peak if achieved and peak else None, "gradient_bytes": local.get("gradient_bytes"),
-    }
+    } | same
 
 
 def gradient_bytes(model: torch.nn.Module) -> int:
@@ -192,6 +194,9 @@ def summarise(
         "achieved_flops_per_s": achieved,
         "peak_flops_per_s": peak,
         "mfu": achieved / peak if achieved and peak else None,
+        # what the run's measured peak is looked up by (api/peaks.py): the matmuls' precision and the GPU itself
+        "peak_precision": peak_precision(device.type, spec.precision),
+        "device_uuid": gpu_uuid(device) if device.type == "cuda" else None,
         "final_loss": final_loss,
         "step_times_s": step_times,
     }

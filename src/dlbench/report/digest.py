@@ -82,6 +82,8 @@ class Run:
     step: Any  # the step-time statistics: a dict, or its JSON text (parsed only for a single-run estimate)
     telemetry: bool
     tokens: bool
+    mfu_measured: float | None = None  # against the device's measured peak (``mfu``: the datasheet's)
+    mfu_flagged: bool = False  # the run's MFU is impossible (``result.mfu_flags``)
 
     def comparable(self) -> bool:
         """As :func:`dlbench.report.compare.comparable`: ok, with a throughput and step times."""
@@ -103,7 +105,8 @@ def run_of(record: dict[str, Any]) -> Run:
     spec, result = record["spec"], record.get("result") or {}
     return Run(record["id"], record["created_at"], record["status"], spec.get("mode") or "train", result.get("samples_per_s"),
                (result.get("step_time_s") or {}).get("median"), result.get("mfu"), spec.get("tags") or {}, spec_of(spec),
-               env_of(record), spread_of(result), bool(record.get("telemetry")), bool(result.get("tokens_per_s")))
+               env_of(record), spread_of(result), bool(record.get("telemetry")), bool(result.get("tokens_per_s")),
+               result.get("mfu_measured"), bool(result.get("mfu_flags")))
 
 
 class Parts:
@@ -118,7 +121,7 @@ class Parts:
     def run(self, row: tuple) -> Run:
         """A :meth:`~dlbench.store.sql.SQLStore.iter_digest` row as a :class:`Run`."""
         (run_id, created_at, status, mode, _workload, rate, step_median, _host, _torch, _cluster, tags_json, _device,
-         _version, spec_text, env_text, step_text, mfu, tokens, telemetry) = row
+         _version, spec_text, env_text, step_text, mfu, mfu_measured, flags_text, tokens, telemetry) = row
         spec = self.specs.get(spec_text)
         if spec is None:
             spec = self.specs[spec_text] = spec_of(_fields(SPEC_KEYS, spec_text))
@@ -129,7 +132,7 @@ class Parts:
             self.specs.clear()
             self.envs.clear()
         return Run(run_id, created_at, status, mode or "train", rate, step_median, mfu, json.loads(tags_json), spec, env,
-                   step_text, bool(telemetry), tokens is not None)
+                   step_text, bool(telemetry), tokens is not None, mfu_measured, flags_text not in (None, "[]"))
 
 
 def _fields(keys: tuple[str, ...], text: str | None) -> dict[str, Any]:
@@ -218,6 +221,9 @@ class Workload:
     failed: int = 0
     mfu_sum: float = 0.0
     mfu_n: int = 0
+    mfu_measured_sum: float = 0.0
+    mfu_measured_n: int = 0
+    mfu_flagged: int = 0
     medians: list = field(default_factory=list)
     devices: set = field(default_factory=set)
     unit: str = "samples/s"
@@ -303,6 +309,9 @@ class Digest:
         row.devices.add(run.spec.device)
         if run.mfu is not None:
             row.mfu_sum, row.mfu_n = row.mfu_sum + run.mfu, row.mfu_n + 1
+        if run.mfu_measured is not None:
+            row.mfu_measured_sum, row.mfu_measured_n = row.mfu_measured_sum + run.mfu_measured, row.mfu_measured_n + 1
+        row.mfu_flagged += run.mfu_flagged
         if run.step_median_s is not None:  # a uniform sample (reservoir) of the per-run medians
             if len(row.medians) < MEDIAN_SAMPLE:
                 row.medians.append(run.step_median_s)
@@ -354,6 +363,8 @@ class Digest:
             if w.ok.n:
                 row.update(estimate=w.ok.estimate(), min=w.ok.low, max=w.ok.high,
                            mfu=w.mfu_sum / w.mfu_n if w.mfu_n else None,
+                           mfu_measured=w.mfu_measured_sum / w.mfu_measured_n if w.mfu_measured_n else None,
+                           mfu_flagged=w.mfu_flagged,
                            step_median_s=statistics.median(w.medians) if w.medians else None, device=sorted(w.devices))
             rows.append(row)
         return rows

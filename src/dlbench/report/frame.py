@@ -26,6 +26,7 @@ _SPEC_KEYS = ("mode", "precision", "batch_size", "global_batch_size", "steps", "
               "optimizer", "threads", "data", "workers", "channels_last", "compile", "backend", "scaling")
 #: Result keys copied as columns.
 _RESULT_KEYS = ("samples_per_s", "flops_per_sample", "achieved_flops_per_s", "peak_flops_per_s", "mfu",
+                "datasheet_peak_flops_per_s", "mfu_datasheet", "measured_peak_flops_per_s", "mfu_measured",
                 "time_to_train_s", "epochs", "quality", "final_loss")
 FORMATS = ("csv", "json", "parquet")
 

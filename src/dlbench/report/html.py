@@ -58,15 +58,19 @@ def _unit(rows: list[dict[str, Any]] | list) -> str:
 
 def _workloads_section(rows: list[dict[str, Any]]) -> str:
     unit = _unit(rows)
-    columns = ["configuration", "device", "runs", "failed", f"{unit} (mean ± sem)", "min – max", "median step ms", "MFU"]
+    columns = ["configuration", "device", "runs", "failed", f"{unit} (mean ± sem)", "min – max", "median step ms",
+               "MFU datasheet (mean of runs)", "MFU measured (mean of runs)", "MFU flagged"]
     body = []
     for r in rows:
         est = r.get("estimate")
+        flagged = r.get("mfu_flagged") or 0
         row_unit, spread_of = r.get("unit", "samples/s"), r.get("spread_of", "steps")
         in_cell = "" if unit == row_unit else f" {row_unit}"
         body.append([r["configuration"], ", ".join(r.get("device", [])), r["runs"], r["failed"],
                      _est(est, spread_of) + in_cell if est else "-", span(r["min"], r["max"]) if est else "-",
-                     ms(r.get("step_median_s")) if spread_of == "steps" else "-", percent(r.get("mfu"))])
+                     ms(r.get("step_median_s")) if spread_of == "steps" else "-", percent(r.get("mfu")), percent(r.get("mfu_measured")),
+                     f"{flagged} run(s): over 100 % of a peak, or the peaks 2x apart (dlbench show ID: result.mfu_flags)"
+                     if flagged else "-"])
     charts = []
     for workload in sorted({r["workload"] for r in rows if r.get("estimate")}):
         measured = [r for r in rows if r["workload"] == workload and r.get("estimate")]
@@ -75,13 +79,16 @@ def _workloads_section(rows: list[dict[str, Any]]) -> str:
         bars = [(label, r["estimate"].samples_per_s, interval_half_width(r["estimate"].sem),
                  f"{r['configuration']}: {_est(r['estimate'])} {r.get('unit', 'samples/s')}, n={r['runs']}") for label, r in zip(labels, measured)]
         charts.append(bar_chart(bars, f"{shared}: {_unit(measured)} (whiskers: ±{Z} sem)", _unit(measured)))
-    return (table(columns, body, numeric={2, 3, 4, 5, 6, 7}) + f'<div class="charts">{"".join(charts)}</div>'
+    return (table(columns, body, numeric={2, 3, 4, 5, 6, 7, 8}) + f'<div class="charts">{"".join(charts)}</div>'
             + method("Throughput = batch × timed steps / wall time of the timed window, after warm-up steps that are "
                      "not timed; the device is synchronised at both ends of the window. Runs of one configuration "
                      "(workload, mode, precision, batch size, processes, parameters) are averaged; the spread is the "
                      "standard error of the mean between runs (one run: from its step-time spread). MFU = achieved "
-                     "FLOP/s (FLOPs counted by torch.utils.flop_counter) / the GPU's published peak; blank on CPUs "
-                     "and unknown GPUs."))
+                     "FLOP/s (FLOPs counted by torch.utils.flop_counter) / a peak, twice: the datasheet's dense peak "
+                     "of the part (matched on its PCI id or full name; blank on CPUs and parts the table does not "
+                     "list) and the peak measured on the device by dlbench calibrate (dense matmuls at the run's "
+                     "precision, median of 7 repeats). A run is flagged when either MFU is over 100 % or the two "
+                     "peaks are more than 2x apart."))
 
 
 def _tokens_section(tokens) -> str:

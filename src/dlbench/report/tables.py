@@ -38,13 +38,12 @@ def run_table(records: Sequence[dict[str, Any]]) -> Table:
     # samples/s in the heading; any other unit (a program's wall time in s) or several: in each cell
     unit = "samples/s" if units_of(records) == "samples/s" else "figure"
     columns = ["workload", "params", *(["layout"] if with_layout else []), "device", "prec", "batch", "procs×threads",
-               unit, "step ms (median±MAD)", "FLOP/s", "MFU", "status"]
+               unit, "step ms (median±MAD)", "FLOP/s", "MFU datasheet", "MFU measured", "status"]
     rows = []
     for r in records:
         spec, result = r["spec"], r.get("result") or {}
         step = result.get("step_time_s") or {}
         spread = with_spread(_in_ms(step.get("median")), _in_ms(step.get("mad"))) if step else "-"
-        mfu = result.get("mfu")
         params = ",".join(f"{k}={v}" for k, v in sorted((spec.get("params") or {}).items()) if v is not None)
         threads = spec.get("threads") or ("-" if spec.get("mode") == "exec" else "?")  # a program picks its own
         procs = f"{spec.get('world_size') or spec.get('nproc', 1)}×{threads}"
@@ -52,7 +51,7 @@ def run_table(records: Sequence[dict[str, Any]]) -> Table:
             spec["workload"], params or "-", *([layout_label(spec) or "-"] if with_layout else []),
             spec.get("device_name") or spec.get("device", "?"), spec.get("precision", ""),
             str(spec.get("batch_size") or "-"), procs, figure_text(r, with_unit=unit == "figure"), spread,
-            prefixed(result.get("achieved_flops_per_s"), "FLOP/s"), percent(mfu),
+            prefixed(result.get("achieved_flops_per_s"), "FLOP/s"), *mfu_cells(result),
             status_text(r),
         ])
     return columns, rows
@@ -74,6 +73,48 @@ def metric_text(figure: Metric) -> str:
     if figure.unit == "bytes/s":
         return prefixed(figure.value, "B/s")
     return f"{rate_text(figure.value)} {figure.unit}"
+
+
+def mfu_cells(result: dict[str, Any]) -> tuple[str, str]:
+    """A run's MFU against the datasheet's and the measured peak; ``!`` marks an impossible one (:func:`mfu_notes`
+    says why). A record from before both were kept shows its one MFU as the datasheet's."""
+    flagged = " !" if result.get("mfu_flags") else ""
+    sheet = result.get("mfu_datasheet", result.get("mfu"))
+    measured = result.get("mfu_measured")
+    return (percent(sheet) + (flagged if sheet is not None else ""),
+            percent(measured) + (flagged if measured is not None else ""))
+
+
+def mfu_notes(records: Sequence[dict[str, Any]]) -> list[str]:
+    """One line per flagged run: its id and why its MFU cannot be right (``result.mfu_flags``)."""
+    return [f"run {r['id']}: {flag}" for r in records for flag in (r.get("result") or {}).get("mfu_flags") or ()]
+
+
+def calibration_table(rows: Sequence[dict[str, Any]]) -> Table:
+    """``dlbench calibrate``'s rows (:func:`dlbench.engine.peaks.calibration_rows`) as a table."""
+    columns = ["precision", "measured FLOP/s (median)", "min–max of repeats", "datasheet FLOP/s", "measured ÷ datasheet",
+               "part", "note"]
+    out = []
+    for row in rows:
+        spread = (f"{prefixed(row['measured_min_flops_per_s'])}–{prefixed(row['measured_max_flops_per_s'])} "
+                  f"({row['repeats']} repeats)" if row.get("measured_flops_per_s") else "-")
+        note = "; ".join(row["flags"]) or row.get("why") or "-"
+        out.append([row["precision"], prefixed(row["measured_flops_per_s"], "FLOP/s"), spread,
+                    prefixed(row["datasheet_flops_per_s"], "FLOP/s"), percent(row["measured_over_datasheet"]),
+                    row.get("part") or "-", note])
+    return columns, out
+
+
+def render_calibration(calibration: dict[str, Any], rows: Sequence[dict[str, Any]], file=None) -> None:
+    """Print a calibration: its device, when it was measured (or that it was reused), and its table."""
+    identity = calibration["identity"]
+    how = "stored calibration reused" if calibration.get("reused") else f"measured in {calibration.get('seconds')} s"
+    load = calibration.get("load_average_1m")
+    load = f" at load average {load:.3g}" if isinstance(load, (int, float)) else ""
+    title = (f"peak FLOP/s of {identity['name']} ({identity['uuid']}; torch {identity['torch']}"
+             f"{', driver ' + identity['driver'] if identity['driver'] else ''}), {calibration.get('measured_at')}, "
+             f"{how}{load}, calibration {calibration.get('id')}")
+    render(calibration_table(rows), title=title, file=file)
 
 
 def status_text(record: dict[str, Any]) -> str:

@@ -25,7 +25,7 @@ DIGEST_ROWS = 2000
 #: The names of a digest row's fields, in order (see :meth:`DigestReads.iter_digest`).
 DIGEST_FIELDS = ("id", "created_at", "status", "mode", "workload", "samples_per_s", "step_time_median_s", "host",
                  "torch_version", "cluster", "tags_json", "device_name", "schema_version",
-                 "spec", "env", "step_time_s", "mfu", "tokens_per_s", "telemetry")
+                 "spec", "env", "step_time_s", "mfu", "mfu_measured", "mfu_flags", "tokens_per_s", "telemetry")
 
 #: What a summary reads of a run's spec (:func:`dlbench.report.compare.config_key` and the device) and of its
 #: environment (:func:`dlbench.report.frame.environment`): fields that the runs of one configuration, or of one
@@ -34,7 +34,7 @@ SPEC_KEYS = ("workload", "params", "mode", "precision", "batch_size", "world_siz
              "channels_last", "compile", "optimizer", "data", "layout", "device_name")
 ENV_KEYS = ("hostname", "cluster", "cpu", "gpus", "torch", "torchvision", "python", "dlbench", "container", "scheduler",
             "dlbench_git")
-_RESULT = ("step_time_s", "mfu", "tokens_per_s")
+_RESULT = ("step_time_s", "mfu", "mfu_measured", "mfu_flags", "tokens_per_s")
 #: Where a run's spread comes from when it has no step times: an exec run's per-line rates (report.compare.spread_of).
 _SPREAD_ELSE = "metric_stats"
 
@@ -74,7 +74,8 @@ class DigestReads:
     def iter_digest(self, flt: RunFilter = RunFilter()) -> Iterator[tuple]:
         """Per run selected by ``flt``, newest first, a tuple of :data:`DIGEST_FIELDS`: the summary columns,
         then the spec's :data:`SPEC_KEYS` and the environment's :data:`ENV_KEYS` (JSON arrays, as text), the
-        step-time statistics (JSON text or None), MFU, tokens/s, and whether it has a telemetry summary.
+        step-time statistics (JSON text or None), MFU (the datasheet's and the measured peak's), the MFU flags
+        (JSON text or None), tokens/s, and whether it has a telemetry summary.
         Streamed: a few thousand rows at a time."""
         c = runs_table.c
         dialect = self.engine.dialect.name
@@ -92,8 +93,9 @@ class DigestReads:
                     yield tuple(row[:-1])
                 else:
                     parts = row[13]
-                    tokens, telemetry = parts[4], parts[5]
-                    yield (*row[:13], parts[0], parts[1], parts[2], _number(parts[3]), _number(tokens),
+                    tokens, telemetry = parts[6], parts[7]
+                    yield (*row[:13], parts[0], parts[1], parts[2], _number(parts[3]), _number(parts[4]),
+                           None if parts[5] in (None, "null") else parts[5], _number(tokens),
                            telemetry not in (None, "null", "{}", "[]"))
 
     def records_by_id(self, run_ids: list[str]) -> dict[str, dict[str, Any]]:
@@ -120,7 +122,9 @@ def _parts_of(text: str) -> tuple:
     return (json.dumps([spec.get(k) for k in SPEC_KEYS], separators=(",", ":")),
             json.dumps([env.get(k) for k in ENV_KEYS], separators=(",", ":")),
             None if steps is None else json.dumps(steps, separators=(",", ":")),
-            result.get("mfu"), result.get("tokens_per_s"),
+            result.get("mfu"), result.get("mfu_measured"),
+            None if result.get("mfu_flags") is None else json.dumps(result["mfu_flags"], separators=(",", ":")),
+            result.get("tokens_per_s"),
             None if telemetry is None else telemetry not in ({}, []))
 
 

@@ -78,6 +78,22 @@ telemetry_table = sa.Table(
     sa.Column("sample", sa.Text, nullable=False),
 )
 
+# One row per calibration of a device (``dlbench calibrate``; a run's measured peak): a new table only, so that
+# create_all adds it to an older store when it is first opened for writing, and older versions ignore it.
+calibrations_table = sa.Table(
+    "device_calibrations", metadata,
+    sa.Column("id", sa.String(32), primary_key=True),
+    sa.Column("created_at", sa.String(40), nullable=False),
+    sa.Column("device", sa.String(16), nullable=False),
+    sa.Column("name", sa.String(256), nullable=False),
+    sa.Column("uuid", sa.String(128), nullable=False),
+    sa.Column("driver", sa.String(64), nullable=False),
+    sa.Column("torch_version", sa.String(64), nullable=False),
+    sa.Column("host", sa.String(256), nullable=False),
+    sa.Column("record", sa.Text, nullable=False),
+    sa.Index("ix_device_calibrations_identity", "name", "uuid", "driver", "torch_version", "created_at"),
+)
+
 #: The columns of a listing (``RunSummary``): all but the JSON document.
 SUMMARY_COLUMNS = [c for c in runs_table.c if c.name not in ("record", "schema_version")]
 
@@ -101,7 +117,7 @@ def migrate(conn: sa.Connection) -> bool:
     columns = {c["name"] for c in sa.inspect(conn).get_columns(runs_table.name)}
     if "cluster" not in columns:  # ALTER TABLE ... ADD COLUMN with a constant default: no table rewrite
         conn.exec_driver_sql("ALTER TABLE runs ADD COLUMN cluster VARCHAR(128) NOT NULL DEFAULT ''")
-    for table in (runs_table, tags_table, telemetry_table):
+    for table in (runs_table, tags_table, telemetry_table, calibrations_table):
         for index in table.indexes:
             index.create(conn, checkfirst=True)
     conn.execute(meta_table.delete().where(meta_table.c.key == _REVISION_KEY))

@@ -24,6 +24,7 @@ from dlbench.record import device_label, record_problem, series_problem, upgrade
 from dlbench.store import spool
 from dlbench.store._base import RunFilter, RunSummary, Store
 from dlbench.store._bulk import BulkImport
+from dlbench.store._calibrations import CalibrationStore
 from dlbench.store._digest import DigestReads
 from dlbench.store._engine import (
     WRITE,
@@ -96,7 +97,7 @@ def summary_row(record: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-class SQLStore(BulkImport, DigestReads, Store):
+class SQLStore(BulkImport, DigestReads, CalibrationStore, Store):
     """A :class:`Store` on any SQLAlchemy database.
 
     ``create=False`` (read commands) refuses a SQLite file that does not exist instead of creating it;
