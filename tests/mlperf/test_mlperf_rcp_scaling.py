@@ -129,3 +129,21 @@ def test_check_rcp_prints_the_factor_and_the_adjustment(tmp_path, capsys):
     assert "scaling factor x1.13333 = the RCP mean 313344 / the runs' olympic mean 276480" in err
     assert "benchmark-specific adjustment: the RCP checker lowers llama31_405b's minimum mean" in err
     assert _bytes(folder) == before and code in (0, 1)
+
+
+# Training v6.0, Inventec P9000IG7 llama2_70b_lora: the folder has no scaling.json (the fork of MLCommons'
+# repository, Richardyu114/training_results_v6.0 @eabf23a, carries none), and the published summary.json says
+# time_to_train 6.7587689091 with rcp_scaling_factor 1.0347222222 (10 decimals there).
+INVENTEC = CASES / "training_results_v6.0" / "Inventec"
+
+
+def test_v6_0_inventec_llama2_70b_lora_scores_as_published_with_the_factor_derived(tmp_path):
+    before = _bytes(INVENTEC)
+    entry = _entry(INVENTEC, "llama2_70b_lora")
+    assert entry["runs"] == 10 and entry["status"] == "ok"
+    assert entry["scaling_source"] == "derived from the RCP data (training 6.0.0)"
+    assert entry["scaling_factor_committed"] is None
+    assert entry["rcp_scaling_factor"] == pytest.approx(1.0347222222, abs=5e-11)
+    assert entry["score_minutes"] == pytest.approx(6.7587689091, abs=5e-11)
+    assert entry["olympic_minutes"] == pytest.approx(6.531964583, abs=5e-10)  # what dlbench said before
+    assert _bytes(INVENTEC) == before  # nothing written beside the logs
