@@ -147,3 +147,17 @@ def test_v6_0_inventec_llama2_70b_lora_scores_as_published_with_the_factor_deriv
     assert entry["score_minutes"] == pytest.approx(6.7587689091, abs=5e-11)
     assert entry["olympic_minutes"] == pytest.approx(6.531964583, abs=5e-10)  # what dlbench said before
     assert _bytes(INVENTEC) == before  # nothing written beside the logs
+
+
+def test_v6_0_inventec_gpt_oss_20b_scores_as_published_with_its_scaling_json_and_without_it(tmp_path):
+    """gpt_oss_20b, new in v6.0: the published 85.1551932352 min (summary.json) from the committed factor,
+    and the same figure once the committed scaling.json is taken away and the factor derived."""
+    committed = _entry(INVENTEC, "gpt_oss_20b")
+    assert committed["scaling_source"] == "committed scaling.json" and committed["runs"] == 10
+    assert committed["score_minutes"] == pytest.approx(85.1551932352, abs=5e-11)
+    assert committed["scaling_factor_derived"] == committed["scaling_factor_committed"] == 1.0315091210613598
+    folder = shutil.copytree(INVENTEC, tmp_path / "training_results_v6.0" / "Inventec")
+    (folder / "results" / "P9000IG7_ngc26.04_nemo" / "gpt_oss_20b" / "scaling.json").unlink()
+    derived = _entry(folder, "gpt_oss_20b")
+    assert derived["scaling_source"] == "derived from the RCP data (training 6.0.0)"
+    assert derived["score_minutes"] == committed["score_minutes"]
