@@ -1,6 +1,6 @@
 """MLPerf Training v6.1 (issue 41, item 4): ruleset 6.1.0 as the installed mlperf-logging has it. Its new
 benchmarks, qwen35_397b_grpo (3 runs, eval_accuracy strictly above 0.69) and dlrmv4 (10 runs, eval_accuracy
->= 0.75; the issue's "dlrm_v4_hstu"), are scored and checked with their RCPs on small logs written by mllog;
+>= 0.75; mlperf-logging has no "dlrm_v4_hstu"), are scored and checked with their RCPs on small logs written by mllog;
 the retired llama31_405b and dlrm_dcnv2 are refused under 6.1.0 with the rulesets that still have them."""
 
 import json
