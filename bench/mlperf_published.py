@@ -9,7 +9,14 @@ results repository, e.g. training_results_v5.1), the summarizer's own functions 
 and it rewrites ``scaling.json`` in the folder (``set_scaling=True``) after the score has read it.
 dlbench's side is ``dlbench.mlperf.score.score_folder`` on each submitter's folder.
 
+With ``--without-scaling-json`` dlbench scores a copy of the round made of links to every file but
+the ``scaling.json`` files (in a temporary folder named like the round, so the round is still read
+from the path): it must then derive every committed factor from the RCP data itself
+(``dlbench.mlperf.rcp_scaling``), while the summarizer's side still reads the committed files, the
+published figure. Each differing row names the committed and the derived factor.
+
     python bench/mlperf_published.py ROUND --usage training --ruleset 5.1.0 [--workers 2] [--json OUT] [--compliance]
+        [--without-scaling-json]
 
 Prints the agreement (entries compared, score max relative difference, fields that differ) and
 every disagreement.
@@ -22,6 +29,7 @@ import contextlib
 import io
 import json
 import os
+import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -53,6 +61,20 @@ def _empty_folders(round_dir: Path) -> list[str]:
             if folder.is_dir() and folder.name not in ("strong", "weak", "power") and folder.parent.name != "power"
             and not any(folder.glob("result_*.txt")) and not any(p.is_dir() for p in folder.iterdir()
                                                                   if p.name not in ("power", "pruned_results"))]
+
+
+def without_scaling_json(round_dir: Path, into: Path) -> Path:
+    """``into/<round's name>``: the round's submitter folders as links to every file but ``scaling.json``."""
+    copy = into / round_dir.name
+    for org in _organisations(round_dir):
+        for top in ("results", "systems"):
+            for folder, _, files in os.walk(org / top):
+                target = copy / Path(folder).relative_to(round_dir)
+                target.mkdir(parents=True, exist_ok=True)
+                for name in files:
+                    if name != "scaling.json":
+                        os.symlink(Path(folder, name).absolute(), target / name)
+    return copy
 
 
 def summarizer_figure(job: tuple[str, str, str | None, str, str, str]) -> dict[str, Any]:
@@ -129,7 +151,10 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
     parser.add_argument("--json", type=Path, help="write every row here")
     parser.add_argument("--compliance", action="store_true", help="dlbench scores with --compliance (the official checker per file)")
+    parser.add_argument("--without-scaling-json", action="store_true",
+                        help="dlbench scores the round with every scaling.json removed (it derives each factor)")
     args = parser.parse_args()
+    args.round = args.round.absolute()
     jobs = [(str(org), system, scaling, str(folder), args.usage, args.ruleset)
             for org in _organisations(args.round) for system, scaling, folder in _benchmark_folders(org)]
     started = time.perf_counter()
@@ -138,9 +163,11 @@ def main() -> None:
     summarizer_s = time.perf_counter() - started
     started = time.perf_counter()
     ours: dict[tuple[str, str, str | None, str], dict[str, Any]] = {}
-    for org in _organisations(args.round):
-        for entry in score_folder(org, compliance=args.compliance):
-            ours[(str(org), entry["system"], entry["scaling"], entry["benchmark"])] = entry
+    with tempfile.TemporaryDirectory(prefix="mlperf-published-") as tmp:
+        scored = without_scaling_json(args.round, Path(tmp)) if args.without_scaling_json else args.round
+        for org in _organisations(scored):
+            for entry in score_folder(org, compliance=args.compliance):
+                ours[(str(args.round / org.name), entry["system"], entry["scaling"], entry["benchmark"])] = entry
     dlbench_s = time.perf_counter() - started
     rows, worst = [], 0.0
     for row in official:
@@ -149,6 +176,7 @@ def main() -> None:
             continue
         entry = ours.get((row["org"], row["system_folder"], row["scaling"], row["benchmark"]))
         row |= compare(row, entry)
+        row["dlbench_scaling"] = {k: (entry or {}).get(k) for k in ("scaling_source", "scaling_note")}
         worst = max(worst, row["score_rel"])
         rows.append(row)
     compared = [r for r in rows if "error" not in r]
@@ -158,7 +186,8 @@ def main() -> None:
     powered = [r for r in compared if r.get("has_power")]
     energy_worst = max([r["energy_rel"] for r in powered if r.get("energy_rel") is not None
                         and "energy_error" not in r] or [0.0])
-    print(f"{args.round} ({args.usage} {args.ruleset}): {len(_organisations(args.round))} submitters, "
+    mode = ", every scaling.json removed" if args.without_scaling_json else ""
+    print(f"{args.round} ({args.usage} {args.ruleset}{mode}): {len(_organisations(args.round))} submitters, "
           f"{len(compared)} (system, benchmark) folders compared, {len(scored)} with a summarizer score, "
           f"{len(scaled)} RCP-scaled; max relative score difference {worst:.3g}; "
           f"{len(differ)} folder(s) differ; {len(rows) - len(compared)} summarizer error(s); "
@@ -173,7 +202,8 @@ def main() -> None:
         print(f"  NOT COMPARED {folder}: no result file in this copy (files >= 4 MiB are missing from the snapshot)")
     for r in differ:
         print(f"  DIFF {r['folder']}: score {r.get('dlbench')} vs {r.get('summarizer')} ({r['score_rel']:.3g}); "
-              + "; ".join(r["fields"]))
+              + "; ".join(r["fields"]) + f"; dlbench's factor: {r['dlbench_scaling']['scaling_source']}, "
+              f"{r['dlbench_scaling']['scaling_note']}")
     for r in rows:
         if "error" in r:
             print(f"  SUMMARIZER ERROR {r['folder']}: {r['error']}")

@@ -129,3 +129,35 @@ def test_check_rcp_prints_the_factor_and_the_adjustment(tmp_path, capsys):
     assert "scaling factor x1.13333 = the RCP mean 313344 / the runs' olympic mean 276480" in err
     assert "benchmark-specific adjustment: the RCP checker lowers llama31_405b's minimum mean" in err
     assert _bytes(folder) == before and code in (0, 1)
+
+
+# Training v6.0, Inventec P9000IG7 llama2_70b_lora: the folder has no scaling.json (the fork of MLCommons'
+# repository, Richardyu114/training_results_v6.0 @eabf23a, carries none), and the published summary.json says
+# time_to_train 6.7587689091 with rcp_scaling_factor 1.0347222222 (10 decimals there).
+INVENTEC = CASES / "training_results_v6.0" / "Inventec"
+
+
+def test_v6_0_inventec_llama2_70b_lora_scores_as_published_with_the_factor_derived(tmp_path):
+    before = _bytes(INVENTEC)
+    entry = _entry(INVENTEC, "llama2_70b_lora")
+    assert entry["runs"] == 10 and entry["status"] == "ok"
+    assert entry["scaling_source"] == "derived from the RCP data (training 6.0.0)"
+    assert entry["scaling_factor_committed"] is None
+    assert entry["rcp_scaling_factor"] == pytest.approx(1.0347222222, abs=5e-11)
+    assert entry["score_minutes"] == pytest.approx(6.7587689091, abs=5e-11)
+    assert entry["olympic_minutes"] == pytest.approx(6.531964583, abs=5e-10)  # what dlbench said before
+    assert _bytes(INVENTEC) == before  # nothing written beside the logs
+
+
+def test_v6_0_inventec_gpt_oss_20b_scores_as_published_with_its_scaling_json_and_without_it(tmp_path):
+    """gpt_oss_20b, new in v6.0: the published 85.1551932352 min (summary.json) from the committed factor,
+    and the same figure once the committed scaling.json is taken away and the factor derived."""
+    committed = _entry(INVENTEC, "gpt_oss_20b")
+    assert committed["scaling_source"] == "committed scaling.json" and committed["runs"] == 10
+    assert committed["score_minutes"] == pytest.approx(85.1551932352, abs=5e-11)
+    assert committed["scaling_factor_derived"] == committed["scaling_factor_committed"] == 1.0315091210613598
+    folder = shutil.copytree(INVENTEC, tmp_path / "training_results_v6.0" / "Inventec")
+    (folder / "results" / "P9000IG7_ngc26.04_nemo" / "gpt_oss_20b" / "scaling.json").unlink()
+    derived = _entry(folder, "gpt_oss_20b")
+    assert derived["scaling_source"] == "derived from the RCP data (training 6.0.0)"
+    assert derived["score_minutes"] == committed["score_minutes"]

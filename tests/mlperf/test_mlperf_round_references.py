@@ -19,11 +19,13 @@ DATA = Path(__file__).resolve().parents[1] / "data"  # the tests carry their own
 V51_NEBIUS = DATA / "mlperf_cases" / "training_results_v5.1" / "Nebius"
 V40_DELL = DATA / "mlperf_cases" / "training_results_v4.0" / "Dell"
 V06_NVIDIA = DATA / "mlperf" / "training_v0.6" / "NVIDIA" / "results" / "dgx1_ngc19.05_pytorch"
+V60_INVENTEC = DATA / "mlperf_cases" / "training_results_v6.0" / "Inventec"
 
 
 @pytest.mark.parametrize("name, round_name", [("mlperf-v4.0", "training 4.0"), ("mlperf-v4.1", "training 4.1"),
                                               ("mlperf-v5.0", "training 5.0"), ("mlperf-v5.1-8x", "training 5.1"),
-                                              ("mlperf-hpc-v3.0", "hpc 3.0"), ("dgx1-v0.6", "training 0.6")])
+                                              ("mlperf-hpc-v3.0", "hpc 3.0"), ("dgx1-v0.6", "training 0.6"),
+                                              ("mlperf-v6.0-8x", "training 6.0")])
 def test_the_shipped_table_carries_the_current_rounds_with_sources(name, round_name):
     ref = get_reference(name)
     assert ref.round == round_name and ref.minutes
@@ -89,3 +91,23 @@ def test_references_list_shows_the_rounds(capsys):
     listed = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
     assert {"mlperf-v4.0", "mlperf-v4.1", "mlperf-v5.0", "mlperf-v5.1", "mlperf-hpc-v3.0", "dgx1-v0.6"} <= set(listed)
     assert listed["mlperf-v5.1"]["round"] == "training 5.1" and listed["mlperf-v5.1"]["benchmark_sources"]
+
+
+def test_v60_inventec_beside_the_v60_reference_is_its_published_figure_and_beside_v51_says_across_rounds():
+    """The v6.0 reference's llama2_70b_lora is Inventec's published score, which dlbench derives from the logs."""
+    [entry] = [e for e in score_folder(V60_INVENTEC) if e["benchmark"] == "llama2_70b_lora"]
+    [same] = compare_scores([entry], get_reference("mlperf-v6.0-8x"))
+    assert same["time_ratio"] == pytest.approx(1.0, abs=1e-9) and same["round"] == same["reference_round"] == "training 6.0"
+    assert not [w for w in same["warnings"] if w.startswith("across rounds")]
+    assert "Inventec/results/P9000IG7_ngc26.04_nemo/llama2_70b_lora" in same["reference_source"]
+    [older] = compare_scores([entry], get_reference("mlperf-v5.1-8x"))
+    assert older["time_ratio"] is not None and older["not_comparable"] is None
+    assert ("across rounds: this entry is training 6.0, mlperf-v5.1-8x is training 5.1 (the same llama2_70b_lora and "
+            "quality target; the rounds' rules, RCPs and software differ)") in older["warnings"]
+
+
+def test_an_unknown_reference_suggests_the_newest_rounds_first(capsys):
+    assert main(["mlperf", "compare", str(V60_INVENTEC), "--reference", "mlperf-v6.0"]) == 2
+    err = capsys.readouterr().err
+    assert ("unknown reference 'mlperf-v6.0'; did you mean 'mlperf-v6.0-8x' or 'mlperf-v5.0' or 'mlperf-v4.0'? "
+            "Add your own with --references FILE.") in err and "Traceback" not in err

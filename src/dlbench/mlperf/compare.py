@@ -4,7 +4,9 @@ Each row carries what a reader needs before trusting a ratio: the entry's status
 invalid entry is marked, never shown as a plain result), its division, its scale (accelerators)
 and the reference's, the time in accelerator-minutes (minutes x accelerators) on both sides, the
 reference's source, and warnings when the two are not the same kind of thing: a dlbench CPU-sized
-task (a shrunken model on generated data) beside a real MLPerf result, or scales 8x or more apart.
+task (a shrunken model on generated data) beside a real MLPerf result, scales 8x or more apart, or
+two rounds (allowed where the benchmark is the same in both, :mod:`dlbench.mlperf.identity`; refused,
+with the reason, where it changed).
 
 Each row leads with its **comparable figure** (:func:`comparable_figure`): the time ratio when the two ran at
 scales less than ``SCALE_GAP`` apart (or a scale is unknown: warned), the accelerator-minutes ratio when both
@@ -50,6 +52,9 @@ def _warnings(entry: dict[str, Any], reference: Reference) -> list[str]:
     ours_round = entry_round(entry)
     if ours_round is None and (note := identity.unknown_round_note(entry["benchmark"], reference.round or None)):
         warnings.append(note)
+    if ours_round and reference.round and ours_round != reference.round:
+        warnings.append(f"across rounds: this entry is {ours_round}, {reference.name} is {reference.round} (the "
+                        f"same {entry['benchmark']} and quality target; the rounds' rules, RCPs and software differ)")
     if DLBENCH_ORG in (entry.get("submitter") or "").split(", "):
         warnings.append(f"toy-sized: a dlbench CPU-sized {entry['benchmark']} task (shrunken model, generated data) "
                         f"is not the MLPerf workload {reference.name} trained; the ratio is not a speed comparison")

@@ -21,6 +21,8 @@ Either may also sit one level down, under any section name (``mlperf_training:``
 
 from __future__ import annotations
 
+import difflib
+import re
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -131,7 +133,12 @@ def get_reference(name: str, extra_files: list[str | Path] = ()) -> Reference:
     """The reference called ``name``; an unknown name suggests close ones."""
     references = load_references(extra_files)
     if name not in references:
-        raise unknown_name("reference", name, references, "Add your own with --references FILE.")
+        hint = "Add your own with --references FILE."
+        close = difflib.get_close_matches(name, sorted(references), n=3, cutoff=0.5) if len(name) <= 60 else []
+        if not close:
+            raise unknown_name("reference", name, references, hint)
+        close.sort(key=lambda found: _round_version(references[found]), reverse=True)  # newest round first
+        raise UsageError(f"unknown reference {name!r}; did you mean {' or '.join(repr(c) for c in close)}? {hint}")
     return references[name]
 
 
@@ -152,3 +159,9 @@ def tasks_covered(reference: Reference) -> list[str]:
         if then is None or task["mlperf_reference"].startswith(then):
             covered.append(name)
     return covered
+
+
+def _round_version(reference: Reference) -> tuple[int, ...]:
+    """The reference's round as numbers ("training 5.1" → (5, 1)); () when it names none."""
+    version = reference.round.split()[-1] if reference.round else ""
+    return tuple(int(x) for x in version.split(".")) if re.fullmatch(r"\d+(\.\d+)*", version) else ()

@@ -94,6 +94,35 @@ def not_in_ruleset(usage: str, ruleset: str, benchmark: str, division: str = "cl
     return f"{usage} ruleset {ruleset} has no rules for {division} {benchmark}; {where}."
 
 
+def retired(usage: str, ruleset: str, benchmark: str) -> str | None:
+    """The sentence refusing ``benchmark`` under an installed ``ruleset`` whose round no longer admits it
+    while an older installed one does (training 6.1.0 retired llama31_405b and dlrm_dcnv2), else None."""
+    from mlperf_logging.benchmark_meta import get_allowed_benchmarks  # optional dependency, present with the checker
+
+    installed = installed_rounds("compliance_checker").get(usage, [])
+    try:
+        if ruleset not in installed or benchmark in get_allowed_benchmarks(usage, ruleset):
+            return None
+    except (ValueError, KeyError):
+        return None  # a round benchmark_meta does not list
+    having = [r for r in rulesets_with(usage, benchmark) if r != ruleset]
+    if not having:
+        return None
+    return (f"{benchmark} is not a {usage} {ruleset} benchmark: the installed mlperf-logging "
+            f"{_package_version()} retired it in that round; the rulesets that still have it: {usage} "
+            f"{', '.join(having)} (score it under a folder naming one of those rounds, "
+            f"training_results_v{having[-1].rsplit('.', 1)[0]}/…).")
+
+
+def _package_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("mlperf-logging")
+    except PackageNotFoundError:
+        return "(version unknown)"
+
+
 def check_given(usage: str, ruleset: str, benchmark: str | None, division: str | None) -> None:
     """A ``--ruleset`` given for a log whose benchmark it lacks: :class:`UsageError`, one sentence."""
     if benchmark and not _rules_file(usage, ruleset, f"{division or 'closed'}_{benchmark}").exists():

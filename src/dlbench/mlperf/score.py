@@ -31,7 +31,7 @@ from typing import Any
 import psutil
 
 from dlbench.errors import UsageError
-from dlbench.mlperf import convergence, power, published, rcp_scaling
+from dlbench.mlperf import convergence, power, published, rcp_scaling, rulesets
 from dlbench.mlperf.layout import (
     collect_result_files,
     described_accelerators,
@@ -41,6 +41,7 @@ from dlbench.mlperf.layout import (
 )
 from dlbench.mlperf.parse import parse_file
 from dlbench.mlperf.runs import FAILED, SUCCESS, RunTime, run_time
+from dlbench.mlperf.targets import HPC_BENCHMARKS, round_from_path
 
 #: Runs per entry, from MLCommons' benchmark_meta (training and HPC) and the v0.6 rules; used when
 #: mlperf-logging is not installed, and for benchmarks it no longer lists.
@@ -349,6 +350,20 @@ def _power_energies(pairs: list[tuple[Path, RunTime]]) -> None:
             run.note = "; ".join(filter(None, [run.note, f"no energy: {why}"]))
 
 
+def _refuse_retired(entry: dict[str, Any], result_file: Path) -> None:
+    """A benchmark the round its folder names has retired (training 6.1's llama31_405b) gets no score."""
+    found = round_from_path(result_file)
+    if found is None:
+        return
+    usage = found[0] or ("hpc" if entry["benchmark"] in HPC_BENCHMARKS else "training")
+    try:
+        why = rulesets.retired(usage, found[1], entry["benchmark"])
+    except (ImportError, UsageError):  # no mlperf-logging: nothing says which round retired what
+        return
+    if why:
+        entry.update(status="invalid", message=why, score_minutes=None, energy_j=None)
+
+
 def score_folder(folder: str | Path, compliance: bool = False) -> list[dict[str, Any]]:
     """Score every system and benchmark under an MLPerf results folder (see
     :func:`~dlbench.mlperf.layout.entry_key` for the layouts read): strong scaling and training by
@@ -378,5 +393,6 @@ def score_folder(folder: str | Path, compliance: bool = False) -> list[dict[str,
         if scaling != "weak":
             folder_of = pairs[0][0].parent
             published.apply_scaling(entry, folder_of, rcp_scaling.summarizer_factor(folder_of, entry.get("division")))
+        _refuse_retired(entry, pairs[0][0])
         entries.append(entry)
     return entries

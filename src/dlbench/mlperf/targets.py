@@ -33,13 +33,14 @@ UNKNOWN = "unknown"
 HPC_BENCHMARKS = frozenset({"cosmoflow", "deepcam", "oc20", "openfold"})
 _ROUND = re.compile(r"(?:^|[_-])(training|hpc)?[_-]?(?:results[_-])?v(\d+)\.(\d+)(?:\.\d+)?$", re.IGNORECASE)
 _FORMAT_ROUND = {"v0.5": "training_0.5", "v0.6": "training_0.6"}
-_COMPARE = {">=": lambda quality, target: quality >= target, "<=": lambda quality, target: quality <= target}
+_COMPARE = {">=": lambda quality, target: quality >= target, "<=": lambda quality, target: quality <= target,
+            ">": lambda quality, target: quality > target}  # training v6.1 qwen35_397b_grpo: strictly above
 
 
 @dataclass(frozen=True)
 class QualityTarget:
     """One benchmark's target in one round: the key its quality is logged under, the direction
-    (``>=`` or ``<=``), the figure (a dict for Mask R-CNN's BBOX and SEGM) and where it is from."""
+    (``>=``, ``<=``, or ``>`` where the checker's check is strict), the figure (a dict for Mask R-CNN's BBOX and SEGM) and where it is from."""
 
     round: str  # "training_0.6", "hpc_1.0", "dlbench" for dlbench's own tasks
     benchmark: str
@@ -139,7 +140,11 @@ def _entry(round_name: str, benchmark: str) -> QualityTarget | str:
         return f"{benchmark} in {round_name.replace('_', ' v')}: {body['not_judged'][benchmark]}"
     row = (body.get("benchmarks") or {}).get(benchmark)
     if row is None:
-        return f"{benchmark} is not a {round_name.replace('_', ' v')} benchmark in dlbench's table"
+        usage = round_name.split("_")[0]
+        having = [name.replace("_", " v") for name, other in rounds.items() if name.startswith(usage + "_")
+                  and benchmark in (other.get("benchmarks") or {})]
+        return (f"{benchmark} is not a {round_name.replace('_', ' v')} benchmark in dlbench's table"
+                + (f" (it has it in {', '.join(having)})" if having else ""))
     source = table()["sources"][row.get("source", body["source"])]
     return QualityTarget(round_name, benchmark, row["key"], row["direction"], row["target"], source,
                          row.get("large_batch"))
