@@ -209,3 +209,24 @@ def container_image(tmp_path_factory) -> Iterator[str]:
     tag = build_test_image(tmp_path_factory)
     yield tag
     remove_test_image(tag)
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def store(request, tmp_path):
+    """An empty results store, once on SQLite and once on PostgreSQL (skipped without DLBENCH_TEST_POSTGRES_URL;
+    its tables dropped first). A test module with a ``store`` of its own keeps that one."""
+    from dlbench.store import open_store
+    from dlbench.store.sql import SQLStore, metadata
+
+    url = os.environ.get("DLBENCH_TEST_POSTGRES_URL")
+    if request.param == "sqlite":
+        s = open_store(str(tmp_path / "runs.db"))
+    else:
+        if not url:
+            pytest.skip("set DLBENCH_TEST_POSTGRES_URL to run the store tests on PostgreSQL")
+        s = SQLStore(url)
+        metadata.drop_all(s.engine)
+        s.close()
+        s = SQLStore(url)
+    yield s
+    s.close()

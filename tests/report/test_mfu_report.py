@@ -13,9 +13,6 @@ from dlbench.record import SCHEMA_VERSION
 from dlbench.report.digest import Digest, Parts, run_of
 from dlbench.report.html import _workloads_section
 from dlbench.report.tables import mfu_cells, mfu_notes, run_table
-from dlbench.store import open_store
-from dlbench.store._schema import metadata
-from dlbench.store.sql import SQLStore
 
 POSTGRES_URL = os.environ.get("DLBENCH_TEST_POSTGRES_URL")
 FLAG = "MFU 150% of the datasheet peak is over 100 %: the workload's FLOP count is too high, or the table's entry is wrong"
@@ -43,21 +40,6 @@ def test_the_run_table_shows_both_mfus_and_marks_a_flagged_one():
     old = copy.deepcopy(RUNS[0])
     del old["result"]["mfu_datasheet"], old["result"]["mfu_measured"], old["result"]["mfu_flags"]
     assert mfu_cells(old["result"]) == ("40.0%", "-")  # a record from before: its one MFU was the datasheet's
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def store(request, tmp_path):
-    if request.param == "sqlite":
-        s = open_store(str(tmp_path / "runs.db"))
-    else:
-        if not POSTGRES_URL:
-            pytest.skip("set DLBENCH_TEST_POSTGRES_URL to run the store tests on PostgreSQL")
-        s = SQLStore(POSTGRES_URL)
-        metadata.drop_all(s.engine)
-        s.close()
-        s = SQLStore(POSTGRES_URL)
-    yield s
-    s.close()
 
 
 def test_the_report_reads_both_mfus_and_the_flag_from_the_store(store):

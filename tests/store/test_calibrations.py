@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import os
 
-import pytest
 import sqlalchemy as sa
 
 from dlbench.store import open_store
-from dlbench.store._schema import calibrations_table, metadata
+from dlbench.store._schema import calibrations_table
 from dlbench.store.sql import SQLStore
 
 POSTGRES_URL = os.environ.get("DLBENCH_TEST_POSTGRES_URL")
@@ -19,21 +18,6 @@ IDENTITY = {"device": "cuda", "name": "NVIDIA H100 80GB HBM3", "uuid": "GPU-1", 
 def calibration(measured_at: str, bf16: float, identity: dict = IDENTITY) -> dict:
     return {"identity": identity, "measured_at": measured_at, "seconds": 3.0, "threads": 1,
             "precisions": {"bf16": {"flops_per_s": bf16}, "fp8": {"flops_per_s": float("nan")}}}
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def store(request, tmp_path):
-    if request.param == "sqlite":
-        s = open_store(str(tmp_path / "runs.db"))
-    else:
-        if not POSTGRES_URL:
-            pytest.skip("set DLBENCH_TEST_POSTGRES_URL to run the store tests on PostgreSQL")
-        s = SQLStore(POSTGRES_URL)
-        metadata.drop_all(s.engine)
-        s.close()
-        s = SQLStore(POSTGRES_URL)
-    yield s
-    s.close()
 
 
 def test_the_newest_calibration_of_exactly_this_identity_is_found(store):

@@ -12,7 +12,6 @@ from dlbench.errors import UsageError
 from dlbench.record import SCHEMA_VERSION
 from dlbench.store import RunFilter, open_store, to_url
 from dlbench.store._base import parse_selector
-from dlbench.store.sql import SQLStore, metadata
 
 POSTGRES_URL = os.environ.get("DLBENCH_TEST_POSTGRES_URL")
 
@@ -28,21 +27,6 @@ def make_record(run_id, workload="resnet50", samples_per_s=100.0, status="ok", t
         "result": {"samples_per_s": samples_per_s, "step_time_s": {"median": 0.1}} if status == "ok" else None,
         "telemetry": None,
     }
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def store(request, tmp_path):
-    if request.param == "sqlite":
-        s = open_store(str(tmp_path / "runs.db"))
-    else:
-        if not POSTGRES_URL:
-            pytest.skip("set DLBENCH_TEST_POSTGRES_URL to run the store tests on PostgreSQL")
-        s = SQLStore(POSTGRES_URL)
-        metadata.drop_all(s.engine)
-        s.close()
-        s = SQLStore(POSTGRES_URL)
-    yield s
-    s.close()
 
 
 def test_save_and_get_round_trip(store):
