@@ -25,7 +25,7 @@ V60_INVENTEC = DATA / "mlperf_cases" / "training_results_v6.0" / "Inventec"
 @pytest.mark.parametrize("name, round_name", [("mlperf-v4.0", "training 4.0"), ("mlperf-v4.1", "training 4.1"),
                                               ("mlperf-v5.0", "training 5.0"), ("mlperf-v5.1-8x", "training 5.1"),
                                               ("mlperf-hpc-v3.0", "hpc 3.0"), ("dgx1-v0.6", "training 0.6"),
-                                              ("mlperf-v6.0-8x", "training 6.0")])
+                                              ("mlperf-v6.0-8x", "training 6.0"), ("mlperf-v6.0", "training 6.0")])
 def test_the_shipped_table_carries_the_current_rounds_with_sources(name, round_name):
     ref = get_reference(name)
     assert ref.round == round_name and ref.minutes
@@ -107,7 +107,53 @@ def test_v60_inventec_beside_the_v60_reference_is_its_published_figure_and_besid
 
 
 def test_an_unknown_reference_suggests_the_newest_rounds_first(capsys):
-    assert main(["mlperf", "compare", str(V60_INVENTEC), "--reference", "mlperf-v6.0"]) == 2
+    assert main(["mlperf", "compare", str(V60_INVENTEC), "--reference", "mlperf-v6.1"]) == 2
     err = capsys.readouterr().err
-    assert ("unknown reference 'mlperf-v6.0'; did you mean 'mlperf-v6.0-8x' or 'mlperf-v5.0' or 'mlperf-v4.0'? "
+    assert ("unknown reference 'mlperf-v6.1'; did you mean 'mlperf-v6.0' or 'mlperf-v5.1' or 'mlperf-v4.1'? "
             "Add your own with --references FILE.") in err and "Traceback" not in err
+
+
+# The round's headline figures as published (NVIDIA's MLPerf Training 6.0 announcement, relayed by the pages the
+# reference cites): minutes and accelerators. Inventec's gpt_oss_20b as its published summary.json states it.
+V60_HEADLINE = {"deepseekv3_671b": (2.02, 8192), "gpt_oss_20b": (7.43, 512), "llama31_405b": (7.07, 8192),
+                "llama31_8b": (4.46, 1024)}
+INVENTEC_GPT_OSS_20B = 85.1551932352  # Inventec/summary.json "gpt_oss_20b:time_to_train", fork @eabf23a
+
+
+def test_the_v60_reference_is_the_published_headline_with_a_source_per_figure_and_says_what_is_missing():
+    ref = get_reference("mlperf-v6.0")
+    assert {b: (m, ref.accelerators_for(b)) for b, m in ref.minutes.items()} == V60_HEADLINE
+    for benchmark, source in ref.benchmark_sources.items():
+        assert source.startswith("https://") and "Richardyu114/training_results_v6.0@eabf23a07b2a0c60a2" in source
+        assert f"/{benchmark} (" in source and "closed, Available" in source
+    for missing in ("llama2_70b_lora", "flux1", "dlrm_dcnv2"):
+        assert missing not in ref.minutes and missing in ref.description
+
+
+def test_references_list_names_the_v60_reference_with_what_it_covers(capsys):
+    assert main(["mlperf", "references", "list", "--json"]) == 0
+    listed = {r["name"]: r for r in json.loads(capsys.readouterr().out)}["mlperf-v6.0"]
+    assert listed["round"] == "training 6.0" and listed["division"] == "closed"
+    assert sorted(listed["minutes"]) == sorted(V60_HEADLINE) and listed["dlbench_tasks"] == []
+    assert main(["mlperf", "references", "list"]) == 0
+    table = capsys.readouterr().out
+    assert "mlperf-v6.0 " in table and "deepseekv3_671b" in table
+
+
+def test_compare_against_the_v60_headline_gives_the_ratio_of_the_published_figures(capsys):
+    """Inventec's 8-GPU gpt_oss_20b beside the round's fastest (512 GPUs): 64x apart, so the row leads with the
+    accelerator-minutes ratio; Inventec's llama2_70b_lora has no headline figure in the reference: no ratio."""
+    assert main(["mlperf", "compare", str(V60_INVENTEC), "--reference", "mlperf-v6.0", "--json"]) == 0
+    rows = {r["benchmark"]: r for r in json.loads(capsys.readouterr().out)}
+    minutes, accelerators = V60_HEADLINE["gpt_oss_20b"]
+    gpt = rows["gpt_oss_20b"]
+    assert gpt["reference_minutes"] == minutes and gpt["reference_accelerators"] == accelerators
+    assert gpt["time_ratio"] == pytest.approx(INVENTEC_GPT_OSS_20B / minutes, rel=1e-9)
+    assert gpt["comparable_figure"] == "accelerator-minutes"
+    assert gpt["comparable_ratio"] == pytest.approx(INVENTEC_GPT_OSS_20B * 8 / (minutes * accelerators), rel=1e-9)
+    assert gpt["round"] == gpt["reference_round"] == "training 6.0"
+    assert not [w for w in gpt["warnings"] if w.startswith("across rounds")]
+    assert "NVIDIA/results/theia_ngpu512_ngc26.04_nemo/gpt_oss_20b" in gpt["reference_source"]
+    lora = rows["llama2_70b_lora"]
+    assert lora["time_ratio"] is None and lora["comparable_ratio"] is None
+    assert lora["note"] == "mlperf-v6.0 has no figure for llama2_70b_lora"
