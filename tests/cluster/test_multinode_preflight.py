@@ -3,9 +3,11 @@ its ranks' step; under ``gate`` a degraded node ends the job there, the run reco
 the probe and its figure, and every node's verdict kept in ``env.preflight``; under ``warn`` the job runs and
 records them.
 
-The nodes share this machine's two cores, so a CPU hog on one would slow both: a node is made unmistakably
+The nodes share this machine's two cores, so a CPU hog on one would slow both. The first test makes a node
 degraded by an expectations file no CPU meets (1e15 loop iterations per second per core), a healthy one by a
-floor any working CPU passes (1 per second) — never by judging this machine's speed."""
+floor any working CPU passes (1 per second); the second makes one node slow for real, with a cgroup CPU quota on
+its slurmd (5 % of a CPU), judged against half the figures measured healthy in the same test — never by judging
+this machine's speed."""
 
 from __future__ import annotations
 

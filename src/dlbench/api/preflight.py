@@ -11,7 +11,10 @@ preflight=degraded``). Where it runs:
 * on a Slurm job's nodes: a step of the batch script before the ranks' step (:func:`node_step`), one task per
   node running ``dlbench node preflight``, each writing ``JOBDIR/preflight/<host>.json``; the submitting process
   reads them (:func:`gather`) into the record;
-* on Kubernetes: an init container running the same command (:func:`init_container`).
+* on Kubernetes: an init container running the same command
+  (:func:`dlbench.launch.k8s.manifests.preflight_container`), writing its verdict in the pod's emptyDir; the rank
+  container prints it on the pod's log (the init container's own log holds it when it refused the node), and
+  the collecting process writes it into ``JOBDIR/preflight/<host>.json``, read by :func:`gather` as Slurm's.
 
 A ``degraded`` node stops the job before its workload with :func:`stop_sentence` (the probe and its figure named):
 the run is recorded ``failed`` with that sentence and the command exits 1 — unless the mode is ``warn``, which
@@ -33,9 +36,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from dlbench import strict_json
 from dlbench.errors import UsageError
-from dlbench.launch._base import PREFLIGHT_DIR, PREFLIGHT_EXPECT_VAR, PREFLIGHT_MODE_VAR
+from dlbench.launch._base import PREFLIGHT_DIR, PREFLIGHT_EXPECT_VAR, PREFLIGHT_MODE_VAR, write_preflight_node
 from dlbench.report.node_health import judge, overall
 
 log = logging.getLogger("dlbench")
@@ -148,15 +150,8 @@ def here(store, env: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def write_node(directory: Path, node: Mapping[str, Any]) -> Path:
-    """Write a node's document as ``directory/<host>.json`` (atomically: a file only the job's reader reads)."""
-    from dlbench.safety import path_inside
-
-    directory.mkdir(parents=True, exist_ok=True)
-    path = path_inside(directory, f"{node['host']}.json", "host name")
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(strict_json.dumps(node), encoding="utf-8")
-    os.replace(tmp, path)
-    return path
+    """Write a node's document as ``directory/<host>.json`` (:func:`dlbench.launch._base.write_preflight_node`)."""
+    return write_preflight_node(directory, node)
 
 
 def gather(jobdir: Path, nodes: int) -> dict[str, Any] | None:
