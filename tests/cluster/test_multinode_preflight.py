@@ -83,6 +83,9 @@ def test_a_node_slowed_twentyfold_by_a_cpu_quota_is_refused_against_a_floor_meas
     slowed = pre["nodes"]["node1"]
     assert slowed["verdict"] == "degraded" and slowed["probes"]["cpu"]["verdict"] == "degraded"
     assert slowed["probes"]["cpu"]["value"] < floor["cpu"] == slowed["probes"]["cpu"]["low"]
+    print("healthy:", {h: {p: v["value"] for p, v in n["probes"].items()} for h, n in healthy.items()},  # with -s
+          "confined:", {h: {p: v["value"] for p, v in n["probes"].items()} for h, n in pre["nodes"].items()},
+          "durations_s:", {h: n["duration_s"] for h, n in pre["nodes"].items()})
     assert record["error"].startswith("preflight refused the job before its workload started: node1: DEGRADED: cpu: ")
     assert "node0" not in record["error"]
     assert login.cluster.left_running() == []
