@@ -36,6 +36,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from dlbench import strict_json
 from dlbench.errors import UsageError
 from dlbench.launch._base import PREFLIGHT_DIR, PREFLIGHT_EXPECT_VAR, PREFLIGHT_MODE_VAR, write_preflight_node
 from dlbench.report.node_health import judge, overall
@@ -48,6 +49,9 @@ QUICK = ("gpus", "cpu", "host_memory_bandwidth")
 #: Seconds the preflight's probes may take on a node (the node check scales their measuring to fit).
 BUDGET_S = 10.0
 MODE_VAR, EXPECT_VAR = PREFLIGHT_MODE_VAR, PREFLIGHT_EXPECT_VAR
+#: A check made already for this process's runs (``env.preflight`` as JSON): an HPO study's, made once before its
+#: first trial, which its workers' trials record instead of checking again (:func:`study`).
+VERDICT_VAR = "DLBENCH_PREFLIGHT_VERDICT"
 #: The worst first: a job's verdict is its worst node's.
 _ORDER = ("degraded", "incomplete", "no reference", "healthy")
 
@@ -140,6 +144,9 @@ def here(store, env: dict[str, Any]) -> dict[str, Any] | None:
     asked = mode()
     if asked is None:
         return None
+    made = os.environ.get(VERDICT_VAR)
+    if made:  # the study's check, made before its first trial
+        return json.loads(made)
     key = (asked, expect_file(), getattr(store, "location", None))
     if key not in _done:
         node = check_node(store, env, key[1])
@@ -147,6 +154,26 @@ def here(store, env: dict[str, Any]) -> dict[str, Any] | None:
         log.warning("dlbench: preflight (%s): %s is %s: %s (%.1f s)", asked, node["host"], node["verdict"],
                     node["sentence"], node["duration_s"])
     return _done[key]
+
+
+def study(store, engine: str | None) -> dict[str, Any] | None:
+    """``dlbench hpo run --preflight``: this node checked once, before the study's first trial, and the verdict put
+    where its workers' trials read it (``$DLBENCH_PREFLIGHT_VERDICT``; the caller restores the environment); under
+    ``gate`` a degraded node stops the study before any trial (:func:`stop_sentence`, raised as BenchmarkFailed).
+    Only the local engine's trials run on this node; another engine's would be judged by a node they never ran on."""
+    from dlbench.errors import BenchmarkFailed
+
+    if mode() is None:
+        return None
+    if engine not in (None, "local"):
+        raise UsageError(f"--preflight checks this node before the study's first trial, but the {engine} engine runs "
+                         "the trials on other nodes; use --engine local, or drop --preflight.")
+    checked = here(store, {})
+    stop = stop_sentence(checked)
+    if stop:
+        raise BenchmarkFailed(stop.replace("the job before its workload started", "the study before its first trial"))
+    os.environ[VERDICT_VAR] = strict_json.dumps(checked)
+    return checked
 
 
 def write_node(directory: Path, node: Mapping[str, Any]) -> Path:
@@ -182,5 +209,5 @@ def apply(records: list[dict[str, Any]], preflight: Mapping[str, Any] | None) ->
             record["spec"] = {**record["spec"], "tags": {**tags, "preflight": preflight["verdict"]}}
 
 
-__all__ = ["BUDGET_S", "MODES", "QUICK", "apply", "check_mode", "check_node", "combine", "expect_file", "gather", "here",
-           "mode", "node_document", "stop_sentence", "write_node"]
+__all__ = ["BUDGET_S", "MODES", "QUICK", "VERDICT_VAR", "apply", "check_mode", "check_node", "combine", "expect_file", "gather", "here",
+           "mode", "node_document", "stop_sentence", "study", "write_node"]
