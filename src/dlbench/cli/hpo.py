@@ -60,7 +60,7 @@ def run(
                                   "the study on a degraded node (exit 1), warn only records the verdict in every "
                                   "trial's env.preflight."),
     preflight_expect: str = typer.Option(None, "--preflight-expect", metavar="FILE", help="Expectations file (YAML, "
-                                         "as 'dlbench node check --expect') the preflight judges against \[default: "
+                                         "as 'dlbench node check --expect') the preflight judges against \\[default: "
                                          "the node's history in the store]."),
     db: str = DB_OPTION,
     storage: str = STORAGE_OPTION,
