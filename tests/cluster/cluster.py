@@ -29,6 +29,7 @@ By hand (as root): ``python tests/cluster/cluster.py up 4`` prints how to use it
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import shlex
@@ -357,6 +358,45 @@ class NamespaceCluster:
             time.sleep(0.5)
         return left
 
+    @contextlib.contextmanager
+    def cpu_quota(self, node: str, share: float):
+        """``node`` confined to ``share`` of one CPU for the block: its slurmd and every process on it moved into a
+        cgroup of their own with a CFS quota (cgroup v2 ``cpu.max``, or v1 ``cpu.cfs_quota_us``); the job steps
+        slurmd forks there inherit it (``proctrack/pgid``, ``task/none``: slurmd moves nothing). Afterwards every
+        process goes back to the root cgroup and ours is removed. :func:`cpu_quota_missing` says where it cannot."""
+        why = cpu_quota_missing()
+        if why:
+            raise RuntimeError(why)
+        v2 = _cpu_controller_v2()
+        base = Path("/sys/fs/cgroup") if v2 else Path("/sys/fs/cgroup/cpu")
+        group = base / f"{self.prefix}-{node}"
+        group.mkdir()
+        try:
+            period_us = 100_000
+            if v2:
+                (group / "cpu.max").write_text(f"{max(1000, round(share * period_us))} {period_us}\n")
+            else:
+                (group / "cpu.cfs_period_us").write_text(f"{period_us}\n")
+                (group / "cpu.cfs_quota_us").write_text(f"{max(1000, round(share * period_us))}\n")
+            for pid in self.pids(node):
+                try:
+                    (group / "cgroup.procs").write_text(f"{pid}\n")
+                except ProcessLookupError:
+                    continue
+            yield group
+        finally:
+            for _ in range(50):  # processes forked meanwhile are moved by the next round
+                pids = (group / "cgroup.procs").read_text().split()
+                if not pids:
+                    break
+                for pid in pids:
+                    try:
+                        (base / "cgroup.procs").write_text(f"{pid}\n")
+                    except (ProcessLookupError, OSError):
+                        continue
+                time.sleep(0.05)
+            group.rmdir()
+
     def kill_node(self, node: str, timeout_s: float = 10.0) -> None:
         """The node dies: SIGKILL to its slurmd and every process on it (job steps, ranks), again until none
         is left (a process forked meanwhile is caught by the next round). Its link stays up;
@@ -465,6 +505,28 @@ class NamespaceCluster:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def _cpu_controller_v2() -> bool:
+    controllers = Path("/sys/fs/cgroup/cgroup.controllers")
+    return controllers.is_file() and "cpu" in controllers.read_text().split()
+
+
+def cpu_quota_missing() -> str | None:
+    """Why :meth:`NamespaceCluster.cpu_quota` cannot confine a node here (one reason), or None."""
+    if os.geteuid() != 0:
+        return "a CPU quota on a node needs root (cgroup writes)"
+    if _cpu_controller_v2():
+        subtree = Path("/sys/fs/cgroup/cgroup.subtree_control")
+        if "cpu" not in subtree.read_text().split():
+            try:
+                subtree.write_text("+cpu\n")
+            except OSError as exc:
+                return f"the cgroup v2 cpu controller cannot be enabled at the root ({exc})"
+        return None
+    if Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us").is_file():
+        return None
+    return "no cgroup CPU controller here (neither v2 cpu.max nor v1 cpu.cfs_quota_us under /sys/fs/cgroup)"
 
 
 def tbf_burst_bytes(rate_mbit: float) -> int:

@@ -3,9 +3,11 @@ its ranks' step; under ``gate`` a degraded node ends the job there, the run reco
 the probe and its figure, and every node's verdict kept in ``env.preflight``; under ``warn`` the job runs and
 records them.
 
-The nodes share this machine's two cores, so a CPU hog on one would slow both: a node is made unmistakably
+The nodes share this machine's two cores, so a CPU hog on one would slow both. The first test makes a node
 degraded by an expectations file no CPU meets (1e15 loop iterations per second per core), a healthy one by a
-floor any working CPU passes (1 per second) — never by judging this machine's speed."""
+floor any working CPU passes (1 per second); the second makes one node slow for real, with a cgroup CPU quota on
+its slurmd (5 % of a CPU), judged against half the figures measured healthy in the same test — never by judging
+this machine's speed."""
 
 from __future__ import annotations
 
@@ -42,4 +44,48 @@ def test_gate_refuses_the_job_on_its_degraded_nodes_and_warn_runs_it_with_every_
     assert pre["verdict"] == "healthy" and sorted(pre["nodes"]) == ["node0", "node1"]
     assert all(node["probes"]["cpu"]["verdict"] == "healthy" for node in pre["nodes"].values())
     assert record["spec"]["tags"]["preflight"] == "healthy"
+    assert login.cluster.left_running() == []
+
+
+def test_a_node_slowed_twentyfold_by_a_cpu_quota_is_refused_against_a_floor_measured_healthy_in_the_same_test(login2):
+    """The issue's own test: one node made unhealthy for real. node1's slurmd (and so every job step it forks) is
+    confined to 5 % of a CPU by a cgroup quota; the floors are half the figures both nodes reached healthy a moment
+    earlier in this test, so no figure of this machine is judged: the quota costs node1 about 20x, a loaded host
+    at most halves both."""
+    from cluster import cpu_quota_missing
+
+    why = cpu_quota_missing()
+    if why:
+        pytest.skip(why)
+    login = login2
+    db = str(login.tmp / "runs.db")
+    any_cpu, floors = login.tmp / "any.yaml", login.tmp / "half-of-healthy.yaml"
+    any_cpu.write_text("default: {cpu: 1.0, host_memory_bandwidth: 1.0}\n")
+    slurm = ["--launcher", "slurm", "--nodes", "2", "--nproc-per-node", "1", "--no-telemetry", "--db", db]
+
+    code, record, err = login.dlbench_json("run", *TINY, "--steps", "2", *slurm, "--preflight", "gate",
+                                           "--preflight-expect", str(any_cpu))
+    assert code == 0, err[-3000:]
+    healthy = record["env"]["preflight"]["nodes"]
+    assert sorted(healthy) == ["node0", "node1"]
+    floor = {probe: 0.5 * min(node["probes"][probe]["value"] for node in healthy.values())
+             for probe in ("cpu", "host_memory_bandwidth")}
+    floors.write_text(f"default: {{cpu: {floor['cpu']!r}, host_memory_bandwidth: {floor['host_memory_bandwidth']!r}}}\n")
+
+    with login.cluster.cpu_quota("node1", 0.05):
+        code, record, err = login.dlbench_json("run", *TINY, "--steps", "2", *slurm, "--preflight", "gate",
+                                               "--preflight-expect", str(floors))
+    assert code == 1, err[-3000:]
+    assert record["status"] == "failed" and record["result"] is None
+    pre = record["env"]["preflight"]
+    assert pre["verdict"] == "degraded"
+    assert pre["nodes"]["node0"]["verdict"] == "healthy", pre["nodes"]["node0"]
+    slowed = pre["nodes"]["node1"]
+    assert slowed["verdict"] == "degraded" and slowed["probes"]["cpu"]["verdict"] == "degraded"
+    assert slowed["probes"]["cpu"]["value"] < floor["cpu"] == slowed["probes"]["cpu"]["low"]
+    print("healthy:", {h: {p: v["value"] for p, v in n["probes"].items()} for h, n in healthy.items()},  # with -s
+          "confined:", {h: {p: v["value"] for p, v in n["probes"].items()} for h, n in pre["nodes"].items()},
+          "durations_s:", {h: n["duration_s"] for h, n in pre["nodes"].items()})
+    assert record["error"].startswith("preflight refused the job before its workload started: node1: DEGRADED: cpu: ")
+    assert "node0" not in record["error"]
     assert login.cluster.left_running() == []

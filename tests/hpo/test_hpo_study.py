@@ -129,3 +129,36 @@ def test_workload_throughput_study_records_train_runs_and_plots(hpo):
     compare = hpo.query("hpo", "compare", "tput", "--out", str(hpo.tmp / "cmp.png"), "--json")
     assert compare.returncode == 0 and (hpo.tmp / "cmp.png").stat().st_size > 1000
     assert json.loads(compare.stdout)["tput"][-1]["best"] == pytest.approx(best["value"])
+
+
+def test_preflight_checks_the_node_once_per_study_and_gate_stops_it_before_the_first_trial(hpo):
+    """``hpo run --preflight``: the node check's quick probes once, before the first trial (one set of node-check
+    runs in the store, whatever the trials); every trial records that verdict. Floors any working CPU passes, and
+    none meets, make the node healthy or degraded without judging this machine's speed."""
+    any_cpu, unmeetable = hpo.tmp / "any.yaml", hpo.tmp / "unmeetable.yaml"
+    any_cpu.write_text("default: {cpu: 1.0, host_memory_bandwidth: 1.0}\n")
+    unmeetable.write_text("default: {cpu: 1.0e+15}\n")
+    doc = {"name": "checked", "objective": {"workload": "lstm", "fixed": {
+        "device": "cpu", "steps": 2, "warmup": 1, "telemetry": False, "threads": 1,
+        "params": {"seq_len": 4, "input_size": 8, "hidden_size": 8}}},
+        "sampler": "grid", "space": {"batch_size": {"type": "categorical", "choices": [2, 4]}}}
+    out, db = hpo(doc, "--preflight", "warn", "--preflight-expect", str(any_cpu))
+    assert out.returncode == 0, out.stderr
+    records = records_of(db, "checked")
+    assert len(records) == 2 and all(r["status"] == "ok" for r in records)
+    (verdict,) = {json.dumps(r["env"]["preflight"], sort_keys=True) for r in records}  # the one check, in both
+    assert json.loads(verdict)["mode"] == "warn" and json.loads(verdict)["verdict"] == "healthy"
+    assert {r["spec"]["tags"]["preflight"] for r in records} == {"healthy"}
+    store = open_store(str(db), create=False)
+    try:
+        assert len(store.records(RunFilter(workloads=("node-check/cpu",)))) == 1  # once per study, not per trial
+    finally:
+        store.close()
+
+    out, db = hpo(doc | {"name": "refused"}, "--preflight", "gate", "--preflight-expect", str(unmeetable))
+    assert out.returncode == 1, out.stderr
+    assert "preflight refused the study before its first trial: " in out.stderr and ": DEGRADED: cpu: " in out.stderr
+    assert "Traceback" not in out.stderr and records_of(db, "refused") == []
+
+    out, _ = hpo(doc | {"name": "elsewhere", "engine": "ray"}, "--preflight", "gate")
+    assert out.returncode == 2 and "the ray engine runs the trials on other nodes" in out.stderr

@@ -220,13 +220,15 @@ class Cluster:
         items = [p.to_json() for p in self.pods.values() if p.namespace == ns and p.labels.get(key) == value]
         return {"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": items}
 
-    def log(self, ns: str, name: str) -> str:
+    def log(self, ns: str, name: str, container: str | None = None) -> str:
         pod = self.pods.get(name)
         if pod is None or pod.namespace != ns:
             raise ApiError(404, "NotFound", f'pods "{name}" not found')
-        if pod.proc is None:
-            raise ApiError(400, "BadRequest", f'container "pytorch" in pod "{name}" is waiting to start')
-        return (pod.root / "log").read_text(errors="replace")
+        container = container or pod.spec["containers"][0]["name"]
+        path = pod.root / ("log" if container == pod.spec["containers"][0]["name"] else f"log-{container}")
+        if pod.proc is None or not path.is_file():  # not started (an init container's before it ran)
+            raise ApiError(400, "BadRequest", f'container "{container}" in pod "{name}" is waiting to start')
+        return path.read_text(errors="replace")
 
     def stop_all(self) -> None:
         for pod in list(self.pods.values()):
@@ -303,7 +305,7 @@ class Handler(BaseHTTPRequestHandler):
             raise ApiError(refused[0], {403: "Forbidden", 422: "Invalid"}.get(refused[0], "BadRequest"), refused[1])
         ns, name = match["ns"], match["name"]
         if match["sub"] == "log":
-            return 200, cluster.log(ns, name)
+            return 200, cluster.log(ns, name, query.get("container", [None])[0])
         if verb == "create":
             length = int(self.headers.get("Content-Length") or 0)
             return 201, cluster.create(kind, ns, json.loads(self.rfile.read(length)))

@@ -13,11 +13,16 @@ single machine allows:
 * ``hosts`` maps cluster DNS names (the master's Service) to 127.0.0.1, and ``ports`` remaps the pods'
   fixed rendezvous port to a free one (every pod has its own network namespace; these do not).
 
-``python`` in the command is this interpreter (the image's Python in a cluster).
+``python`` in the command is this interpreter (the image's Python in a cluster). ``initContainers`` run first,
+in order, each to its end, with the same volumes (an ``emptyDir`` they write is what the container reads); one
+that fails fails the pod with its exit code, and the container never starts, as the kubelet does under
+``restartPolicy: Never``. Each has a log of its own (``log-NAME`` beside the container's ``log``), as a kubelet
+keeps one log per container.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import socket
@@ -67,10 +72,11 @@ def start_pod(template: dict[str, Any], root: Path, config_maps: dict[str, dict[
               extra_env: dict[str, str], hosts: dict[str, str] | None = None, ports: dict[str, str] | None = None,
               secrets: dict[str, dict[str, str]] | None = None, marker_env: dict[str, str] | None = None,
               ) -> subprocess.Popen:
-    """Start the pod's (single) container as a local process; its stdout+stderr are the pod's log."""
+    """Start the pod's (single) container, after its init containers, as a local process; its stdout+stderr are the
+    pod's log."""
     spec = template["spec"]
     (ctr,) = spec["containers"]
-    mounts = {}
+    mounts: dict[str, Path] = {}
     for volume in spec["volumes"]:
         where = root / volume["name"]
         where.mkdir(parents=True, exist_ok=True)
@@ -78,24 +84,47 @@ def start_pod(template: dict[str, Any], root: Path, config_maps: dict[str, dict[
             for key, text in config_maps[volume["configMap"]["name"]].items():
                 (where / key).write_text(text)
         mounts[volume["name"]] = where
-    moved = {m["mountPath"]: str(mounts[m["name"]]) for m in ctr["volumeMounts"]}
-
-    def local(value: str) -> str:
-        for mount_path, there in sorted(moved.items(), key=lambda kv: -len(kv[0])):
-            if value == mount_path or value.startswith(mount_path + "/"):
-                return there + value[len(mount_path):]
-        for name, address in (hosts or {}).items():
-            value = value.replace(name, address) if value == name else value
-        return (ports or {}).get(value, value)
-
-    env = {k: local(v) for k, v in (container_env(ctr, secrets or {}) | extra_env).items()}
-    argv = [local(expand(arg, env)) for arg in ctr["command"] + ctr.get("args", [])]
-    argv[0] = sys.executable if argv[0] == "python" else argv[0]
     keep = {k: v for k, v in os.environ.items() if k in ("PATH", "PYTHONPATH", "DLBENCH_WORKLOADS", "LANG",
                                                               "DLBENCH_TEST_MARKER")}
+
+    def local_command(container: dict[str, Any]) -> tuple[list[str], dict[str, str]]:
+        moved = {m["mountPath"]: str(mounts[m["name"]]) for m in container["volumeMounts"]}
+
+        def local(value: str) -> str:
+            for mount_path, there in sorted(moved.items(), key=lambda kv: -len(kv[0])):
+                if value == mount_path or value.startswith(mount_path + "/"):
+                    return there + value[len(mount_path):]
+            for name, address in (hosts or {}).items():
+                value = value.replace(name, address) if value == name else value
+            return (ports or {}).get(value, value)
+
+        env = {k: local(v) for k, v in (container_env(container, secrets or {}) | extra_env).items()}
+        argv = [local(expand(arg, env)) for arg in container["command"] + container.get("args", [])]
+        argv[0] = sys.executable if argv[0] == "python" else argv[0]
+        return argv, keep | (marker_env or {}) | env
+
+    argv, env = local_command(ctr)
+    inits = [(*local_command(c), str(root / f"log-{c['name']}")) for c in spec.get("initContainers", [])]
+    if inits:  # one process plays the pod: each init container to its end, then the container in its place
+        argv, env = [sys.executable, "-c", _POD, json.dumps([*inits, (argv, env, None)])], keep
     log = open(root / "log", "w")  # noqa: SIM115 - the pod's log lives as long as the process
-    return subprocess.Popen(argv, env=keep | (marker_env or {}) | env, stdout=log, stderr=subprocess.STDOUT,
+    return subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT,
                             stdin=subprocess.DEVNULL, start_new_session=True)
+
+
+#: A pod with init containers: ``[[argv, env, log], …]``, the container last (it replaces this process: its exit
+#: code and signals are the pod's; its log is the pod's).
+_POD = """
+import json, os, subprocess, sys
+*inits, (argv, env, _) = json.loads(sys.argv[1])
+for init_argv, init_env, log in inits:
+    with open(log, "w") as out:
+        code = subprocess.run(init_argv, env=init_env, stdin=subprocess.DEVNULL, stdout=out,
+                              stderr=subprocess.STDOUT).returncode
+    if code != 0:
+        sys.exit(code if code > 0 else 128 - code)
+os.execve(argv[0], argv, env)
+"""
 
 
 def operator_env(job: dict[str, Any], replica_type: str, index: int) -> dict[str, str]:

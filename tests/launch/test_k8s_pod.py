@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 
-from dlbench.launch.batch import REPORT_PREFIX, parse_reports
+from dlbench.launch.batch import PREFLIGHT_PREFIX, REPORT_PREFIX, parse_preflight, parse_reports
 
 POD = [sys.executable, "-m", "dlbench.launch.k8s.pod"]
 
@@ -40,6 +40,24 @@ def test_no_reports_no_lines(tmp_path):
     done = subprocess.run([*POD, "--ranks", str(tmp_path / "none"), "--", "-c", "pass"], capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 0 and REPORT_PREFIX not in done.stdout
+
+
+def test_the_preflight_verdict_in_the_emptydir_goes_on_the_log_before_the_ranks_start(tmp_path):
+    """``--preflight DIR``: what the init container wrote there is printed, one whole line per node, before torchrun
+    starts (a rank's output comes after it); a cut line on a log is skipped by the reader, not misread."""
+    shared = tmp_path / "preflight"
+    shared.mkdir()
+    node = {"host": "pod-0", "verdict": "healthy", "mode": "warn", "duration_s": 2.5,
+            "probes": {"cpu": {"value": 3.0e7, "unit": "iterations/s", "verdict": "healthy"}}}
+    (shared / "pod-0.json").write_text(json.dumps(node))
+    done = subprocess.run([*POD, "--preflight", str(shared), "--ranks", str(tmp_path / "none"), "--", "-c",
+                           "print('rank output')"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0
+    assert done.stdout.splitlines() == [PREFLIGHT_PREFIX + json.dumps(node), "rank output"]
+    assert parse_preflight(done.stdout + PREFLIGHT_PREFIX + '{"host": "pod-1", "verd') == {"pod-0": node}
+    empty = subprocess.run([*POD, "--preflight", str(tmp_path / "absent"), "--ranks", str(tmp_path / "none"), "--",
+                            "-c", "pass"], capture_output=True, text=True, timeout=120)
+    assert empty.returncode == 0 and PREFLIGHT_PREFIX not in empty.stdout
 
 
 def test_sigterm_reaches_the_ranks(tmp_path):

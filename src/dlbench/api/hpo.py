@@ -55,8 +55,27 @@ __all__ = ["PIPELINE", "close_storage", "link_records", "list_studies", "load_st
 
 def run_study(spec, db: str | None = None, storage: str | None = None, resume: str | None = None, on_poll=None,
               address: str | None = None, tensorboard: str | None = None) -> Any:
-    """:func:`dlbench.hpo.run.run_study` through the run pipeline."""
-    return _run.run_study(spec, PIPELINE, db, storage, resume, on_poll, address, tensorboard)
+    """:func:`dlbench.hpo.run.run_study` through the run pipeline; with ``--preflight`` this node is checked first,
+    once for the study (:func:`dlbench.api.preflight.study`), and every trial records that verdict."""
+    import os
+
+    from dlbench.api import preflight
+    from dlbench.store import open_store
+
+    before = os.environ.get(preflight.VERDICT_VAR)
+    try:
+        if preflight.mode() is not None:
+            store = open_store(db)  # the node's history of checks is in the study's store
+            try:
+                preflight.study(store, spec.engine if spec is not None else None)
+            finally:
+                store.close()
+        return _run.run_study(spec, PIPELINE, db, storage, resume, on_poll, address, tensorboard)
+    finally:
+        if before is None:
+            os.environ.pop(preflight.VERDICT_VAR, None)
+        else:
+            os.environ[preflight.VERDICT_VAR] = before
 
 
 def run_worker(name: str, url: str | None, db: str | None, index: int = 0, deadline: float | None = None) -> None:

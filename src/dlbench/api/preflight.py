@@ -11,7 +11,10 @@ preflight=degraded``). Where it runs:
 * on a Slurm job's nodes: a step of the batch script before the ranks' step (:func:`node_step`), one task per
   node running ``dlbench node preflight``, each writing ``JOBDIR/preflight/<host>.json``; the submitting process
   reads them (:func:`gather`) into the record;
-* on Kubernetes: an init container running the same command (:func:`init_container`).
+* on Kubernetes: an init container running the same command
+  (:func:`dlbench.launch.k8s.manifests.preflight_container`), writing its verdict in the pod's emptyDir; the rank
+  container prints it on the pod's log (the init container's own log holds it when it refused the node), and
+  the collecting process writes it into ``JOBDIR/preflight/<host>.json``, read by :func:`gather` as Slurm's.
 
 A ``degraded`` node stops the job before its workload with :func:`stop_sentence` (the probe and its figure named):
 the run is recorded ``failed`` with that sentence and the command exits 1 — unless the mode is ``warn``, which
@@ -35,7 +38,7 @@ from typing import Any
 
 from dlbench import strict_json
 from dlbench.errors import UsageError
-from dlbench.launch._base import PREFLIGHT_DIR, PREFLIGHT_EXPECT_VAR, PREFLIGHT_MODE_VAR
+from dlbench.launch._base import PREFLIGHT_DIR, PREFLIGHT_EXPECT_VAR, PREFLIGHT_MODE_VAR, write_preflight_node
 from dlbench.report.node_health import judge, overall
 
 log = logging.getLogger("dlbench")
@@ -46,6 +49,9 @@ QUICK = ("gpus", "cpu", "host_memory_bandwidth")
 #: Seconds the preflight's probes may take on a node (the node check scales their measuring to fit).
 BUDGET_S = 10.0
 MODE_VAR, EXPECT_VAR = PREFLIGHT_MODE_VAR, PREFLIGHT_EXPECT_VAR
+#: A check made already for this process's runs (``env.preflight`` as JSON): an HPO study's, made once before its
+#: first trial, which its workers' trials record instead of checking again (:func:`study`).
+VERDICT_VAR = "DLBENCH_PREFLIGHT_VERDICT"
 #: The worst first: a job's verdict is its worst node's.
 _ORDER = ("degraded", "incomplete", "no reference", "healthy")
 
@@ -138,6 +144,9 @@ def here(store, env: dict[str, Any]) -> dict[str, Any] | None:
     asked = mode()
     if asked is None:
         return None
+    made = os.environ.get(VERDICT_VAR)
+    if made:  # the study's check, made before its first trial
+        return json.loads(made)
     key = (asked, expect_file(), getattr(store, "location", None))
     if key not in _done:
         node = check_node(store, env, key[1])
@@ -147,16 +156,29 @@ def here(store, env: dict[str, Any]) -> dict[str, Any] | None:
     return _done[key]
 
 
-def write_node(directory: Path, node: Mapping[str, Any]) -> Path:
-    """Write a node's document as ``directory/<host>.json`` (atomically: a file only the job's reader reads)."""
-    from dlbench.safety import path_inside
+def study(store, engine: str | None) -> dict[str, Any] | None:
+    """``dlbench hpo run --preflight``: this node checked once, before the study's first trial, and the verdict put
+    where its workers' trials read it (``$DLBENCH_PREFLIGHT_VERDICT``; the caller restores the environment); under
+    ``gate`` a degraded node stops the study before any trial (:func:`stop_sentence`, raised as BenchmarkFailed).
+    Only the local engine's trials run on this node; another engine's would be judged by a node they never ran on."""
+    from dlbench.errors import BenchmarkFailed
 
-    directory.mkdir(parents=True, exist_ok=True)
-    path = path_inside(directory, f"{node['host']}.json", "host name")
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(strict_json.dumps(node), encoding="utf-8")
-    os.replace(tmp, path)
-    return path
+    if mode() is None:
+        return None
+    if engine not in (None, "local"):
+        raise UsageError(f"--preflight checks this node before the study's first trial, but the {engine} engine runs "
+                         "the trials on other nodes; use --engine local, or drop --preflight.")
+    checked = here(store, {})
+    stop = stop_sentence(checked)
+    if stop:
+        raise BenchmarkFailed(stop.replace("the job before its workload started", "the study before its first trial"))
+    os.environ[VERDICT_VAR] = strict_json.dumps(checked)
+    return checked
+
+
+def write_node(directory: Path, node: Mapping[str, Any]) -> Path:
+    """Write a node's document as ``directory/<host>.json`` (:func:`dlbench.launch._base.write_preflight_node`)."""
+    return write_preflight_node(directory, node)
 
 
 def gather(jobdir: Path, nodes: int) -> dict[str, Any] | None:
@@ -187,5 +209,5 @@ def apply(records: list[dict[str, Any]], preflight: Mapping[str, Any] | None) ->
             record["spec"] = {**record["spec"], "tags": {**tags, "preflight": preflight["verdict"]}}
 
 
-__all__ = ["BUDGET_S", "MODES", "QUICK", "apply", "check_mode", "check_node", "combine", "expect_file", "gather", "here",
-           "mode", "node_document", "stop_sentence", "write_node"]
+__all__ = ["BUDGET_S", "MODES", "QUICK", "VERDICT_VAR", "apply", "check_mode", "check_node", "combine", "expect_file", "gather", "here",
+           "mode", "node_document", "stop_sentence", "study", "write_node"]

@@ -55,10 +55,36 @@ def run(
     address: str = typer.Option(None, "--address", help="Ray engine: the cluster to run on (e.g. 10.0.0.1:6379) "
                                 "\\[default: a local Ray, started and stopped by dlbench]."),
     tensorboard: str = TENSORBOARD_OPTION,
+    preflight: str = typer.Option(None, "--preflight", metavar="gate|warn", help="First run 'dlbench node check''s "
+                                  "quick probes on this node, once, before the first trial (local engine): gate stops "
+                                  "the study on a degraded node (exit 1), warn only records the verdict in every "
+                                  "trial's env.preflight."),
+    preflight_expect: str = typer.Option(None, "--preflight-expect", metavar="FILE", help="Expectations file (YAML, "
+                                         "as 'dlbench node check --expect') the preflight judges against \\[default: "
+                                         "the node's history in the store]."),
     db: str = DB_OPTION,
     storage: str = STORAGE_OPTION,
     as_json: bool = JSON_OPTION,
 ) -> None:
+    import os
+
+    from dlbench.cli._common import PREFLIGHT_VARS, ask_preflight
+
+    before = {k: os.environ.get(k) for k in PREFLIGHT_VARS}
+    try:  # the preflight asked of this study, not of the next command run in this process
+        ask_preflight(preflight, preflight_expect, None)
+        _run(config, resume, name, trials, sampler, pruner, workers, seed, timeout_s, engine, address, tensorboard,
+             db, storage, as_json)
+    finally:
+        for key, value in before.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def _run(config, resume, name, trials, sampler, pruner, workers, seed, timeout_s, engine, address, tensorboard,
+         db, storage, as_json) -> None:
     from dlbench.api import hpo  # optuna and torch: only when a study runs
 
     if (config is None) == (resume is None):

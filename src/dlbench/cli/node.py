@@ -76,7 +76,9 @@ def preflight(
     """A job's preflight on this node (a step of the job before its ranks start, one task per node): the node
     check's quick probes, the verdict written to OUT/HOST.json for the job's record; exit 1 when degraded and
     --mode gate, else 0."""
+    from dlbench import strict_json
     from dlbench.api import preflight as pre
+    from dlbench.launch.batch import PREFLIGHT_PREFIX
 
     pre.check_mode(mode, "--mode")
     store = open_store(db) if db else None
@@ -86,6 +88,8 @@ def preflight(
         if store is not None:
             store.close()
     pre.write_node(out, node | {"mode": mode})
+    # and on stdout, one line: what a Kubernetes init container leaves where it can be read once its pod has failed
+    print(PREFLIGHT_PREFIX + strict_json.dumps(node | {"mode": mode}), flush=True)
     info(f"dlbench preflight: {node['host']} is {node['verdict']}: {node['sentence']} ({node['duration_s']:.1f} s)")
     if mode == "gate" and node["verdict"] == "degraded":
         raise typer.Exit(1)

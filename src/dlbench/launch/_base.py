@@ -41,6 +41,21 @@ PREFLIGHT_DIR, PREFLIGHT_EXPECT_FILE = "preflight", "preflight-expect.yaml"
 PREFLIGHT_MODE_VAR, PREFLIGHT_EXPECT_VAR = "DLBENCH_PREFLIGHT", "DLBENCH_PREFLIGHT_EXPECT"
 
 
+def write_preflight_node(directory: Path, node: Mapping[str, Any]) -> Path:
+    """Write a node's preflight document as ``directory/<host>.json`` (atomically: a file only the job's reader
+    reads): what a Slurm job's nodes write in the job directory, and what a Kubernetes job's pods print on their
+    logs, written there by the submitting process (:mod:`dlbench.api.preflight` reads them)."""
+    from dlbench import strict_json
+    from dlbench.safety import path_inside
+
+    directory.mkdir(parents=True, exist_ok=True)
+    path = path_inside(directory, f"{node['host']}.json", "host name")
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(strict_json.dumps(node), encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
 def preflight_asked() -> tuple[str | None, str | None]:
     """The preflight this process asks of the jobs it submits: the mode (None: none) and the expectations file's
     text (None: judged against history)."""

@@ -34,6 +34,8 @@ from dlbench.launch.liveness import lost_after
 
 #: The prefix of a rank's report when it travels in a log instead of a file.
 REPORT_PREFIX = "DLBENCH-RANK-REPORT "
+#: A Kubernetes pod's preflight verdict on its log (``python -m dlbench.launch.k8s.pod --preflight``).
+PREFLIGHT_PREFIX = "DLBENCH-PREFLIGHT "
 
 #: States every scheduler's job maps onto.
 QUEUED, RUNNING, DONE, FAILED, CANCELLED, TIMEOUT, UNKNOWN = (
@@ -115,6 +117,22 @@ def batch_job_document(run: ResolvedRun) -> str:
     the node's environment and resolved spec, and every rank also prints its report to the log."""
     return json.dumps({"kind": run.kind, "spec": dict(run.job), "batch": True,
                        "lost_after_s": lost_after(run.timeout_s)}, default=str)
+
+
+def parse_preflight(text: str) -> dict[str, dict[str, Any]]:
+    """Nodes' preflight documents printed in a log as ``DLBENCH-PREFLIGHT {json}`` lines, by host."""
+    found: dict[str, dict[str, Any]] = {}
+    for line in text.splitlines():
+        _, sep, doc = line.partition(PREFLIGHT_PREFIX)
+        if not sep:
+            continue
+        try:
+            node = json.loads(doc)
+        except ValueError:
+            continue  # a line cut by the log's own truncation
+        if isinstance(node, dict) and isinstance(node.get("host"), str) and isinstance(node.get("verdict"), str):
+            found[node["host"]] = node
+    return found
 
 
 def parse_reports(text: str) -> dict[int, dict[str, Any]]:

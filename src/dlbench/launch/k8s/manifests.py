@@ -184,7 +184,12 @@ def pod_template(run: ResolvedRun, settings: LaunchSettings, shape: str, name: s
                     {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": SHM_LIMIT}}],
     }
     if preflight[0]:
-        spec["initContainers"] = [preflight_container(spec["containers"][0], preflight[0], preflight[1])]
+        rank = spec["containers"][0]
+        spec["initContainers"] = [preflight_container(rank, preflight[0], preflight[1])]
+        # the verdict the init container wrote in the shared emptyDir goes on the rank container's log, where the
+        # collecting dlbench reads it (KubeScheduler.reports)
+        at = rank["command"].index("--ranks")
+        rank["command"][at:at] = ["--preflight", f"{SCRATCH}/{PREFLIGHT_DIR}"]
     if settings.node_selector:
         spec["nodeSelector"] = dict(settings.node_selector)
     if tolerations:

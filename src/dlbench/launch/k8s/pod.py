@@ -30,29 +30,50 @@ import time
 from pathlib import Path
 
 from dlbench.launch._base import read_statuses
-from dlbench.launch.batch import REPORT_PREFIX
+from dlbench.launch.batch import PREFLIGHT_PREFIX, REPORT_PREFIX
 
 #: Seconds a stopped pod stays up after printing its reports, so that they can still be read.
 LINGER_S = float(os.environ.get("DLBENCH_POD_LINGER_S", "10"))
 
 
+def _write_lines(text: str) -> None:
+    sys.stdout.flush()
+    data = text.encode()
+    while data:  # one process, the ranks gone (or not started): nothing can come between these lines
+        data = data[os.write(sys.stdout.fileno(), data):]
+
+
+def print_preflight(directory: Path) -> int:
+    """The verdict the pod's preflight init container wrote in the shared emptyDir (``directory/HOST.json``), one
+    ``DLBENCH-PREFLIGHT`` line each, for the ``dlbench`` that collects the job (it writes them into the job's
+    directory, where Slurm's nodes write theirs); how many."""
+    docs = []
+    for path in sorted(directory.glob("*.json")) if directory.is_dir() else []:
+        try:
+            docs.append(json.loads(path.read_text(encoding="utf-8")))
+        except (OSError, ValueError) as exc:
+            print(f"dlbench: preflight: cannot read {path} ({exc})", file=sys.stderr)
+    _write_lines("".join(PREFLIGHT_PREFIX + json.dumps(doc) + "\n" for doc in docs))
+    return len(docs)
+
+
 def print_reports(ranks_dir: Path) -> int:
     """Every report in ``ranks_dir`` as one ``DLBENCH-RANK-REPORT`` line each, in rank order; how many."""
     statuses = read_statuses(ranks_dir) if ranks_dir.is_dir() else {}
-    text = "".join(REPORT_PREFIX + json.dumps(statuses[rank], default=str) + "\n" for rank in sorted(statuses))
-    sys.stdout.flush()
-    data = text.encode()
-    while data:  # one process, the ranks gone: nothing can come between these lines
-        data = data[os.write(sys.stdout.fileno(), data):]
+    _write_lines("".join(REPORT_PREFIX + json.dumps(statuses[rank], default=str) + "\n" for rank in sorted(statuses)))
     return len(statuses)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m dlbench.launch.k8s.pod")
     parser.add_argument("--ranks", required=True, help="the directory where the ranks write rank<N>.json")
+    parser.add_argument("--preflight", type=Path, help="the emptyDir directory where the preflight init container "
+                        "wrote this node's verdict (HOST.json), printed on the log before the ranks start")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- then the arguments of this Python (torchrun)")
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if args.preflight is not None:
+        print_preflight(args.preflight)
     child = subprocess.Popen([sys.executable, *command])  # noqa: S603 - the manifest's own argv, no shell
 
     stopped = []

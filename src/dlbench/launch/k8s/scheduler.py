@@ -5,7 +5,10 @@ Job ids are ``NAMESPACE/KIND/NAME`` (``KIND``: ``pytorchjob`` or ``job``), so a 
 command needs nothing but the id. States come from the job's conditions and its pods: a pod the
 scheduler cannot place (``Unschedulable``, e.g. a node selector no node matches) or an image that
 cannot be pulled keeps the job ``queued`` with that reason, which the launcher's bounded pending wait
-reports. The ranks' reports are read from the pods' logs (``DLBENCH-RANK-REPORT`` lines).
+reports. The ranks' reports are read from the pods' logs (``DLBENCH-RANK-REPORT`` lines); so are the nodes'
+``--preflight`` verdicts (``DLBENCH-PREFLIGHT`` lines, which each pod prints from the emptyDir its init container
+wrote them in), written into the job's directory as a Slurm job's nodes write theirs, and read from there the same
+way (:func:`dlbench.api.preflight.gather`).
 """
 
 from __future__ import annotations
@@ -20,11 +23,23 @@ import yaml
 
 from dlbench.engine.run import ResolvedRun
 from dlbench.errors import UsageError
-from dlbench.launch._base import LaunchPlan, preflight_asked
-from dlbench.launch.batch import CANCELLED, DONE, FAILED, QUEUED, RUNNING, TIMEOUT, JobState, Scheduler, parse_reports
+from dlbench.launch._base import PREFLIGHT_DIR, LaunchPlan, preflight_asked, write_preflight_node
+from dlbench.launch.batch import (
+    CANCELLED,
+    DONE,
+    FAILED,
+    QUEUED,
+    RUNNING,
+    TIMEOUT,
+    JobState,
+    Scheduler,
+    parse_preflight,
+    parse_reports,
+)
 from dlbench.launch.k8s.manifests import (
     CONTAINER,
     INDEXED_JOB,
+    PREFLIGHT_CONTAINER,
     PYTORCHJOB,
     RUN_LABEL,
     check_settings,
@@ -316,18 +331,33 @@ class KubeScheduler(Scheduler):
             pod_name = pod["metadata"]["name"]
             if (pod.get("status") or {}).get("phase") == "Pending":
                 continue  # no container has started: no log yet
+            if (pod.get("status") or {}).get("phase") == "Failed" and \
+                    any(c.get("name") == PREFLIGHT_CONTAINER for c in (pod.get("spec") or {}).get("initContainers") or []):
+                # a preflight that refused the node ended the pod before its rank container started: the init
+                # container's log holds the node's verdict line (``dlbench node preflight``)
+                parts.append(f"==> pod {pod_name} ({PREFLIGHT_CONTAINER}) <==\n"
+                             f"{self._pod_log(ns, pod_name, PREFLIGHT_CONTAINER)}")
             parts.append(f"==> pod {pod_name} <==\n{self._pod_log(ns, pod_name)}")
         return "\n".join(parts)
 
-    def _pod_log(self, ns: str, pod_name: str) -> str:
+    def _pod_log(self, ns: str, pod_name: str, container: str = CONTAINER) -> str:
         core = self._apis()[0]
-        text = self._call(f"read the log of pod {pod_name}", core.read_namespaced_pod_log, pod_name, ns,
-                          container=CONTAINER, missing_ok=True)
+        try:
+            text = self._call(f"read the log of pod {pod_name}", core.read_namespaced_pod_log, pod_name, ns,
+                              container=container, missing_ok=True)
+        except UsageError:
+            if container == CONTAINER:
+                raise
+            return ""  # the init container's log unreadable: its node's verdict is missing ('incomplete'), said so
         return text or ""
 
     def reports(self, job_id: str, workdir: Path) -> dict[int, dict[str, Any]]:
-        """The reports in the pods' logs, and those read while a cancelled job's pods stopped."""
-        return _SEEN.get(job_id, {}) | parse_reports(self.logs(job_id, workdir))
+        """The reports in the pods' logs, and those read while a cancelled job's pods stopped; the nodes' preflight
+        verdicts on the logs are written into ``workdir``'s preflight directory on the way."""
+        text = self.logs(job_id, workdir)
+        for node in parse_preflight(text).values():
+            write_preflight_node(workdir / PREFLIGHT_DIR, node)
+        return _SEEN.get(job_id, {}) | parse_reports(text)
 
     def never_starts(self, state: JobState) -> str | None:
         """A pod no node may take (its node selector, an untolerated taint) or an image that cannot be

@@ -1,0 +1,67 @@
+"""``--preflight`` on Kubernetes, through the API-server double (its pods are local processes; it runs a pod's init
+containers in order before its container, as the kubelet does): the init container checks the node and writes its
+verdict in the pod's emptyDir; the rank container prints it on the pod's log, and the ``dlbench`` that collects the
+job writes it into the job's directory, where a Slurm job's nodes write theirs, and reads it from there into
+``env.preflight`` the same way.
+
+The double's pods share this machine's host name (a cluster's pods have their own), so one pod per test: two would
+write one verdict file. Floors any working CPU passes, and none meets, make a node healthy or degraded without
+judging this machine's speed."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from dlbench.cli.app import main
+from dlbench.store import open_store
+
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("kube")]
+
+TINY = ["lstm", "-p", "seq_len=4", "-p", "input_size=8", "-p", "hidden_size=8", "-b", "4", "--steps", "2",
+        "--warmup", "1", "--threads", "1", "--no-telemetry"]
+
+
+def test_the_init_containers_verdict_is_read_back_into_the_record(kube, tmp_path, capsys, left_running):
+    any_cpu = tmp_path / "any.yaml"
+    any_cpu.write_text("default: {cpu: 1.0, host_memory_bandwidth: 1.0}\n")
+    db = str(tmp_path / "runs.db")
+    code = main(["run", *TINY, "--launcher", "k8s", "--image", "dlbench:test", "--preflight", "gate",
+                 "--preflight-expect", str(any_cpu), "--db", db, "--json"])
+    out, err = capsys.readouterr()
+    assert code in (0, None), err[-3000:]
+    record = json.loads(out)
+    assert record["status"] == "ok" and record["spec"]["launcher"] == "k8s"
+    pre = record["env"]["preflight"]
+    assert pre["mode"] == "gate" and pre["verdict"] == "healthy", pre
+    (node,) = pre["nodes"].values()
+    assert node["verdict"] == "healthy" and node["probes"]["cpu"]["value"] > 1.0 == node["probes"]["cpu"]["low"]
+    assert node["probes"]["host_memory_bandwidth"]["unit"] == "bytes/s"
+    assert record["spec"]["tags"]["preflight"] == "healthy"
+    assert open_store(db).get(record["id"])["env"]["preflight"] == pre  # stored as shown
+    (pod,) = kube.pods.values()
+    assert (pod.root / "scratch" / "preflight" / f"{node['host']}.json").is_file()  # the emptyDir the init container wrote
+    assert left_running() == []
+
+
+def test_a_degraded_node_fails_its_pod_before_the_ranks_and_the_record_names_the_probe(kube, tmp_path, capsys,
+                                                                                   left_running):
+    """``gate``: the init container's exit 1 fails the pod before its rank container starts (nothing prints the
+    verdict from the emptyDir then): the verdict comes from the init container's own log."""
+    unmeetable = tmp_path / "unmeetable.yaml"
+    unmeetable.write_text("default: {cpu: 1.0e+15}\n")
+    db = str(tmp_path / "runs.db")
+    code = main(["run", *TINY, "--launcher", "k8s", "--image", "dlbench:test", "--preflight", "gate",
+                 "--preflight-expect", str(unmeetable), "--db", db, "--json"])
+    out, err = capsys.readouterr()
+    assert code == 1, err[-3000:]
+    record = json.loads(out)
+    assert record["status"] == "failed" and record["result"] is None
+    (host,) = record["env"]["preflight"]["nodes"]
+    assert record["error"].startswith(f"preflight refused the job before its workload started: {host}: DEGRADED: cpu: ")
+    assert "below 1.000e+15" in record["error"]
+    assert record["env"]["preflight"]["verdict"] == "degraded" and record["spec"]["tags"]["preflight"] == "degraded"
+    (pod,) = kube.pods.values()
+    assert pod.phase() == "Failed" and (pod.root / "log").read_text() == ""  # the rank container never ran
+    assert left_running() == []
