@@ -5,7 +5,7 @@ The records are shaped as dlbench writes them for each kind (the keys read from 
 
 import pytest
 
-from dlbench.figure import SPREADS, measured, primary_metric, rate_unit, setting_words, spread_label, units_of
+from dlbench.figure import SPREADS, measured, primary_metric, setting_words, spread_label, units_of
 
 STEPS = {"n": 5, "mean": 0.01, "median": 0.01, "sem": 0.001, "mad": 0.0005, "min": 0.009, "max": 0.012}
 
@@ -78,8 +78,6 @@ def test_labels_show_only_the_settings_of_the_kind():
     assert setting_words({"mode": "train", "batch_size": None}) == ["fp32"]  # never "bsNone"
 
 
-def test_the_rate_unit_from_a_spec_alone_and_one_unit_for_mixed_runs():
-    assert rate_unit({"mode": "node-check", "workload": "node-check/cpu"}) == ("iterations/s", "none")
-    assert rate_unit({"mode": "train", "workload": "lstm"}) == ("samples/s", "steps")
+def test_one_unit_for_mixed_runs():
     assert units_of([KINDS[0][0], KINDS[1][0]]) == "samples/s"
     assert units_of([KINDS[0][0], KINDS[3][0]]) == "figure"

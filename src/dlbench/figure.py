@@ -127,12 +127,3 @@ def setting_words(spec: dict[str, Any]) -> list[str]:
             words.append(f"bs{spec['batch_size']}")
     return words
 
-
-def rate_unit(spec: dict[str, Any]) -> tuple[str, str]:
-    """``(unit, spread_of)`` of ``result.samples_per_s`` for a run of ``spec``: the rate ``compare``, ``trend`` and
-    the report average (a node check stores its probe's figure there: iterations/s, bytes/s; one measurement).
-    For a reader that holds the spec but not the result (the report's digest)."""
-    if spec.get("mode") == "node-check":
-        probe = spec.get("probe") or str(spec.get("workload", "")).rpartition("/")[2]
-        return PROBE_UNITS.get(probe, "per s"), "none"
-    return "samples/s", "steps"

@@ -40,6 +40,8 @@ def kinds_db(tmp_path_factory):
     _ok(["io", "generate", str(data), "--format", "npy", "--samples", "16", "--sample-bytes", "2K"])
     _ok(["io", "read", str(data), "-b", "8", "-w", "0", "--compute-ms", "1", "--db", db])
     _ok(["run", "--exec", "--name", "sleeper", "--db", db, "--", sys.executable, "-c", "import time; time.sleep(0.2)"])
+    _ok(["run", "--exec", "--name", "liner", "--metric", r"rate=(?P<samples_per_s>[\d.]+)", "--db", db, "--", sys.executable,
+         "-c", "print('rate=10'); print('rate=12'); print('rate=11')"])  # measured by its printed lines
     for _ in range(2):
         _ok([*TINY_LSTM, "--db", db])
     store = open_store(db)
@@ -134,3 +136,32 @@ def test_the_report_counts_an_ok_run_without_samples_per_s_as_ok(kinds_db, tmp_p
     assert re.search(r"[\d,.]+ \(one measurement\) iterations/s", node[:node.index("</tr>")])
     runs = text[text.index('id="runs-table"'):]
     assert re.search(r"[\d,.]+ iterations/s", runs) and re.search(r"9\.70 min", runs)
+
+
+def _cells(table: str, workload: str) -> list[str]:
+    """The numeric cells of ``workload``'s row in ``table`` (the report's HTML from the table's id on)."""
+    row = table[table.index(f">{workload} "):]
+    return re.findall(r'<td class="num">([^<]*)</td>', row[:row.index("</tr>")])
+
+
+def test_the_reports_tables_show_each_rows_own_figure_and_what_its_spread_is_of(kinds_db, tmp_path):
+    """An ok checkpoint's write rate and a program's wall time (they showed "-"), in their units, in both the
+    configurations and the per-workload table; an exec run measured by its printed lines says "(lines)"."""
+    store = open_store(kinds_db)
+    try:
+        checkpoint = next(r for r in store.records() if r["spec"]["workload"] == "io-checkpoint/llama3-8b")
+        sleeper = next(r for r in store.records() if r["spec"]["workload"] == "sleeper")
+    finally:
+        store.close()
+    out = tmp_path / "r.html"
+    assert main(["report", "--db", kinds_db, "--out", str(out)]) == 0
+    text = html.unescape(out.read_text().replace("<wbr>", ""))
+    write = f"{checkpoint['result']['write']['bytes_per_s']:,.0f}"
+    wall = f"{sleeper['result']['wall_s']:.3g}"
+    for table in (text[text.index('id="configurations-table"'):], text[text.index('id="workloads"'):]):
+        assert f"{write} (one measurement) bytes/s" in _cells(table, "io-checkpoint/llama3-8b")
+        assert f"{wall} (one measurement) s" in _cells(table, "sleeper")
+        assert any(re.fullmatch(r"[\d.]+ ± [\d.]+ \(lines\) samples/s", c) for c in _cells(table, "liner"))
+    drill = text[text.index('id="configurations-table"'):]
+    drill = drill[drill.index(">io-checkpoint/llama3-8b "):]
+    assert re.search(rf"<th>bytes/s</th>.*<td class=\"num\">{write}</td>", drill[:drill.index("</details>")], re.S)

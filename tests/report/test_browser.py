@@ -185,19 +185,33 @@ BROKEN_WORDS = """(function(){var broken=[];
   return broken;})()"""
 
 
+#: The drill-downs (<details>) of the page that are folded.
+FOLDED = "document.querySelectorAll('details:not([open])').length"
+#: Whether a condition (a JavaScript expression) holds within 10 s: the browser tells the page that the medium
+#: changed (a media query's event) in a later task, not at once.
+WITHIN = """(function(test){return new Promise(function(done){var start=Date.now();(function check(){var held=test();
+  if(held||Date.now()-start>10000)done(held);else setTimeout(check,20);})();});})(function(){return %s;})"""
+#: Notes how many drill-downs are folded as printing starts (after the page's own beforeprint handler).
+WATCH_PRINT = """(function(){window.seen=[];window.addEventListener('beforeprint',function(){window.seen.push(
+  document.querySelectorAll('details:not([open])').length);});return true;})()"""
+
+
 def test_the_printed_report_shows_every_row_and_breaks_no_date_or_parameter(chromium, report_db, tmp_path):
     """In print layout (and its full-page screenshot) no box scrolls: the rows beyond the 7th of a long table are on
-    the page (a scroll box of 520 px showed 5-7 rows on paper), every table fits the sheet's width, and dates and
-    parameters wrap between words only."""
+    the page (a scroll box of 520 px showed 5-7 rows on paper), every drill-down is open (and folds again on screen),
+    every table fits the sheet's width, and dates and parameters wrap between words only."""
     out = tmp_path / "report.html"
     assert main(["report", "--db", report_db, "--out", str(out)]) == 0
     proc, page = open_page(chromium, tmp_path / "profile", out.as_uri())
     try:
         on_screen = page.evaluate(CLIPPED_ROWS)
         assert on_screen["largest"] > 7 and any(c["row"] >= 7 for c in on_screen["clipped"]), on_screen  # can fail
+        folded = page.evaluate(FOLDED)
+        assert folded > 0  # each configuration's newest runs: folded on screen
         # a landscape sheet of A4 at 96 px per inch, less its 10 mm margins (the report's @page): about 1050 px wide
         page.send("Emulation.setDeviceMetricsOverride", width=1050, height=740, deviceScaleFactor=1, mobile=False)
         page.send("Emulation.setEmulatedMedia", media="print")
+        assert page.evaluate(WITHIN % f"{FOLDED} === 0")  # on paper every drill-down is open, its rows among those checked below
         printed = page.evaluate(CLIPPED_ROWS)
         assert printed["clipped"] == [], printed["clipped"][:5]
         assert page.evaluate(WIDE_TABLES) == []  # and no column runs off the sheet's right edge
@@ -208,6 +222,26 @@ def test_the_printed_report_shows_every_row_and_breaks_no_date_or_parameter(chro
         height = int.from_bytes(shot.read_bytes()[20:24], "big")  # the PNG's IHDR height
         assert height >= printed["bottom"] > 1000, (height, printed["bottom"])  # the last row is in the picture
         print(f"screenshot: {shot}")
+        page.send("Emulation.setEmulatedMedia", media="")
+        assert page.evaluate(WITHIN % f"{FOLDED} === {folded}")  # back on screen: folded as they were
+        # the print events alone (browsers whose print media query does not fire): unfolded, then folded as they were
+        assert page.evaluate(f"window.dispatchEvent(new Event('beforeprint')), {FOLDED}") == 0
+        assert page.evaluate(f"window.dispatchEvent(new Event('afterprint')), {FOLDED}") == folded
+        # printing itself (as the print dialog does, not an emulated medium): open as it prints, folded again after
+        page.evaluate(WATCH_PRINT)
+        assert len(page.send("Page.printToPDF", landscape=True)["data"]) > 1000
+        assert page.evaluate("window.seen") == [0]
+        assert page.evaluate(WITHIN % f"{FOLDED} === {folded}")
+        # without JavaScript the drill-downs print folded, and the printed page says so (on screen it does not)
+        page.send("Emulation.setScriptExecutionDisabled", value=True)
+        page.loaded = False
+        page.send("Page.reload")
+        page.wait_loaded()
+        page.send("Emulation.setEmulatedMedia", media="print")
+        note = "Array.from(document.querySelectorAll('.print-only')).filter(function(p){return p.checkVisibility();}).length"
+        assert page.evaluate(note) == 1 and page.evaluate(FOLDED) == folded
+        page.send("Emulation.setEmulatedMedia", media="")
+        assert page.evaluate(WITHIN % f"{note} === 0")
     finally:
         page.ws.close()
         proc.terminate()

@@ -30,7 +30,8 @@ TABLES = ("runs", "run_tags", "run_telemetry")
 
 
 def runs(count: int):
-    """``count`` copies of the real run: 10 workloads, 20 hosts, 3 torch versions, 2 sites, 1 in 25 failed,
+    """``count`` copies of the real run: 10 workloads (w8 a checkpoint's figure, w9 an exec run's printed rates),
+    20 hosts, 3 torch versions, 2 sites, 1 in 25 failed,
     one a hour; one in 10 keeps its telemetry series (and summary), as runs with a sampler do."""
     for i in range(count):
         record = copy.deepcopy(RUN["record"])
@@ -41,6 +42,13 @@ def runs(count: int):
         record["env"]["hostname"] = f"node{i % 20:02d}"
         record["env"]["torch"]["version"] = f"2.{4 + i // 7 % 3}.1"
         record["result"]["samples_per_s"] *= 1 + (i % 7) / 100
+        if i % 10 == 8:  # a checkpoint: its figure is the write rate, no samples/s
+            record["spec"]["mode"] = "checkpoint"
+            record["result"] = {"mode": "checkpoint", "write": {"bytes_per_s": 1e9 * (1 + i % 7 / 100)}, "wall_s": 2.0}
+        elif i % 10 == 9:  # a program measured by its printed lines (--metric): their spread, not steps'
+            record["spec"]["mode"] = "exec"
+            record["result"] = {"samples_per_s": record["result"]["samples_per_s"], "wall_s": 3.0,
+                                "metric_stats": record["result"].pop("step_time_s")}
         if i % 25 == 24:
             record["status"], record["error"], record["result"] = "failed", "boom", None
         with_series = i % 10 == 0
@@ -217,6 +225,8 @@ def test_the_report_summary_read_in_one_pass_is_that_of_the_full_records(big_db)
     assert len(a.configurations()) == 10  # a workload runs on one site only (i % 10 fixes i % 2)
     assert a.workload_rows() == b.workload_rows() and a.trend_points() == b.trend_points()
     assert [c["label"] for c in two.digest.comparisons()] == ["torch: A = 2.4.1, B = 2.5.1"]
-    assert two.digest.comparisons() == two_held.digest.comparisons() and len(two.digest.comparisons()[0]["rows"]) == 10
+    assert two.digest.comparisons() == two_held.digest.comparisons() and len(two.digest.comparisons()[0]["rows"]) == 9
+    figures = {row["workload"]: (row["unit"], row["spread_of"], row["estimate"].runs) for row in a.configurations()}
+    assert figures["w8"] == ("bytes/s", "none", 200) and figures["w9"] == ("samples/s", "lines", 160)  # 40 failed
     assert [r["id"] for r in streamed.listed] == [r["id"] for r in held.listed] and len(streamed.listed) == 200
     assert union.digest.runs == len(expected_union) < RUNS

@@ -27,7 +27,7 @@ __all__ = ["DRILL_RUNS", "TREND_POINTS", "Digest", "Gathered", "configurations",
 
 def configurations(records: list[dict[str, Any]], group_by: tuple[str, ...] = ()) -> list[dict[str, Any]]:
     """Per configuration: runs, failures, mean ± sem, range, coefficient of variation, first and last run,
-    a trend line (mean samples/s of up to :data:`TREND_POINTS` consecutive groups of runs, with the group's
+    a trend line (the mean figure of up to :data:`TREND_POINTS` consecutive groups of runs, with the group's
     newest date) and the newest :data:`DRILL_RUNS` runs. Sorted by workload, then configuration."""
     return digest_records(records, Digest(group_by)).configurations()
 
@@ -162,7 +162,7 @@ def _drill(row: dict[str, Any]) -> str:
     lines = "".join(
         f"<tr><td>{escape(r['id'])}</td><td>{date_time(r['created_at'][:16])}</td>"
         f"<td>{escape(str(r['host'] or '-'))}</td><td>{escape(str(r['torch'] or '-'))}</td>"
-        f"<td>{escape(r['status'])}</td><td class=\"num\">{_rate(r['samples_per_s'])}</td></tr>" for r in row["newest"])
+        f"<td>{escape(r['status'])}</td><td class=\"num\">{_rate(r['figure'])}</td></tr>" for r in row["newest"])
     more = row["runs"] - len(row["newest"])
     note = (f"<p>and {more} older run(s): <code>dlbench results -w {escape(row['workload'])} --since "
             f"{escape(row['first'][:10])} -n 0</code> lists them.</p>" if more > 0 else "")

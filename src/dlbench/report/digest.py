@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from dlbench.figure import rate_unit
+from dlbench.figure import primary_metric
 from dlbench.report.compare import (
     CompareRow,
     GroupEstimate,
@@ -32,7 +32,7 @@ from dlbench.report.compare import (
 from dlbench.report.container import SESSION_TAG
 from dlbench.report.frame import environment
 from dlbench.report.trend import TrendPoint, _version_key
-from dlbench.store._digest import ENV_KEYS, SPEC_KEYS
+from dlbench.store._digest import ENV_KEYS, FIGURE_KEYS, SPEC_KEYS
 
 #: Points of a configuration's trend line (its runs, oldest first, in at most this many groups of equal size).
 TREND_POINTS = 24
@@ -53,8 +53,6 @@ class Spec:
     key: str  # compare's configuration key
     workload: str
     device: str  # device name, else cpu/cuda
-    unit: str = "samples/s"  # of its runs' rate (dlbench.figure.rate_unit)
-    spread_of: str = "steps"  # what one run's ± is the spread of
 
 
 @dataclass(frozen=True)
@@ -84,6 +82,13 @@ class Run:
     tokens: bool
     mfu_measured: float | None = None  # against the device's measured peak (``mfu``: the datasheet's)
     mfu_flagged: bool = False  # the run's MFU is impossible (``result.mfu_flags``)
+    figure: float | None = None  # its primary figure (dlbench.figure.primary_metric): samples/s, bytes/s, min, s…
+    unit: str = "samples/s"  # the figure's
+    spread_of: str = "steps"  # what one run's ± is the spread of: steps, lines, none (dlbench.figure.SPREADS)
+
+    def measured(self) -> bool:
+        """As :func:`dlbench.figure.measured`: ok, with its figure (an ok checkpoint or program's wall time counts)."""
+        return self.status == "ok" and self.figure is not None
 
     def comparable(self) -> bool:
         """As :func:`dlbench.report.compare.comparable`: ok, with a throughput and step times."""
@@ -91,8 +96,7 @@ class Run:
 
 
 def spec_of(spec: dict[str, Any]) -> Spec:
-    return Spec(config_key({"spec": spec}), spec["workload"], spec.get("device_name") or spec.get("device") or "?",
-                *rate_unit(spec))
+    return Spec(config_key({"spec": spec}), spec["workload"], spec.get("device_name") or spec.get("device") or "?")
 
 
 def env_of(record: dict[str, Any]) -> Env:
@@ -103,10 +107,27 @@ def env_of(record: dict[str, Any]) -> Env:
 def run_of(record: dict[str, Any]) -> Run:
     """A full record as a :class:`Run`."""
     spec, result = record["spec"], record.get("result") or {}
+    figure = primary_metric(record)
     return Run(record["id"], record["created_at"], record["status"], spec.get("mode") or "train", result.get("samples_per_s"),
                (result.get("step_time_s") or {}).get("median"), result.get("mfu"), spec.get("tags") or {}, spec_of(spec),
                env_of(record), spread_of(result), bool(record.get("telemetry")), bool(result.get("tokens_per_s")),
-               result.get("mfu_measured"), bool(result.get("mfu_flags")))
+               result.get("mfu_measured"), bool(result.get("mfu_flags")), figure.value, figure.unit, figure.spread_of)
+
+
+def figure_of(mode: str, workload: str, rate: float | None, step_text: Any, figure_text: str | None):
+    """:func:`dlbench.figure.primary_metric` of a digest row: its mode and workload, samples/s, step-time text and
+    the JSON array of :data:`~dlbench.store._digest.FIGURE_KEYS` (a record cut to what the figure reads)."""
+    result: dict[str, Any] = {"samples_per_s": rate}
+    for key, value in zip(FIGURE_KEYS, json.loads(figure_text) if figure_text else ()):
+        head, _, tail = key.partition(".")
+        if value is not None:
+            if tail:
+                result.setdefault(head, {})[tail] = value
+            else:
+                result[head] = value
+    if step_text not in (None, "", "null") and "step_time_s" not in result:
+        result["metric_stats"] = step_text  # the step column holds an exec run's per-line rates instead
+    return primary_metric({"spec": {"mode": mode, "workload": workload}, "result": result})
 
 
 class Parts:
@@ -121,7 +142,7 @@ class Parts:
     def run(self, row: tuple) -> Run:
         """A :meth:`~dlbench.store.sql.SQLStore.iter_digest` row as a :class:`Run`."""
         (run_id, created_at, status, mode, _workload, rate, step_median, _host, _torch, _cluster, tags_json, _device,
-         _version, spec_text, env_text, step_text, mfu, mfu_measured, flags_text, tokens, telemetry) = row
+         _version, spec_text, env_text, step_text, mfu, mfu_measured, flags_text, tokens, telemetry, figure_text) = row
         spec = self.specs.get(spec_text)
         if spec is None:
             spec = self.specs[spec_text] = spec_of(_fields(SPEC_KEYS, spec_text))
@@ -131,8 +152,10 @@ class Parts:
         if len(self.specs) > self.LIMIT or len(self.envs) > self.LIMIT:
             self.specs.clear()
             self.envs.clear()
+        figure = figure_of(mode or "train", spec.workload, rate, step_text, figure_text)
         return Run(run_id, created_at, status, mode or "train", rate, step_median, mfu, json.loads(tags_json), spec, env,
-                   step_text, bool(telemetry), tokens is not None, mfu_measured, flags_text not in (None, "[]"))
+                   step_text, bool(telemetry), tokens is not None, mfu_measured, flags_text not in (None, "[]"),
+                   figure.value, figure.unit, figure.spread_of)
 
 
 def _fields(keys: tuple[str, ...], text: str | None) -> dict[str, Any]:
@@ -141,7 +164,7 @@ def _fields(keys: tuple[str, ...], text: str | None) -> dict[str, Any]:
 
 
 class Acc:
-    """Successful runs' throughput: count, mean and sum of squares (Welford), range, the first run's step times."""
+    """Successful runs' figure (throughput, or each kind's own): count, mean and sum of squares (Welford), range, the first run's step times."""
 
     __slots__ = ("n", "mean", "m2", "low", "high", "step", "first_at")
 
@@ -162,7 +185,7 @@ class Acc:
         """As :func:`dlbench.report.compare.estimate`."""
         if self.n >= 2:
             return GroupEstimate(self.n, self.mean, math.sqrt(self.m2 / (self.n - 1)) / math.sqrt(self.n), self.n - 1)
-        step = json.loads(self.step) if isinstance(self.step, str) else self.step
+        step = (json.loads(self.step) if isinstance(self.step, str) else self.step) or {}  # none: one measurement
         sem = self.mean * (step["sem"] / step["mean"]) if step.get("mean") else 0.0
         return GroupEstimate(1, self.mean, sem, step["n"] - 1 if step.get("n", 0) > 1 else None)
 
@@ -203,7 +226,7 @@ class Config:
 
     workload: str
     runs: int = 0
-    failed: int = 0  # runs that did not end ok (an ok run without a rate, a checkpoint's, is not one)
+    failed: int = 0  # runs that did not end ok (an ok run without a figure is not one either)
     unit: str = "samples/s"
     spread_of: str = "steps"
     first: str = ""
@@ -269,12 +292,11 @@ class Digest:
             run.env.key, {"env": run.env.facts, "runs": 0, "first": run.created_at, "last": run.created_at})
         env["runs"] += 1
         env["first"], env["last"] = min(env["first"], run.created_at), max(env["last"], run.created_at)
-        ok = run.comparable()
         if run.mode not in OWN_SECTION_MODES:
-            self._configuration(run, ok)
+            self._configuration(run, run.measured())
             if run.mode != "hpo_trial":
-                self._workload(run, ok)
-        if ok:
+                self._workload(run, run.measured())
+        if run.comparable():
             self._compared(run)
 
     def _configuration(self, run: Run, ok: bool) -> None:
@@ -284,28 +306,30 @@ class Digest:
         parts += [f"{tag}={run.tags.get(tag, '-')}" for tag in self.group_by]
         key = " · ".join(parts)
         config = self.configs.get(key) or self.configs.setdefault(
-            key, Config(run.spec.workload, unit=run.spec.unit, spread_of=run.spec.spread_of))
+            key, Config(run.spec.workload, unit=run.unit, spread_of=run.spread_of))
         config.runs += 1
         config.first = min(config.first or run.created_at, run.created_at)
         config.last = max(config.last, run.created_at)
         if len(config.newest) < DRILL_RUNS:
             config.newest.append({"id": run.id, "created_at": run.created_at, "host": run.env.facts.get("host"),
-                                  "torch": run.env.facts.get("torch"), "status": run.status, "samples_per_s": run.samples_per_s})
-        if ok:
-            config.ok.add(run.samples_per_s, run.step, run.created_at)
-            config.trend.add(run.samples_per_s, run.created_at)
-        elif run.status != "ok":  # an ok run without samples/s (a checkpoint, a program's wall time) did not fail
+                                  "torch": run.env.facts.get("torch"), "status": run.status, "figure": run.figure})
+        if ok and _same_figure(config, run):
+            config.ok.add(run.figure, run.step, run.created_at)
+            config.trend.add(run.figure, run.created_at)
+        elif run.status != "ok":  # an ok run without its figure did not fail
             config.failed += 1
 
     def _workload(self, run: Run, ok: bool) -> None:
         if not ok and run.status == "ok":
-            return  # ok without a rate (a checkpoint, a program's wall time): no throughput, and no failure
+            return  # ok without its figure: nothing to average, and no failure
         row = self.workloads.get(run.spec.key) or self.workloads.setdefault(
-            run.spec.key, Workload(unit=run.spec.unit, spread_of=run.spec.spread_of))
+            run.spec.key, Workload(unit=run.unit, spread_of=run.spread_of))
         if not ok:
             row.failed += 1
             return
-        row.ok.add(run.samples_per_s, run.step, run.created_at)
+        if not _same_figure(row, run):
+            return
+        row.ok.add(run.figure, run.step, run.created_at)
         row.devices.add(run.spec.device)
         if run.mfu is not None:
             row.mfu_sum, row.mfu_n = row.mfu_sum + run.mfu, row.mfu_n + 1
@@ -320,7 +344,8 @@ class Digest:
 
     def _compared(self, run: Run) -> None:
         group = trend_group(run, self.trend_by)
-        self.units[run.spec.key] = (run.spec.unit, run.spec.spread_of)
+        # compared on samples/s: the figure's unit where that rate is the figure (a node check's probe), else samples/s
+        self.units[run.spec.key] = (run.unit, run.spread_of) if run.figure == run.samples_per_s else ("samples/s", "steps")
         acc_of(self.trends, (run.spec.key, group)).add(run.samples_per_s, run.step, run.created_at)
         for name, values in self.sides.items():
             if values is None:
@@ -402,6 +427,14 @@ class Digest:
             if rows:
                 out.append({"label": f"{name}: A = {value_a}, B = {value_b}", "auto": True, "rows": rows})
         return out
+
+
+def _same_figure(row: Config | Workload, run: Run) -> bool:
+    """Whether ``run``'s figure averages with ``row``'s: the first measured run (the newest) sets the row's unit and
+    what one run's ± is of (a failed run has no figure to say them); a run measured in another unit is not averaged."""
+    if not row.ok.n:
+        row.unit, row.spread_of = run.unit, run.spread_of
+    return run.unit == row.unit
 
 
 def acc_of(accs: dict, key) -> Acc:

@@ -83,7 +83,9 @@ def _workloads_section(rows: list[dict[str, Any]]) -> str:
             + method("Throughput = batch × timed steps / wall time of the timed window, after warm-up steps that are "
                      "not timed; the device is synchronised at both ends of the window. Runs of one configuration "
                      "(workload, mode, precision, batch size, processes, parameters) are averaged; the spread is the "
-                     "standard error of the mean between runs (one run: from its step-time spread). MFU = achieved "
+                     "standard error of the mean between runs (one run: from its step-time spread, or an --exec run's "
+                     "printed lines). A run of another kind shows its own figure in its unit (a checkpoint's write "
+                     "bytes/s, a node check's probe figure, a program's wall time: one measurement). MFU = achieved "
                      "FLOP/s (FLOPs counted by torch.utils.flop_counter) / a peak, twice: the datasheet's dense peak "
                      "of the part (matched on its PCI id or full name; blank on CPUs and parts the table does not "
                      "list) and the peak measured on the device by dlbench calibrate (dense matmuls at the run's "
@@ -307,7 +309,9 @@ def build_report(records: list[dict[str, Any]] | Gathered, *, title: str, select
             "One row per configuration (workload, mode, precision, batch size, processes or layout, parameters, device"
             + (", cluster" if digest.clusters else "")
             + (f", and the tags {escape(', '.join(digest.group_by))}" if digest.group_by else "") + "): its runs, failed ones, "
-            f"the mean throughput of the successful ones ± its standard error, their range and coefficient of "
+            f"the mean figure of the successful ones — each kind's own, with its unit: samples/s, a checkpoint's write "
+            f"bytes/s, a node check's probe figure, a program's wall time — ± its standard error (between runs; one run: "
+            f"the spread of its steps or printed lines, or none for one measurement, as the cell says), their range and coefficient of "
             f"variation (standard deviation / mean), and the trend over time — the runs, oldest first, in up to "
             f"{TREND_POINTS} groups of about equal size, each drawn at its mean (hover a point). 'runs of it' lists "
             f"the newest {DRILL_RUNS} runs of the configuration; --group-by TAG splits configurations by a tag.")),

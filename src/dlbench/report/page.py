@@ -34,18 +34,29 @@ td.date,span.date{text-align:left}td.num.figure{white-space:normal}.diff{backgro
 .scroll{max-height:520px;overflow:auto;border:1px solid #ddd}
 #runs-table{font-size:.76em}#runs-table td,#runs-table th{padding:3px 4px}
 #runs-table td.num,#runs-table td.status summary{white-space:nowrap}#runs-table td.status summary{cursor:pointer}input#filter{padding:4px;width:320px}
-svg.chart{cursor:zoom-in}svg.chart.zoomed{position:fixed;left:2vw;top:2vh;width:96vw;height:96vh;background:#fff;
+.print-only{display:none}svg.chart{cursor:zoom-in}svg.chart.zoomed{position:fixed;left:2vw;top:2vh;width:96vw;height:96vh;background:#fff;
 z-index:10;box-shadow:0 0 0 100vmax rgba(0,0,0,.45);cursor:zoom-out}
 @page{size:A4 landscape;margin:10mm}
 @media print{body{max-width:none;padding:0}.scroll{max-height:none;overflow:visible;border:0}table{font-size:.68em}
-#runs-table{font-size:.6em}
-tr,svg.chart{break-inside:avoid}input#filter,#runs-table th:after{display:none}
+#runs-table{font-size:.6em}td details td,td details th{padding:1px 3px}svg.spark{width:100px;height:20px}
+tr,svg.chart{break-inside:avoid}input#filter,#runs-table th:after{display:none}.print-only{display:block}
 svg.chart.zoomed{position:static;width:auto;height:auto;box-shadow:none}}
 """
 
 # Click a chart to see it full-window (again to close); sort the runs table by a column (numbers
-# by data-v, text otherwise) and filter its rows by text. No library.
+# by data-v, text otherwise) and filter its rows by text. On paper every drill-down (<details>) is open: CSS cannot
+# open one, so the page opens the folded ones before printing and folds them again after (beforeprint/afterprint,
+# and the print media query for browsers that print without those events); without JavaScript a printed note says
+# to open them first (NO_SCRIPT). No library.
 JS = """
+(function(){var opened=[];
+function unfold(){opened=opened.concat(Array.prototype.filter.call(document.querySelectorAll('details:not([open])'),
+  function(d){d.open=true;return true;}));}
+function fold(){opened.forEach(function(d){d.open=false;});opened=[];}
+window.addEventListener('beforeprint',unfold);window.addEventListener('afterprint',fold);
+var media=window.matchMedia&&window.matchMedia('print');
+if(media&&media.addEventListener)media.addEventListener('change',function(e){if(e.matches)unfold();else fold();});
+})();
 Array.prototype.forEach.call(document.querySelectorAll('svg.chart'),function(svg){
   svg.addEventListener('click',function(){svg.classList.toggle('zoomed');});});
 (function(){
@@ -67,6 +78,11 @@ input.addEventListener('input',function(){var terms=input.value.toLowerCase().sp
 """
 
 
+#: Printed only where scripts do not run (the drill-downs then print as they are on screen).
+NO_SCRIPT = ('<noscript><p class="print-only">Printed without JavaScript: folded drill-downs (▸) print folded; '
+             "open the ones you need before printing, or print with scripts allowed.</p></noscript>")
+
+
 def page(title: str, meta: str, nav: list[tuple[str, str]], body: str) -> str:
     """The whole document."""
     links = "".join(f'<a href="#{anchor}">{escape(label)}</a>' for anchor, label in nav)
@@ -77,7 +93,7 @@ def page(title: str, meta: str, nav: list[tuple[str, str]], body: str) -> str:
         "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; "
         "script-src 'unsafe-inline'; img-src data:\">"
         f"<title>{escape(title)}</title><style>{CSS}</style></head><body>"
-        f"<h1>{escape(title)}</h1><p class=\"meta\">{meta}</p><nav>{links}</nav>{body}"
+        f"<h1>{escape(title)}</h1><p class=\"meta\">{meta}</p>{NO_SCRIPT}<nav>{links}</nav>{body}"
         f"<script>{JS}</script></body></html>\n"
     )
 

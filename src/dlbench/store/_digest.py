@@ -25,7 +25,7 @@ DIGEST_ROWS = 2000
 #: The names of a digest row's fields, in order (see :meth:`DigestReads.iter_digest`).
 DIGEST_FIELDS = ("id", "created_at", "status", "mode", "workload", "samples_per_s", "step_time_median_s", "host",
                  "torch_version", "cluster", "tags_json", "device_name", "schema_version",
-                 "spec", "env", "step_time_s", "mfu", "mfu_measured", "mfu_flags", "tokens_per_s", "telemetry")
+                 "spec", "env", "step_time_s", "mfu", "mfu_measured", "mfu_flags", "tokens_per_s", "telemetry", "figure")
 
 #: What a summary reads of a run's spec (:func:`dlbench.report.compare.config_key` and the device) and of its
 #: environment (:func:`dlbench.report.frame.environment`): fields that the runs of one configuration, or of one
@@ -35,6 +35,10 @@ SPEC_KEYS = ("workload", "params", "mode", "precision", "batch_size", "world_siz
 ENV_KEYS = ("hostname", "cluster", "cpu", "gpus", "torch", "torchvision", "python", "dlbench", "container", "scheduler",
             "dlbench_git")
 _RESULT = ("step_time_s", "mfu", "mfu_measured", "mfu_flags", "tokens_per_s")
+#: What the primary figure of a run without samples/s is read from (:func:`dlbench.figure.primary_metric`): result
+#: fields (a dot: one level down), and ``step_time_s.mean`` to tell step times from an exec run's per-line rates.
+FIGURE_KEYS = ("value", "unit", "bytes_per_s", "write.bytes_per_s", "peak_busbw_bytes_per_s", "time_to_train_s", "wall_s",
+               "step_time_s.mean")
 #: Where a run's spread comes from when it has no step times: an exec run's per-line rates (report.compare.spread_of).
 _SPREAD_ELSE = "metric_stats"
 
@@ -53,13 +57,15 @@ def _parts(dialect: str) -> list:
                                         f"json_extract(runs.record, '$.result.{_SPREAD_ELSE}'))")),
                 *[sa.literal_column(valid(f"json_extract(runs.record, '$.result.{key}')")) for key in _RESULT[1:]],
                 sa.literal_column(valid("json_extract(runs.record, '$.telemetry') NOT IN ('{}', '[]')")),
+                sa.literal_column(valid(f"json_extract(runs.record, {paths('result', FIGURE_KEYS)})")),
                 sa.literal_column("CASE WHEN json_valid(runs.record) THEN NULL ELSE runs.record END")]
 
     def array(part: str, keys) -> str:
-        return "jsonb_build_array(" + ", ".join(f"d->'{part}'->'{key}'" for key in keys) + ")::text"
+        return "jsonb_build_array(" + ", ".join(f"d->'{part}'" + "".join(f"->'{k}'" for k in key.split("."))
+                                                for key in keys) + ")::text"
     texts = ", ".join([array("spec", SPEC_KEYS), array("env", ENV_KEYS), f"COALESCE(d->'result'->'step_time_s', d->'result'->'{_SPREAD_ELSE}')::text",
                        *[f"(d->'result'->'{k}')::text" for k in _RESULT[1:]],
-                       "(d->'telemetry')::text"])
+                       "(d->'telemetry')::text", array("result", FIGURE_KEYS)])
     # a record an older dlbench stored with a NaN or Infinity token is not jsonb: read in Python instead
     odd = "(strpos(runs.record, 'NaN') > 0 OR strpos(runs.record, 'Infinity') > 0)"
     return [sa.literal_column(f"CASE WHEN {odd} THEN NULL ELSE (SELECT ARRAY[{texts}] FROM "
@@ -75,7 +81,8 @@ class DigestReads:
         """Per run selected by ``flt``, newest first, a tuple of :data:`DIGEST_FIELDS`: the summary columns,
         then the spec's :data:`SPEC_KEYS` and the environment's :data:`ENV_KEYS` (JSON arrays, as text), the
         step-time statistics (JSON text or None), MFU (the datasheet's and the measured peak's), the MFU flags
-        (JSON text or None), tokens/s, and whether it has a telemetry summary.
+        (JSON text or None), tokens/s, whether it has a telemetry summary, and the result's :data:`FIGURE_KEYS` (a
+        JSON array, as text).
         Streamed: a few thousand rows at a time."""
         c = runs_table.c
         dialect = self.engine.dialect.name
@@ -96,7 +103,7 @@ class DigestReads:
                     tokens, telemetry = parts[6], parts[7]
                     yield (*row[:13], parts[0], parts[1], parts[2], _number(parts[3]), _number(parts[4]),
                            None if parts[5] in (None, "null") else parts[5], _number(tokens),
-                           telemetry not in (None, "null", "{}", "[]"))
+                           telemetry not in (None, "null", "{}", "[]"), parts[8])
 
     def records_by_id(self, run_ids: list[str]) -> dict[str, dict[str, Any]]:
         """The full records of ``run_ids`` (full ids) by id, a few hundred per query through the primary key."""
@@ -117,7 +124,7 @@ def _parts_of(text: str) -> tuple:
     except (ValueError, RecursionError):
         record = {}
     spec, env, result = (record.get(k) if isinstance(record.get(k), dict) else {} for k in ("spec", "env", "result"))
-    steps = result.get("step_time_s")
+    steps = result.get("step_time_s") if result.get("step_time_s") is not None else result.get(_SPREAD_ELSE)
     telemetry = record.get("telemetry")
     return (json.dumps([spec.get(k) for k in SPEC_KEYS], separators=(",", ":")),
             json.dumps([env.get(k) for k in ENV_KEYS], separators=(",", ":")),
@@ -125,7 +132,17 @@ def _parts_of(text: str) -> tuple:
             result.get("mfu"), result.get("mfu_measured"),
             None if result.get("mfu_flags") is None else json.dumps(result["mfu_flags"], separators=(",", ":")),
             result.get("tokens_per_s"),
-            None if telemetry is None else telemetry not in ({}, []))
+            None if telemetry is None else telemetry not in ({}, []),
+            json.dumps([_path(result, key) for key in FIGURE_KEYS], separators=(",", ":")))
+
+
+def _path(result: dict[str, Any], key: str) -> Any:
+    """``result``'s value at ``key`` (a dot: one level down), None where absent."""
+    head, _, tail = key.partition(".")
+    value = result.get(head)
+    if tail:
+        value = value.get(tail) if isinstance(value, dict) else None
+    return value
 
 
 def _number(text: str | None) -> float | None:
