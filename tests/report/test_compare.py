@@ -91,3 +91,17 @@ def test_repeat_hint_names_the_command_that_repeats_a_side():
     assert "dlbench run resnet50 … three times (A's options), and B the same way." in repeat_hint([one], "3f2a1c", "9b0e77")
     (many,) = compare([record(100.0), record(100.1)], [record(90.0), record(90.1)])
     assert many.verdict == "slower" and repeat_hint([many], "tag:try=a", "tag:try=b") == ""
+
+
+def test_runs_that_differ_only_in_their_data_path_pair_into_one_row():
+    """--data files:DIR against synthetic batches is the input pipeline's cost (docs/io.md): compare pairs the two
+    configurations into one row that names both paths, and leaves other settings apart."""
+    files = [record(80.0, data="files:/scratch/d"), record(82.0, data="files:/scratch/d")]
+    synthetic = [record(100.0), record(101.0)]
+    rows = compare(files, synthetic)
+    assert len(rows) == 1 and rows[0].ratio == pytest.approx(100.5 / 81.0)
+    assert rows[0].key.endswith("(A data=files, B data=synthetic)") and rows[0].a.runs == rows[0].b.runs == 2
+    other_batch = compare(files, [record(100.0, batch_size=32)])  # another setting differs too: not paired
+    assert sorted(r.verdict for r in other_batch) == ["only in A", "only in B"]
+    two_ways = compare(files + [record(90.0, data="loader")], synthetic)
+    assert len(two_ways) == 3  # two of A's configurations (files, loader) could pair with B's: none does

@@ -274,6 +274,7 @@ def compare(group_a: list[dict[str, Any]], group_b: list[dict[str, Any]]) -> lis
         for record in records:
             if comparable(record):
                 by_key.setdefault(config_key(record), ([], []))[side].append(record)
+    _pair_data_paths(by_key)
     rows = []
     for key in sorted(by_key):
         runs_a, runs_b = by_key[key]
@@ -289,6 +290,30 @@ def compare(group_a: list[dict[str, Any]], group_b: list[dict[str, Any]]) -> lis
             rows.append(CompareRow(key, a, b, None, "only in A" if a else "only in B", busy_a=busy_a, busy_b=busy_b,
                                    unit=figure.unit, spread_of=figure.spread_of))
     return rows
+
+
+_DATA = re.compile(r" data=\S+")
+
+
+def _pair_data_paths(by_key: dict[str, tuple[list, list]]) -> None:
+    """A configuration only in A and one only in B that differ in their data path alone (``--data files:DIR``
+    against synthetic batches: the input pipeline's cost, docs/io.md) become one row, its key naming both paths
+    (``… (A data=files, B data=synthetic)``); where several could pair, none do."""
+    def base(key: str) -> str:
+        return _DATA.sub("", key)
+
+    def path(key: str) -> str:
+        found = _DATA.search(key)
+        return found.group(0).strip() if found else "data=synthetic"
+
+    only_a = [k for k, (a, b) in by_key.items() if a and not b]
+    only_b = [k for k, (a, b) in by_key.items() if b and not a]
+    for key_a in only_a:
+        partners = [k for k in only_b if base(k) == base(key_a)]
+        rivals = [k for k in only_a if base(k) == base(key_a)]
+        if len(partners) == 1 and len(rivals) == 1:
+            key_b = partners[0]
+            by_key[f"{base(key_a)} (A {path(key_a)}, B {path(key_b)})"] = (by_key.pop(key_a)[0], by_key.pop(key_b)[1])
 
 
 #: Selector keys that are fields of a run, not tags (:data:`dlbench.store._base.SELECTOR_HELP`).
