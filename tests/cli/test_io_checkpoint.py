@@ -13,7 +13,7 @@ import pytest
 
 from dlbench.cli.app import main
 from dlbench.engine.checkpoint_io import merge
-from dlbench.storage.checkpoint import state_bytes, state_tensors
+from dlbench.storage.checkpoint import read_back_note, state_bytes, state_tensors
 from dlbench.store import open_store
 
 #: llama3-8b at 1e-6: 8,030 parameters per rank-share, 14 bytes each in bf16 (≈ 112 KB)
@@ -119,3 +119,27 @@ def test_two_torchrun_ranks_each_write_their_own_file(capsys, db, tmp_path, left
     assert sorted(p.name for p in kept.glob("__*_0.distcp")) == ["__0_0.distcp", "__1_0.distcp"]
     assert [p.name for p in target.iterdir()] == [kept.name]  # one directory: both ranks agreed on its name
     assert [r["rank"] for r in result["per_rank"]] == [0, 1]
+
+
+def test_the_read_back_says_which_cache_may_have_answered_it(capsys, db, tmp_path):
+    """A "cold" read-back faster than fio's cold read reads as what it is: the table is followed by one line with
+    the share of the checkpoint's bytes still in this node's page cache at its start (from the record) and the
+    caches no node can see; the line is the record's own figures, read back."""
+    capsys.readouterr()
+    assert main(["io", "checkpoint", str(tmp_path / "ckpt"), *TINY, "--db", str(db)]) == 0
+    err = capsys.readouterr().err
+    store = open_store(str(db))
+    try:
+        record = store.query()[0]
+        record = store.get(record.id)
+    finally:
+        store.close()
+    note = read_back_note(record["result"])
+    assert note and note in err and "answer unseen" in note
+    resident = record["result"]["read"]["resident_at_start_bytes"]
+    if resident is not None:
+        assert f"{resident / record['result']['bytes']:.0%} of its {record['result']['bytes']:,} bytes" in note
+    if (record["result"].get("fio") or {}).get("read_bytes_per_s"):
+        ratio = record["result"]["read"]["bytes_per_s"] / record["result"]["fio"]["read_bytes_per_s"]
+        assert note.startswith(f"the read-back ran at {ratio:.3f} × fio's cold read")
+    assert read_back_note({"bytes": 10, "write": {}}) == ""  # no read-back, nothing said

@@ -358,6 +358,8 @@ def checkpoint(
         record = _run_here(spec, launch, lambda here: _checkpoint_run(here, db, no_store), "slurm")
         if record is None:
             return
+    from dlbench.storage.checkpoint import read_back_note
+
     if as_json:
         emit_json(record)
     elif record.get("result"):
@@ -366,6 +368,8 @@ def checkpoint(
             stages = (record["result"].get(phase) or {}).get("stages")
             if stages:
                 info(f"{phase}, slowest rank: " + ", ".join(f"{name.removesuffix('_s')} {s:.3f} s" for name, s in stages.items()))
+        if note := read_back_note(record["result"]):
+            info(note)
         if fio_error := (record["result"].get("fio") or {}).get("error"):
             info(f"dlbench: warning: {fio_error}.")
         if kept := record["result"].get("directory"):

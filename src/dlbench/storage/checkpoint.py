@@ -197,3 +197,25 @@ def fio_all_nodes(per_node: list[dict[str, dict[str, Any]]]) -> dict[str, Any]:
 def _fio(argv: list[str]) -> dict[str, Any]:
     stdout = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
     return json.loads(stdout[stdout.index("{"):])["jobs"][0]  # fio may print notes before its JSON
+
+
+def read_back_note(result: dict[str, Any]) -> str:
+    """Which cache may have answered a checkpoint's "cold" read-back, in one line (pure): the bytes still in this
+    node's page cache when it started (``mincore`` after dropping them, summed over ranks), and what no node can
+    see (caches outside the kernel), with the read-back's rate over fio's cold read (``--invalidate=1``) where
+    fio ran; ``""`` without a read-back."""
+    from dlbench.storage.cache import CANNOT_DROP
+
+    read = result.get("read")
+    if not read:
+        return ""
+    total, resident = result.get("bytes") or 0, read.get("resident_at_start_bytes")
+    theirs = (result.get("fio") or {}).get("read_bytes_per_s")
+    lead = (f"the read-back ran at {read['bytes_per_s'] / theirs:.3f} × fio's cold read; " if theirs and
+            read.get("bytes_per_s") else "read-back: ")
+    if resident is None:
+        held = "this node's page cache could not be asked what it still held after the drop"
+    else:
+        held = (f"{resident / total:.0%} of its {total:,} bytes were still in this node's page cache at its start"
+                if total else "nothing to read")
+    return f"{lead}{held}; beyond that, {CANNOT_DROP} answer unseen (they may serve either read)."
