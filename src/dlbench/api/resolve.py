@@ -54,6 +54,9 @@ def threads_for(idle_cores: float, cores: int, processes: int) -> int:
 #: busy-host warning (:func:`recent_pick_load`), so the pick and the warning read the same host.
 _auto_picks: dict[int, tuple[float, int, str, dict[str, float]]] = {}
 AUTO_PICK_REUSE_S = 10.0
+#: How long the newest pick's host-load sample is the one the runs it picked record (:func:`recent_pick_load`);
+#: apart from AUTO_PICK_REUSE_S, so that a pick made anew for each run is still the one its run records.
+PICK_LOAD_FRESH_S = 10.0
 
 
 def auto_threads(processes: int = 1, sample_s: float = 0.25) -> tuple[int, str]:
@@ -76,10 +79,10 @@ def auto_threads(processes: int = 1, sample_s: float = 0.25) -> tuple[int, str]:
 
 
 def recent_pick_load() -> dict[str, float] | None:
-    """The host-load sample of the newest ``--threads auto`` pick when it is fresh (``AUTO_PICK_REUSE_S``), else
+    """The host-load sample of the newest ``--threads auto`` pick when it is fresh (``PICK_LOAD_FRESH_S``), else
     None: the runs it picked for record that sample, and the busy-host warning judges it, not a second one that
     could read the host otherwise ("1.8 of 2 cores idle" then "51 % busy")."""
-    fresh = [p for p in _auto_picks.values() if time.monotonic() - p[0] < AUTO_PICK_REUSE_S]
+    fresh = [p for p in _auto_picks.values() if time.monotonic() - p[0] < PICK_LOAD_FRESH_S]
     return dict(max(fresh, key=lambda p: p[0])[3]) if fresh else None
 
 
