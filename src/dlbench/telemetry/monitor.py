@@ -58,14 +58,15 @@ def run_monitor(host: str = "127.0.0.1", port: int = 9400, interval_s: float = 1
                                pod_resources=PodResources(socket_path) if socket_path else None) if jobs else None
     collector = NodeCollector(gpu, HostSource(), training=PublishedStates(dirs), interval_s=interval_s,
                               jobs=attributor)
+    stop = stop or threading.Event()
+    previous = _on_sigterm(stop.set)  # before the port answers: a SIGTERM from then on is a clean stop
     try:
         server = serve(make_registry(collector), host, port)
     except (OSError, OverflowError) as exc:
         gpu.close()
+        _restore_sigterm(previous)
         raise UsageError(f"cannot serve on {host}:{port} ({exc}); choose a free --port or another --host.") from None
     collector.start()
-    stop = stop or threading.Event()
-    previous = _on_sigterm(stop.set)
     try:
         if on_ready is not None:
             on_ready(host, server.server_address[1])
