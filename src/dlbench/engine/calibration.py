@@ -122,7 +122,7 @@ def calibrate(device: torch.device, size: int | None = None) -> dict[str, Any]:
     """Measure every precision of ``device``: ``{"identity", "measured_at", "seconds", "threads", "precisions"}``,
     each precision its figures or ``{"flops_per_s": None, "why"}``."""
     started = time.perf_counter()
-    measured_at = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    measured_at = dt.datetime.now(dt.timezone.utc).isoformat(timespec="microseconds")  # "newest" holds within a second
     # a CPU: every core this process may use (what its identity names), whatever threads the last run set
     threads = len(os.sched_getaffinity(0)) if device.type == "cpu" else None
     with torch_threads(threads):
