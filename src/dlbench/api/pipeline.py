@@ -80,12 +80,7 @@ def execute(run: ResolvedRun, store=None, env: dict[str, Any] | None = None, on_
                 plan = launcher.plan(run, workdir)
                 launched = lambda: launcher.execute(plan, workdir, lambda: job.run_here(run, progress, telemetry.wrap(on_step)))  # noqa: E731
                 outcome = _after_preflight(launched, workdir, run, records) if batch else launched()
-                checked = records[0]["env"].get("preflight")  # a batch job's: what its nodes wrote
-                result = job.result_of(run, adopt_job_env(records, outcome, telemetry))
-                preflight.apply(records, checked)  # a batch job's records took its rank 0's environment
-                recording.end(job.endings(run, result))
-                if owner:  # MFU against the datasheet's and the measured peak (measured now if never before)
-                    attach_peaks(run, records, store)
+                _end(run, records, outcome, telemetry, recording, store)
     except Submitted as submitted:
         log.info("dlbench: %s", submitted)
         return []
@@ -123,13 +118,22 @@ def finish_submitted(run: ResolvedRun, records: list[dict[str, Any]], store, wai
     telemetry = job.telemetry(run, records[0])  # a batch run's: what its nodes reported (ReportedTelemetry)
     with Recording(records, store, Progress(), telemetry,
                    recorded=lambda ended: job.recorded(run, ended)) as recording:
-        outcome = _after_preflight(wait, workdir, run, records)
-        checked = records[0]["env"].get("preflight")
-        result = job.result_of(run, adopt_job_env(records, outcome, telemetry))
-        preflight.apply(records, checked)  # the records took the job's rank 0's environment
-        recording.end(job.endings(run, result))
-        attach_peaks(run, records, store)
+        _end(run, records, _after_preflight(wait, workdir, run, records), telemetry, recording, store)
     return records
+
+
+def _end(run: ResolvedRun, records: list[dict[str, Any]], outcome: Outcome, telemetry, recording, store) -> None:
+    """End the records from the job's ``outcome``, as :func:`execute` and :func:`finish_submitted` both do: the
+    result from what the ranks reported (a batch job's rank 0's environment adopted, the preflight verdict already
+    in the records kept), then, on the main rank, MFU against the datasheet's and the measured peak (measured now
+    if this device never was)."""
+    job = job_kind(run.kind)
+    checked = records[0]["env"].get("preflight")
+    result = job.result_of(run, adopt_job_env(records, outcome, telemetry))
+    preflight.apply(records, checked)  # adopting rank 0's environment replaced the one that held it
+    recording.end(job.endings(run, result))
+    if run.is_main:
+        attach_peaks(run, records, store)
 
 
 def adopt_job_env(records: list[dict[str, Any]], outcome: Outcome, telemetry=None) -> Outcome:

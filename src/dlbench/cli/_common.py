@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import os
@@ -252,6 +253,22 @@ def name_cluster(option: str | None, config: str | None) -> None:
 PREFLIGHT_VARS = ("DLBENCH_PREFLIGHT", "DLBENCH_PREFLIGHT_EXPECT")
 
 
+@contextlib.contextmanager
+def preflight_asked(option: str | None, expect: str | None):
+    """:func:`ask_preflight` for one command: ``$DLBENCH_PREFLIGHT*`` put back as they were when it ends, so the next
+    command run in this process (a notebook, a test, an HPO study's) is not preflighted by this one's option."""
+    before = {k: os.environ.get(k) for k in PREFLIGHT_VARS}
+    try:
+        ask_preflight(option, expect, None)
+        yield
+    finally:
+        for key, value in before.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
 def ask_preflight(option: str | None, expect: str | None, config: str | None) -> None:
     """``--preflight`` (else the config's or the site's ``preflight:``) and ``--preflight-expect`` (else
     ``preflight_expect:``) checked and set as ``$DLBENCH_PREFLIGHT`` / ``$DLBENCH_PREFLIGHT_EXPECT``, which every run
@@ -289,16 +306,8 @@ def launch_options(command: Callable | None = None, *, own: tuple[str, ...] = ()
         values = {name: kwargs.pop(name) for name in added} | {name: None for name in own}
         if values.get("cluster") is not None:  # a typo is refused before anything; a config's cluster: in launcher_name
             name_cluster(values["cluster"], None)
-        before = {k: os.environ.get(k) for k in PREFLIGHT_VARS}
-        try:  # the preflight asked of this command, not of the next one run in this process (a notebook, a test)
-            ask_preflight(values.get("preflight"), values.get("preflight_expect"), None)
+        with preflight_asked(values.get("preflight"), values.get("preflight_expect")):
             return command(*args, launch=LaunchOptions(values), **kwargs)
-        finally:
-            for key, value in before.items():
-                if value is None:
-                    os.environ.pop(key, None)
-                else:
-                    os.environ[key] = value
 
     hints = {k: v for k, v in typing.get_type_hints(command).items() if k != "launch"}
     wrapper.__annotations__ = hints | {name: kind for name, (kind, _) in added.items()}

@@ -66,21 +66,12 @@ def run(
     storage: str = STORAGE_OPTION,
     as_json: bool = JSON_OPTION,
 ) -> None:
-    import os
 
-    from dlbench.cli._common import PREFLIGHT_VARS, ask_preflight
+    from dlbench.cli._common import preflight_asked
 
-    before = {k: os.environ.get(k) for k in PREFLIGHT_VARS}
-    try:  # the preflight asked of this study, not of the next command run in this process
-        ask_preflight(preflight, preflight_expect, None)
+    with preflight_asked(preflight, preflight_expect):  # this study's, not the next command's in this process
         _run(config, resume, name, trials, sampler, pruner, workers, seed, timeout_s, engine, address, tensorboard,
              db, storage, as_json)
-    finally:
-        for key, value in before.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 def _run(config, resume, name, trials, sampler, pruner, workers, seed, timeout_s, engine, address, tensorboard,
