@@ -15,8 +15,17 @@ from the path): it must then derive every committed factor from the RCP data its
 (``dlbench.mlperf.rcp_scaling``), while the summarizer's side still reads the committed files, the
 published figure. Each differing row names the committed and the derived factor.
 
+With ``--excerpts`` the round is made of excerpts (tests/data/mlperf_cases/training_results_v6.0: only the
+lines a score and the RCP checker read, the whole logs being too big to bring here), which the
+summarizer's compliance gate refuses; its ``_read_result_file`` is then its own parse without that gate
+(``parse_file``, the same parse-error refusal), and the rest of its score (run_start/run_stop, olympic mean,
+``scaling.json``) is unchanged. With ``--summarizer-rcp-pass`` a closed folder the round has no
+``scaling.json`` for is scored as MLCommons publishes it: the summarizer's RCP pass
+(``rcp_checker.check_directory(..., rcp_pass='pruned_rcps', set_scaling=True)``, as in
+``_compute_strong_scaling_scores``) writes the file into a temporary copy of the folder, whose score is then read.
+
     python bench/mlperf_published.py ROUND --usage training --ruleset 5.1.0 [--workers 2] [--json OUT] [--compliance]
-        [--without-scaling-json]
+        [--without-scaling-json] [--excerpts] [--summarizer-rcp-pass]
 
 Prints the agreement (entries compared, score max relative difference, fields that differ) and
 every disagreement.
@@ -29,6 +38,7 @@ import contextlib
 import io
 import json
 import os
+import shutil
 import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -77,11 +87,40 @@ def without_scaling_json(round_dir: Path, into: Path) -> Path:
     return copy
 
 
-def summarizer_figure(job: tuple[str, str, str | None, str, str, str]) -> dict[str, Any]:
+def _parse_without_compliance_gate(result_file: str, usage: str, ruleset: str) -> list[Any]:
+    """The summarizer's ``_read_result_file`` less its compliance check (for excerpts: see --excerpts)."""
+    from mlperf_logging.compliance_checker.mlp_parser import parse_file
+
+    loglines, failed = parse_file(result_file, ruleset=ruleset)
+    if failed:
+        raise ValueError("Parse error")
+    return loglines
+
+
+def _with_rcp_pass_scaling(folder: str, usage: str, ruleset: str, into: Path) -> str:
+    """A copy of ``folder`` under ``into`` with the ``scaling.json`` the summarizer's RCP pass writes."""
+    from mlperf_logging.rcp_checker import rcp_checker
+
+    copy = into / Path(folder).parent.name / Path(folder).name
+    shutil.copytree(folder, copy)
+    rcp_checker.check_directory(str(copy), usage, ruleset, False, False, rcp_file=None, rcp_pass="pruned_rcps",
+                                rcp_bypass=False, set_scaling=True)
+    return str(copy)
+
+
+def summarizer_figure(job: tuple[str, str, str | None, str, str, str, bool, bool]) -> dict[str, Any]:
     """The summarizer's row cells for one benchmark folder (runs in a worker: it prints, and keeps state)."""
     from mlperf_logging.result_summarizer import result_summarizer as rs
 
-    org, system, scaling, folder, usage, ruleset = job
+    org, system, scaling, folder, usage, ruleset, excerpts, rcp_pass = job
+    if excerpts:
+        rs._read_result_file = _parse_without_compliance_gate
+    with tempfile.TemporaryDirectory(prefix="mlperf-rcp-pass-") as tmp:
+        return _summarizer_row(rs, org, system, scaling, folder, usage, ruleset, rcp_pass, Path(tmp))
+
+
+def _summarizer_row(rs: Any, org: str, system: str, scaling: str | None, folder: str, usage: str, ruleset: str,
+                    rcp_pass: bool, tmp: Path) -> dict[str, Any]:
     benchmark = rs._benchmark_alias(Path(folder).name)
     row: dict[str, Any] = {"org": org, "system_folder": system, "scaling": scaling, "benchmark": benchmark,
                            "folder": folder}
@@ -95,20 +134,25 @@ def summarizer_figure(job: tuple[str, str, str | None, str, str, str]) -> dict[s
                 "accelerators": int(desc["accelerators_per_node"]) * int(desc["number_of_nodes"]),
                 "nodes": int(desc["number_of_nodes"])}
         has_power = rs._has_power(folder)
+        scored = folder
         try:
+            if (rcp_pass and scaling != "weak" and desc.get("division") == "closed"
+                    and not Path(folder, "scaling.json").exists()):
+                scored = _with_rcp_pass_scaling(folder, usage, ruleset, tmp)
+                row["scaling_json"] = "written by the summarizer's RCP pass (into a copy)"
             if scaling == "weak":
                 scores, _ = rs._compute_weak_score_standalone(benchmark, system, False, folder, usage, ruleset, desc)
                 row["models_per_minute"] = (scores[f"{benchmark}:number_of_models"] / scores[f"{benchmark}:time_to_train_all"]
                                             if scores else None)
             else:  # the time first: a crash in the power pass must not hide the time score
-                score, _, factor = rs._compute_strong_score_standalone(benchmark, system, False, folder, usage,
+                score, _, factor = rs._compute_strong_score_standalone(benchmark, system, False, scored, usage,
                                                                        ruleset, desc)
                 row |= {"score_minutes": score, "scaling_factor": factor, "has_power": has_power}
         except Exception as exc:  # noqa: BLE001 - a summarizer crash is a finding to report, not to stop on
             row["error"] = f"{type(exc).__name__}: {exc}"
         if has_power and "error" not in row and scaling != "weak":
             try:
-                row["energy_j"] = rs._compute_strong_score_standalone(benchmark, system, True, folder, usage,
+                row["energy_j"] = rs._compute_strong_score_standalone(benchmark, system, True, scored, usage,
                                                                       ruleset, desc)[1]
             except Exception as exc:  # noqa: BLE001 - as above
                 row["energy_error"] = f"{type(exc).__name__}: {exc}"
@@ -153,9 +197,14 @@ def main() -> None:
     parser.add_argument("--compliance", action="store_true", help="dlbench scores with --compliance (the official checker per file)")
     parser.add_argument("--without-scaling-json", action="store_true",
                         help="dlbench scores the round with every scaling.json removed (it derives each factor)")
+    parser.add_argument("--excerpts", action="store_true",
+                        help="the round holds excerpts of logs: the summarizer parses them without its compliance gate")
+    parser.add_argument("--summarizer-rcp-pass", action="store_true",
+                        help="a closed folder without scaling.json: the summarizer's RCP pass writes one into a copy first")
     args = parser.parse_args()
     args.round = args.round.absolute()
-    jobs = [(str(org), system, scaling, str(folder), args.usage, args.ruleset)
+    jobs = [(str(org), system, scaling, str(folder), args.usage, args.ruleset, args.excerpts,
+             args.summarizer_rcp_pass)
             for org in _organisations(args.round) for system, scaling, folder in _benchmark_folders(org)]
     started = time.perf_counter()
     with ProcessPoolExecutor(max_workers=args.workers) as pool:
@@ -186,7 +235,8 @@ def main() -> None:
     powered = [r for r in compared if r.get("has_power")]
     energy_worst = max([r["energy_rel"] for r in powered if r.get("energy_rel") is not None
                         and "energy_error" not in r] or [0.0])
-    mode = ", every scaling.json removed" if args.without_scaling_json else ""
+    mode = (", every scaling.json removed" if args.without_scaling_json else "") + (
+        ", excerpts: the summarizer without its compliance gate" if args.excerpts else "")
     print(f"{args.round} ({args.usage} {args.ruleset}{mode}): {len(_organisations(args.round))} submitters, "
           f"{len(compared)} (system, benchmark) folders compared, {len(scored)} with a summarizer score, "
           f"{len(scaled)} RCP-scaled; max relative score difference {worst:.3g}; "
