@@ -55,6 +55,55 @@ def test_a_node_that_sent_no_verdict_leaves_the_job_incomplete_not_healthy():
     assert preflight.stop_sentence(doc) is None
 
 
+def unjudged(host: str, cpu: float, bandwidth: float = 5.0e9, model: str = "Xeon 8480", gpu: str | None = None) -> dict:
+    """A node's document as a job's node writes it without history or expectations: every probe recorded only."""
+    verdicts = [judge("cpu", {"value": cpu}, None), judge("host_memory_bandwidth", {"value": bandwidth}, None)]
+    return preflight.node_document(host, verdicts, 2.0, [], {"cpu": model, "gpu": gpu}) | {"mode": "gate"}
+
+
+def test_a_node_far_below_its_peers_is_degraded_naming_the_peer_figure_and_a_loaded_host_is_not():
+    # node2 at 1/20 of the others (a 5 % CPU quota); node1 at 0.6 of node0 (a loaded host): only node2 degraded
+    judged = {n["host"]: n for n in preflight.judge_peers(
+        [unjudged("node0", 4.0e6), unjudged("node1", 2.4e6), unjudged("node2", 2.0e5)])}
+    assert judged["node2"]["verdict"] == "degraded"
+    assert judged["node2"]["sentence"] == ("DEGRADED: cpu: 2.000e+05 iterations/s, below 2.000e+06 (the job's peers: "
+                                           "0.5 x node0's 4.000e+06 iterations/s, the best of 2 other node(s) with Xeon 8480)")
+    assert judged["node2"]["probes"]["cpu"]["low"] == 2.0e6
+    assert judged["node2"]["probes"]["host_memory_bandwidth"]["verdict"] == "healthy"
+    assert judged["node0"]["verdict"] == judged["node1"]["verdict"] == "healthy"
+    assert "node1's 2.400e+06" in judged["node0"]["probes"]["cpu"]["sentence"]  # node0's best peer is node1
+    doc = preflight.combine("gate", list(judged.values()))
+    assert preflight.stop_sentence(doc).startswith("preflight refused the job before its workload started: node2: "
+                                                   "DEGRADED: cpu: 2.000e+05 iterations/s, below 2.000e+06")
+
+
+def test_peers_are_nodes_of_the_same_device_and_one_node_has_none():
+    # another CPU model is no peer: its 20x figure judges nothing; a job of one node says it has no peers
+    judged = {n["host"]: n for n in preflight.judge_peers([unjudged("a", 2.0e5), unjudged("b", 4.0e6, model="EPYC 9654")])}
+    assert judged["a"]["verdict"] == judged["b"]["verdict"] == "no reference"
+    assert "no other node with Xeon 8480 in this job" in judged["a"]["probes"]["cpu"]["sentence"]
+    (alone,) = preflight.judge_peers([unjudged("a", 2.0e5)])
+    assert alone["verdict"] == "no reference" and alone["sentence"].endswith("a job of one node has no peers to judge it by")
+    # a verdict of its own (history, expectations) stands unless the peers find the node degraded
+    own = preflight.node_document("c", [judge("cpu", {"value": 2.0e5}, Reference(1.0, source="--expect f")),
+                                        judge("host_memory_bandwidth", {"value": 5.0e9}, Reference(1.0, source="--expect f"))],
+                                  2.0, [], {"cpu": "Xeon 8480"})
+    judged = {n["host"]: n for n in preflight.judge_peers([own, unjudged("d", 4.0e6)])}
+    assert judged["c"]["probes"]["host_memory_bandwidth"]["sentence"].endswith("(at least 1: expected by --expect f)")
+    assert judged["c"]["verdict"] == "degraded" and "below 2.000e+06 (the job's peers" in judged["c"]["sentence"]
+
+
+def test_judge_rewrites_the_jobs_verdicts_and_gate_exits_1(tmp_path, capsys):
+    for doc in (unjudged("node0", 4.0e6), unjudged("node1", 2.0e5)):
+        preflight.write_node(tmp_path, doc)
+    assert main(["node", "preflight", "--mode", "warn", "--judge", str(tmp_path)]) == 0
+    assert json.loads((tmp_path / "node1.json").read_text())["verdict"] == "degraded"
+    assert main(["node", "preflight", "--mode", "gate", "--judge", str(tmp_path)]) == 1
+    assert "node1 is degraded against the job's peers: DEGRADED: cpu: " in capsys.readouterr().err
+    assert main(["node", "preflight", "--mode", "gate"]) == 2
+    assert "give --out DIR" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("argv, words", [
     (["--preflight", "maybe"], "--preflight 'maybe' is not a preflight mode; give gate"),
     (["--preflight", "gate", "--preflight-expect", "/nonexistent/expect.yaml"], "cannot read --preflight-expect"),

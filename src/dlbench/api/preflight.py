@@ -33,13 +33,15 @@ import logging
 import os
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from dlbench import strict_json
+from dlbench.env import cpu_model
 from dlbench.errors import UsageError
 from dlbench.launch._base import PREFLIGHT_DIR, PREFLIGHT_EXPECT_VAR, PREFLIGHT_MODE_VAR, write_preflight_node
-from dlbench.report.node_health import judge, overall
+from dlbench.report.node_health import PROBE_DEVICE, Reference, Verdict, judge, overall, peer_reference
 
 log = logging.getLogger("dlbench")
 
@@ -92,17 +94,71 @@ def check_node(store=None, env: dict | None = None, expect: Path | None = None, 
     records = run_check(plan, store, {k: v for k, v in (env or {}).items() if k != "preflight"} or None)
     verdicts = [judge(p, plan.finished.get(p), plan.references.get(p)) for p in plan.probes]
     # the node-check runs that hold the figures, where they were stored (a job's node stores none)
-    return node_document(plan.host, verdicts, time.monotonic() - started, [r["id"] for r in records] if store is not None else [])
+    return node_document(plan.host, verdicts, time.monotonic() - started, [r["id"] for r in records] if store is not None else [],
+                         {"cpu": cpu_model(), "gpu": plan.gpu_model})
 
 
-def node_document(host: str, verdicts, duration_s: float, run_ids: list[str] | None = None) -> dict[str, Any]:
+def node_document(host: str, verdicts, duration_s: float, run_ids: list[str] | None = None,
+                  devices: Mapping[str, str | None] | None = None) -> dict[str, Any]:
     """One node's preflight: its verdict and sentence (the node check's :func:`~dlbench.report.node_health.overall`),
-    each probe's figure, unit, verdict and reference, and how long the probes took."""
+    each probe's figure, unit, verdict and reference, how long the probes took, and its devices (``cpu``: the CPU
+    model, ``gpu``: the GPUs' name or None), by which :func:`judge_peers` finds a node's peers."""
     verdict, _, sentence = overall(verdicts)
     return {"host": host, "verdict": verdict, "sentence": sentence, "duration_s": round(duration_s, 3),
             "probes": {v.probe: {"value": v.value, "unit": v.unit, "verdict": v.status, "sentence": v.sentence,
                                  "low": None if v.reference is None else v.reference.low} for v in verdicts},
-            "runs": list(run_ids or [])}
+            "runs": list(run_ids or []), "devices": dict(devices or {})}
+
+
+def judge_peers(nodes: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """A job's nodes judged against each other, as its batch script does once every node has checked itself
+    (``dlbench node preflight --judge``): each probe's figure against the same probe on the job's other nodes with
+    the same device (:func:`~dlbench.report.node_health.peer_reference`). A probe below it is degraded; a probe that
+    had no reference of its own (no history, no expectations file) is judged by its peers, or says that the job
+    has none (one node, or no other node with that device); a verdict of its own that is not degraded stands."""
+    judged = []
+    for node in nodes:
+        verdicts = []
+        for probe, row in node["probes"].items():
+            own = Verdict(probe, row["verdict"], row["value"], row["unit"], row["sentence"],
+                          None if row.get("low") is None else Reference(row["low"]))
+            device = (node.get("devices") or {}).get(PROBE_DEVICE[probe])
+            peers = {other["host"]: other["probes"][probe]["value"] for other in nodes
+                     if other["host"] != node["host"] and device and (other.get("devices") or {}).get(PROBE_DEVICE[probe]) == device
+                     and (other["probes"].get(probe) or {}).get("value") is not None}
+            if own.status in ("degraded", "skipped") or own.value is None:
+                verdicts.append(own)
+            elif not peers:
+                verdicts.append(own if own.status != "no reference" else replace(
+                    own, sentence=f"{own.sentence[:-1]}; no other node with {device or 'its device'} in this job)"))
+            else:
+                by_peers = judge(probe, {"value": own.value}, peer_reference(probe, peers, device))
+                verdicts.append(by_peers if by_peers.status == "degraded" or own.status == "no reference" else own)
+        doc = node_document(node["host"], verdicts, node["duration_s"], node.get("runs"), node.get("devices"))
+        if doc["verdict"] == "no reference" and len(nodes) == 1:
+            doc["sentence"] += "; a job of one node has no peers to judge it by"
+        judged.append({**node, **doc})
+    return judged
+
+
+def judge_directory(directory: Path) -> list[dict[str, Any]]:
+    """``dlbench node preflight --judge DIR``: the documents the job's nodes wrote in ``directory`` judged against
+    each other (:func:`judge_peers`) and written back in their place."""
+    nodes = _read_nodes(directory)
+    judged = judge_peers(nodes)
+    for node in judged:
+        write_node(directory, node)
+    return judged
+
+
+def _read_nodes(directory: Path) -> list[dict[str, Any]]:
+    docs = []
+    for path in sorted(directory.glob("*.json")):
+        try:
+            docs.append(json.loads(path.read_text(encoding="utf-8")))
+        except (OSError, ValueError) as exc:
+            log.warning("dlbench: preflight: cannot read %s (%s)", path, exc)
+    return docs
 
 
 def combine(mode_name: str, nodes: list[Mapping[str, Any]], expected_nodes: int | None = None) -> dict[str, Any]:
@@ -188,12 +244,7 @@ def gather(jobdir: Path, nodes: int) -> dict[str, Any] | None:
     if not directory.is_dir():
         return combine(mode(), [], nodes) if mode() else None  # asked, but the job ended before its nodes wrote
         return None
-    docs = []
-    for path in sorted(directory.glob("*.json")):
-        try:
-            docs.append(json.loads(path.read_text(encoding="utf-8")))
-        except (OSError, ValueError) as exc:
-            log.warning("dlbench: preflight: cannot read %s (%s)", path, exc)
+    docs = _read_nodes(directory)
     return combine(next((d["mode"] for d in docs if d.get("mode")), None) or mode() or "warn", docs, nodes)
 
 
@@ -210,4 +261,4 @@ def apply(records: list[dict[str, Any]], preflight: Mapping[str, Any] | None) ->
 
 
 __all__ = ["BUDGET_S", "MODES", "QUICK", "VERDICT_VAR", "apply", "check_mode", "check_node", "combine", "expect_file", "gather", "here",
-           "mode", "node_document", "stop_sentence", "study", "write_node"]
+           "judge_directory", "judge_peers", "mode", "node_document", "stop_sentence", "study", "write_node"]

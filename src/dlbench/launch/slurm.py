@@ -165,17 +165,28 @@ def step_command(run: ResolvedRun, workdir: Path) -> list[str]:
 
 def preflight_step(run: ResolvedRun, workdir: Path, mode: str | None, expect: bool) -> str:
     """``--preflight``: one task per node runs ``dlbench node preflight`` (the node check's quick probes) before the
-    ranks' step, each writing ``JOBDIR/preflight/HOST.json``; ``gate``: a degraded node (its exit 1) ends the job
+    ranks' step, each writing ``JOBDIR/preflight/HOST.json``, then one task judges the nodes against each other
+    (``--judge``: :func:`dlbench.api.preflight.judge_peers`); ``gate``: a degraded node (an exit 1) ends the job
     here. ``expect``: judge against the expectations file copied into the job directory. Empty without a preflight."""
+    return preflight_lines(run.settings, run.nnodes, workdir, mode, f'"$JOBDIR"/{PREFLIGHT_EXPECT_FILE}' if expect else None)
+
+
+def preflight_lines(settings: Any, nnodes: int, workdir: Path, mode: str | None, expect_word: str | None,
+                    refused: str = "the job stops before its ranks start") -> str:
+    """:func:`preflight_step`'s lines for ``nnodes`` nodes in launch settings ``settings`` (``expect_word``: the
+    expectations file as a shell word, None: none; ``refused``: what a degraded node's gate stops), for any
+    script that sets ``$JOBDIR`` (an HPO study's workers too: :mod:`dlbench.hpo.slurm`)."""
     if mode is None:
         return ""
-    options, prefix, python = container_words(run.settings, workdir)
-    srun = ["srun", f"--nodes={run.nnodes}", "--ntasks-per-node=1", '--cpus-per-task="$SLURM_CPUS_ON_NODE"', *options]
-    check = [*prefix, _q(python), "-m", "dlbench", "node", "preflight", "--mode", _q(mode), "--out",
-             f'"$JOBDIR"/{PREFLIGHT_DIR}'] + (["--expect", f'"$JOBDIR"/{PREFLIGHT_EXPECT_FILE}'] if expect else [])
-    then = ('{ echo "dlbench: preflight: a node is degraded; the job stops before its ranks start (verdicts in '
+    options, prefix, python = container_words(settings, workdir)
+    srun = ["srun", f"--nodes={nnodes}", "--ntasks-per-node=1", '--cpus-per-task="$SLURM_CPUS_ON_NODE"', *options]
+    preflight = [*prefix, _q(python), "-m", "dlbench", "node", "preflight", "--mode", _q(mode)]
+    check = [*preflight, "--out", f'"$JOBDIR"/{PREFLIGHT_DIR}'] + (["--expect", expect_word] if expect_word else [])
+    # then the nodes judged against each other (their figures, same device), by one task on one node
+    judge = ["srun", "--nodes=1", "--ntasks=1", *options, *preflight, "--judge", f'"$JOBDIR"/{PREFLIGHT_DIR}']
+    then = (f'{{ echo "dlbench: preflight: a node is degraded; {refused} (verdicts in '
             f'$JOBDIR/{PREFLIGHT_DIR})"; exit 1; }}' if mode == "gate" else "true")
-    return " ".join(srun + check) + " || " + then
+    return " ".join(srun + check) + " || " + then + "\n" + " ".join(judge) + " || " + then
 
 
 BODY = """\
