@@ -27,6 +27,7 @@ CLI from ``--preflight`` or the config, as ``--cluster`` travels as ``$DLBENCH_C
 
 from __future__ import annotations
 
+import functools
 import importlib
 import json
 import logging
@@ -216,20 +217,67 @@ def study(store, engine: str | None) -> dict[str, Any] | None:
     """``dlbench hpo run --preflight``: this node checked once, before the study's first trial, and the verdict put
     where its workers' trials read it (``$DLBENCH_PREFLIGHT_VERDICT``; the caller restores the environment); under
     ``gate`` a degraded node stops the study before any trial (:func:`stop_sentence`, raised as BenchmarkFailed).
-    Only the local engine's trials run on this node; another engine's would be judged by a node they never ran on."""
+    Only the local engine's trials run on this node: the slurm engine's workers check their nodes in their script
+    (:func:`worker`), the ray engine's trial actors theirs, once per node (:func:`ray_node`)."""
     from dlbench.errors import BenchmarkFailed
 
-    if mode() is None:
+    if mode() is None or engine in ("slurm", "ray"):  # their workers check their own nodes: worker(), ray_node()
         return None
-    if engine not in (None, "local"):
-        raise UsageError(f"--preflight checks this node before the study's first trial, but the {engine} engine runs "
-                         "the trials on other nodes; use --engine local, or drop --preflight.")
     checked = here(store, {})
     stop = stop_sentence(checked)
     if stop:
         raise BenchmarkFailed(stop.replace("the job before its workload started", "the study before its first trial"))
     os.environ[VERDICT_VAR] = strict_json.dumps(checked)
     return checked
+
+
+def worker(jobdir: Path | None) -> None:
+    """An HPO worker of the slurm engine: the verdict its node started with (``jobdir``: what the array element's
+    preflight step wrote, ``$DLBENCH_PREFLIGHT_JOBDIR``) put where its trials read it, as :func:`study` does."""
+    checked = gather(jobdir, 1) if jobdir is not None else None
+    if checked:
+        os.environ[MODE_VAR] = checked["mode"]  # where the site's sbatch passes no environment on
+        os.environ[VERDICT_VAR] = strict_json.dumps(checked)
+
+
+def ray_node_check() -> functools.partial:
+    """``hpo run --engine ray --preflight``: what each trial actor calls before its first trial (:func:`ray_node`,
+    with this study run's mode, expectations file's text and a token naming the run), pickled to the actors."""
+    from dlbench.launch._base import preflight_asked
+    from dlbench.record import new_id
+
+    asked, expect = preflight_asked()
+    return functools.partial(ray_node, asked, expect, new_id())
+
+
+def ray_node(asked: str, expect: str | None, token: str, store, env: dict[str, Any]) -> None:
+    """A ray trial actor's preflight: this node checked once per study run (the first actor on the node checks,
+    holding a lock in its temporary directory; the others read the verdict it left there,
+    ``dlbench-preflight-TOKEN.json``), against its history in ``store`` (or the expectations file), and the verdict
+    put where the actor's trials read it: under ``gate`` a degraded node's trials fail with :func:`stop_sentence`."""
+    import fcntl
+    import tempfile
+
+    base = Path(tempfile.gettempdir()) / f"dlbench-preflight-{token}"
+    with open(f"{base}.lock", "a", encoding="utf-8") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        done = Path(f"{base}.json")
+        if done.exists():
+            checked = json.loads(done.read_text(encoding="utf-8"))
+        else:
+            expect_file = None
+            if expect is not None:
+                expect_file = Path(f"{base}-expect.yaml")
+                expect_file.write_text(expect, encoding="utf-8")
+            node = check_node(store, env, expect_file)
+            checked = combine(asked, [node])
+            log.warning("dlbench: preflight (%s): %s is %s: %s (%.1f s)", asked, node["host"], node["verdict"],
+                        node["sentence"], node["duration_s"])
+            tmp = done.with_name(f".{done.name}.tmp")
+            tmp.write_text(strict_json.dumps(checked), encoding="utf-8")
+            os.replace(tmp, done)
+    os.environ[MODE_VAR] = asked
+    os.environ[VERDICT_VAR] = strict_json.dumps(checked)
 
 
 def write_node(directory: Path, node: Mapping[str, Any]) -> Path:
@@ -261,4 +309,4 @@ def apply(records: list[dict[str, Any]], preflight: Mapping[str, Any] | None) ->
 
 
 __all__ = ["BUDGET_S", "MODES", "QUICK", "VERDICT_VAR", "apply", "check_mode", "check_node", "combine", "expect_file", "gather", "here",
-           "judge_directory", "judge_peers", "mode", "node_document", "stop_sentence", "study", "write_node"]
+           "judge_directory", "judge_peers", "mode", "node_document", "ray_node", "ray_node_check", "stop_sentence", "study", "worker", "write_node"]
