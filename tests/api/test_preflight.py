@@ -171,3 +171,51 @@ def test_gate_refuses_a_degraded_node_before_the_run_and_warn_records_it(tmp_pat
 def test_no_preflight_without_the_option(tmp_path, monkeypatch):
     monkeypatch.delenv(preflight.MODE_VAR, raising=False)
     assert preflight.here(None, {}) is None and preflight.gather(Path(tmp_path), 2) is None
+
+
+def checked_before(host: str, when: str, value: float, probe: str = "cpu") -> dict:
+    """A node-check run of ``probe`` on ``host`` as ``dlbench node check`` stores one."""
+    from dlbench.record import SCHEMA_VERSION, new_id
+
+    return {"schema_version": SCHEMA_VERSION, "id": new_id(), "created_at": when, "status": "ok", "error": None,
+            "spec": {"workload": f"node-check/{probe}", "mode": "node-check", "device": "cpu", "precision": "-",
+                     "batch_size": None, "nproc": 1, "node": host, "params": {}, "tags": {}},
+            "env": {"hostname": host}, "result": {"value": value, "verdict": "healthy", "unit": "iterations/s"},
+            "telemetry": None}
+
+
+def test_the_store_ships_each_nodes_history_newest_first_and_a_node_reads_only_its_own(tmp_path, capsys):
+    import socket
+
+    store = open_store(str(tmp_path / "runs.db"))
+    for i in range(25):
+        store.save(checked_before("node07", f"2026-12-01T10:{i:02d}:00+00:00", 1.0e6 + i))
+    store.save(checked_before("node08", "2026-12-01T09:00:00+00:00", 5.0e9, "host_memory_bandwidth"))
+    run = checked_before("x", "2026-12-02T00:00:00+00:00", 1.0) | {"spec": {**checked_before("x", "", 1)["spec"],
+                                                                          "workload": "lstm", "mode": "train",
+                                                                          "tags": {"preflight": "healthy"}}}
+    run["result"] = {"samples_per_s": 10.0}
+    run["env"] = {"hostname": "x", "preflight": {"nodes": {"node07": {"verdict": "healthy", "probes": {
+        "cpu": {"value": 9.0e6}}}, "node09": {"verdict": "degraded", "probes": {"cpu": {"value": 1.0}}}}}}
+    store.save(run)
+    shipped = preflight.shipped_history(store)
+    store.close()
+    # 20 newest figures (the node check's history), the preflight an earlier run kept first; no degraded figure
+    assert list(shipped) == ["node07", "node08"] and shipped["node08"] == {"host_memory_bandwidth": [5.0e9]}
+    assert shipped["node07"]["cpu"] == [9.0e6] + [1.0e6 + i for i in range(24, 5, -1)]
+
+    # a job's node judged against the history shipped for it: this CPU below 1e15 (no CPU meets it)
+    history = tmp_path / "preflight-history.json"
+    history.write_text(json.dumps({socket.gethostname(): {"cpu": [1.0e15] * 3}, "elsewhere": {"cpu": [1.0]}}))
+    out = tmp_path / "verdicts"
+    assert main(["node", "preflight", "--mode", "gate", "--out", str(out), "--history", str(history), "--budget", "2"]) == 1
+    node = json.loads((out / f"{socket.gethostname()}.json").read_text())
+    assert node["verdict"] == "degraded" and node["probes"]["cpu"]["low"] == 8.0e14
+    assert "(median 1.000e+15 of 3 earlier checks - 20%)" in node["probes"]["cpu"]["sentence"]
+    capsys.readouterr()
+    history.write_text('{"node07": {"cpu": [NaN]}}')
+    assert main(["node", "preflight", "--mode", "gate", "--out", str(out), "--history", str(history)]) == 2
+    assert f"--history {history} is not strict JSON" in capsys.readouterr().err
+    history.write_text('{"node07": {"cpu": -1}}')
+    assert main(["node", "preflight", "--mode", "gate", "--out", str(out), "--history", str(history)]) == 2
+    assert "must map host names to probes and their earlier figures" in capsys.readouterr().err

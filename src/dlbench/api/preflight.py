@@ -32,6 +32,7 @@ import importlib
 import json
 import logging
 import os
+import socket
 import time
 from collections.abc import Mapping
 from dataclasses import replace
@@ -81,15 +82,18 @@ def expect_file() -> Path | None:
 
 
 def check_node(store=None, env: dict | None = None, expect: Path | None = None, nvml=None,
-               budget_s: float = BUDGET_S) -> dict[str, Any]:
+               budget_s: float = BUDGET_S, shipped: Mapping[str, Mapping[str, list[float]]] | None = None) -> dict[str, Any]:
     """Run the quick probes on this node (stored as node-check runs in ``store`` when given: the node's history)
-    and return this node's verdict document (see :func:`node_document`)."""
+    and return this node's verdict document (see :func:`node_document`); ``shipped``: the nodes' earlier figures
+    from the submitting process's store (:func:`shipped_history`), this node's its history where ``store`` has none."""
     # by name, as api/jobs.py's JOBS names the node check's job kind: it runs its probes through the pipeline,
     # which calls this module (an import would be a cycle)
     node_check = importlib.import_module("dlbench.api.node_check")
     plan_check, run_check = node_check.plan_check, node_check.run_check
     started = time.monotonic()
-    plan = plan_check(store, expect=expect, budget_s=budget_s, nvml=nvml, among=QUICK)
+    host = socket.gethostname()
+    plan = plan_check(store, expect=expect, budget_s=budget_s, nvml=nvml, among=QUICK, host=host,
+                      known={p: list(v) for p, v in (shipped or {}).get(host, {}).items()})
     if env is None and store is None:  # records kept nowhere: no environment captured (that imports torch: seconds)
         env = {"hostname": plan.host}
     records = run_check(plan, store, {k: v for k, v in (env or {}).items() if k != "preflight"} or None)
@@ -240,6 +244,72 @@ def worker(jobdir: Path | None) -> None:
         os.environ[VERDICT_VAR] = strict_json.dumps(checked)
 
 
+#: Earlier runs read for :func:`shipped_history` (node checks, and runs that kept their nodes' preflight).
+SHIP_RUNS = 2000
+#: The largest history file a job's node reads (``--history``): 20 figures of 3 probes for some thousand hosts.
+MAX_HISTORY_BYTES = 8 << 20
+
+
+def shipped_history(store) -> dict[str, dict[str, list[float]]]:
+    """The nodes' earlier healthy figures in ``store`` (host -> probe -> figures, newest first, at most the node
+    check's ``HISTORY_RUNS``): their node checks, and the preflights earlier runs kept (``env.preflight``), for a
+    job's nodes, which have no store, to be judged against their history as a node check here would be."""
+    from dlbench.store import RunFilter
+
+    limit = importlib.import_module("dlbench.api.node_check").HISTORY_RUNS
+    found: dict[str, dict[str, list[tuple[str, float]]]] = {}
+
+    def add(host: str | None, probe: str, when: str, verdict: str | None, value: object) -> None:
+        if host and probe in QUICK and verdict in ("healthy", "no reference") and isinstance(value, (int, float)):
+            found.setdefault(host, {}).setdefault(probe, []).append((when, float(value)))
+
+    for r in store.records(RunFilter(workloads=tuple(f"node-check/{p}" for p in QUICK), status="ok", limit=SHIP_RUNS)):
+        result = r.get("result") or {}
+        add(r["spec"].get("node") or r["env"].get("hostname"), r["spec"]["workload"].removeprefix("node-check/"),
+            r["created_at"], result.get("verdict"), result.get("value"))
+    for verdict in ("healthy", "no reference"):
+        for r in store.records(RunFilter(tags={"preflight": verdict}, limit=SHIP_RUNS)):
+            for host, node in ((r["env"].get("preflight") or {}).get("nodes") or {}).items():
+                for probe, row in (node.get("probes") or {}).items():
+                    add(host, probe, r["created_at"], node.get("verdict"), row.get("value"))
+    return {host: {probe: [v for _, v in sorted(rows, reverse=True)[:limit]] for probe, rows in probes.items()}
+            for host, probes in sorted(found.items())}
+
+
+def ship(plan, store):
+    """A batch job's launch plan with the nodes' history from ``store`` (:func:`shipped_history`) in its
+    ``preflight-history.json``, where the scheduler left a place for it (a preflight without an expectations
+    file); the plan as it was otherwise."""
+    from dataclasses import replace as with_files
+
+    from dlbench.launch._base import PREFLIGHT_HISTORY_FILE
+
+    if store is None or PREFLIGHT_HISTORY_FILE not in plan.files:
+        return plan
+    return with_files(plan, files={**plan.files, PREFLIGHT_HISTORY_FILE: strict_json.dumps(shipped_history(store))})
+
+
+def load_history(path: Path) -> dict[str, dict[str, list[float]]]:
+    """``dlbench node preflight --history FILE``: the shipped history, checked (host -> probe -> figures)."""
+    from dlbench.report.node_health import PROBES
+    from dlbench.safety import read_input_file
+
+    raw = read_input_file(path, "--history file", MAX_HISTORY_BYTES)
+    try:
+        doc = strict_json.loads_strict(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise UsageError(f"--history {path} is not strict JSON ({exc}); give the file dlbench wrote in the job "
+                         "directory (preflight-history.json).") from None
+    good = isinstance(doc, dict) and all(
+        isinstance(probes, dict) and all(p in PROBES and isinstance(vs, list) and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < float("inf") for v in vs)
+            for p, vs in probes.items()) for probes in doc.values())
+    if not good:
+        raise UsageError(f"--history {path} must map host names to probes and their earlier figures (positive "
+                         'numbers), e.g. {"node07": {"cpu": [3.1e6, 3.2e6]}}; give the file dlbench wrote.')
+    return doc
+
+
 def ray_node_check() -> functools.partial:
     """``hpo run --engine ray --preflight``: what each trial actor calls before its first trial (:func:`ray_node`,
     with this study run's mode, expectations file's text and a token naming the run), pickled to the actors."""
@@ -309,4 +379,4 @@ def apply(records: list[dict[str, Any]], preflight: Mapping[str, Any] | None) ->
 
 
 __all__ = ["BUDGET_S", "MODES", "QUICK", "VERDICT_VAR", "apply", "check_mode", "check_node", "combine", "expect_file", "gather", "here",
-           "judge_directory", "judge_peers", "mode", "node_document", "ray_node", "ray_node_check", "stop_sentence", "study", "worker", "write_node"]
+           "judge_directory", "judge_peers", "load_history", "mode", "node_document", "ray_node", "ray_node_check", "ship", "shipped_history", "stop_sentence", "study", "worker", "write_node"]

@@ -73,6 +73,9 @@ def preflight(
     expect: Path = typer.Option(None, "--expect", help="Expectations file (YAML), as 'dlbench node check --expect'; "
                                 "default: none (on a job's node: the verdict is 'no reference' unless earlier checks are in --db)."),
     budget: float = typer.Option(None, "--budget", help="Seconds the probes may take \\[default: 10]."),
+    history: Path = typer.Option(None, "--history", help="The nodes' earlier figures (JSON: host -> probe -> "
+                                 "figures) the submitting dlbench shipped from its store: this node's history where "
+                                 "--db has none."),
     db: str = typer.Option(None, "--db", help="Results store holding this node's history (and taking these probes); "
                            "default: none."),
 ) -> None:
@@ -100,7 +103,8 @@ def preflight(
         return
     store = open_store(db) if db else None
     try:
-        node = pre.check_node(store, expect=expect, budget_s=budget or pre.BUDGET_S)
+        node = pre.check_node(store, expect=expect, budget_s=budget or pre.BUDGET_S,
+                              shipped=pre.load_history(history) if history is not None else None)
     finally:
         if store is not None:
             store.close()
