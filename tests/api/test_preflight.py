@@ -198,6 +198,7 @@ def test_the_store_ships_each_nodes_history_newest_first_and_a_node_reads_only_i
     run["env"] = {"hostname": "x", "preflight": {"nodes": {"node07": {"verdict": "healthy", "probes": {
         "cpu": {"value": 9.0e6}}}, "node09": {"verdict": "degraded", "probes": {"cpu": {"value": 1.0}}}}}}
     store.save(run)
+    store.save(run | {"id": "0" * 12})  # a suite's second run, the same check kept: one figure
     shipped = preflight.shipped_history(store)
     store.close()
     # 20 newest figures (the node check's history), the preflight an earlier run kept first; no degraded figure

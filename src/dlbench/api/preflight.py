@@ -257,11 +257,12 @@ def shipped_history(store) -> dict[str, dict[str, list[float]]]:
     from dlbench.store import RunFilter
 
     limit = importlib.import_module("dlbench.api.node_check").HISTORY_RUNS
-    found: dict[str, dict[str, list[tuple[str, float]]]] = {}
+    found: dict[str, dict[str, dict[float, str]]] = {}  # host -> probe -> figure -> when
 
     def add(host: str | None, probe: str, when: str, verdict: str | None, value: object) -> None:
         if host and probe in QUICK and verdict in ("healthy", "no reference") and isinstance(value, (int, float)):
-            found.setdefault(host, {}).setdefault(probe, []).append((when, float(value)))
+            # a figure once, however many runs kept it (a suite's runs share one check)
+            found.setdefault(host, {}).setdefault(probe, {}).setdefault(float(value), when)
 
     for r in store.records(RunFilter(workloads=tuple(f"node-check/{p}" for p in QUICK), status="ok", limit=SHIP_RUNS)):
         result = r.get("result") or {}
@@ -272,8 +273,8 @@ def shipped_history(store) -> dict[str, dict[str, list[float]]]:
             for host, node in ((r["env"].get("preflight") or {}).get("nodes") or {}).items():
                 for probe, row in (node.get("probes") or {}).items():
                     add(host, probe, r["created_at"], node.get("verdict"), row.get("value"))
-    return {host: {probe: [v for _, v in sorted(rows, reverse=True)[:limit]] for probe, rows in probes.items()}
-            for host, probes in sorted(found.items())}
+    return {host: {probe: [v for v, _ in sorted(rows.items(), key=lambda item: item[1], reverse=True)[:limit]]
+                   for probe, rows in probes.items()} for host, probes in sorted(found.items())}
 
 
 def ship(plan, store):

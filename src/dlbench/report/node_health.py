@@ -134,7 +134,7 @@ def peer_reference(probe: str, peers: Mapping[str, float], device: str) -> Refer
     figure): :data:`PEER_FRACTION` of the best peer's (the GPU count: all of it, a GPU fewer is a lost GPU)."""
     host, best = max(peers.items(), key=lambda item: (item[1], item[0]))
     fraction = 1.0 if probe == "gpus" else PEER_FRACTION
-    share = "all" if fraction == 1.0 else f"{fraction:g} x"
+    share = "all of" if fraction == 1.0 else f"{fraction:g} x"
     return Reference(best * fraction, None, None, len(peers),
                      f"{PEERS}: {share} {host}'s {_fmt(best)} {PROBES[probe][0]}, the best of {len(peers)} other "
                      f"node(s) with {device}")
