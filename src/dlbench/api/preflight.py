@@ -277,17 +277,14 @@ def shipped_history(store) -> dict[str, dict[str, list[float]]]:
                    for probe, rows in probes.items()} for host, probes in sorted(found.items())}
 
 
-def ship(plan, store):
-    """A batch job's launch plan with the nodes' history from ``store`` (:func:`shipped_history`) in its
-    ``preflight-history.json``, where the scheduler left a place for it (a preflight without an expectations
-    file); the plan as it was otherwise."""
-    from dataclasses import replace as with_files
-
-    from dlbench.launch._base import PREFLIGHT_HISTORY_FILE
-
-    if store is None or PREFLIGHT_HISTORY_FILE not in plan.files:
+def ship(plan, store, launcher):
+    """A batch job's launch plan with the nodes' history from ``store`` (:func:`shipped_history`) where its
+    scheduler left a place for it (a preflight without an expectations file: Slurm's job directory, the
+    Kubernetes job's ConfigMap); the plan as it was otherwise."""
+    scheduler = getattr(launcher, "scheduler", None)
+    if store is None or scheduler is None:
         return plan
-    return with_files(plan, files={**plan.files, PREFLIGHT_HISTORY_FILE: strict_json.dumps(shipped_history(store))})
+    return scheduler.with_preflight_history(plan, lambda: strict_json.dumps(shipped_history(store)))
 
 
 def load_history(path: Path) -> dict[str, dict[str, list[float]]]:
