@@ -190,7 +190,8 @@ def test_the_store_ships_each_nodes_history_newest_first_and_a_node_reads_only_i
     store = open_store(str(tmp_path / "runs.db"))
     for i in range(25):
         store.save(checked_before("node07", f"2026-12-01T10:{i:02d}:00+00:00", 1.0e6 + i))
-    store.save(checked_before("node08", "2026-12-01T09:00:00+00:00", 5.0e9, "host_memory_bandwidth"))
+    for i in range(2):  # two checks that measured the same figure: two figures
+        store.save(checked_before("node08", f"2026-12-01T09:0{i}:00+00:00", 5.0e9, "host_memory_bandwidth"))
     run = checked_before("x", "2026-12-02T00:00:00+00:00", 1.0) | {"spec": {**checked_before("x", "", 1)["spec"],
                                                                           "workload": "lstm", "mode": "train",
                                                                           "tags": {"preflight": "healthy"}}}
@@ -202,7 +203,7 @@ def test_the_store_ships_each_nodes_history_newest_first_and_a_node_reads_only_i
     shipped = preflight.shipped_history(store)
     store.close()
     # 20 newest figures (the node check's history), the preflight an earlier run kept first; no degraded figure
-    assert list(shipped) == ["node07", "node08"] and shipped["node08"] == {"host_memory_bandwidth": [5.0e9]}
+    assert list(shipped) == ["node07", "node08"] and shipped["node08"] == {"host_memory_bandwidth": [5.0e9, 5.0e9]}
     assert shipped["node07"]["cpu"] == [9.0e6] + [1.0e6 + i for i in range(24, 5, -1)]
 
     # a job's node judged against the history shipped for it: this CPU below 1e15 (no CPU meets it)

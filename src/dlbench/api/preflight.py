@@ -257,12 +257,12 @@ def shipped_history(store) -> dict[str, dict[str, list[float]]]:
     from dlbench.store import RunFilter
 
     limit = importlib.import_module("dlbench.api.node_check").HISTORY_RUNS
-    found: dict[str, dict[str, dict[float, str]]] = {}  # host -> probe -> figure -> when
+    found: dict[str, dict[str, list[tuple[str, float]]]] = {}
+    seen: set[tuple] = set()  # the preflights kept by several runs (a suite's share one check): each once
 
     def add(host: str | None, probe: str, when: str, verdict: str | None, value: object) -> None:
         if host and probe in QUICK and verdict in ("healthy", "no reference") and isinstance(value, (int, float)):
-            # a figure once, however many runs kept it (a suite's runs share one check)
-            found.setdefault(host, {}).setdefault(probe, {}).setdefault(float(value), when)
+            found.setdefault(host, {}).setdefault(probe, []).append((when, float(value)))
 
     for r in store.records(RunFilter(workloads=tuple(f"node-check/{p}" for p in QUICK), status="ok", limit=SHIP_RUNS)):
         result = r.get("result") or {}
@@ -271,9 +271,13 @@ def shipped_history(store) -> dict[str, dict[str, list[float]]]:
     for verdict in ("healthy", "no reference"):
         for r in store.records(RunFilter(tags={"preflight": verdict}, limit=SHIP_RUNS)):
             for host, node in ((r["env"].get("preflight") or {}).get("nodes") or {}).items():
+                key = (host, node.get("duration_s"), strict_json.dumps(node.get("probes")))
+                if node.get("runs") or key in seen:  # its figures are node-check runs, read above; or read already
+                    continue
+                seen.add(key)
                 for probe, row in (node.get("probes") or {}).items():
                     add(host, probe, r["created_at"], node.get("verdict"), row.get("value"))
-    return {host: {probe: [v for v, _ in sorted(rows.items(), key=lambda item: item[1], reverse=True)[:limit]]
+    return {host: {probe: [v for _, v in sorted(rows, key=lambda row: row[0], reverse=True)[:limit]]
                    for probe, rows in probes.items()} for host, probes in sorted(found.items())}
 
 
