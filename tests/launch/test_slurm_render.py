@@ -141,3 +141,20 @@ def test_preflight_is_a_step_on_every_node_before_the_ranks_and_gate_ends_the_jo
     assert any('--expect "$JOBDIR"/../preflight-expect.yaml' in line for line in array)  # the file beside the elements
     array = lines(sbatch_array_script([run, run], WORKDIR, "warn"))
     assert any('--history "$JOBDIR"/../preflight-history.json' in line for line in array)
+
+
+def test_the_nodes_history_goes_where_the_job_left_a_place_for_it(monkeypatch):
+    from dlbench.launch.slurm import SlurmScheduler
+
+    run, scheduler = run_for(nodes=2), SlurmScheduler()
+    monkeypatch.setenv("DLBENCH_PREFLIGHT", "warn")
+    monkeypatch.delenv("DLBENCH_PREFLIGHT_EXPECT", raising=False)
+    for plan in (scheduler.render(run, WORKDIR), scheduler.render_array([run, run], WORKDIR)):
+        assert plan.files["preflight-history.json"] == "{}"  # until the process with the store fills it in
+        shipped = scheduler.with_preflight_history(plan, lambda: '{"node07": {"cpu": [3.1e6]}}')
+        assert shipped.files["preflight-history.json"] == '{"node07": {"cpu": [3.1e6]}}'
+        assert {k: v for k, v in shipped.files.items() if k != "preflight-history.json"} == {
+            k: v for k, v in plan.files.items() if k != "preflight-history.json"}
+    monkeypatch.delenv("DLBENCH_PREFLIGHT")
+    plain = scheduler.render(run, WORKDIR)
+    assert scheduler.with_preflight_history(plain, lambda: 1 / 0) is plain  # no preflight: the store is not read

@@ -281,6 +281,12 @@ def shipped_history(store) -> dict[str, dict[str, list[float]]]:
                    for probe, rows in probes.items()} for host, probes in sorted(found.items())}
 
 
+def history_of(store):
+    """What a scheduler calls for the nodes' history (:func:`shipped_history` as JSON text) when its job has a
+    place for it; None without a store."""
+    return None if store is None else lambda: strict_json.dumps(shipped_history(store))
+
+
 def ship(plan, store, launcher):
     """A batch job's launch plan with the nodes' history from ``store`` (:func:`shipped_history`) where its
     scheduler left a place for it (a preflight without an expectations file: Slurm's job directory, the
@@ -288,7 +294,7 @@ def ship(plan, store, launcher):
     scheduler = getattr(launcher, "scheduler", None)
     if store is None or scheduler is None:
         return plan
-    return scheduler.with_preflight_history(plan, lambda: strict_json.dumps(shipped_history(store)))
+    return scheduler.with_preflight_history(plan, history_of(store))
 
 
 def load_history(path: Path) -> dict[str, dict[str, list[float]]]:
@@ -380,5 +386,5 @@ def apply(records: list[dict[str, Any]], preflight: Mapping[str, Any] | None) ->
             record["spec"] = {**record["spec"], "tags": {**tags, "preflight": preflight["verdict"]}}
 
 
-__all__ = ["BUDGET_S", "MODES", "QUICK", "VERDICT_VAR", "apply", "check_mode", "check_node", "combine", "expect_file", "gather", "here",
+__all__ = ["BUDGET_S", "MODES", "QUICK", "VERDICT_VAR", "apply", "check_mode", "check_node", "combine", "expect_file", "gather", "here", "history_of",
            "judge_directory", "judge_peers", "load_history", "mode", "node_document", "ray_node", "ray_node_check", "ship", "shipped_history", "stop_sentence", "study", "worker", "write_node"]
