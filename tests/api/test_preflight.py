@@ -55,6 +55,55 @@ def test_a_node_that_sent_no_verdict_leaves_the_job_incomplete_not_healthy():
     assert preflight.stop_sentence(doc) is None
 
 
+def unjudged(host: str, cpu: float, bandwidth: float = 5.0e9, model: str = "Xeon 8480", gpu: str | None = None) -> dict:
+    """A node's document as a job's node writes it without history or expectations: every probe recorded only."""
+    verdicts = [judge("cpu", {"value": cpu}, None), judge("host_memory_bandwidth", {"value": bandwidth}, None)]
+    return preflight.node_document(host, verdicts, 2.0, [], {"cpu": model, "gpu": gpu}) | {"mode": "gate"}
+
+
+def test_a_node_far_below_its_peers_is_degraded_naming_the_peer_figure_and_a_loaded_host_is_not():
+    # node2 at 1/20 of the others (a 5 % CPU quota); node1 at 0.6 of node0 (a loaded host): only node2 degraded
+    judged = {n["host"]: n for n in preflight.judge_peers(
+        [unjudged("node0", 4.0e6), unjudged("node1", 2.4e6), unjudged("node2", 2.0e5)])}
+    assert judged["node2"]["verdict"] == "degraded"
+    assert judged["node2"]["sentence"] == ("DEGRADED: cpu: 2.000e+05 iterations/s, below 2.000e+06 (the job's peers: "
+                                           "0.5 x node0's 4.000e+06 iterations/s, the best of 2 other node(s) with Xeon 8480)")
+    assert judged["node2"]["probes"]["cpu"]["low"] == 2.0e6
+    assert judged["node2"]["probes"]["host_memory_bandwidth"]["verdict"] == "healthy"
+    assert judged["node0"]["verdict"] == judged["node1"]["verdict"] == "healthy"
+    assert "node1's 2.400e+06" in judged["node0"]["probes"]["cpu"]["sentence"]  # node0's best peer is node1
+    doc = preflight.combine("gate", list(judged.values()))
+    assert preflight.stop_sentence(doc).startswith("preflight refused the job before its workload started: node2: "
+                                                   "DEGRADED: cpu: 2.000e+05 iterations/s, below 2.000e+06")
+
+
+def test_peers_are_nodes_of_the_same_device_and_one_node_has_none():
+    # another CPU model is no peer: its 20x figure judges nothing; a job of one node says it has no peers
+    judged = {n["host"]: n for n in preflight.judge_peers([unjudged("a", 2.0e5), unjudged("b", 4.0e6, model="EPYC 9654")])}
+    assert judged["a"]["verdict"] == judged["b"]["verdict"] == "no reference"
+    assert "no other node with Xeon 8480 in this job" in judged["a"]["probes"]["cpu"]["sentence"]
+    (alone,) = preflight.judge_peers([unjudged("a", 2.0e5)])
+    assert alone["verdict"] == "no reference" and alone["sentence"].endswith("a job of one node has no peers to judge it by")
+    # a verdict of its own (history, expectations) stands unless the peers find the node degraded
+    own = preflight.node_document("c", [judge("cpu", {"value": 2.0e5}, Reference(1.0, source="--expect f")),
+                                        judge("host_memory_bandwidth", {"value": 5.0e9}, Reference(1.0, source="--expect f"))],
+                                  2.0, [], {"cpu": "Xeon 8480"})
+    judged = {n["host"]: n for n in preflight.judge_peers([own, unjudged("d", 4.0e6)])}
+    assert judged["c"]["probes"]["host_memory_bandwidth"]["sentence"].endswith("(at least 1: expected by --expect f)")
+    assert judged["c"]["verdict"] == "degraded" and "below 2.000e+06 (the job's peers" in judged["c"]["sentence"]
+
+
+def test_judge_rewrites_the_jobs_verdicts_and_gate_exits_1(tmp_path, capsys):
+    for doc in (unjudged("node0", 4.0e6), unjudged("node1", 2.0e5)):
+        preflight.write_node(tmp_path, doc)
+    assert main(["node", "preflight", "--mode", "warn", "--judge", str(tmp_path)]) == 0
+    assert json.loads((tmp_path / "node1.json").read_text())["verdict"] == "degraded"
+    assert main(["node", "preflight", "--mode", "gate", "--judge", str(tmp_path)]) == 1
+    assert "node1 is degraded against the job's peers: DEGRADED: cpu: " in capsys.readouterr().err
+    assert main(["node", "preflight", "--mode", "gate"]) == 2
+    assert "give --out DIR" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("argv, words", [
     (["--preflight", "maybe"], "--preflight 'maybe' is not a preflight mode; give gate"),
     (["--preflight", "gate", "--preflight-expect", "/nonexistent/expect.yaml"], "cannot read --preflight-expect"),
@@ -122,3 +171,53 @@ def test_gate_refuses_a_degraded_node_before_the_run_and_warn_records_it(tmp_pat
 def test_no_preflight_without_the_option(tmp_path, monkeypatch):
     monkeypatch.delenv(preflight.MODE_VAR, raising=False)
     assert preflight.here(None, {}) is None and preflight.gather(Path(tmp_path), 2) is None
+
+
+def checked_before(host: str, when: str, value: float, probe: str = "cpu") -> dict:
+    """A node-check run of ``probe`` on ``host`` as ``dlbench node check`` stores one."""
+    from dlbench.record import SCHEMA_VERSION, new_id
+
+    return {"schema_version": SCHEMA_VERSION, "id": new_id(), "created_at": when, "status": "ok", "error": None,
+            "spec": {"workload": f"node-check/{probe}", "mode": "node-check", "device": "cpu", "precision": "-",
+                     "batch_size": None, "nproc": 1, "node": host, "params": {}, "tags": {}},
+            "env": {"hostname": host}, "result": {"value": value, "verdict": "healthy", "unit": "iterations/s"},
+            "telemetry": None}
+
+
+def test_the_store_ships_each_nodes_history_newest_first_and_a_node_reads_only_its_own(tmp_path, capsys):
+    import socket
+
+    store = open_store(str(tmp_path / "runs.db"))
+    for i in range(25):
+        store.save(checked_before("node07", f"2026-12-01T10:{i:02d}:00+00:00", 1.0e6 + i))
+    for i in range(2):  # two checks that measured the same figure: two figures
+        store.save(checked_before("node08", f"2026-12-01T09:0{i}:00+00:00", 5.0e9, "host_memory_bandwidth"))
+    run = checked_before("x", "2026-12-02T00:00:00+00:00", 1.0) | {"spec": {**checked_before("x", "", 1)["spec"],
+                                                                          "workload": "lstm", "mode": "train",
+                                                                          "tags": {"preflight": "healthy"}}}
+    run["result"] = {"samples_per_s": 10.0}
+    run["env"] = {"hostname": "x", "preflight": {"nodes": {"node07": {"verdict": "healthy", "probes": {
+        "cpu": {"value": 9.0e6}}}, "node09": {"verdict": "degraded", "probes": {"cpu": {"value": 1.0}}}}}}
+    store.save(run)
+    store.save(run | {"id": "0" * 12})  # a suite's second run, the same check kept: one figure
+    shipped = preflight.shipped_history(store)
+    store.close()
+    # 20 newest figures (the node check's history), the preflight an earlier run kept first; no degraded figure
+    assert list(shipped) == ["node07", "node08"] and shipped["node08"] == {"host_memory_bandwidth": [5.0e9, 5.0e9]}
+    assert shipped["node07"]["cpu"] == [9.0e6] + [1.0e6 + i for i in range(24, 5, -1)]
+
+    # a job's node judged against the history shipped for it: this CPU below 1e15 (no CPU meets it)
+    history = tmp_path / "preflight-history.json"
+    history.write_text(json.dumps({socket.gethostname(): {"cpu": [1.0e15] * 3}, "elsewhere": {"cpu": [1.0]}}))
+    out = tmp_path / "verdicts"
+    assert main(["node", "preflight", "--mode", "gate", "--out", str(out), "--history", str(history), "--budget", "2"]) == 1
+    node = json.loads((out / f"{socket.gethostname()}.json").read_text())
+    assert node["verdict"] == "degraded" and node["probes"]["cpu"]["low"] == 8.0e14
+    assert "(median 1.000e+15 of 3 earlier checks - 20%)" in node["probes"]["cpu"]["sentence"]
+    capsys.readouterr()
+    history.write_text('{"node07": {"cpu": [NaN]}}')
+    assert main(["node", "preflight", "--mode", "gate", "--out", str(out), "--history", str(history)]) == 2
+    assert f"--history {history} is not strict JSON" in capsys.readouterr().err
+    history.write_text('{"node07": {"cpu": -1}}')
+    assert main(["node", "preflight", "--mode", "gate", "--out", str(out), "--history", str(history)]) == 2
+    assert "must map host names to probes and their earlier figures" in capsys.readouterr().err

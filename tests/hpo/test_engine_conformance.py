@@ -130,6 +130,29 @@ def test_n_trials_record_n_runs_once_pruned_ones_pruned_each_linked(hpo, engine)
     assert all(r["env"]["torch"]["not_captured"] == list(TORCH_RUNTIME_KEYS) for r in saved)
 
 
+@pytest.mark.parametrize("engine", [pytest.param("ray", marks=pytest.mark.xdist_group("ray_address")),
+                                    pytest.param("slurm", marks=pytest.mark.xdist_group("slurm_daemons"))], indirect=True)
+def test_preflight_checks_the_node_of_each_worker_before_its_first_trial_and_its_trials_record_it(hpo, engine):
+    """``hpo run --preflight`` on the engines whose trials run on other nodes: slurm's array element checks its node
+    in its script before its worker starts, ray's first trial actor on a node checks it once; every trial records
+    the verdict its node started with. A floor no CPU meets makes the node degraded (``warn``: the trials run)
+    without judging this machine's speed."""
+    fields, args, _ = engine
+    unmeetable = hpo.tmp / "unmeetable.yaml"
+    unmeetable.write_text("default: {cpu: 1.0e+15}\n")
+    out, db = hpo(study("conf-preflight", "--epochs", "1") | fields, *args, "--preflight", "warn",
+                  "--preflight-expect", str(unmeetable))
+    assert out.returncode == 0, out.stderr[-3000:]
+    saved = records(db, "conf-preflight")
+    assert len(saved) == 2 and all(r["status"] == "ok" for r in saved)
+    for r in saved:
+        pre = r["env"]["preflight"]
+        (node,) = pre["nodes"].values()
+        assert pre["mode"] == "warn" and pre["verdict"] == "degraded" and r["spec"]["tags"]["preflight"] == "degraded"
+        assert node["probes"]["cpu"]["low"] == 1e15 and node["sentence"].startswith("DEGRADED: cpu: ")
+    assert len({json.dumps(r["env"]["preflight"], sort_keys=True) for r in saved}) == 1  # one node, checked once
+
+
 def test_a_failing_objective_fails_its_trial_and_the_study_goes_on(hpo, engine):
     fields, args, _ = engine
     doc = study("conf-fail", "--epochs", "1", sampler="grid",

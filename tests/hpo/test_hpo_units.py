@@ -140,3 +140,23 @@ def test_local_engine_gives_up_on_workers_that_cannot_start(left_running):
         engine.run_workers(plans, None, lambda: True, lambda worker, why: deaths.append(worker) and [])
     assert len(deaths) == 5 and set(deaths) == {p.name for p in plans}
     assert left_running() == []
+
+
+def test_the_slurm_workers_script_checks_each_node_before_its_worker_and_gate_ends_a_degraded_ones_element():
+    from dlbench.hpo._base import WorkerPlan
+    from dlbench.hpo.slurm import worker_array_script
+    from dlbench.spec import make_launch_settings
+
+    plans = [WorkerPlan(("dlbench", "hpo", "worker", "s", "--index", str(i)), {}, f"w{i}") for i in range(2)]
+    workdir, settings = Path("/home/u/jobs/hpo"), make_launch_settings({})
+    assert "preflight" not in worker_array_script(plans, settings, workdir, "s")
+    script = worker_array_script(plans, settings, workdir, "s", "gate", expect=True).splitlines()
+    check = next(i for i, line in enumerate(script) if "node preflight --mode gate --out" in line)
+    judge = next(i for i, line in enumerate(script) if "--judge" in line)
+    worker = next(i for i, line in enumerate(script) if line.startswith("exec srun"))
+    assert script[check - 1] == 'JOBDIR=/home/u/jobs/hpo/w"$SLURM_ARRAY_TASK_ID"'
+    assert check < judge < worker and script[worker - 1] == 'export DLBENCH_PREFLIGHT_JOBDIR="$JOBDIR"'
+    assert "--expect /home/u/jobs/hpo/preflight-expect.yaml" in script[check]
+    assert script[check].endswith('its worker stops before its first trial (verdicts in $JOBDIR/preflight)"; exit 1; }')
+    warn = worker_array_script(plans, settings, workdir, "s", "warn").splitlines()
+    assert any(line.endswith("|| true") and "--mode warn --out" in line for line in warn)

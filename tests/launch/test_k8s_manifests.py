@@ -360,3 +360,23 @@ def test_preflight_is_an_init_container_on_every_pod_with_the_ranks_gpus(shape, 
     plain = pod_templates(render(shape, "gpu-1node", tmp_path))
     assert not any("initContainers" in t["spec"] for t in plain)
     assert not any("--preflight" in t["spec"]["containers"][0]["command"] for t in plain)
+
+
+def test_without_an_expectations_file_the_pods_read_the_nodes_history_shipped_in_the_configmap(tmp_path, monkeypatch):
+    monkeypatch.setenv("DLBENCH_PREFLIGHT", "gate")
+    monkeypatch.delenv("DLBENCH_PREFLIGHT_EXPECT", raising=False)
+    spec, settings = VARIANTS["gpu-4nodes-all-settings"]
+    scheduler = KubeScheduler()
+    plan = scheduler.render(k8s_run(spec, operator=INDEXED_JOB, **settings), tmp_path)
+    objects = [doc for doc in yaml.safe_load_all(plan.files["manifests.yaml"]) if doc]
+    assert objects[0]["data"]["preflight-history.json"] == "{}" and "preflight-expect.yaml" not in objects[0]["data"]
+    for template in pod_templates(objects):
+        assert template["spec"]["initContainers"][0]["command"][-2:] == ["--history", "/etc/dlbench/preflight-history.json"]
+    history = '{"node07": {"cpu": [3100000.0, 3200000.0]}}'
+    shipped = [doc for doc in yaml.safe_load_all(scheduler.with_preflight_history(plan, lambda: history).files["manifests.yaml"]) if doc]
+    assert shipped[0]["data"]["preflight-history.json"] == history and shipped[1:] == objects[1:]
+    too_big = scheduler.with_preflight_history(plan, lambda: "{" + " " * (600 * 1024) + "}")
+    assert too_big is plan  # over what a ConfigMap takes: judged without it (a warning says so)
+    monkeypatch.delenv("DLBENCH_PREFLIGHT")
+    plain = scheduler.render(k8s_run(spec, operator=INDEXED_JOB, **settings), tmp_path)
+    assert scheduler.with_preflight_history(plain, lambda: 1 / 0) is plain  # no preflight: the store is not read

@@ -305,13 +305,26 @@ def test_preflight_gate_stops_the_job_before_its_ranks_and_warn_records_the_node
     assert record["env"]["preflight"]["verdict"] == "degraded" and list(record["env"]["preflight"]["nodes"]) == [host]
     (jobdir,) = (tmp_path / "home").rglob("preflight")
     assert not list(jobdir.parent.glob("ranks/*"))  # no rank started
-    code, out, err = dlbench(capsys, "run", *TINY, "--steps", "2", *SLURM, "--preflight", "warn", "--preflight-expect",
-                             str(unmeetable), "--db", db, "--json")
+    # no expectations file: the node's history in the store (three checks at 1e15, which no CPU reaches) is
+    # shipped in the job and judges it there
+    from dlbench.record import SCHEMA_VERSION, new_id
+    from dlbench.store import open_store
+
+    store = open_store(db)
+    for i in range(3):
+        store.save({"schema_version": SCHEMA_VERSION, "id": new_id(), "created_at": f"2026-12-01T10:0{i}:00+00:00",
+                    "status": "ok", "error": None, "telemetry": None, "env": {"hostname": host},
+                    "spec": {"workload": "node-check/cpu", "mode": "node-check", "device": "cpu", "precision": "-",
+                             "batch_size": None, "nproc": 1, "node": host, "params": {}, "tags": {}},
+                    "result": {"value": 1.0e15, "verdict": "healthy", "unit": "iterations/s"}})
+    store.close()
+    code, out, err = dlbench(capsys, "run", *TINY, "--steps", "2", *SLURM, "--preflight", "warn", "--db", db, "--json")
     assert code == 0, err
     record = json.loads(out)
     assert record["status"] == "ok" and record["env"]["hostname"] == host  # the rank's environment, and
     node = record["env"]["preflight"]["nodes"][host]  # the verdict its node started with
-    assert node["verdict"] == "degraded" and node["probes"]["cpu"]["low"] == 1e15 and node["duration_s"] > 0
+    assert node["verdict"] == "degraded" and node["probes"]["cpu"]["low"] == 8e14 and node["duration_s"] > 0
+    assert "(median 1.000e+15 of 3 earlier checks - 20%)" in node["probes"]["cpu"]["sentence"]
     assert record["spec"]["tags"]["preflight"] == "degraded"
     # --no-wait, then collected by a command that asks no preflight: the verdict and the refusal come from the job
     code, out, err = dlbench(capsys, "run", *TINY, "--steps", "2", *SLURM, *pre, "--db", db, "--no-wait", "--json")

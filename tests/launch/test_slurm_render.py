@@ -125,13 +125,36 @@ def test_preflight_is_a_step_on_every_node_before_the_ranks_and_gate_ends_the_jo
     run = run_for(nodes=2, gpus_per_node=4)
     assert not any("node preflight" in line for line in lines(sbatch_script(run, WORKDIR)))  # none unless asked
     script = lines(sbatch_script(run, WORKDIR, "gate", expect=True))
-    (check,) = [i for i, line in enumerate(script) if "-m dlbench node preflight" in line]
+    (check, judge) = [i for i, line in enumerate(script) if "-m dlbench node preflight" in line]
     (ranks,) = [i for i, line in enumerate(script) if "dlbench.api.worker" in line]
-    assert check < ranks  # before the ranks' step
+    assert check < judge < ranks  # before the ranks' step, then the nodes judged against each other
     assert script[check].startswith("srun --nodes=2 --ntasks-per-node=1 ")  # one task per node
     assert ('--mode gate --out "$JOBDIR"/preflight --expect "$JOBDIR"/preflight-expect.yaml || { echo "dlbench: '
             'preflight: a node is degraded') in script[check] and script[check].endswith("exit 1; }")
+    assert script[judge].startswith("srun --nodes=1 --ntasks=1 ") and script[judge].endswith("exit 1; }")
+    assert '--mode gate --judge "$JOBDIR"/preflight || ' in script[judge]
     warn = [line for line in lines(sbatch_script(run, WORKDIR, "warn")) if "node preflight" in line]
-    assert warn[0].endswith("--mode warn --out \"$JOBDIR\"/preflight || true") and "--expect" not in warn[0]
+    # no expectations file: the nodes' history shipped from the store (api/preflight.py ship)
+    assert warn[0].endswith('--mode warn --out "$JOBDIR"/preflight --history "$JOBDIR"/preflight-history.json || true')
+    assert "--expect" not in warn[0] and warn[1].endswith("--judge \"$JOBDIR\"/preflight || true")
     array = lines(sbatch_array_script([run, run], WORKDIR, "gate", expect=True))
     assert any('--expect "$JOBDIR"/../preflight-expect.yaml' in line for line in array)  # the file beside the elements
+    array = lines(sbatch_array_script([run, run], WORKDIR, "warn"))
+    assert any('--history "$JOBDIR"/../preflight-history.json' in line for line in array)
+
+
+def test_the_nodes_history_goes_where_the_job_left_a_place_for_it(monkeypatch):
+    from dlbench.launch.slurm import SlurmScheduler
+
+    run, scheduler = run_for(nodes=2), SlurmScheduler()
+    monkeypatch.setenv("DLBENCH_PREFLIGHT", "warn")
+    monkeypatch.delenv("DLBENCH_PREFLIGHT_EXPECT", raising=False)
+    for plan in (scheduler.render(run, WORKDIR), scheduler.render_array([run, run], WORKDIR)):
+        assert plan.files["preflight-history.json"] == "{}"  # until the process with the store fills it in
+        shipped = scheduler.with_preflight_history(plan, lambda: '{"node07": {"cpu": [3.1e6]}}')
+        assert shipped.files["preflight-history.json"] == '{"node07": {"cpu": [3.1e6]}}'
+        assert {k: v for k, v in shipped.files.items() if k != "preflight-history.json"} == {
+            k: v for k, v in plan.files.items() if k != "preflight-history.json"}
+    monkeypatch.delenv("DLBENCH_PREFLIGHT")
+    plain = scheduler.render(run, WORKDIR)
+    assert scheduler.with_preflight_history(plain, lambda: 1 / 0) is plain  # no preflight: the store is not read

@@ -55,3 +55,34 @@ def test_the_report_reads_both_mfus_and_the_flag_from_the_store(store):
     assert "MFU datasheet (mean of runs)" in page and "MFU measured (mean of runs)" in page
     assert "95.0%" in page and "70.0%" in page and "1 run(s): over 100 % of a peak" in page
     assert json.dumps(row["mfu_flagged"]) == "1"
+
+
+def test_results_lists_both_mfus_with_the_flag_and_only_where_a_run_has_them(tmp_path, capsys):
+    from dlbench.cli.app import main
+    from dlbench.store import open_store
+
+    db = str(tmp_path / "runs.db")
+    store = open_store(db)
+    plain = copy.deepcopy(RUNS[0]) | {"id": "aaaa00000000", "created_at": "2026-12-06T09:00:00+00:00"}
+    for key in ("mfu", "mfu_datasheet", "mfu_measured", "mfu_flags"):
+        del plain["result"][key]
+    store.save(plain)
+    store.close()
+    assert main(["results", "--db", db]) == 0
+    assert "MFU" not in capsys.readouterr().out  # no run has one: no columns
+    store = open_store(db)
+    for r in RUNS:
+        store.save(r)
+    store.close()
+    assert main(["results", "--db", db, "--json"]) == 0
+    listed = {row["id"]: row for row in json.loads(capsys.readouterr().out)}
+    assert [(listed[i]["mfu_datasheet"], listed[i]["mfu_measured"], listed[i]["mfu_flags"]) for i in sorted(listed)] == [
+        (None, None, []), (0.4, 0.5, []), (1.5, 0.9, [FLAG])]
+    assert main(["results", "--db", db]) == 0
+    out, err = capsys.readouterr()
+    lines = {line.split()[1]: line for line in out.splitlines() if "aaaa0000" in line}  # "│ ID │ …"
+    assert "MFU datasheet" in out and "MFU measured" in out
+    assert "40.0%" in lines["aaaa00000001"] and "50.0%" in lines["aaaa00000001"]
+    assert "150% !" in lines["aaaa00000002"] and "90.0% !" in lines["aaaa00000002"]
+    assert "%" not in lines["aaaa00000000"]
+    assert f"! run aaaa00000002: {FLAG}" in err.replace("\n", " ")

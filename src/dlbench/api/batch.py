@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dlbench.api import preflight
 from dlbench.api.jobs import job_kind
 from dlbench.api.pipeline import execute, finish_submitted
 from dlbench.api.resolve import resolve_batch
@@ -51,7 +52,7 @@ def run_batch(runs: list[ResolvedRun], store=None, env: dict[str, Any] | None = 
         records = execute(runs[0], store, env, launcher=launcher)
         return BatchResult(records, [launcher.last_entry] if launcher.last_entry else [])
     records = [job_kind(r.kind).records(r, env) for r in runs]
-    entries = launcher.submit_array(runs, records)
+    entries = launcher.submit_array(runs, records, preflight.history_of(store))
     if entries is None:  # no arrays here: one job per run, all submitted before any is waited for
         entries = []
         for run in runs:

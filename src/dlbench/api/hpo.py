@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from dlbench.hpo import run as _run
@@ -63,6 +65,7 @@ def run_study(spec, db: str | None = None, storage: str | None = None, resume: s
     from dlbench.store import open_store
 
     before = os.environ.get(preflight.VERDICT_VAR)
+    pipeline = PIPELINE
     try:
         if preflight.mode() is not None:
             store = open_store(db)  # the node's history of checks is in the study's store
@@ -70,7 +73,9 @@ def run_study(spec, db: str | None = None, storage: str | None = None, resume: s
                 preflight.study(store, spec.engine if spec is not None else None)
             finally:
                 store.close()
-        return _run.run_study(spec, PIPELINE, db, storage, resume, on_poll, address, tensorboard)
+            if spec is not None and spec.engine == "ray":  # each node the trials run on checks itself, once
+                pipeline = replace(PIPELINE, preflight=preflight.ray_node_check())
+        return _run.run_study(spec, pipeline, db, storage, resume, on_poll, address, tensorboard)
     finally:
         if before is None:
             os.environ.pop(preflight.VERDICT_VAR, None)
@@ -79,5 +84,13 @@ def run_study(spec, db: str | None = None, storage: str | None = None, resume: s
 
 
 def run_worker(name: str, url: str | None, db: str | None, index: int = 0, deadline: float | None = None) -> None:
-    """:func:`dlbench.hpo.run.run_worker` through the run pipeline (``dlbench hpo worker``)."""
+    """:func:`dlbench.hpo.run.run_worker` through the run pipeline (``dlbench hpo worker``); a slurm engine's worker
+    whose node was preflighted records that verdict with its trials (:func:`dlbench.api.preflight.worker`)."""
+    import os
+
+    from dlbench.api import preflight
+    from dlbench.launch._base import PREFLIGHT_JOBDIR_VAR
+
+    jobdir = os.environ.get(PREFLIGHT_JOBDIR_VAR)
+    preflight.worker(Path(jobdir) if jobdir else None)
     _run.run_worker(name, url, db, PIPELINE, index, deadline)

@@ -97,10 +97,11 @@ def history(store, host: str, probe: str) -> list[float]:
 
 def plan_check(store=None, expect: Path | None = None, data_dir: Path | None = None, peer: str | None = None,
                budget_s: float = 60.0, nvml=None, host: str | None = None, only: tuple[str, ...] = (),
-               among: tuple[str, ...] = ()) -> NodeCheckPlan:
+               among: tuple[str, ...] = (), known: dict[str, list[float]] | None = None) -> NodeCheckPlan:
     """Validate the options and decide the probes, their durations and references (no probe runs yet);
     ``only``: run just these probes (each must apply here); ``among``: those of these that apply here (the
-    preflight's quick probes)."""
+    preflight's quick probes); ``known``: this host's earlier figures by probe where ``store`` has none (a job's
+    node: what the submitting process shipped from its store, :func:`dlbench.api.preflight.shipped_history`)."""
     unknown = [p for p in only if p not in PROBES]
     if unknown:
         raise UsageError(f"--only {','.join(unknown)}: unknown probe; the probes are {', '.join(PROBES)}.")
@@ -119,8 +120,11 @@ def plan_check(store=None, expect: Path | None = None, data_dir: Path | None = N
     gpus, model = gpu_inventory(nvml)
     host = host or socket.gethostname()
     # GPUs are checked where NVML sees some, and where some are expected: by the file, or by earlier checks
+    def earlier(probe: str) -> list[float]:
+        return history(store, host, probe) or list((known or {}).get(probe) or [])
+
     gpus_expected = (expectations is not None and "gpus" in expectations.get("default", {})) or (
-        expectations is None and bool(history(store, host, "gpus")))
+        expectations is None and bool(earlier("gpus")))
     missing = {"gpus": None if gpus or gpus_expected else "NVML sees no GPU on this host (and none are expected)",
                "gpu_step_rate": None if gpus else "NVML sees no GPU on this host",
                "allreduce_busbw": None if gpus > 1 else f"it needs two GPUs or more and NVML sees {gpus} here",
@@ -145,7 +149,7 @@ def plan_check(store=None, expect: Path | None = None, data_dir: Path | None = N
         references = {p: expectation_reference(expectations, model, p, f"--expect {expect}") for p in probes}
     else:
         # a GPU count has no tolerance: one GPU fewer than the node had is a lost GPU
-        references = {p: history_reference(history(store, host, p), *((0.0, 0.0) if p == "gpus" else ()))
+        references = {p: history_reference(earlier(p), *((0.0, 0.0) if p == "gpus" else ()))
                       for p in probes}
     return NodeCheckPlan(tuple(probes), durations, references, budget_s, host, Path(data_dir) if data_dir else None,
                          peer_address, gpus, model, nvml)

@@ -78,6 +78,8 @@ def execute(run: ResolvedRun, store=None, env: dict[str, Any] | None = None, on_
                 raise RunFailed("failed", stop)
             with _workdir(launcher, run) as workdir:
                 plan = launcher.plan(run, workdir)
+                if batch and owner:  # --preflight: the nodes' history in the store, shipped in the job
+                    plan = preflight.ship(plan, store, launcher)
                 launched = lambda: launcher.execute(plan, workdir, lambda: job.run_here(run, progress, telemetry.wrap(on_step)))  # noqa: E731
                 outcome = _after_preflight(launched, workdir, run, records) if batch else launched()
                 _end(run, records, outcome, telemetry, recording, store)

@@ -27,19 +27,23 @@ CLI from ``--preflight`` or the config, as ``--cluster`` travels as ``$DLBENCH_C
 
 from __future__ import annotations
 
+import functools
 import importlib
 import json
 import logging
 import os
+import socket
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from dlbench import strict_json
+from dlbench.env import cpu_model
 from dlbench.errors import UsageError
 from dlbench.launch._base import PREFLIGHT_DIR, PREFLIGHT_EXPECT_VAR, PREFLIGHT_MODE_VAR, write_preflight_node
-from dlbench.report.node_health import judge, overall
+from dlbench.report.node_health import PROBE_DEVICE, Reference, Verdict, judge, overall, peer_reference
 
 log = logging.getLogger("dlbench")
 
@@ -78,31 +82,88 @@ def expect_file() -> Path | None:
 
 
 def check_node(store=None, env: dict | None = None, expect: Path | None = None, nvml=None,
-               budget_s: float = BUDGET_S) -> dict[str, Any]:
+               budget_s: float = BUDGET_S, shipped: Mapping[str, Mapping[str, list[float]]] | None = None) -> dict[str, Any]:
     """Run the quick probes on this node (stored as node-check runs in ``store`` when given: the node's history)
-    and return this node's verdict document (see :func:`node_document`)."""
+    and return this node's verdict document (see :func:`node_document`); ``shipped``: the nodes' earlier figures
+    from the submitting process's store (:func:`shipped_history`), this node's its history where ``store`` has none."""
     # by name, as api/jobs.py's JOBS names the node check's job kind: it runs its probes through the pipeline,
     # which calls this module (an import would be a cycle)
     node_check = importlib.import_module("dlbench.api.node_check")
     plan_check, run_check = node_check.plan_check, node_check.run_check
     started = time.monotonic()
-    plan = plan_check(store, expect=expect, budget_s=budget_s, nvml=nvml, among=QUICK)
+    host = socket.gethostname()
+    plan = plan_check(store, expect=expect, budget_s=budget_s, nvml=nvml, among=QUICK, host=host,
+                      known={p: list(v) for p, v in (shipped or {}).get(host, {}).items()})
     if env is None and store is None:  # records kept nowhere: no environment captured (that imports torch: seconds)
         env = {"hostname": plan.host}
     records = run_check(plan, store, {k: v for k, v in (env or {}).items() if k != "preflight"} or None)
     verdicts = [judge(p, plan.finished.get(p), plan.references.get(p)) for p in plan.probes]
     # the node-check runs that hold the figures, where they were stored (a job's node stores none)
-    return node_document(plan.host, verdicts, time.monotonic() - started, [r["id"] for r in records] if store is not None else [])
+    return node_document(plan.host, verdicts, time.monotonic() - started, [r["id"] for r in records] if store is not None else [],
+                         {"cpu": cpu_model(), "gpu": plan.gpu_model})
 
 
-def node_document(host: str, verdicts, duration_s: float, run_ids: list[str] | None = None) -> dict[str, Any]:
+def node_document(host: str, verdicts, duration_s: float, run_ids: list[str] | None = None,
+                  devices: Mapping[str, str | None] | None = None) -> dict[str, Any]:
     """One node's preflight: its verdict and sentence (the node check's :func:`~dlbench.report.node_health.overall`),
-    each probe's figure, unit, verdict and reference, and how long the probes took."""
+    each probe's figure, unit, verdict and reference, how long the probes took, and its devices (``cpu``: the CPU
+    model, ``gpu``: the GPUs' name or None), by which :func:`judge_peers` finds a node's peers."""
     verdict, _, sentence = overall(verdicts)
     return {"host": host, "verdict": verdict, "sentence": sentence, "duration_s": round(duration_s, 3),
             "probes": {v.probe: {"value": v.value, "unit": v.unit, "verdict": v.status, "sentence": v.sentence,
                                  "low": None if v.reference is None else v.reference.low} for v in verdicts},
-            "runs": list(run_ids or [])}
+            "runs": list(run_ids or []), "devices": dict(devices or {})}
+
+
+def judge_peers(nodes: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """A job's nodes judged against each other, as its batch script does once every node has checked itself
+    (``dlbench node preflight --judge``): each probe's figure against the same probe on the job's other nodes with
+    the same device (:func:`~dlbench.report.node_health.peer_reference`). A probe below it is degraded; a probe that
+    had no reference of its own (no history, no expectations file) is judged by its peers, or says that the job
+    has none (one node, or no other node with that device); a verdict of its own that is not degraded stands."""
+    judged = []
+    for node in nodes:
+        verdicts = []
+        for probe, row in node["probes"].items():
+            own = Verdict(probe, row["verdict"], row["value"], row["unit"], row["sentence"],
+                          None if row.get("low") is None else Reference(row["low"]))
+            device = (node.get("devices") or {}).get(PROBE_DEVICE[probe])
+            peers = {other["host"]: other["probes"][probe]["value"] for other in nodes
+                     if other["host"] != node["host"] and device and (other.get("devices") or {}).get(PROBE_DEVICE[probe]) == device
+                     and (other["probes"].get(probe) or {}).get("value") is not None}
+            if own.status in ("degraded", "skipped") or own.value is None:
+                verdicts.append(own)
+            elif not peers:
+                verdicts.append(own if own.status != "no reference" else replace(
+                    own, sentence=f"{own.sentence[:-1]}; no other node with {device or 'its device'} in this job)"))
+            else:
+                by_peers = judge(probe, {"value": own.value}, peer_reference(probe, peers, device))
+                verdicts.append(by_peers if by_peers.status == "degraded" or own.status == "no reference" else own)
+        doc = node_document(node["host"], verdicts, node["duration_s"], node.get("runs"), node.get("devices"))
+        if doc["verdict"] == "no reference" and len(nodes) == 1:
+            doc["sentence"] += "; a job of one node has no peers to judge it by"
+        judged.append({**node, **doc})
+    return judged
+
+
+def judge_directory(directory: Path) -> list[dict[str, Any]]:
+    """``dlbench node preflight --judge DIR``: the documents the job's nodes wrote in ``directory`` judged against
+    each other (:func:`judge_peers`) and written back in their place."""
+    nodes = _read_nodes(directory)
+    judged = judge_peers(nodes)
+    for node in judged:
+        write_node(directory, node)
+    return judged
+
+
+def _read_nodes(directory: Path) -> list[dict[str, Any]]:
+    docs = []
+    for path in sorted(directory.glob("*.json")):
+        try:
+            docs.append(json.loads(path.read_text(encoding="utf-8")))
+        except (OSError, ValueError) as exc:
+            log.warning("dlbench: preflight: cannot read %s (%s)", path, exc)
+    return docs
 
 
 def combine(mode_name: str, nodes: list[Mapping[str, Any]], expected_nodes: int | None = None) -> dict[str, Any]:
@@ -160,20 +221,141 @@ def study(store, engine: str | None) -> dict[str, Any] | None:
     """``dlbench hpo run --preflight``: this node checked once, before the study's first trial, and the verdict put
     where its workers' trials read it (``$DLBENCH_PREFLIGHT_VERDICT``; the caller restores the environment); under
     ``gate`` a degraded node stops the study before any trial (:func:`stop_sentence`, raised as BenchmarkFailed).
-    Only the local engine's trials run on this node; another engine's would be judged by a node they never ran on."""
+    Only the local engine's trials run on this node: the slurm engine's workers check their nodes in their script
+    (:func:`worker`), the ray engine's trial actors theirs, once per node (:func:`ray_node`)."""
     from dlbench.errors import BenchmarkFailed
 
-    if mode() is None:
+    if mode() is None or engine in ("slurm", "ray"):  # their workers check their own nodes: worker(), ray_node()
         return None
-    if engine not in (None, "local"):
-        raise UsageError(f"--preflight checks this node before the study's first trial, but the {engine} engine runs "
-                         "the trials on other nodes; use --engine local, or drop --preflight.")
     checked = here(store, {})
     stop = stop_sentence(checked)
     if stop:
         raise BenchmarkFailed(stop.replace("the job before its workload started", "the study before its first trial"))
     os.environ[VERDICT_VAR] = strict_json.dumps(checked)
     return checked
+
+
+def worker(jobdir: Path | None) -> None:
+    """An HPO worker of the slurm engine: the verdict its node started with (``jobdir``: what the array element's
+    preflight step wrote, ``$DLBENCH_PREFLIGHT_JOBDIR``) put where its trials read it, as :func:`study` does."""
+    checked = gather(jobdir, 1) if jobdir is not None else None
+    if checked:
+        os.environ[MODE_VAR] = checked["mode"]  # where the site's sbatch passes no environment on
+        os.environ[VERDICT_VAR] = strict_json.dumps(checked)
+
+
+#: Earlier runs read for :func:`shipped_history` (node checks, and runs that kept their nodes' preflight).
+SHIP_RUNS = 2000
+#: The largest history file a job's node reads (``--history``): 20 figures of 3 probes for some thousand hosts.
+MAX_HISTORY_BYTES = 8 << 20
+
+
+def shipped_history(store) -> dict[str, dict[str, list[float]]]:
+    """The nodes' earlier healthy figures in ``store`` (host -> probe -> figures, newest first, at most the node
+    check's ``HISTORY_RUNS``): their node checks, and the preflights earlier runs kept (``env.preflight``), for a
+    job's nodes, which have no store, to be judged against their history as a node check here would be."""
+    from dlbench.store import RunFilter
+
+    limit = importlib.import_module("dlbench.api.node_check").HISTORY_RUNS
+    found: dict[str, dict[str, list[tuple[str, float]]]] = {}
+    seen: set[tuple] = set()  # the preflights kept by several runs (a suite's share one check): each once
+
+    def add(host: str | None, probe: str, when: str, verdict: str | None, value: object) -> None:
+        if host and probe in QUICK and verdict in ("healthy", "no reference") and isinstance(value, (int, float)):
+            found.setdefault(host, {}).setdefault(probe, []).append((when, float(value)))
+
+    for r in store.records(RunFilter(workloads=tuple(f"node-check/{p}" for p in QUICK), status="ok", limit=SHIP_RUNS)):
+        result = r.get("result") or {}
+        add(r["spec"].get("node") or r["env"].get("hostname"), r["spec"]["workload"].removeprefix("node-check/"),
+            r["created_at"], result.get("verdict"), result.get("value"))
+    for verdict in ("healthy", "no reference"):
+        for r in store.records(RunFilter(tags={"preflight": verdict}, limit=SHIP_RUNS)):
+            for host, node in ((r["env"].get("preflight") or {}).get("nodes") or {}).items():
+                key = (host, node.get("duration_s"), strict_json.dumps(node.get("probes")))
+                if node.get("runs") or key in seen:  # its figures are node-check runs, read above; or read already
+                    continue
+                seen.add(key)
+                for probe, row in (node.get("probes") or {}).items():
+                    add(host, probe, r["created_at"], node.get("verdict"), row.get("value"))
+    return {host: {probe: [v for _, v in sorted(rows, key=lambda row: row[0], reverse=True)[:limit]]
+                   for probe, rows in probes.items()} for host, probes in sorted(found.items())}
+
+
+def history_of(store):
+    """What a scheduler calls for the nodes' history (:func:`shipped_history` as JSON text) when its job has a
+    place for it; None without a store."""
+    return None if store is None else lambda: strict_json.dumps(shipped_history(store))
+
+
+def ship(plan, store, launcher):
+    """A batch job's launch plan with the nodes' history from ``store`` (:func:`shipped_history`) where its
+    scheduler left a place for it (a preflight without an expectations file: Slurm's job directory, the
+    Kubernetes job's ConfigMap); the plan as it was otherwise."""
+    scheduler = getattr(launcher, "scheduler", None)
+    if store is None or scheduler is None:
+        return plan
+    return scheduler.with_preflight_history(plan, history_of(store))
+
+
+def load_history(path: Path) -> dict[str, dict[str, list[float]]]:
+    """``dlbench node preflight --history FILE``: the shipped history, checked (host -> probe -> figures)."""
+    from dlbench.report.node_health import PROBES
+    from dlbench.safety import read_input_file
+
+    raw = read_input_file(path, "--history file", MAX_HISTORY_BYTES)
+    try:
+        doc = strict_json.loads_strict(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise UsageError(f"--history {path} is not strict JSON ({exc}); give the file dlbench wrote in the job "
+                         "directory (preflight-history.json).") from None
+    good = isinstance(doc, dict) and all(
+        isinstance(probes, dict) and all(p in PROBES and isinstance(vs, list) and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < float("inf") for v in vs)
+            for p, vs in probes.items()) for probes in doc.values())
+    if not good:
+        raise UsageError(f"--history {path} must map host names to probes and their earlier figures (positive "
+                         'numbers), e.g. {"node07": {"cpu": [3.1e6, 3.2e6]}}; give the file dlbench wrote.')
+    return doc
+
+
+def ray_node_check() -> functools.partial:
+    """``hpo run --engine ray --preflight``: what each trial actor calls before its first trial (:func:`ray_node`,
+    with this study run's mode, expectations file's text and a token naming the run), pickled to the actors."""
+    from dlbench.launch._base import preflight_asked
+    from dlbench.record import new_id
+
+    asked, expect = preflight_asked()
+    return functools.partial(ray_node, asked, expect, new_id())
+
+
+def ray_node(asked: str, expect: str | None, token: str, store, env: dict[str, Any]) -> None:
+    """A ray trial actor's preflight: this node checked once per study run (the first actor on the node checks,
+    holding a lock in its temporary directory; the others read the verdict it left there,
+    ``dlbench-preflight-TOKEN.json``), against its history in ``store`` (or the expectations file), and the verdict
+    put where the actor's trials read it: under ``gate`` a degraded node's trials fail with :func:`stop_sentence`."""
+    import fcntl
+    import tempfile
+
+    base = Path(tempfile.gettempdir()) / f"dlbench-preflight-{token}"
+    with open(f"{base}.lock", "a", encoding="utf-8") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        done = Path(f"{base}.json")
+        if done.exists():
+            checked = json.loads(done.read_text(encoding="utf-8"))
+        else:
+            expect_file = None
+            if expect is not None:
+                expect_file = Path(f"{base}-expect.yaml")
+                expect_file.write_text(expect, encoding="utf-8")
+            node = check_node(store, env, expect_file)
+            checked = combine(asked, [node])
+            log.warning("dlbench: preflight (%s): %s is %s: %s (%.1f s)", asked, node["host"], node["verdict"],
+                        node["sentence"], node["duration_s"])
+            tmp = done.with_name(f".{done.name}.tmp")
+            tmp.write_text(strict_json.dumps(checked), encoding="utf-8")
+            os.replace(tmp, done)
+    os.environ[MODE_VAR] = asked
+    os.environ[VERDICT_VAR] = strict_json.dumps(checked)
 
 
 def write_node(directory: Path, node: Mapping[str, Any]) -> Path:
@@ -188,12 +370,7 @@ def gather(jobdir: Path, nodes: int) -> dict[str, Any] | None:
     if not directory.is_dir():
         return combine(mode(), [], nodes) if mode() else None  # asked, but the job ended before its nodes wrote
         return None
-    docs = []
-    for path in sorted(directory.glob("*.json")):
-        try:
-            docs.append(json.loads(path.read_text(encoding="utf-8")))
-        except (OSError, ValueError) as exc:
-            log.warning("dlbench: preflight: cannot read %s (%s)", path, exc)
+    docs = _read_nodes(directory)
     return combine(next((d["mode"] for d in docs if d.get("mode")), None) or mode() or "warn", docs, nodes)
 
 
@@ -209,5 +386,5 @@ def apply(records: list[dict[str, Any]], preflight: Mapping[str, Any] | None) ->
             record["spec"] = {**record["spec"], "tags": {**tags, "preflight": preflight["verdict"]}}
 
 
-__all__ = ["BUDGET_S", "MODES", "QUICK", "VERDICT_VAR", "apply", "check_mode", "check_node", "combine", "expect_file", "gather", "here",
-           "mode", "node_document", "stop_sentence", "study", "write_node"]
+__all__ = ["BUDGET_S", "MODES", "QUICK", "VERDICT_VAR", "apply", "check_mode", "check_node", "combine", "expect_file", "gather", "here", "history_of",
+           "judge_directory", "judge_peers", "load_history", "mode", "node_document", "ray_node", "ray_node_check", "ship", "shipped_history", "stop_sentence", "study", "worker", "write_node"]

@@ -66,10 +66,16 @@ def check(
 @node_app.command("preflight")
 def preflight(
     mode: str = typer.Option(..., "--mode", help="gate: exit 1 when this node is degraded | warn: exit 0 whatever it is."),
-    out: Path = typer.Option(..., "--out", help="Directory the node's verdict goes to, as HOST.json (a job's own directory)."),
+    out: Path = typer.Option(None, "--out", help="Directory the node's verdict goes to, as HOST.json (a job's own directory)."),
+    judge_dir: Path = typer.Option(None, "--judge", help="Probe nothing: judge the verdicts the job's nodes wrote in "
+                                   "this directory against each other (a node below half of the best peer with the "
+                                   "same CPU/GPU is degraded), rewriting them; exit 1 when one is degraded and --mode gate."),
     expect: Path = typer.Option(None, "--expect", help="Expectations file (YAML), as 'dlbench node check --expect'; "
                                 "default: none (on a job's node: the verdict is 'no reference' unless earlier checks are in --db)."),
     budget: float = typer.Option(None, "--budget", help="Seconds the probes may take \\[default: 10]."),
+    history: Path = typer.Option(None, "--history", help="The nodes' earlier figures (JSON: host -> probe -> "
+                                 "figures) the submitting dlbench shipped from its store: this node's history where "
+                                 "--db has none."),
     db: str = typer.Option(None, "--db", help="Results store holding this node's history (and taking these probes); "
                            "default: none."),
 ) -> None:
@@ -78,12 +84,27 @@ def preflight(
     --mode gate, else 0."""
     from dlbench import strict_json
     from dlbench.api import preflight as pre
+    from dlbench.errors import UsageError
     from dlbench.launch.batch import PREFLIGHT_PREFIX
 
     pre.check_mode(mode, "--mode")
+    if (out is None) == (judge_dir is None):
+        raise UsageError("give --out DIR (check this node, its verdict written to DIR/HOST.json) or --judge DIR "
+                         "(judge the job's nodes' verdicts in DIR against each other), one of the two.")
+    if judge_dir is not None:
+        if not judge_dir.is_dir():
+            raise UsageError(f"--judge {judge_dir} is not a directory; give the directory the job's nodes wrote "
+                             "their verdicts in (JOBDIR/preflight).")
+        judged = pre.judge_directory(judge_dir)
+        for node in judged:
+            info(f"dlbench preflight: {node['host']} is {node['verdict']} against the job's peers: {node['sentence']}")
+        if mode == "gate" and any(node["verdict"] == "degraded" for node in judged):
+            raise typer.Exit(1)
+        return
     store = open_store(db) if db else None
     try:
-        node = pre.check_node(store, expect=expect, budget_s=budget or pre.BUDGET_S)
+        node = pre.check_node(store, expect=expect, budget_s=budget or pre.BUDGET_S,
+                              shipped=pre.load_history(history) if history is not None else None)
     finally:
         if store is not None:
             store.close()

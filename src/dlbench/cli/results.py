@@ -61,14 +61,33 @@ def results(
         # ok runs whose figure is not a summary column (a checkpoint's bytes/s, a time to train): their records
         records = store.records_by_id([r.id for r in rows if r.status == "ok" and (
             r.samples_per_s is None or r.mode not in FIGURE_IS_RATE)])
+        mfu = _mfu(store, flt)
     finally:
         store.close()
     if as_json:
-        emit_json([r.as_dict() | {"figure": summary_figure(r, records).as_dict()} for r in rows])
+        emit_json([r.as_dict() | {"figure": summary_figure(r, records).as_dict()} | _NO_MFU | mfu.get(r.id, {}) for r in rows])
     else:
-        render(summary_table(rows, records), title=f"{len(rows)} run(s)")
+        render(summary_table(rows, records, mfu), title=f"{len(rows)} run(s)")
+        for run_id, flag in ((r.id, flag) for r in rows for flag in mfu.get(r.id, _NO_MFU)["mfu_flags"]):
+            info(f"! run {run_id}: {flag}")  # the marker's why, as a run's own table says it
         if limit and len(rows) == limit:
             info(f"showing the newest {limit}; --limit 0 lists all.")
+
+
+_NO_MFU = {"mfu_datasheet": None, "mfu_measured": None, "mfu_flags": []}
+
+
+def _mfu(store, flt) -> dict[str, dict]:
+    """The listed runs' MFU against both peaks and its flags (by id; runs with one only), as the database cuts them
+    out of the records (the report's digest)."""
+    import json
+
+    from dlbench.store._digest import DIGEST_FIELDS
+
+    at = {name: DIGEST_FIELDS.index(name) for name in ("id", "mfu", "mfu_measured", "mfu_flags")}
+    return {row[at["id"]]: {"mfu_datasheet": row[at["mfu"]], "mfu_measured": row[at["mfu_measured"]],
+                            "mfu_flags": json.loads(row[at["mfu_flags"]]) if row[at["mfu_flags"]] else []}
+            for row in store.iter_digest(flt) if row[at["mfu"]] is not None or row[at["mfu_measured"]] is not None}
 
 
 def _export(db: str | None, flt, fmt: str, out: str | None) -> None:

@@ -70,6 +70,9 @@ class Pipeline:
     #: ``(RunOptions, TaskSession) → threads or None``: an MLPerf task trial's threads by the one thread rule
     #: (``dlbench.api.mlperf.run_threads``: ``--threads auto`` per run on the CPU); None: the session's
     mlperf_threads: Callable[..., int | None] | None = None
+    #: ``(store, env) → None``: ``--preflight`` on a node the ray engine's trials run on, called by each trial actor
+    #: before its first trial (``dlbench.api.preflight.ray_node``: once per node); None: no preflight
+    preflight: Callable[..., None] | None = None
 
 
 @dataclass(frozen=True)

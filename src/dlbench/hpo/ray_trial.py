@@ -104,6 +104,12 @@ class RayTrial(tune.Trainable):
         self.spec: StudySpec = parse_study(doc, f"study {doc['name']}")
         env = capture_env(import_torch=self.spec.objective.trains_in_process)
         self.db, self.stop_flag, self.env, self.pipeline = db, stop, env, pipeline
+        if pipeline is not None and pipeline.preflight is not None:  # --preflight: this node, before its first trial
+            store = open_store(db)
+            try:
+                pipeline.preflight(store, env)
+            finally:
+                store.close()
         self.current, self.thread, self.bridge, self.waiting = dict(config), None, None, False
 
     def reset_config(self, new_config: dict) -> bool:

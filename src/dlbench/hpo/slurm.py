@@ -25,9 +25,10 @@ from pathlib import Path
 from dlbench.config import launcher_section
 from dlbench.errors import BenchmarkFailed, Terminated, UsageError
 from dlbench.hpo._base import WORKER_ENV, WorkerEngine, WorkerPlan
+from dlbench.launch._base import PREFLIGHT_EXPECT_FILE, PREFLIGHT_JOBDIR_VAR, preflight_asked
 from dlbench.launch.batch import FINISHED, JobState
 from dlbench.launch.batch_launcher import POLL_S, STOP_WAIT_S, default_job_root
-from dlbench.launch.slurm import SlurmScheduler, container_words, site_lines, slurm_words
+from dlbench.launch.slurm import SlurmScheduler, container_words, preflight_lines, site_lines, slurm_words
 from dlbench.record import new_id
 from dlbench.safety import sbatch_line, shell_word
 from dlbench.spec import LaunchSettings, make_launch_settings
@@ -36,10 +37,15 @@ from dlbench.spec import LaunchSettings, make_launch_settings
 ROUNDS = 3
 
 
-def worker_array_script(plans: Sequence[WorkerPlan], settings: LaunchSettings, workdir: Path, study: str) -> str:
+def worker_array_script(plans: Sequence[WorkerPlan], settings: LaunchSettings, workdir: Path, study: str,
+                        preflight: str | None = None, expect: bool = False) -> str:
     """The sbatch script of the workers' job array (element i runs plan i's command). Pure. The site's
     options (time, partition, account, QOS, requeue, exclusive, signal …) and the container are
-    ``--launcher slurm``'s own (:func:`dlbench.launch.slurm.site_lines`, ``container_words``)."""
+    ``--launcher slurm``'s own (:func:`dlbench.launch.slurm.site_lines`, ``container_words``). ``preflight``
+    (a mode; ``expect``: the expectations file is ``workdir/preflight-expect.yaml``): each element first checks
+    its node as any Slurm job's script does (:func:`dlbench.launch.slurm.preflight_lines`), in ``workdir/wI``;
+    under ``gate`` a degraded node's element ends there, before its worker takes a trial, and the worker's trials
+    record the verdict its node wrote (``$DLBENCH_PREFLIGHT_JOBDIR``)."""
     options, prefix, python = container_words(settings, workdir)
     container = options + prefix
     argv = [shell_word(python if container else plans[0].argv[0])]
@@ -52,8 +58,14 @@ def worker_array_script(plans: Sequence[WorkerPlan], settings: LaunchSettings, w
     lines += site_lines(settings)
     if settings.container_image and settings.container_runtime == "shifter":
         lines.append(sbatch_line("image", settings.container_image))
-    lines += [f'export {WORKER_ENV}="slurm-$SLURM_ARRAY_JOB_ID:w$SLURM_ARRAY_TASK_ID"',
-              f'exec srun {" ".join(container + argv)} "$SLURM_ARRAY_TASK_ID"']
+    lines.append(f'export {WORKER_ENV}="slurm-$SLURM_ARRAY_JOB_ID:w$SLURM_ARRAY_TASK_ID"')
+    if preflight:
+        lines += [f'JOBDIR={shell_word(str(workdir))}/w"$SLURM_ARRAY_TASK_ID"',
+                  preflight_lines(settings, 1, workdir, preflight,
+                                  shell_word(str(workdir / PREFLIGHT_EXPECT_FILE)) if expect else None,
+                                  "its worker stops before its first trial"),
+                  f'export {PREFLIGHT_JOBDIR_VAR}="$JOBDIR"']
+    lines.append(f'exec srun {" ".join(container + argv)} "$SLURM_ARRAY_TASK_ID"')
     return "\n".join(lines) + "\n"
 
 
@@ -109,7 +121,11 @@ class SlurmEngine(WorkerEngine):
         root = Path(self.settings.workdir).expanduser() if self.settings.workdir else default_job_root()
         self._workdir = root.absolute() / f"{time.strftime('%Y%m%d-%H%M%S')}-hpo-{self.study}-{new_id()[:6]}"
         self._workdir.mkdir(parents=True, exist_ok=True)
-        (self._workdir / "workers.sbatch").write_text(worker_array_script(plans, self.settings, self._workdir, self.study))
+        mode, expect = preflight_asked()
+        if expect is not None:
+            (self._workdir / PREFLIGHT_EXPECT_FILE).write_text(expect, encoding="utf-8")
+        (self._workdir / "workers.sbatch").write_text(worker_array_script(plans, self.settings, self._workdir, self.study,
+                                                                          mode, expect is not None))
         out = subprocess.run(["sbatch", "--parsable", "workers.sbatch"], cwd=self._workdir, capture_output=True,
                              text=True, timeout=120, env={**os.environ, **plans[0].env}, check=False)
         if out.returncode != 0:

@@ -39,6 +39,12 @@ NODES_DIR = "nodes"
 #: into the job directory, and the variables that carry the mode and that file (:mod:`dlbench.api.preflight`).
 PREFLIGHT_DIR, PREFLIGHT_EXPECT_FILE = "preflight", "preflight-expect.yaml"
 PREFLIGHT_MODE_VAR, PREFLIGHT_EXPECT_VAR = "DLBENCH_PREFLIGHT", "DLBENCH_PREFLIGHT_EXPECT"
+#: ``--preflight`` without an expectations file: the nodes' earlier figures from the submitting process's store,
+#: shipped in the job directory (host -> probe -> figures, newest first; :func:`dlbench.api.preflight.ship`).
+PREFLIGHT_HISTORY_FILE = "preflight-history.json"
+#: An HPO worker's job directory whose ``preflight/`` holds the verdict its node started with (the slurm engine's
+#: script sets it after its preflight step; the worker's trials record that verdict).
+PREFLIGHT_JOBDIR_VAR = "DLBENCH_PREFLIGHT_JOBDIR"
 
 
 def write_preflight_node(directory: Path, node: Mapping[str, Any]) -> Path:

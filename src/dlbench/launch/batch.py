@@ -24,12 +24,13 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
 from dlbench.engine.run import ResolvedRun
-from dlbench.launch._base import LaunchPlan
+from dlbench.launch._base import PREFLIGHT_HISTORY_FILE, LaunchPlan
 from dlbench.launch.liveness import lost_after
 
 #: The prefix of a rank's report when it travels in a log instead of a file.
@@ -69,6 +70,14 @@ class Scheduler(ABC):
     @abstractmethod
     def render(self, run: ResolvedRun, workdir: Path) -> LaunchPlan:
         """What would be submitted for ``run`` with ``workdir`` as its job directory. Pure."""
+
+    def with_preflight_history(self, plan: LaunchPlan, history: Callable[[], str]) -> LaunchPlan:
+        """``plan`` with the nodes' earlier preflight figures (``history()``: JSON text, read from the store only
+        when needed) where :meth:`render` left a place for them (:data:`~dlbench.launch._base.PREFLIGHT_HISTORY_FILE`
+        among its files: a preflight without an expectations file); ``plan`` itself otherwise."""
+        if PREFLIGHT_HISTORY_FILE not in plan.files:
+            return plan
+        return replace(plan, files={**plan.files, PREFLIGHT_HISTORY_FILE: history()})
 
     @abstractmethod
     def submit(self, plan: LaunchPlan, workdir: Path) -> str:

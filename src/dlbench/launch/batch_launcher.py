@@ -128,15 +128,20 @@ class BatchLauncher(Launcher):
 
     # -- job arrays ---------------------------------------------------------------------------------
 
-    def submit_array(self, runs: list[ResolvedRun], records: list[list[dict[str, Any]]]) -> list[dict[str, Any]] | None:
+    def submit_array(self, runs: list[ResolvedRun], records: list[list[dict[str, Any]]],
+                     preflight_history: Callable[[], str] | None = None) -> list[dict[str, Any]] | None:
         """Submit ``runs`` as one job array (each element one run); their registry entries, or None when
-        the scheduler has no arrays (then submit them one by one through the pipeline)."""
+        the scheduler has no arrays (then submit them one by one through the pipeline). ``preflight_history``:
+        the nodes' history from the store, for a preflight without an expectations file
+        (:meth:`Scheduler.with_preflight_history`)."""
         for run in runs:
             self.scheduler.check(run)
         workdir = job_dir(runs[0])
         plan = self.scheduler.render_array(runs, workdir)
         if plan is None:
             return None
+        if preflight_history is not None:
+            plan = self.scheduler.with_preflight_history(plan, preflight_history)
         workdir.mkdir(parents=True, exist_ok=True)
         write_files(plan, workdir)
         array_id = self.scheduler.submit(plan, workdir)

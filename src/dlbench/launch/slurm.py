@@ -32,6 +32,7 @@ from dlbench.launch._base import (
     NODES_DIR,
     PREFLIGHT_DIR,
     PREFLIGHT_EXPECT_FILE,
+    PREFLIGHT_HISTORY_FILE,
     RANKS_DIR,
     LaunchPlan,
     preflight_asked,
@@ -165,17 +166,31 @@ def step_command(run: ResolvedRun, workdir: Path) -> list[str]:
 
 def preflight_step(run: ResolvedRun, workdir: Path, mode: str | None, expect: bool) -> str:
     """``--preflight``: one task per node runs ``dlbench node preflight`` (the node check's quick probes) before the
-    ranks' step, each writing ``JOBDIR/preflight/HOST.json``; ``gate``: a degraded node (its exit 1) ends the job
+    ranks' step, each writing ``JOBDIR/preflight/HOST.json``, then one task judges the nodes against each other
+    (``--judge``: :func:`dlbench.api.preflight.judge_peers`); ``gate``: a degraded node (an exit 1) ends the job
     here. ``expect``: judge against the expectations file copied into the job directory. Empty without a preflight."""
+    return preflight_lines(run.settings, run.nnodes, workdir, mode, f'"$JOBDIR"/{PREFLIGHT_EXPECT_FILE}' if expect else None,
+                           history_word=None if expect else f'"$JOBDIR"/{PREFLIGHT_HISTORY_FILE}')
+
+
+def preflight_lines(settings: Any, nnodes: int, workdir: Path, mode: str | None, expect_word: str | None,
+                    refused: str = "the job stops before its ranks start", history_word: str | None = None) -> str:
+    """:func:`preflight_step`'s lines for ``nnodes`` nodes in launch settings ``settings`` (``expect_word``: the
+    expectations file as a shell word, None: none; ``refused``: what a degraded node's gate stops;
+    ``history_word``: the nodes' earlier figures shipped from the store), for any script that sets ``$JOBDIR``
+    (an HPO study's workers too: :mod:`dlbench.hpo.slurm`)."""
     if mode is None:
         return ""
-    options, prefix, python = container_words(run.settings, workdir)
-    srun = ["srun", f"--nodes={run.nnodes}", "--ntasks-per-node=1", '--cpus-per-task="$SLURM_CPUS_ON_NODE"', *options]
-    check = [*prefix, _q(python), "-m", "dlbench", "node", "preflight", "--mode", _q(mode), "--out",
-             f'"$JOBDIR"/{PREFLIGHT_DIR}'] + (["--expect", f'"$JOBDIR"/{PREFLIGHT_EXPECT_FILE}'] if expect else [])
-    then = ('{ echo "dlbench: preflight: a node is degraded; the job stops before its ranks start (verdicts in '
+    options, prefix, python = container_words(settings, workdir)
+    srun = ["srun", f"--nodes={nnodes}", "--ntasks-per-node=1", '--cpus-per-task="$SLURM_CPUS_ON_NODE"', *options]
+    preflight = [*prefix, _q(python), "-m", "dlbench", "node", "preflight", "--mode", _q(mode)]
+    check = [*preflight, "--out", f'"$JOBDIR"/{PREFLIGHT_DIR}'] + (["--expect", expect_word] if expect_word else []) + (
+        ["--history", history_word] if history_word else [])
+    # then the nodes judged against each other (their figures, same device), by one task on one node
+    judge = ["srun", "--nodes=1", "--ntasks=1", *options, *preflight, "--judge", f'"$JOBDIR"/{PREFLIGHT_DIR}']
+    then = (f'{{ echo "dlbench: preflight: a node is degraded; {refused} (verdicts in '
             f'$JOBDIR/{PREFLIGHT_DIR})"; exit 1; }}' if mode == "gate" else "true")
-    return " ".join(srun + check) + " || " + then
+    return " ".join(srun + check) + " || " + then + "\n" + " ".join(judge) + " || " + then
 
 
 BODY = """\
@@ -231,8 +246,17 @@ def sbatch_array_script(runs: list[ResolvedRun], workdir: Path, preflight: str |
     body = BODY.format(threads=_threads_line(threads.pop() if len(threads) == 1 else None), ranks=RANKS_DIR,
                        step=" ".join(step_command(runs[0], workdir)),
                        preflight=preflight_step(runs[0], workdir, preflight, expect).replace(
-                           f'"$JOBDIR"/{PREFLIGHT_EXPECT_FILE}', f'"$JOBDIR"/../{PREFLIGHT_EXPECT_FILE}'))
+                           f'"$JOBDIR"/{PREFLIGHT_EXPECT_FILE}', f'"$JOBDIR"/../{PREFLIGHT_EXPECT_FILE}').replace(
+                           f'"$JOBDIR"/{PREFLIGHT_HISTORY_FILE}', f'"$JOBDIR"/../{PREFLIGHT_HISTORY_FILE}'))
     return "\n".join(head) + "\n" + body
+
+
+def _preflight_files(mode: str | None, expect: str | None) -> dict[str, str]:
+    """The preflight's files in the job directory: the expectations file, else the nodes' earlier figures (none
+    here: the process that has the store fills it in, :func:`dlbench.api.preflight.ship`)."""
+    if mode is None:
+        return {}
+    return {PREFLIGHT_EXPECT_FILE: expect} if expect is not None else {PREFLIGHT_HISTORY_FILE: "{}"}
 
 
 def _run(argv: list[str], timeout_s: float = 60.0) -> subprocess.CompletedProcess:
@@ -274,7 +298,7 @@ class SlurmScheduler(Scheduler):
         mode, expect = preflight_asked()
         return LaunchPlan(launcher=self.name, argv=("sbatch", "--parsable", SCRIPT),
                           files={SCRIPT: sbatch_script(run, workdir, mode, expect is not None), JOB_FILE: batch_job_document(run),
-                                 **({PREFLIGHT_EXPECT_FILE: expect} if expect is not None else {})},
+                                 **_preflight_files(mode, expect)},
                           ranks_here=tuple(range(run.world_size)), start_timeout_s=run.timeout_s,
                           grace_s=run.timeout_s, describe=f"Slurm job of {run.nnodes} node(s)")
 
@@ -283,7 +307,7 @@ class SlurmScheduler(Scheduler):
             return None  # an array asks for the same nodes for every element: one job per run instead
         mode, expect = preflight_asked()
         files = {SCRIPT: sbatch_array_script(runs, workdir, mode, expect is not None)}
-        files |= {PREFLIGHT_EXPECT_FILE: expect} if expect is not None else {}
+        files |= _preflight_files(mode, expect)
         files |= {f"{i}/{JOB_FILE}": batch_job_document(r) for i, r in enumerate(runs)}
         return LaunchPlan(launcher=self.name, argv=("sbatch", "--parsable", SCRIPT), files=files,
                           ranks_here=tuple(range(max(r.world_size for r in runs))),

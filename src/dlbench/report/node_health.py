@@ -12,6 +12,11 @@ Every probe's figure is a rate (higher is better). Its **reference** is either
       default: {cpu: 2.0e7, host_memory_bandwidth: 5.0e9, data_read: 2.0e8}
       NVIDIA H100 80GB HBM3: {gpus: 8, gpu_step_rate: 2500, allreduce_busbw: 1.5e11}
 
+* the job's peers — the same probe's figures on the job's other nodes with the same device (CPU model for the
+  host probes, GPU name for the GPU probes), measured in the same minute (:func:`peer_reference`): half of the
+  best peer's figure (all of it for the GPU count). A loaded host slows every node alike, at most by half; a
+  node with a fault or a throttle is slower than that (a node confined to 5 % of a CPU: about 20x).
+
 A probe that found problems (a GPU lost, ECC errors, a fault throttle, a narrow PCIe link) is degraded
 whatever its figure. :func:`judge` is the one function that writes a verdict and its sentence, from the
 figures it prints.
@@ -116,6 +121,25 @@ def expectation_reference(expectations: Mapping[str, Mapping[str, float]], model
     return Reference(low, None, None, 0, f"{source} ({model or 'default'})")
 
 
+#: Below this fraction of the best peer's figure a node is degraded (see the module docstring).
+PEER_FRACTION = 0.5
+#: Which device a probe measures: its peers are the nodes with the same one (``devices`` of a preflight document).
+PROBE_DEVICE = {"gpus": "gpu", "gpu_step_rate": "gpu", "allreduce_busbw": "gpu", "cpu": "cpu",
+                "host_memory_bandwidth": "cpu", "data_read": "data", "network": "network"}
+PEERS = "the job's peers"
+
+
+def peer_reference(probe: str, peers: Mapping[str, float], device: str) -> Reference:
+    """The reference of ``probe`` from the figures of the job's other nodes with the same ``device`` (host ->
+    figure): :data:`PEER_FRACTION` of the best peer's (the GPU count: all of it, a GPU fewer is a lost GPU)."""
+    host, best = max(peers.items(), key=lambda item: (item[1], item[0]))
+    fraction = 1.0 if probe == "gpus" else PEER_FRACTION
+    share = "all of" if fraction == 1.0 else f"{fraction:g} x"
+    return Reference(best * fraction, None, None, len(peers),
+                     f"{PEERS}: {share} {host}'s {_fmt(best)} {PROBES[probe][0]}, the best of {len(peers)} other "
+                     f"node(s) with {device}")
+
+
 def judge(probe: str, figure: Mapping[str, Any] | None, reference: Reference | None) -> Verdict:
     """The verdict on one probe, and the sentence that says it with the figures it rests on."""
     unit = PROBES[probe][0]
@@ -130,7 +154,8 @@ def judge(probe: str, figure: Mapping[str, Any] | None, reference: Reference | N
         known = f"{reference.runs} earlier check(s), {MIN_HISTORY} needed" if reference else "no reference"
         return Verdict(probe, "no reference", value, unit, f"{probe}: {_fmt(value)} {unit} (recorded; {known})", reference)
     basis = (f"median {_fmt(reference.median)} of {reference.runs} earlier checks - {reference.tolerance:.0%}"
-             if reference.median is not None and reference.tolerance is not None else f"expected by {reference.source}")
+             if reference.median is not None and reference.tolerance is not None
+             else reference.source if reference.source.startswith(PEERS) else f"expected by {reference.source}")
     if value < reference.low:
         return Verdict(probe, "degraded", value, unit,
                        f"{probe}: {_fmt(value)} {unit}, below {_fmt(reference.low)} ({basis})", reference)
@@ -176,5 +201,5 @@ def _fmt(value: float | None) -> str:
     return f"{value:.3g}" if abs(value) < 1e4 else f"{value:.3e}"
 
 
-__all__ = ["EXIT_CODES", "PROBES", "Reference", "Verdict", "exit_code", "overall", "expectation_reference", "history_reference", "judge",
+__all__ = ["EXIT_CODES", "PEERS", "PEER_FRACTION", "PROBES", "PROBE_DEVICE", "peer_reference", "Reference", "Verdict", "exit_code", "overall", "expectation_reference", "history_reference", "judge",
            "load_expectations"]

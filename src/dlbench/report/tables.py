@@ -181,11 +181,15 @@ def summary_figure(summary: Any, records: dict[str, dict[str, Any]] | None = Non
     return primary_metric(record)
 
 
-def summary_table(summaries: Sequence[Any], records: dict[str, dict[str, Any]] | None = None) -> Table:
+def summary_table(summaries: Sequence[Any], records: dict[str, dict[str, Any]] | None = None,
+                  mfu: dict[str, dict[str, Any]] | None = None) -> Table:
     """One row per stored run (``RunSummary``): its primary figure with its unit (:func:`summary_figure`; ``records``:
     full records of the runs whose figure is not among the summary columns), the median step time of a run timed
-    in steps."""
-    columns = ["id", "created (UTC)", "workload", "device", "procs", "prec", "batch", "figure", "median step ms", "torch", "host", "status", "tags"]
+    in steps; MFU against the datasheet's and the measured peak (:func:`mfu_cells`; ``mfu``: by run id, the
+    result's ``mfu_datasheet``, ``mfu_measured`` and ``mfu_flags``), columns there only when a run has one."""
+    with_mfu = bool(mfu)
+    columns = ["id", "created (UTC)", "workload", "device", "procs", "prec", "batch", "figure", "median step ms",
+               *(["MFU datasheet", "MFU measured"] if with_mfu else []), "torch", "host", "status", "tags"]
     rows = []
     for s in summaries:
         figure = summary_figure(s, records)
@@ -193,6 +197,7 @@ def summary_table(summaries: Sequence[Any], records: dict[str, dict[str, Any]] |
         rows.append([
             s.id, s.created_at[:19].replace("T", " "), s.workload, s.device_name, str(s.nproc), s.precision,
             str(s.batch_size or ""), value, ms(s.step_time_median_s) if figure.spread_of == "steps" else "-",
+            *(mfu_cells((mfu or {}).get(s.id, {})) if with_mfu else ()),
             s.torch_version, s.host, s.status, ",".join(f"{k}={v}" for k, v in sorted(s.tags.items())),
         ])
     return columns, rows

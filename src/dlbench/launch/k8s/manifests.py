@@ -35,7 +35,7 @@ import yaml
 
 from dlbench.engine.run import ResolvedRun
 from dlbench.errors import UsageError
-from dlbench.launch._base import JOB_FILE, PREFLIGHT_DIR, PREFLIGHT_EXPECT_FILE
+from dlbench.launch._base import JOB_FILE, PREFLIGHT_DIR, PREFLIGHT_EXPECT_FILE, PREFLIGHT_HISTORY_FILE
 from dlbench.launch.batch import batch_job_document
 from dlbench.spec import LaunchSettings
 
@@ -152,9 +152,11 @@ def container(run: ResolvedRun, settings: LaunchSettings, shape: str, name: str)
 def preflight_container(rank: dict[str, Any], mode: str, expect: bool) -> dict[str, Any]:
     """``--preflight``: an init container on every pod (node) running ``dlbench node preflight`` with the rank
     container's image, GPUs and security context; under ``gate`` a degraded node's exit 1 keeps the ranks from
-    starting and fails the pod (``restartPolicy: Never``). ``expect``: the expectations file from the job's ConfigMap."""
+    starting and fails the pod (``restartPolicy: Never``). ``expect``: the expectations file from the job's ConfigMap,
+    else the nodes' history shipped there from the store (:meth:`KubeScheduler.with_preflight_history`)."""
     command = ["python", "-m", "dlbench", "node", "preflight", "--mode", mode, "--out", f"{SCRATCH}/{PREFLIGHT_DIR}"]
-    command += ["--expect", f"{JOB_DIR}/{PREFLIGHT_EXPECT_FILE}"] if expect else []
+    command += (["--expect", f"{JOB_DIR}/{PREFLIGHT_EXPECT_FILE}"] if expect
+                else ["--history", f"{JOB_DIR}/{PREFLIGHT_HISTORY_FILE}"])  # the store's, in the ConfigMap
     spec = {"name": PREFLIGHT_CONTAINER, "image": rank["image"], "command": command,
             "env": [e for e in rank["env"] if e["name"] != "DLBENCH_DB"],
             "volumeMounts": [m for m in rank["volumeMounts"] if m["name"] in ("job", "scratch")],
@@ -205,10 +207,14 @@ def labels(name: str) -> dict[str, str]:
     return MANAGED_BY | {RUN_LABEL: name}
 
 
-def config_map(run: ResolvedRun, settings: LaunchSettings, name: str, expect: str | None = None) -> dict[str, Any]:
+def config_map(run: ResolvedRun, settings: LaunchSettings, name: str, expect: str | None = None,
+               preflight: bool = False) -> dict[str, Any]:
+    """The job's ConfigMap: its job document and, with a preflight, the expectations file or else a place for
+    the nodes' history (``{}`` until the process that has the store fills it in)."""
+    extra = {PREFLIGHT_EXPECT_FILE: expect} if expect is not None else {PREFLIGHT_HISTORY_FILE: "{}"} if preflight else {}
     return {"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": f"{name}-job", "namespace": settings.namespace, "labels": labels(name)},
-            "data": {JOB_FILE: batch_job_document(run), **({PREFLIGHT_EXPECT_FILE: expect} if expect is not None else {})}}
+            "data": {JOB_FILE: batch_job_document(run), **extra}}
 
 
 def pytorchjob(run: ResolvedRun, settings: LaunchSettings, name: str,
@@ -256,7 +262,7 @@ def manifests(run: ResolvedRun, settings: LaunchSettings, shape: str, name: str,
     check_settings(settings)
     mode, expect = preflight
     pods = (mode, expect is not None)
-    objects = [config_map(run, settings, name, expect if mode else None)]
+    objects = [config_map(run, settings, name, expect if mode else None, bool(mode))]
     objects += [pytorchjob(run, settings, name, pods)] if shape == PYTORCHJOB else indexed_job(run, settings, name, pods)
     return objects
 

@@ -14,8 +14,10 @@ way (:func:`dlbench.api.preflight.gather`).
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +25,13 @@ import yaml
 
 from dlbench.engine.run import ResolvedRun
 from dlbench.errors import UsageError
-from dlbench.launch._base import PREFLIGHT_DIR, LaunchPlan, preflight_asked, write_preflight_node
+from dlbench.launch._base import (
+    PREFLIGHT_DIR,
+    PREFLIGHT_HISTORY_FILE,
+    LaunchPlan,
+    preflight_asked,
+    write_preflight_node,
+)
 from dlbench.launch.batch import (
     CANCELLED,
     DONE,
@@ -51,6 +59,9 @@ from dlbench.launch.k8s.manifests import (
 from dlbench.spec import LaunchSettings
 
 MANIFEST_FILE = "manifests.yaml"
+#: The most bytes of shipped preflight history put in a job's ConfigMap (Kubernetes takes 1 MiB in all).
+MAX_SHIPPED_HISTORY = 512 * 1024
+log = logging.getLogger("dlbench")
 KUBEFLOW = ("kubeflow.org", "v1", "pytorchjobs")
 CRD_NAME = "pytorchjobs.kubeflow.org"
 INSTALL_HINT = "pip install 'dlbench[k8s]'"
@@ -156,6 +167,22 @@ class KubeScheduler(Scheduler):
             describe=f"{'PyTorchJob' if shape == PYTORCHJOB else 'Indexed Job'} {settings.namespace}/{name}: "
                      f"{nodes} pod(s) × {per_pod} rank(s)",
         )
+
+    def with_preflight_history(self, plan: LaunchPlan, history) -> LaunchPlan:
+        """The nodes' history in the job's ConfigMap (``preflight-history.json``), which every pod's preflight init
+        container reads; left ``{}`` (a warning says so) where it would pass :data:`MAX_SHIPPED_HISTORY` bytes of
+        the ConfigMap's 1 MiB."""
+        objects = [o for o in yaml.safe_load_all(plan.files[MANIFEST_FILE]) if o]
+        maps = [o for o in objects if o["kind"] == "ConfigMap" and PREFLIGHT_HISTORY_FILE in o.get("data", {})]
+        if not maps:
+            return plan
+        text = history()
+        if len(text.encode()) > MAX_SHIPPED_HISTORY:
+            log.warning("dlbench: preflight: the nodes' history (%d bytes) does not fit in the job's ConfigMap; the "
+                        "pods are judged without it (give --preflight-expect FILE)", len(text.encode()))
+            return plan
+        maps[0]["data"][PREFLIGHT_HISTORY_FILE] = text
+        return replace(plan, files={**plan.files, MANIFEST_FILE: to_yaml(objects)})
 
     # -- the API ---------------------------------------------------------------------------------
 
