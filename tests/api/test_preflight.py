@@ -102,6 +102,10 @@ def test_judge_rewrites_the_jobs_verdicts_and_gate_exits_1(tmp_path, capsys):
     assert "node1 is degraded against the job's peers: DEGRADED: cpu: " in capsys.readouterr().err
     assert main(["node", "preflight", "--mode", "gate"]) == 2
     assert "give --out DIR" in capsys.readouterr().err
+    before = (tmp_path / "node1.json").read_text()
+    assert main(["node", "preflight", "--mode", "gate", "--judge", str(tmp_path), "--budget", "3"]) == 2
+    assert "--judge probes nothing, so --budget would be ignored" in capsys.readouterr().err
+    assert (tmp_path / "node1.json").read_text() == before  # refused before anything was rewritten
 
 
 @pytest.mark.parametrize("argv, words", [

@@ -92,6 +92,11 @@ def preflight(
         raise UsageError("give --out DIR (check this node, its verdict written to DIR/HOST.json) or --judge DIR "
                          "(judge the job's nodes' verdicts in DIR against each other), one of the two.")
     if judge_dir is not None:
+        given = [name for name, value in (("--expect", expect), ("--budget", budget), ("--history", history),
+                                          ("--db", db)) if value is not None]
+        if given:
+            raise UsageError(f"--judge probes nothing, so {', '.join(given)} would be ignored; give them with --out "
+                             "(the node's own check), not with --judge.")
         if not judge_dir.is_dir():
             raise UsageError(f"--judge {judge_dir} is not a directory; give the directory the job's nodes wrote "
                              "their verdicts in (JOBDIR/preflight).")
