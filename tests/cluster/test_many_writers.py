@@ -2,9 +2,9 @@
 element saving its run to one PostgreSQL server (on the head node) and to one SQLite file on the shared
 filesystem — every run stored exactly once in each, none lost, none left in a spool.
 
-The run is made once, by a tiny ``dlbench run --db postgresql://…`` on a compute node (a run's own way into
-the server across the cluster network); each element stores a copy of it with its own id and tags through
-``dlbench store import``, the CLI's save path. An element training a run of its own cost a torch start-up
+The run is made once, by a tiny ``dlbench run --db postgresql://…`` on a compute node; each element saves a
+copy of it with its own id and tags to PostgreSQL as a run saves itself (``Store.save``), then loads it into
+SQLite with ``dlbench store import``, as the elements that trained their own run did. An element training a run of its own cost a torch start-up
 (≈ 5 CPU-s) 32 times over on 2 cores: 131 s of the test's 132 in CI, none of it to the point."""
 
 from __future__ import annotations
@@ -46,8 +46,10 @@ def test_32_writers_on_4_nodes_store_every_run_exactly_once(login4, postgres):
     template.write_text(made.stdout)
 
     writers = run_writers(login4.cluster, login4.env, login4.tmp / "writers", postgres.url, sqlite, ELEMENTS, tag="t32",
-                          template=template, mode="import")
+                          template=template, mode="copy")
     outputs = {i: (login4.tmp / "writers" / f"element-{i}.out").read_text(errors="replace") for i in range(ELEMENTS)}
+    spooled = [t[-800:] for t in outputs.values() if "postgres stored" not in t]
+    assert spooled == [], spooled[:2]  # every copy saved to PostgreSQL, none spooled
     assert all("stored" in text for text in outputs.values()), [t[-800:] for t in outputs.values() if "stored" not in t][:2]
     hosts = {host for text in outputs.values() for host in element_hosts(text)}
     assert hosts == set(login4.cluster.nodes)  # all 4 nodes wrote

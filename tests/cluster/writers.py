@@ -6,9 +6,9 @@ timeout, retries and spool). Used by ``test_many_writers.py`` and ``bench/many_w
 With ``template`` the elements train nothing; each has a copy of one record (its own id and tags). Mode "save"
 (the bench's second measure): each waits until every element has started (a file barrier), then saves its copy
 to both stores with ``Store.save`` and prints how long each save took — the stores' own time under simultaneous
-writers. Mode "import" (the test's): each loads its copy into PostgreSQL, then into SQLite, with ``dlbench store
-import`` — the CLI's save path, as in mode "run", without the tiny run's torch start-up (≈ 5 CPU-s an element,
-32 of them on 2 cores)."""
+writers. Mode "copy" (the test's): each saves its copy to PostgreSQL as a run saves itself (``Store.save``), then
+loads it into SQLite with ``dlbench store import`` — the paths of mode "run", without the tiny run's torch
+start-up (≈ 5 CPU-s an element, 32 of them on 2 cores)."""
 
 from __future__ import annotations
 
@@ -84,10 +84,11 @@ print(f"element {index} on {os.uname().nodename} stored")
 """
 
 
-#: mode="import": a copy of one record (its own id and tags), loaded into PostgreSQL, then into SQLite, by the CLI.
-IMPORTER = """\
+#: mode="copy": a copy of one record (its own id and tags) saved to PostgreSQL as a run saves itself (``Store.save``),
+#: then loaded into SQLite by the CLI, as mode "run" does.
+COPIER = """\
 #!/bin/bash
-#SBATCH --job-name=dlbench-importers
+#SBATCH --job-name=dlbench-copiers
 #SBATCH --array=0-{last}
 #SBATCH --nodes=1
 #SBATCH --ntasks=1
@@ -95,18 +96,21 @@ IMPORTER = """\
 #SBATCH --output={out}/element-%a.out
 set -eu
 I=$SLURM_ARRAY_TASK_ID
-{python} -c {copy} {template} {tag} "$I" > {out}/record-$I.json
-{python} -m dlbench store import {out}/record-$I.json --db "$PG_URL"
+{python} -c {copy} {template} {tag} "$I" "$PG_URL" {out}/record-$I.json
 {python} -m dlbench store import {out}/record-$I.json --db {sqlite}
 echo "element $I on $(hostname) stored"
 """
 COPY_PROGRAM = """
 import json, sys, uuid
-template, tag, index = sys.argv[1:]
-record = json.load(open(template))
+from pathlib import Path
+from dlbench.store import open_store
+template, tag, index, pg_url, out = sys.argv[1:]
+record = json.loads(Path(template).read_text())
 record["id"] = uuid.uuid4().hex[:12]
 record["spec"]["tags"] = {"writers": tag, "writer": index}
-print(json.dumps(record))
+Path(out).write_text(json.dumps(record))
+spooled = open_store(pg_url).save(record)  # a run's own save (dlbench run --db URL)
+print(f"postgres {'spooled' if spooled else 'stored'}", flush=True)
 """
 
 
@@ -141,7 +145,7 @@ class Writers:
 def run_writers(cluster: NamespaceCluster, env: dict[str, str], out: Path, pg_url: str, sqlite: Path, elements: int,
                 tag: str, timeout_s: float = 900, template: Path | None = None, mode: str | None = None) -> Writers:
     """Submit the array from the login node and wait until no element is queued or running. ``mode``: "run"
-    (without ``template``, the default), "save" (with it, the default) or "import"; with ``template`` (a run
+    (without ``template``, the default), "save" (with it, the default) or "copy"; with ``template`` (a run
     record's JSON file) the elements store copies of it (see above)."""
     mode = mode or ("save" if template else "run")
     if (template is None) != (mode == "run"):
@@ -151,7 +155,7 @@ def run_writers(cluster: NamespaceCluster, env: dict[str, str], out: Path, pg_ur
     words = {"last": elements - 1, "out": shlex.quote(str(out)), "python": shlex.quote(sys.executable),
              "tag": shlex.quote(tag), "sqlite": shlex.quote(str(sqlite)), "template": shlex.quote(str(template)),
              "program": shlex.quote(SAVE_PROGRAM), "copy": shlex.quote(COPY_PROGRAM)}
-    script.write_text({"run": ELEMENT, "save": SAVER, "import": IMPORTER}[mode].format(**words))
+    script.write_text({"run": ELEMENT, "save": SAVER, "copy": COPIER}[mode].format(**words))
     started = time.time()  # wall clock: comparable with the elements' own stamps (one kernel)
     submitted = cluster.run(HEAD, ["sbatch", "--parsable", str(script)], env=env | {"PG_URL": pg_url}, timeout_s=60)
     if submitted.returncode != 0:
