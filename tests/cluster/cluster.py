@@ -428,7 +428,9 @@ class NamespaceCluster:
         dead = [n for n in self.nodes if f"slurmd-{n}" not in self._daemons or self._daemons[f"slurmd-{n}"].poll() is not None]
         for node in dead:
             self._start_slurmd(node)
-        for node in sorted(self._pulled):  # after the restarts: a node is made idle only by its own slurmd
+        # after the restarts (a node is made idle only by its own slurmd): a killed node's jobs too, which slurmctld
+        # keeps 'completing' there until it resends the kill (80 s after the cancel, seen here)
+        for node in sorted(self._pulled | set(dead)):
             self._flush_jobs(node)
         self._pulled.clear()
         if dead:
@@ -436,7 +438,7 @@ class NamespaceCluster:
         self._healthy = True
 
     def _flush_jobs(self, node: str, timeout_s: float = 60.0) -> None:
-        """End the jobs still on ``node`` now: a job cancelled while the node was cut off stays 'completing'
+        """End the jobs still on ``node`` now: a job cancelled while the node was cut off or dead stays 'completing'
         there until slurmctld retries the kill (a minute or more later). DOWN ends them, RESUME makes it idle
         (which may be refused: a slurmd registering meanwhile returns the node by itself, ReturnToService=2)."""
         if not self.run(HEAD, ["squeue", "-h", "-w", node, "-o", "%i"], timeout_s=30).stdout.strip():

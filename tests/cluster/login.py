@@ -42,8 +42,15 @@ class Login:
         return out.returncode, json.loads(out.stdout) if out.stdout.strip() else None, out.stderr
 
 
+#: dlbench's waits on reports (dlbench.launch.batch_launcher): every node here shares one machine's filesystem, so
+#: a report shows at once (no NFS attribute cache to wait out, 10 s), and a failed rank's peers report theirs
+#: within a second or two (10 s of grace, then 20 s for the cancelled job's reports, a dead node's never come).
+WAITS = {"DLBENCH_REPORT_LAG_S": "1", "DLBENCH_FAILED_GRACE_S": "3"}
+
+
 def environment(tmp: Path) -> dict[str, str]:
-    """A test's own jobs registry, $HOME and site config under ``tmp``; jobs run the dlbench under test."""
-    return {"DLBENCH_JOBS_DIR": str(tmp / "jobs"), "HOME": str(tmp / "home"),
-            "DLBENCH_SITE_CONFIG": str(tmp / "no-site-config.yaml"),
-            "PYTHONPATH": os.pathsep.join(filter(None, [SRC, os.environ.get("PYTHONPATH")]))}
+    """A test's own jobs registry, $HOME and site config under ``tmp``; jobs run the dlbench under test, whose
+    waits on reports are this machine's (:data:`WAITS`)."""
+    return WAITS | {"DLBENCH_JOBS_DIR": str(tmp / "jobs"), "HOME": str(tmp / "home"),
+                    "DLBENCH_SITE_CONFIG": str(tmp / "no-site-config.yaml"),
+                    "PYTHONPATH": os.pathsep.join(filter(None, [SRC, os.environ.get("PYTHONPATH")]))}

@@ -3,9 +3,12 @@ node and saves it to one PostgreSQL store (``--db URL``), then loads the same re
 file on the shared filesystem (``dlbench store import``: the store's ordinary save path, with its busy
 timeout, retries and spool). Used by ``test_many_writers.py`` and ``bench/many_writers.py``.
 
-With ``template`` (the bench's second measure) the elements train nothing: each waits until every element
-has started (a file barrier), then saves a copy of one record (its own id) to both stores with
-``Store.save`` and prints how long each save took — the stores' own time under simultaneous writers."""
+With ``template`` the elements train nothing; each has a copy of one record (its own id and tags). Mode "save"
+(the bench's second measure): each waits until every element has started (a file barrier), then saves its copy
+to both stores with ``Store.save`` and prints how long each save took — the stores' own time under simultaneous
+writers. Mode "copy" (the test's): each saves its copy to PostgreSQL as a run saves itself (``Store.save``), then
+loads it into SQLite with ``dlbench store import`` — the paths of mode "run", without the tiny run's torch
+start-up (≈ 5 CPU-s an element, 32 of them on 2 cores)."""
 
 from __future__ import annotations
 
@@ -81,6 +84,41 @@ print(f"element {index} on {os.uname().nodename} stored")
 """
 
 
+#: mode="copy": a copy of one record (its own id and tags) saved to PostgreSQL as a run saves itself (``Store.save``),
+#: then loaded into SQLite by the CLI, as mode "run" does.
+COPIER = """\
+#!/bin/bash
+#SBATCH --job-name=dlbench-copiers
+#SBATCH --array=0-{last}
+#SBATCH --nodes=1
+#SBATCH --ntasks=1
+#SBATCH --cpus-per-task=1
+#SBATCH --output={out}/element-%a.out
+set -eu
+I=$SLURM_ARRAY_TASK_ID
+{python} -c {copy} {template} {tag} "$I" "$PG_URL" {out}/record-$I.json
+{python} -m dlbench store import {out}/record-$I.json --db {sqlite}
+echo "element $I on $(hostname) stored"
+"""
+COPY_PROGRAM = """
+import json, sys, uuid
+from pathlib import Path
+from dlbench.store import open_store
+template, tag, index, pg_url, out = sys.argv[1:]
+record = json.loads(Path(template).read_text())
+record["id"] = uuid.uuid4().hex[:12]
+record["spec"]["tags"] = {"writers": tag, "writer": index}
+Path(out).write_text(json.dumps(record))
+spooled = open_store(pg_url).save(record)  # a run's own save (dlbench run --db URL)
+print(f"postgres {'spooled' if spooled else 'stored'}", flush=True)
+"""
+
+
+def element_hosts(output: str) -> list[str]:
+    """The node an element ran on, from its last line ("element I on NODE stored"); [] if it never got there."""
+    return [line.split()[3] for line in output.splitlines() if line.startswith("element ") and line.endswith(" stored")]
+
+
 def save_times(output: str) -> dict[str, float]:
     """mode "save": an element's seconds per save (``postgres``, ``sqlite``) from its output."""
     found = {}
@@ -105,15 +143,19 @@ class Writers:
 
 
 def run_writers(cluster: NamespaceCluster, env: dict[str, str], out: Path, pg_url: str, sqlite: Path, elements: int,
-                tag: str, timeout_s: float = 900, template: Path | None = None) -> Writers:
-    """Submit the array from the login node and wait until no element is queued or running. With
-    ``template`` (a run record's JSON file), mode "save": the elements save copies of it (see above)."""
+                tag: str, timeout_s: float = 900, template: Path | None = None, mode: str | None = None) -> Writers:
+    """Submit the array from the login node and wait until no element is queued or running. ``mode``: "run"
+    (without ``template``, the default), "save" (with it, the default) or "copy"; with ``template`` (a run
+    record's JSON file) the elements store copies of it (see above)."""
+    mode = mode or ("save" if template else "run")
+    if (template is None) != (mode == "run"):
+        raise ValueError(f"mode {mode!r} {'needs' if template is None else 'takes no'} template")
     out.mkdir(parents=True, exist_ok=True)
     script = out / "writers.sbatch"
     words = {"last": elements - 1, "out": shlex.quote(str(out)), "python": shlex.quote(sys.executable),
              "tag": shlex.quote(tag), "sqlite": shlex.quote(str(sqlite)), "template": shlex.quote(str(template)),
-             "program": shlex.quote(SAVE_PROGRAM)}
-    script.write_text((SAVER if template else ELEMENT).format(**words))
+             "program": shlex.quote(SAVE_PROGRAM), "copy": shlex.quote(COPY_PROGRAM)}
+    script.write_text({"run": ELEMENT, "save": SAVER, "copy": COPIER}[mode].format(**words))
     started = time.time()  # wall clock: comparable with the elements' own stamps (one kernel)
     submitted = cluster.run(HEAD, ["sbatch", "--parsable", str(script)], env=env | {"PG_URL": pg_url}, timeout_s=60)
     if submitted.returncode != 0:

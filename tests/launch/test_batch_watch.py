@@ -54,3 +54,29 @@ def test_a_job_whose_ranks_all_reported_is_polled_quickly_for_a_while(tmp_path):
     assert watch.trouble() is None and watch.poll_s(JobState(RUNNING)) == POLL_ENDING_S  # the job is ending
     watch.reported_at -= batch_launcher.ENDING_S  # ... but it goes on: polled as usual again
     assert watch.poll_s(JobState(RUNNING)) == POLL_S
+
+
+def test_the_waits_on_reports_can_be_set_in_the_environment_and_a_bad_value_is_refused(tmp_path, monkeypatch, capsys):
+    """DLBENCH_REPORT_LAG_S / DLBENCH_FAILED_GRACE_S (the test clusters, one machine's filesystem, set them short);
+    unset, the defaults. A value that is not seconds is one sentence, exit 2, before anything is submitted."""
+    from dlbench.cli.app import main
+
+    monkeypatch.setenv("DLBENCH_REPORT_LAG_S", "1.5")
+    monkeypatch.setenv("DLBENCH_FAILED_GRACE_S", "")  # empty: unset
+    assert batch_launcher.wait_s("DLBENCH_REPORT_LAG_S") == 1.5
+    assert batch_launcher.wait_s("DLBENCH_FAILED_GRACE_S") == batch_launcher.FAILED_GRACE_S == 10.0
+    workdir = job_dir(tmp_path, reported=[0])
+    entry = {"job_id": "7", "workdir": str(workdir), "run": {"world_size": 2}}
+    started = time.monotonic()
+    SlurmLauncher(registry=JobRegistry(tmp_path / "jobs")).outcome(entry, JobState(CANCELLED))
+    assert time.monotonic() - started >= 1.5  # the lag set, waited for rank 1's report (a lower bound: any load)
+    monkeypatch.setenv("DLBENCH_JOBS_DIR", str(tmp_path / "registry"))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    for bad in ("soon", "-1", "nan", "inf"):
+        monkeypatch.setenv("DLBENCH_FAILED_GRACE_S", bad)
+        code = main(["run", "lstm", "-b", "4", "--steps", "2", "--launcher", "slurm", "--db", str(tmp_path / "runs.db")])
+        err = capsys.readouterr().err
+        assert code == 2 and err.strip() == (f"dlbench: error: DLBENCH_FAILED_GRACE_S={bad!r} is not a number of seconds "
+                                             "(0 or more); set it to one, e.g. DLBENCH_FAILED_GRACE_S=10 (the default), "
+                                             "or unset it."), err
+    assert not (tmp_path / "registry").exists() and not (tmp_path / "home").exists()  # nothing submitted

@@ -123,13 +123,37 @@ def test_a_signal_while_the_job_is_submitted_cancels_the_job_it_became(slurm, tm
 
 
 def test_a_job_that_hits_its_time_limit_is_recorded_aborted_with_its_steps(slurm, tmp_path, capsys, faulty):
-    """--time 2 (minutes) with a 30 s signal lead: SIGTERM reaches the ranks before the limit. Slurm sends it
-    on its periodic check, up to half a minute earlier than asked: 60-90 s into the job, when the ranks are
-    measuring even on a loaded machine (with --time 1 it came 34 s in, before the first measured step,
-    at load 11: torch, the rendezvous and the first step took longer)."""
+    """Slurm's own time limit and its --signal lead stop the job, not a signal of the test's. --time 3 with a 90 s
+    lead: SIGTERM is due 90 s in. Once both ranks measure steps, the running job's limit is cut to 2 minutes
+    (``scontrol update TimeLimit``, as a user may shorten a limit): its lead is then past due, and Slurm sends
+    SIGTERM on its next periodic time-limit check (every 30 s), a minute before the limit itself. The job no
+    longer waits 60-90 s for the lead with a limit of whole minutes (with --time 1 the signal came 34 s in,
+    before the first measured step at load 11: torch, the rendezvous and the first step took longer)."""
     db = str(tmp_path / "runs.db")
-    code, out, err = dlbench(capsys, "run", *PACED, *SLURM, "--time", "2",
-                             "--signal-lead", "30", "--db", db, "--json")
+    cut = threading.Event()
+
+    def cut_the_limit_once_measuring():
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:
+            beats = []
+            for path in (tmp_path / "home").rglob("ranks/alive*.json"):
+                try:
+                    beats.append(json.loads(path.read_text()))
+                except (ValueError, OSError):
+                    continue
+            jobs = [line.split()[0] for line in squeue() if line.endswith(" RUNNING")]
+            if len(beats) == 2 and all(b["step"] >= 3 for b in beats) and len(jobs) == 1:
+                subprocess.run(["scontrol", "update", f"JobId={jobs[0]}", "TimeLimit=2"], capture_output=True, check=True)
+                cut.set()
+                return
+            time.sleep(0.5)
+
+    cutter = threading.Thread(target=cut_the_limit_once_measuring, daemon=True)
+    cutter.start()
+    code, out, err = dlbench(capsys, "run", *PACED, *SLURM, "--time", "3",
+                             "--signal-lead", "90", "--db", db, "--json")
+    cutter.join()
+    assert cut.is_set(), err  # the limit was cut while the ranks measured
     assert code == 1, err
     record = json.loads(out)
     assert record["status"] == "aborted"

@@ -17,6 +17,8 @@ Adding a scheduler is one :class:`Scheduler` subclass and one registry line:
 
 from __future__ import annotations
 
+import math
+import os
 import signal
 import sys
 import threading
@@ -48,6 +50,26 @@ REPORT_LAG_S = 10.0
 #: Seconds the other ranks get to report once one rank reported its failure, before the job is cancelled
 #: (a rank on a dead node never will, and the scheduler may take minutes to notice the node).
 FAILED_GRACE_S = 10.0
+#: The environment variables that override REPORT_LAG_S and FAILED_GRACE_S (seconds): where every node sees a
+#: report at once (one machine's filesystem: the test clusters), nothing is gained by the waits a cluster needs.
+WAIT_OVERRIDES = {"DLBENCH_REPORT_LAG_S": "REPORT_LAG_S", "DLBENCH_FAILED_GRACE_S": "FAILED_GRACE_S"}
+
+
+def wait_s(name: str) -> float:
+    """Seconds of the wait ``name`` (a key of :data:`WAIT_OVERRIDES`): the environment's value, else the
+    module's constant. A value that is not a number of seconds is refused in one sentence."""
+    default = globals()[WAIT_OVERRIDES[name]]
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value >= 0):
+        raise UsageError(f"{name}={text!r} is not a number of seconds (0 or more); set it to one, e.g. "
+                         f"{name}={default:g} (the default), or unset it.")
+    return value
 
 
 def default_job_root() -> Path:
@@ -66,6 +88,8 @@ class BatchLauncher(Launcher):
 
     def __init__(self, show_output: bool = False, scheduler: Scheduler | None = None, registry: JobRegistry | None = None):
         super().__init__(show_output)
+        for name in WAIT_OVERRIDES:  # refused before anything is submitted, not when the job ends
+            wait_s(name)
         self.scheduler = scheduler or self.scheduler_class()
         self.registry = registry or JobRegistry()
         self._pending: tuple[ResolvedRun, list[dict[str, Any]]] | None = None
@@ -179,7 +203,7 @@ class BatchLauncher(Launcher):
         job_id, workdir = entry["job_id"], Path(entry["workdir"])
         ranks = tuple(range(entry["run"]["world_size"]))
         statuses = self.scheduler.reports(job_id, workdir)
-        deadline = time.monotonic() + REPORT_LAG_S
+        deadline = time.monotonic() + wait_s("DLBENCH_REPORT_LAG_S")
         while not set(ranks) - silent <= set(statuses) and time.monotonic() < deadline:
             time.sleep(1.0)
             statuses = self.scheduler.reports(job_id, workdir)
@@ -225,7 +249,7 @@ class BatchLauncher(Launcher):
                 self.scheduler.cancel(job_id)
                 lost = f"{trouble}; dlbench cancelled the job" if trouble else ""
                 # the live ranks record what they measured within seconds of SIGTERM; a dead node's never will
-                return self._settle(job_id, watch.all_reported, limit_s=2 * FAILED_GRACE_S), lost, frozenset(watch.lost)
+                return self._settle(job_id, watch.all_reported, limit_s=2 * wait_s("DLBENCH_FAILED_GRACE_S")), lost, frozenset(watch.lost)
             why = self.scheduler.never_starts(state) if state.state == QUEUED else None
             hopeless_since = (hopeless_since or time.monotonic()) if why else None
             if why and time.monotonic() - hopeless_since > NEVER_STARTS_WAIT_S:
@@ -303,7 +327,7 @@ class RankWatch:
             return lost.message
         if len(reports) < self.world_size and any(r.get("status") in ("failed", "oom") for r in reports.values()):
             self.failed_since = self.failed_since or time.monotonic()
-            if time.monotonic() - self.failed_since > FAILED_GRACE_S:
+            if time.monotonic() - self.failed_since > wait_s("DLBENCH_FAILED_GRACE_S"):
                 return ""
         if len(beats) < self.world_size and time.monotonic() - self.running_since > self.timeout_s + self.lost_after_s:
             # only a node the job step never reached is sure not to come: ranks that are slow to start (torch
