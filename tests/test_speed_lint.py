@@ -88,14 +88,20 @@ def unreviewed(found) -> list[str]:
     return [str(f) for f in found if (f.path, f.comparison) not in ALLOWED]
 
 
-def test_every_assertion_that_bounds_a_timing_by_a_literal_was_reviewed():
-    new = unreviewed(findings(TESTS))
+@pytest.fixture(scope="module")
+def suite_findings():
+    """The flagged comparisons of the whole suite, parsed once for both tests below (seconds of AST walking)."""
+    return findings(TESTS)
+
+
+def test_every_assertion_that_bounds_a_timing_by_a_literal_was_reviewed(suite_findings):
+    new = unreviewed(suite_findings)
     assert new == [], ("an assertion may judge this machine's speed (docs/testing.md, 'A test never judges this "
                        "machine's speed'): make it hold at any speed, or add it to ALLOWED with why:\n" + "\n".join(new))
 
 
-def test_the_allow_list_names_only_assertions_that_still_exist():
-    present = {(f.path, f.comparison) for f in findings(TESTS)}
+def test_the_allow_list_names_only_assertions_that_still_exist(suite_findings):
+    present = {(f.path, f.comparison) for f in suite_findings}
     assert sorted(set(ALLOWED) - present) == []
 
 

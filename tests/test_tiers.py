@@ -3,6 +3,7 @@ under ``-n 2 --dist loadgroup`` the tests sharing a heavy fixture run on one wor
 once, and the tests of the fixtures that mostly wait go out first, together. Checked on a tiny suite of its
 own, run by pytest in a subprocess with this conftest."""
 
+import os
 import re
 import subprocess
 import sys
@@ -49,8 +50,11 @@ def small_suite(root: Path) -> Path:
 
 
 def pytest_in(root: Path, *args: str) -> str:
-    out = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-v", *args], cwd=root,
-                         capture_output=True, text=True, timeout=300)
+    # only the plugin the hook works with (xdist): Hypothesis's and anyio's, loaded by default, cost each of the
+    # run's interpreters (three under -n 2) about a second of CPU and take no part here
+    env = dict(os.environ, PYTEST_DISABLE_PLUGIN_AUTOLOAD="1")
+    out = subprocess.run([sys.executable, "-m", "pytest", "-p", "xdist", "-p", "no:cacheprovider", "-v", *args],
+                         cwd=root, capture_output=True, text=True, timeout=300, env=env)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
     return out.stdout
 

@@ -121,7 +121,7 @@ def check_scaling_study(book, db: Path) -> None:
 
 
 def test_advice_and_telemetry(kernel_env):
-    """What a reader runs: every knob, hidden size 256, the notebook's own budget (the search stops there
+    """What a reader runs: every knob, hidden size 128, the notebook's own 45 s budget (the search stops there
     and says what it did not try)."""
     book = execute("03_advice_and_telemetry.ipynb", kernel_env)
     check_advice_and_telemetry(book, kernel_env / "runs.db")
