@@ -47,15 +47,16 @@ ALLOWED: dict[tuple[str, str], str] = {
         HUNG + ": the 30 s start timeout, plus the submission and 60 s",
     ("distributed/test_ddp.py", "elapsed < 300"):
         HUNG + ": the 5 s timeout plus a 2-rank start-up (~10 s quiet)",
-    ("hostile/test_hostile_network.py", "took_s < 2 * 2 + 10"):
-        "the waiting is the 2 s connect timeout (twice), which load does not stretch; 10 s covers in-process work of "
-        "well under a second (>10x)",
-    ("hostile/test_hostile_network.py", "time.monotonic() - started < 4 * 2.0 + 10"):
-        "four 2 s read timeouts the client waits out; 10 s covers in-process work of milliseconds",
-    ("hostile/test_hostile_network.py", "took_s < 2 + 20"):
-        "the 2 s start timeout; 20 s covers the study's in-process set-up (Ray imported before the clock starts)",
-    ("hostile/test_hostile_network.py", "took_s < 4 * 2.0 + 10"):
-        "four 2 s read timeouts the client waits out; torch and the pipeline imported before the clock starts",
+    ("hostile/test_hostile_network.py", "took_s < 2 * 2 + SLACK_S"):
+        HUNG + ": the 2 s connect timeout (twice) ends it, the sentence says so; 60 s for in-process work (21.5 s seen "
+        "for a whole run at load 16)",
+    ("hostile/test_hostile_network.py", "time.monotonic() - started < 4 * 2.0 + SLACK_S"):
+        HUNG + ": four 2 s read timeouts the client waits out (the error names read timeout=2.0); 60 s of slack",
+    ("hostile/test_hostile_network.py", "took_s < 2 + SLACK_S"):
+        HUNG + ": the 2 s start timeout, named in the sentence; 60 s for the study's in-process set-up",
+    ("hostile/test_hostile_network.py", "took_s < 4 * 2.0 + SLACK_S"):
+        HUNG + ": four 2 s read timeouts (the error names read timeout=2.0); 60 s for a whole run's in-process work, "
+        "21.5 s seen at load 16",
     ("hostile/test_hostile_network.py", "time.monotonic() - started < 10"):
         HUNG + ": a statement timeout of a second or two against a table locked for ever",
     ("hpo/test_hpo_lean.py", "sampled_s >= 0.25"): SLEEP,

@@ -16,6 +16,12 @@ import pytest
 from dlbench.cli.app import main
 
 
+#: What a test allows beyond the timeouts it set: they end the wait (each test's sentence names the configured
+#: timeout that did), and without them it waits for ever; the rest is in-process work, under a second when quiet but
+#: 21.5 s seen for a whole `run` at load 16 (the fast tier beside other sessions, 2026-12-06). Not a speed claim.
+SLACK_S = 60
+
+
 @pytest.fixture
 def silent_server():
     """``127.0.0.1:port`` of a server that accepts and stays silent; closed after the test."""
@@ -51,7 +57,7 @@ def test_a_silent_postgresql_server_is_one_sentence_within_the_connect_timeout(s
     code = main(["results", "--db", f"postgresql://dlbench:secret@127.0.0.1:{silent_server}/runs"])
     took_s = time.monotonic() - started
     err = capsys.readouterr().err
-    assert code == 2 and took_s < 2 * 2 + 10, (code, took_s)  # libpq may try twice (with and without TLS)
+    assert code == 2 and took_s < 2 * 2 + SLACK_S, (code, took_s)  # libpq may try twice (with and without TLS)
     assert err.startswith("dlbench: error: cannot open the results store postgresql://dlbench:***@127.0.0.1")
     assert "timeout" in err and "secret" not in err and len(err.strip().splitlines()) == 1
 
@@ -115,9 +121,10 @@ def test_a_silent_kubernetes_api_is_one_sentence_within_the_request_timeout(sile
     monkeypatch.setattr(scheduler, "API_TIMEOUT_S", (1.0, 2.0))
     k8s = scheduler.KubeScheduler()
     started = time.monotonic()
-    with pytest.raises(UsageError, match="could not reach the Kubernetes API to read the PyTorchJob CRD"):
+    with pytest.raises(UsageError, match="could not reach the Kubernetes API to read the PyTorchJob CRD") as raised:
         k8s._has_operator()
-    assert time.monotonic() - started < 4 * 2.0 + 10  # the client retries a read 3 times: 4 timeouts at most
+    assert "read timeout=2.0" in str(raised.value)  # the timeout set above ended it
+    assert time.monotonic() - started < 4 * 2.0 + SLACK_S  # the client retries a read 3 times: 4 timeouts at most
 
 
 def test_joining_a_silent_ray_address_is_one_sentence_within_the_start_timeout(silent_server, tmp_path, monkeypatch, capsys):
@@ -139,7 +146,7 @@ def test_joining_a_silent_ray_address_is_one_sentence_within_the_start_timeout(s
     code = main(["hpo", "run", "--config", str(config), "--address", f"127.0.0.1:{silent_server}", "--db", db])
     took_s = time.monotonic() - started
     err = capsys.readouterr().err
-    assert code == 1 and took_s < 2 + 20, (code, took_s, err[-2000:])  # the start timeout, and the study's set-up
+    assert code == 1 and took_s < 2 + SLACK_S, (code, took_s, err[-2000:])  # the start timeout, and the study's set-up
     assert err.strip() == (f"dlbench: the Ray cluster at 127.0.0.1:{silent_server} accepted a connection but sent nothing in 2 s "
                            "(not a Ray GCS, or it hangs); no study was created: give the head's GCS address (ray start --head "
                            "prints it), or raise DLBENCH_RAY_START_TIMEOUT_S on a busy cluster.")
@@ -165,7 +172,7 @@ def test_a_run_on_a_silent_kubernetes_api_is_one_sentence_within_the_bound_and_r
                  "--workdir", str(tmp_path / "jobs"), "--db", str(db)])
     took_s = time.monotonic() - started
     err = capsys.readouterr().err.strip()
-    assert code == 2 and took_s < 4 * 2.0 + 10, (code, took_s)  # the client retries a read 3 times: 4 timeouts at most
+    assert code == 2 and took_s < 4 * 2.0 + SLACK_S, (code, took_s)  # the client retries a read 3 times: 4 timeouts at most
     assert err.startswith("dlbench: error: could not reach the Kubernetes API to read the PyTorchJob CRD (")
     assert "Read timed out. (read timeout=2.0)" in err and err.endswith("check the cluster in your kubeconfig.")
     assert len(err.splitlines()) == 1 and "Traceback" not in err

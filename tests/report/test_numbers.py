@@ -2,7 +2,7 @@
 
 import math
 
-from hypothesis import given, strategies as st
+from hypothesis import example, given, strategies as st
 
 from dlbench.report.numbers import DIGITS, ms, percent, prefixed, sig, span, with_spread
 
@@ -20,6 +20,12 @@ def _decimals(text: str) -> int:
 
 def _reads_zero(text: str) -> bool:
     return not text.strip("-0.,")
+
+
+def _slack(value: float) -> float:
+    """What parsing the shown text back may add to its rounding: a few units in the last place of a float this large
+    (1073741824.38 parses to 1073741824.3800001: 0.0050001 from 1073741824.375, shown correctly)."""
+    return 4 * math.ulp(value)
 
 
 def test_a_slow_workload_keeps_its_digits():
@@ -40,12 +46,13 @@ def test_a_nonzero_value_never_reads_zero(value):
 def test_a_value_round_trips_within_its_stated_precision(value):
     text = sig(value)
     places = _decimals(text)
-    assert abs(_parse(text) - value) <= 0.5 * 10 ** -places * (1 + 1e-9)
+    assert abs(_parse(text) - value) <= 0.5 * 10 ** -places * (1 + 1e-9) + _slack(value)
     # at least DIGITS significant digits: the relative error is within half a unit of the last of them
     assert abs(_parse(text) - value) <= 0.5 * 10 ** (1 - DIGITS) * abs(value) * (1 + 1e-9)
 
 
 @given(VALUES, MAGNITUDES)
+@example(1073741824.375, 0.01)  # found under load in CI's fast tier: shown right, parsed back a float's ulp off
 def test_the_spread_keeps_the_values_decimal_place_and_never_reads_zero(value, spread):
     text = with_spread(value, spread)
     shown_value, shown_spread = text.split(" ± ")
@@ -53,7 +60,7 @@ def test_the_spread_keeps_the_values_decimal_place_and_never_reads_zero(value, s
     assert not _reads_zero(shown_value) and not _reads_zero(shown_spread)
     places = _decimals(shown_value)
     for shown, true in ((shown_value, value), (shown_spread, spread)):
-        assert abs(_parse(shown) - true) <= 0.5 * 10 ** -places * (1 + 1e-9)
+        assert abs(_parse(shown) - true) <= 0.5 * 10 ** -places * (1 + 1e-9) + _slack(true)
     assert abs(_parse(shown_value) - value) <= 0.5 * 10 ** (1 - DIGITS) * abs(value) * (1 + 1e-9)
 
 
