@@ -15,7 +15,6 @@ import pytest
 
 from dlbench.cli.app import main
 
-
 #: What a test allows beyond the timeouts it set: they end the wait (each test's sentence names the configured
 #: timeout that did), and without them it waits for ever; the rest is in-process work, under a second when quiet but
 #: 21.5 s seen for a whole `run` at load 16 (the fast tier beside other sessions, 2026-12-06). Not a speed claim.
