@@ -11,6 +11,9 @@ judging this machine's speed."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -64,4 +67,57 @@ def test_a_degraded_node_fails_its_pod_before_the_ranks_and_the_record_names_the
     assert record["env"]["preflight"]["verdict"] == "degraded" and record["spec"]["tags"]["preflight"] == "degraded"
     (pod,) = kube.pods.values()
     assert pod.phase() == "Failed" and (pod.root / "log").read_text() == ""  # the rank container never ran
+    assert left_running() == []
+
+
+#: Pod 1's Pythons: on one core (its node has one, a cpuset), and the node check's core loop at the lowest
+#: priority there, beside the spinner the test pins to that core: a core a noisy neighbour takes. (In a session of
+#: its own, whose autogroup is at nice 19: with the kernel's autogroups, nice counts only within a session.)
+CROWDED = """\
+import os
+os.sched_setaffinity(0, {{{core}}})
+with open("/proc/self/cmdline", "rb") as cmdline:
+    if b"sched_setaffinity(0, {{int(sys.argv[1])}})" in cmdline.read():  # the node check's core loop
+        os.setsid()
+        if os.path.exists("/proc/self/autogroup"):
+            with open("/proc/self/autogroup", "w") as group:
+                group.write("19")
+        os.nice(19)
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="pods with host names of their own need a UTS namespace (root)")
+def test_two_pods_judge_each_other_and_gate_refuses_the_crowded_node(kube, tmp_path, capsys, left_running):
+    """No history, no expectations file: each pod alone is 'no reference'. Before the ranks start, the pods exchange
+    their verdicts through the rendezvous and judge them all against each other; pod 1's core, crowded by a spinner
+    that takes all but a sliver of it from its probe, is degraded against pod 0 (below half of its figure, measured
+    in the same minute on the same CPU model), so gate stops both pods before torchrun and the record says why."""
+    core = max(os.sched_getaffinity(0))
+    crowded = tmp_path / "crowded"
+    crowded.mkdir()
+    (crowded / "sitecustomize.py").write_text(CROWDED.format(core=core))
+    kube.own_hostnames = True
+    kube.pod_env[1] = {"PYTHONPATH": os.pathsep.join([str(crowded), os.environ["PYTHONPATH"]])}
+    spinner = subprocess.Popen([sys.executable, "-c", f"import os\nos.sched_setaffinity(0, {{{core}}})\nwhile True: pass"])
+    try:
+        code = main(["run", *TINY, "--launcher", "k8s", "--image", "dlbench:test", "--nodes", "2",
+                     "--preflight", "gate", "--db", str(tmp_path / "runs.db"), "--json"])
+    finally:
+        spinner.kill()
+        spinner.wait()
+    out, err = capsys.readouterr()
+    assert code == 1, err[-3000:]
+    record = json.loads(out)
+    pre = record["env"]["preflight"]
+    pods = sorted(kube.pods.values(), key=lambda p: p.name)
+    fine, slow = (p.name for p in pods)
+    assert sorted(pre["nodes"]) == [fine, slow], pre  # each pod its own node
+    assert pre["verdict"] == "degraded" and record["status"] == "failed" and record["result"] is None
+    cpu = pre["nodes"][slow]["probes"]["cpu"]
+    assert cpu["verdict"] == "degraded" and cpu["value"] < cpu["low"] == 0.5 * pre["nodes"][fine]["probes"]["cpu"]["value"]
+    assert pre["nodes"][fine]["probes"]["cpu"]["verdict"] == "healthy"  # judged by its peer, not 'no reference'
+    assert record["error"].startswith(f"preflight refused the job before its workload started: {slow}: DEGRADED: cpu: ")
+    assert f"the job's peers: 0.5 x {fine}'s" in record["error"]
+    for pod in pods:  # the ranks never started: no report on either log
+        assert pod.phase() == "Failed" and "DLBENCH-RANK-REPORT" not in (pod.root / "log").read_text()
     assert left_running() == []
