@@ -4,9 +4,10 @@ verdict in the pod's emptyDir; the rank container prints it on the pod's log, an
 job writes it into the job's directory, where a Slurm job's nodes write theirs, and reads it from there into
 ``env.preflight`` the same way.
 
-The double's pods share this machine's host name (a cluster's pods have their own), so one pod per test: two would
-write one verdict file. Floors any working CPU passes, and none meets, make a node healthy or degraded without
-judging this machine's speed."""
+The double's pods share this machine's host name unless ``own_hostnames`` gives each its pod's name in a UTS
+namespace of its own (as a cluster's pods have; root only): the test of two pods judged against each other does.
+Floors any working CPU passes, and none meets, make a node healthy or degraded without judging this machine's
+speed; between two pods, a core a spinner holds, where one pod's probe runs at the lowest priority (about 20x)."""
 
 from __future__ import annotations
 

@@ -14,7 +14,10 @@ preflight=degraded``). Where it runs:
 * on Kubernetes: an init container running the same command
   (:func:`dlbench.launch.k8s.manifests.preflight_container`), writing its verdict in the pod's emptyDir; the rank
   container prints it on the pod's log (the init container's own log holds it when it refused the node), and
-  the collecting process writes it into ``JOBDIR/preflight/<host>.json``, read by :func:`gather` as Slurm's.
+  the collecting process writes it into ``JOBDIR/preflight/<host>.json``, read by :func:`gather` as Slurm's. With
+  several pods, each pod's entry point first exchanges its verdict with the others through the ranks' rendezvous
+  and judges them all (:func:`exchange`, then :func:`judge_peers`, as a Slurm job's ``--judge`` step does), before
+  torchrun starts.
 
 A ``degraded`` node stops the job before its workload with :func:`stop_sentence` (the probe and its figure named):
 the run is recorded ``failed`` with that sentence and the command exits 1 — unless the mode is ``warn``, which
