@@ -157,6 +157,8 @@ def judge_directory(directory: Path) -> list[dict[str, Any]]:
 
 #: Keys of :func:`exchange` in the rendezvous store (torchrun's own keys never start so).
 EXCHANGE_KEY = "dlbench-preflight/"
+#: Seconds node rank 0 keeps serving the exchange, beyond its wait, for the nodes that reported to read the others'.
+READ_GRACE_S = 30.0
 
 
 def exchange(directory: Path, address: str, nodes: int, node_rank: int, wait_s: float) -> tuple[list[dict[str, Any]], list[int]]:
@@ -187,25 +189,30 @@ def exchange(directory: Path, address: str, nodes: int, node_rank: int, wait_s: 
                     wait_s, str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
         missing = [r for r in range(nodes) if r != node_rank]
         return _judged(directory, mine, missing), missing
-    store.set(keys[node_rank], strict_json.dumps(mine))
+    sent = {node_rank: mine}  # rank -> its documents
     try:
-        store.wait(keys, left())
-    except RuntimeError:
-        pass  # some node never reported: named below
-    sent = [rank for rank in range(nodes) if rank == node_rank or _has(store, keys[rank])]
-    docs = [doc for rank in sent for doc in (mine if rank == node_rank else json.loads(store.get(keys[rank])))]
-    missing = [rank for rank in range(nodes) if rank not in sent]
-    read = store.add(f"{EXCHANGE_KEY}read", 1)
-    try:
-        if node_rank == 0:  # serve until every node that reported has read (bounded); then close
-            while read < len(sent) and time.monotonic() < deadline:
+        store.set(keys[node_rank], strict_json.dumps(mine))
+        try:
+            store.wait(keys, left())
+        except RuntimeError:
+            pass  # some node never reported: named below
+        for rank in range(nodes):
+            if rank != node_rank and _has(store, keys[rank]):
+                sent[rank] = json.loads(store.get(keys[rank]))
+        read = store.add(f"{EXCHANGE_KEY}read", 1)
+        # every node that reported has read the others' (bounded: READ_GRACE_S more than the wait), then rank 0 closes
+        until = max(deadline, time.monotonic() + READ_GRACE_S)
+        if node_rank == 0:
+            while read < len(sent) and time.monotonic() < until:
                 time.sleep(0.05)
                 read = store.add(f"{EXCHANGE_KEY}read", 0)
         else:  # until node rank 0 closed its store: torchrun's own store takes its port next
-            store.wait([f"{EXCHANGE_KEY}closed"], left())  # never set: the wait ends when the store goes away
+            store.wait([f"{EXCHANGE_KEY}closed"], dt.timedelta(seconds=until - time.monotonic()))  # never set
     except RuntimeError:
-        pass
+        pass  # the store went away (rank 0 done) or never answered: judged with what came
     del store
+    missing = [rank for rank in range(nodes) if rank not in sent]
+    docs = [doc for rank in sorted(sent) for doc in sent[rank]]  # in rank order: every node judges the same list
     if missing:
         log.warning("dlbench: preflight: node rank(s) %s sent no verdict within %.0f s; the others are judged without "
                     "them", ", ".join(map(str, missing)), wait_s)

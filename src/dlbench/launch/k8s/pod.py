@@ -57,7 +57,8 @@ def judge_peers(directory: Path, nodes: int, wait_s: float) -> int:
     (``directory/HOST.json``) exchanged with the other pods' through the ranks' rendezvous (``$PET_MASTER_ADDR``,
     ``$PET_MASTER_PORT``; node rank ``$PET_NODE_RANK``, the Job controller's ``$JOB_COMPLETION_INDEX``) by
     ``dlbench node preflight --judge --peers`` (:func:`dlbench.api.preflight.exchange`), which writes every node's
-    judged verdict in ``directory``; its exit code: 1 when ``gate`` refuses a node, 0 otherwise."""
+    judged verdict in ``directory``; 1 when ``gate`` refuses a node (its exit 1, and a degraded verdict written),
+    0 otherwise (a judge that could not run stops nothing: the verdicts stay as the node judged itself)."""
     modes = {doc.get("mode") for doc in _read(directory)} - {None}
     rank = os.environ.get("PET_NODE_RANK") or os.environ.get("JOB_COMPLETION_INDEX")
     addr, port = os.environ.get("PET_MASTER_ADDR"), os.environ.get("PET_MASTER_PORT")
@@ -69,7 +70,8 @@ def judge_peers(directory: Path, nodes: int, wait_s: float) -> int:
     argv = [sys.executable, "-m", "dlbench", "node", "preflight", "--mode", modes.pop(), "--judge", str(directory),
             "--peers", f"{addr}:{port}", "--nodes", str(nodes), "--node-rank", rank, "--wait", f"{wait_s:g}"]
     sys.stdout.flush()
-    return subprocess.run(argv, stdin=subprocess.DEVNULL, check=False).returncode  # noqa: S603 - our argv, no shell
+    code = subprocess.run(argv, stdin=subprocess.DEVNULL, check=False).returncode  # noqa: S603 - our argv, no shell
+    return 1 if code == 1 and any(doc.get("verdict") == "degraded" for doc in _read(directory)) else 0
 
 
 def _read(directory: Path) -> list[dict]:
