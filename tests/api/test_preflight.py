@@ -108,6 +108,74 @@ def test_judge_rewrites_the_jobs_verdicts_and_gate_exits_1(tmp_path, capsys):
     assert (tmp_path / "node1.json").read_text() == before  # refused before anything was rewritten
 
 
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_nodes_without_a_shared_directory_exchange_their_verdicts_and_reach_the_same_judgement(tmp_path):
+    """Kubernetes' pods: each node has only its own verdict; through a real TCPStore at the rendezvous (node rank 0
+    serving it) each gets the other's and judges both alike; the port is free again for torchrun afterwards."""
+    import threading
+
+    address, dirs = f"127.0.0.1:{free_port()}", [tmp_path / "pod0", tmp_path / "pod1"]
+    for directory, doc in zip(dirs, (unjudged("node0", 4.0e6), unjudged("node1", 2.0e5))):
+        preflight.write_node(directory, doc)
+    found: dict[int, tuple] = {}
+
+    def node(rank: int) -> None:
+        found[rank] = preflight.exchange(dirs[rank], address, 2, rank, 120.0)
+
+    threads = [threading.Thread(target=node, args=(rank,)) for rank in (1, 0)]  # the client first: it waits for rank 0
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(180)
+    assert sorted(found) == [0, 1] and found[0][1] == found[1][1] == []
+    assert found[0][0] == found[1][0]  # the same verdicts on every node
+    judged = {n["host"]: n for n in found[0][0]}
+    assert judged["node1"]["verdict"] == "degraded" and judged["node0"]["verdict"] == "healthy"
+    for directory in dirs:  # every node's judged verdict written beside its own, as the pod prints them
+        assert json.loads((directory / "node1.json").read_text())["verdict"] == "degraded"
+    assert preflight.stop_sentence(preflight.combine("gate", found[1][0], 2)).startswith(
+        "preflight refused the job before its workload started: node1: DEGRADED: cpu: ")
+    import socket
+
+    with socket.socket() as sock:  # rank 0's store is closed: torchrun can take the port
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", int(address.rpartition(":")[2])))
+
+
+def test_a_node_that_never_reports_is_named_after_the_bounded_wait_and_the_others_are_judged(tmp_path, capsys):
+    preflight.write_node(tmp_path, unjudged("node0", 4.0e6))
+    address = f"127.0.0.1:{free_port()}"
+    code = main(["node", "preflight", "--mode", "gate", "--judge", str(tmp_path), "--peers", address, "--nodes", "3",
+                 "--node-rank", "0", "--wait", "1.5"])
+    assert code == 0  # cannot tell: no stop
+    assert "node rank(s) 1, 2 of 3 sent no verdict within 1.5 s" in capsys.readouterr().err
+    (doc,) = [json.loads(p.read_text()) for p in tmp_path.glob("*.json")]
+    assert doc["peers_missing"] == [1, 2] and doc["verdict"] == "no reference"
+    job = preflight.combine("gate", [doc], 3)
+    assert job["verdict"] == "incomplete" and preflight.stop_sentence(job) is None
+    assert job["sentence"].endswith("2 node(s) sent no verdict (node rank(s) 1, 2 never reached the peers' exchange)")
+
+
+@pytest.mark.parametrize("extra, words", [
+    (["--peers", "nohost", "--nodes", "2", "--node-rank", "0"], "--peers 'nohost' must be HOST:PORT"),
+    (["--peers", "h:29500", "--nodes", "2", "--node-rank", "2"], "--peers needs --nodes N"),
+    (["--peers", "h:29500", "--nodes", "2", "--node-rank", "1", "--wait", "0"], "--wait 0 must be a positive"),
+])
+def test_bad_peer_options_exit_2_in_one_sentence(tmp_path, capsys, extra, words):
+    assert main(["node", "preflight", "--mode", "gate", "--judge", str(tmp_path), *extra]) == 2
+    err = capsys.readouterr().err
+    assert words in err and "Traceback" not in err
+    assert main(["node", "preflight", "--mode", "gate", "--out", str(tmp_path), "--peers", "h:1"]) == 2
+    assert "--peers goes with --judge DIR" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("argv, words", [
     (["--preflight", "maybe"], "--preflight 'maybe' is not a preflight mode; give gate"),
     (["--preflight", "gate", "--preflight-expect", "/nonexistent/expect.yaml"], "cannot read --preflight-expect"),

@@ -124,6 +124,10 @@ class Cluster:
     started: dict[str, float] = field(default_factory=dict)
     requests: list[tuple[str, str]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    #: each pod with its own host name (its pod's name, as in a cluster; root only), else this machine's
+    own_hostnames: bool = False
+    #: what the environment of a job's pod number N (in node order) has beyond its manifest's
+    pod_env: dict[int, dict[str, str]] = field(default_factory=dict)
 
     def create(self, kind: str, ns: str, obj: dict[str, Any]) -> dict[str, Any]:
         name = obj["metadata"]["name"]
@@ -140,14 +144,16 @@ class Cluster:
         ns = job["metadata"]["namespace"]
         config_maps = {k[2]: o.get("data", {}) for k, o in self.objects.items() if k[0] == "ConfigMap" and k[1] == ns}
         ports = {str(PORT): str(free_port())}  # the pods share this machine's network, unlike in a cluster
-        for pod_name, template, env in pods_of(job):
+        for index, (pod_name, template, env) in enumerate(pods_of(job)):
             spec = template["spec"]
             pod = Pod(pod_name, ns, dict(template["metadata"]["labels"]), spec, self.root / pod_name)
             wanted = spec.get("nodeSelector", {})
             if not wanted.items() <= self.node_labels.items():
                 pod.reason = "0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector."
             else:
-                pod.proc = start_pod(template, pod.root, config_maps, env, hosts=cluster_names(job), ports=ports)
+                pod.proc = start_pod(template, pod.root, config_maps, env, hosts=cluster_names(job), ports=ports,
+                                     marker_env=self.pod_env.get(index),
+                                     hostname=pod_name if self.own_hostnames else None)
             self.pods[pod_name] = pod
 
     def job_pods(self, name: str) -> list[Pod]:

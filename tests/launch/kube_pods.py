@@ -71,9 +71,10 @@ def container_env(container: dict[str, Any], secrets: dict[str, dict[str, str]])
 def start_pod(template: dict[str, Any], root: Path, config_maps: dict[str, dict[str, str]],
               extra_env: dict[str, str], hosts: dict[str, str] | None = None, ports: dict[str, str] | None = None,
               secrets: dict[str, dict[str, str]] | None = None, marker_env: dict[str, str] | None = None,
-              ) -> subprocess.Popen:
+              hostname: str | None = None) -> subprocess.Popen:
     """Start the pod's (single) container, after its init containers, as a local process; its stdout+stderr are the
-    pod's log."""
+    pod's log. ``hostname``: the pod's own host name, in a UTS namespace of its own (root only), as a cluster's pod
+    has its pod's name; else this machine's."""
     spec = template["spec"]
     (ctr,) = spec["containers"]
     mounts: dict[str, Path] = {}
@@ -108,8 +109,17 @@ def start_pod(template: dict[str, Any], root: Path, config_maps: dict[str, dict[
     if inits:  # one process plays the pod: each init container to its end, then the container in its place
         argv, env = [sys.executable, "-c", _POD, json.dumps([*inits, (argv, env, None)])], keep
     log = open(root / "log", "w")  # noqa: SIM115 - the pod's log lives as long as the process
-    return subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL, start_new_session=True)
+    return subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                            start_new_session=True, preexec_fn=None if hostname is None else lambda: own_host(hostname))
+
+
+def own_host(name: str) -> None:
+    """This process (a pod's, before it runs anything) in a UTS namespace of its own named ``name``."""
+    import ctypes
+
+    if ctypes.CDLL(None, use_errno=True).unshare(0x04000000) != 0:  # CLONE_NEWUTS
+        raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWUTS)")
+    socket.sethostname(name)
 
 
 #: A pod with init containers: ``[[argv, env, log], …]``, the container last (it replaces this process: its exit

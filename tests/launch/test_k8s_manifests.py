@@ -351,11 +351,15 @@ def test_preflight_is_an_init_container_on_every_pod_with_the_ranks_gpus(shape, 
         assert init["image"] == rank["image"] and init["resources"] == rank["resources"] == {"limits": {"nvidia.com/gpu": "4"}}
         assert init["securityContext"] == rank["securityContext"]
         assert not any(e["name"] == "DLBENCH_DB" for e in init["env"])  # the store's secret stays with the ranks
-        # the verdict goes from the shared emptyDir to the rank container's log, where the collecting dlbench reads it
-        assert rank["command"][:7] == ["python", "-m", "dlbench.launch.k8s.pod", "--preflight", "/tmp/preflight",
-                                       "--ranks", "/tmp/dlbench-ranks"]
+        # the verdict goes from the shared emptyDir to the rank container's log, where the collecting dlbench reads it,
+        # once the 4 pods judged each other's (bounded by the run's timeout)
+        assert rank["command"][:11] == ["python", "-m", "dlbench.launch.k8s.pod", "--preflight", "/tmp/preflight",
+                                        "--nodes", "4", "--peer-wait", "300", "--ranks", "/tmp/dlbench-ranks"]
         assert {"name": "scratch", "mountPath": "/tmp"} in init["volumeMounts"] and \
             {"name": "scratch", "mountPath": "/tmp"} in rank["volumeMounts"]
+    one = pod_templates(render(shape, "gpu-1node", tmp_path))  # one pod: no peers to judge it by, nothing exchanged
+    assert all(t["spec"]["containers"][0]["command"][3:7] == ["--preflight", "/tmp/preflight", "--ranks",
+                                                              "/tmp/dlbench-ranks"] for t in one)
     monkeypatch.delenv("DLBENCH_PREFLIGHT")
     plain = pod_templates(render(shape, "gpu-1node", tmp_path))
     assert not any("initContainers" in t["spec"] for t in plain)

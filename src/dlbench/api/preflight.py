@@ -14,7 +14,10 @@ preflight=degraded``). Where it runs:
 * on Kubernetes: an init container running the same command
   (:func:`dlbench.launch.k8s.manifests.preflight_container`), writing its verdict in the pod's emptyDir; the rank
   container prints it on the pod's log (the init container's own log holds it when it refused the node), and
-  the collecting process writes it into ``JOBDIR/preflight/<host>.json``, read by :func:`gather` as Slurm's.
+  the collecting process writes it into ``JOBDIR/preflight/<host>.json``, read by :func:`gather` as Slurm's. With
+  several pods, each pod's entry point first exchanges its verdict with the others through the ranks' rendezvous
+  and judges them all (:func:`exchange`, then :func:`judge_peers`, as a Slurm job's ``--judge`` step does), before
+  torchrun starts.
 
 A ``degraded`` node stops the job before its workload with :func:`stop_sentence` (the probe and its figure named):
 the run is recorded ``failed`` with that sentence and the command exits 1 — unless the mode is ``warn``, which
@@ -149,8 +152,84 @@ def judge_peers(nodes: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
 def judge_directory(directory: Path) -> list[dict[str, Any]]:
     """``dlbench node preflight --judge DIR``: the documents the job's nodes wrote in ``directory`` judged against
     each other (:func:`judge_peers`) and written back in their place."""
-    nodes = _read_nodes(directory)
-    judged = judge_peers(nodes)
+    return _judged(directory, _read_nodes(directory))
+
+
+#: Keys of :func:`exchange` in the rendezvous store (torchrun's own keys never start so).
+EXCHANGE_KEY = "dlbench-preflight/"
+#: Seconds node rank 0 keeps serving the exchange, beyond its wait, for the nodes that reported to read the others'.
+READ_GRACE_S = 30.0
+
+
+def exchange(directory: Path, address: str, nodes: int, node_rank: int, wait_s: float) -> tuple[list[dict[str, Any]], list[int]]:
+    """``dlbench node preflight --judge DIR --peers HOST:PORT``: the verdicts this node wrote in ``directory`` sent to
+    the job's other nodes through a store at ``address`` — torch's TCPStore, the rendezvous torchrun starts there
+    later, served by node rank 0 until every node that reported has read the others' — and every node's documents
+    judged against each other (:func:`judge_peers`: each node reaches the same verdicts) and written in ``directory``.
+    The wait is bounded by ``wait_s``: a node that sent nothing by then is returned by its rank (``missing``) and
+    its peers are judged without it. Node rank 0's store is closed when this returns; a node of another rank
+    returns once it is (the port is torchrun's next)."""
+    import datetime as dt
+
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")  # the store's warnings on a closed connection are expected
+    from torch.distributed import TCPStore  # torch: present wherever ranks run
+
+    host, _, port = address.rpartition(":")
+    mine = _read_nodes(directory)
+    deadline = time.monotonic() + wait_s
+    keys = [f"{EXCHANGE_KEY}{rank}" for rank in range(nodes)]
+
+    def left() -> dt.timedelta:
+        return dt.timedelta(seconds=max(0.1, deadline - time.monotonic()))
+
+    try:
+        store = TCPStore(host, int(port), is_master=node_rank == 0, timeout=left(), wait_for_workers=False)
+    except (RuntimeError, OSError) as exc:  # DistNetworkError / DistStoreError are RuntimeErrors: nobody to reach
+        log.warning("dlbench: preflight: the job's other nodes cannot be reached at %s within %.0f s (%s)", address,
+                    wait_s, str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+        missing = [r for r in range(nodes) if r != node_rank]
+        return _judged(directory, mine, missing), missing
+    sent = {node_rank: mine}  # rank -> its documents
+    try:
+        store.set(keys[node_rank], strict_json.dumps(mine))
+        try:
+            store.wait(keys, left())
+        except RuntimeError:
+            pass  # some node never reported: named below
+        for rank in range(nodes):
+            if rank != node_rank and _has(store, keys[rank]):
+                sent[rank] = json.loads(store.get(keys[rank]))
+        read = store.add(f"{EXCHANGE_KEY}read", 1)
+        # every node that reported has read the others' (bounded: READ_GRACE_S more than the wait), then rank 0 closes
+        until = max(deadline, time.monotonic() + READ_GRACE_S)
+        if node_rank == 0:
+            while read < len(sent) and time.monotonic() < until:
+                time.sleep(0.05)
+                read = store.add(f"{EXCHANGE_KEY}read", 0)
+        else:  # until node rank 0 closed its store: torchrun's own store takes its port next
+            store.wait([f"{EXCHANGE_KEY}closed"], dt.timedelta(seconds=until - time.monotonic()))  # never set
+    except RuntimeError:
+        pass  # the store went away (rank 0 done) or never answered: judged with what came
+    del store
+    missing = [rank for rank in range(nodes) if rank not in sent]
+    docs = [doc for rank in sorted(sent) for doc in sent[rank]]  # in rank order: every node judges the same list
+    if missing:
+        log.warning("dlbench: preflight: node rank(s) %s sent no verdict within %.0f s; the others are judged without "
+                    "them", ", ".join(map(str, missing)), wait_s)
+    return _judged(directory, docs, missing), missing
+
+
+def _has(store, key: str) -> bool:
+    try:
+        return bool(store.check([key]))
+    except RuntimeError:
+        return False
+
+
+def _judged(directory: Path, docs: list[dict[str, Any]], missing: list[int] | None = None) -> list[dict[str, Any]]:
+    """``docs`` judged against each other and written in ``directory``; ``missing``: the node ranks that sent none
+    to :func:`exchange`, kept in each document (``peers_missing``) for the job's sentence to name them."""
+    judged = [node | ({"peers_missing": list(missing)} if missing else {}) for node in judge_peers(docs)]
     for node in judged:
         write_node(directory, node)
     return judged
@@ -174,16 +253,19 @@ def combine(mode_name: str, nodes: list[Mapping[str, Any]], expected_nodes: int 
     missing = (expected_nodes or len(nodes)) - len(nodes)
     if missing > 0 and verdict != "degraded":
         verdict = "incomplete"
-    return {"mode": mode_name, "verdict": verdict, "sentence": job_sentence(nodes, missing),
+    ranks = sorted({r for n in nodes for r in n.get("peers_missing") or ()})
+    return {"mode": mode_name, "verdict": verdict, "sentence": job_sentence(nodes, missing, ranks),
             "duration_s": max((n["duration_s"] for n in nodes), default=None),
             "nodes": {n["host"]: dict(n) for n in nodes}}
 
 
-def job_sentence(nodes: list[Mapping[str, Any]], missing: int = 0) -> str:
-    """The job's preflight in one sentence: every node not healthy named with its node check sentence."""
+def job_sentence(nodes: list[Mapping[str, Any]], missing: int = 0, ranks: list[int] | None = None) -> str:
+    """The job's preflight in one sentence: every node not healthy named with its node check sentence (``ranks``:
+    the node ranks that never reached the peers' exchange, :func:`exchange`)."""
     unwell = [f"{n['host']}: {n['sentence']}" for n in nodes if n["verdict"] != "healthy"]
     if missing > 0:
-        unwell.append(f"{missing} node(s) sent no verdict")
+        unwell.append(f"{missing} node(s) sent no verdict" + (
+            f" (node rank(s) {', '.join(map(str, ranks))} never reached the peers' exchange)" if ranks else ""))
     if not unwell:
         return f"{len(nodes)} node(s) healthy"
     return "; ".join(unwell)
@@ -387,4 +469,4 @@ def apply(records: list[dict[str, Any]], preflight: Mapping[str, Any] | None) ->
 
 
 __all__ = ["BUDGET_S", "MODES", "QUICK", "VERDICT_VAR", "apply", "check_mode", "check_node", "combine", "expect_file", "gather", "here", "history_of",
-           "judge_directory", "judge_peers", "load_history", "mode", "node_document", "ray_node", "ray_node_check", "ship", "shipped_history", "stop_sentence", "study", "worker", "write_node"]
+           "exchange", "judge_directory", "judge_peers", "load_history", "mode", "node_document", "ray_node", "ray_node_check", "ship", "shipped_history", "stop_sentence", "study", "worker", "write_node"]

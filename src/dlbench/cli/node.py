@@ -78,6 +78,13 @@ def preflight(
                                  "--db has none."),
     db: str = typer.Option(None, "--db", help="Results store holding this node's history (and taking these probes); "
                            "default: none."),
+    peers: str = typer.Option(None, "--peers", help="With --judge, on a job whose nodes share no directory "
+                              "(Kubernetes): HOST:PORT of the ranks' rendezvous, where the nodes exchange their "
+                              "verdicts before judging them all (node rank 0 serves it, then leaves the port to torchrun)."),
+    nodes: int = typer.Option(None, "--nodes", help="With --peers: how many nodes the job has."),
+    node_rank: int = typer.Option(None, "--node-rank", help="With --peers: this node's rank (0 serves the exchange)."),
+    wait: float = typer.Option(300.0, "--wait", help="With --peers: seconds to wait for the other nodes' verdicts; "
+                               "a node that sent none by then is named and the others are judged without it."),
 ) -> None:
     """A job's preflight on this node (a step of the job before its ranks start, one task per node): the node
     check's quick probes, the verdict written to OUT/HOST.json for the job's record; exit 1 when degraded and
@@ -100,12 +107,21 @@ def preflight(
         if not judge_dir.is_dir():
             raise UsageError(f"--judge {judge_dir} is not a directory; give the directory the job's nodes wrote "
                              "their verdicts in (JOBDIR/preflight).")
-        judged = pre.judge_directory(judge_dir)
+        if peers is None:
+            judged = pre.judge_directory(judge_dir)
+        else:
+            _check_peers(peers, nodes, node_rank, wait)
+            judged, missing = pre.exchange(judge_dir, peers, nodes, node_rank, wait)
+            if missing:
+                info(f"dlbench preflight: node rank(s) {', '.join(map(str, missing))} of {nodes} sent no verdict "
+                     f"within {wait:g} s; the nodes that did are judged without them")
         for node in judged:
             info(f"dlbench preflight: {node['host']} is {node['verdict']} against the job's peers: {node['sentence']}")
         if mode == "gate" and any(node["verdict"] == "degraded" for node in judged):
             raise typer.Exit(1)
         return
+    if peers is not None:
+        raise UsageError("--peers goes with --judge DIR (the nodes' verdicts exchanged, then judged), not with --out.")
     store = open_store(db) if db else None
     try:
         node = pre.check_node(store, expect=expect, budget_s=budget or pre.BUDGET_S,
@@ -119,6 +135,20 @@ def preflight(
     info(f"dlbench preflight: {node['host']} is {node['verdict']}: {node['sentence']} ({node['duration_s']:.1f} s)")
     if mode == "gate" and node["verdict"] == "degraded":
         raise typer.Exit(1)
+
+
+def _check_peers(peers: str, nodes: int | None, node_rank: int | None, wait: float) -> None:
+    """``--peers HOST:PORT --nodes N --node-rank R --wait S`` checked (the pod's manifest writes them)."""
+    from dlbench.errors import UsageError
+
+    host, _, port = peers.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise UsageError(f"--peers {peers!r} must be HOST:PORT of the ranks' rendezvous, e.g. --peers "
+                         "dlbench-1a2b-0.dlbench-1a2b:29500.")
+    if nodes is None or node_rank is None or not 0 <= node_rank < nodes:
+        raise UsageError("--peers needs --nodes N (the job's nodes) and --node-rank R (this node's, 0 to N-1).")
+    if not 0 < wait < float("inf"):
+        raise UsageError(f"--wait {wait:g} must be a positive number of seconds.")
 
 
 @node_app.command("peer")

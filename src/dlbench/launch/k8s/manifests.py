@@ -192,6 +192,8 @@ def pod_template(run: ResolvedRun, settings: LaunchSettings, shape: str, name: s
         # collecting dlbench reads it (KubeScheduler.reports)
         at = rank["command"].index("--ranks")
         rank["command"][at:at] = ["--preflight", f"{SCRATCH}/{PREFLIGHT_DIR}"]
+        if run.nnodes > 1:  # and the pods' nodes judged against each other through the ranks' rendezvous first
+            rank["command"][at + 2:at + 2] = ["--nodes", str(run.nnodes), "--peer-wait", f"{run.timeout_s:g}"]
     if settings.node_selector:
         spec["nodeSelector"] = dict(settings.node_selector)
     if tolerations:

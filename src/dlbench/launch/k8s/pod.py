@@ -47,14 +47,41 @@ def print_preflight(directory: Path) -> int:
     """The verdict the pod's preflight init container wrote in the shared emptyDir (``directory/HOST.json``), one
     ``DLBENCH-PREFLIGHT`` line each, for the ``dlbench`` that collects the job (it writes them into the job's
     directory, where Slurm's nodes write theirs); how many."""
+    docs = _read(directory)
+    _write_lines("".join(PREFLIGHT_PREFIX + json.dumps(doc) + "\n" for doc in docs))
+    return len(docs)
+
+
+def judge_peers(directory: Path, nodes: int, wait_s: float) -> int:
+    """The job's nodes judged against each other before the ranks start (a job of several pods): this node's verdict
+    (``directory/HOST.json``) exchanged with the other pods' through the ranks' rendezvous (``$PET_MASTER_ADDR``,
+    ``$PET_MASTER_PORT``; node rank ``$PET_NODE_RANK``, the Job controller's ``$JOB_COMPLETION_INDEX``) by
+    ``dlbench node preflight --judge --peers`` (:func:`dlbench.api.preflight.exchange`), which writes every node's
+    judged verdict in ``directory``; 1 when ``gate`` refuses a node (its exit 1, and a degraded verdict written),
+    0 otherwise (a judge that could not run stops nothing: the verdicts stay as the node judged itself)."""
+    modes = {doc.get("mode") for doc in _read(directory)} - {None}
+    rank = os.environ.get("PET_NODE_RANK") or os.environ.get("JOB_COMPLETION_INDEX")
+    addr, port = os.environ.get("PET_MASTER_ADDR"), os.environ.get("PET_MASTER_PORT")
+    if nodes < 2 or len(modes) != 1 or not (rank and addr and port):
+        if nodes > 1:
+            print("dlbench: preflight: the pods' nodes are not judged against each other (no verdict of this node, or "
+                  "no rendezvous in the environment)", file=sys.stderr)
+        return 0
+    argv = [sys.executable, "-m", "dlbench", "node", "preflight", "--mode", modes.pop(), "--judge", str(directory),
+            "--peers", f"{addr}:{port}", "--nodes", str(nodes), "--node-rank", rank, "--wait", f"{wait_s:g}"]
+    sys.stdout.flush()
+    code = subprocess.run(argv, stdin=subprocess.DEVNULL, check=False).returncode  # noqa: S603 - our argv, no shell
+    return 1 if code == 1 and any(doc.get("verdict") == "degraded" for doc in _read(directory)) else 0
+
+
+def _read(directory: Path) -> list[dict]:
     docs = []
     for path in sorted(directory.glob("*.json")) if directory.is_dir() else []:
         try:
             docs.append(json.loads(path.read_text(encoding="utf-8")))
         except (OSError, ValueError) as exc:
             print(f"dlbench: preflight: cannot read {path} ({exc})", file=sys.stderr)
-    _write_lines("".join(PREFLIGHT_PREFIX + json.dumps(doc) + "\n" for doc in docs))
-    return len(docs)
+    return docs
 
 
 def print_reports(ranks_dir: Path) -> int:
@@ -69,11 +96,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ranks", required=True, help="the directory where the ranks write rank<N>.json")
     parser.add_argument("--preflight", type=Path, help="the emptyDir directory where the preflight init container "
                         "wrote this node's verdict (HOST.json), printed on the log before the ranks start")
+    parser.add_argument("--nodes", type=int, default=1, help="the job's pods: with several, their preflight verdicts "
+                        "are exchanged and judged against each other before the ranks start")
+    parser.add_argument("--peer-wait", type=float, default=300.0, help="seconds to wait for the other pods' verdicts")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- then the arguments of this Python (torchrun)")
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if args.preflight is not None:
-        print_preflight(args.preflight)
+        refused = judge_peers(args.preflight, args.nodes, args.peer_wait) == 1
+        print_preflight(args.preflight)  # every node's verdict, judged against its peers
+        if refused:  # --preflight gate and a degraded node: the ranks never start
+            return 1
     child = subprocess.Popen([sys.executable, *command])  # noqa: S603 - the manifest's own argv, no shell
 
     stopped = []

@@ -353,7 +353,7 @@ class KubeScheduler(Scheduler):
 
     def logs(self, job_id: str, workdir: Path) -> str:
         ns, _, name = split_id(job_id)
-        parts = []
+        parts, inits = [], []
         for pod in self.pods(ns, name):
             pod_name = pod["metadata"]["name"]
             if (pod.get("status") or {}).get("phase") == "Pending":
@@ -361,11 +361,12 @@ class KubeScheduler(Scheduler):
             if (pod.get("status") or {}).get("phase") == "Failed" and \
                     any(c.get("name") == PREFLIGHT_CONTAINER for c in (pod.get("spec") or {}).get("initContainers") or []):
                 # a preflight that refused the node ended the pod before its rank container started: the init
-                # container's log holds the node's verdict line (``dlbench node preflight``)
-                parts.append(f"==> pod {pod_name} ({PREFLIGHT_CONTAINER}) <==\n"
+                # container's log holds the node's verdict line (``dlbench node preflight``); first, so that a
+                # verdict the pods judged against each other, on any rank container's log, is the one read
+                inits.append(f"==> pod {pod_name} ({PREFLIGHT_CONTAINER}) <==\n"
                              f"{self._pod_log(ns, pod_name, PREFLIGHT_CONTAINER)}")
             parts.append(f"==> pod {pod_name} <==\n{self._pod_log(ns, pod_name)}")
-        return "\n".join(parts)
+        return "\n".join(inits + parts)
 
     def _pod_log(self, ns: str, pod_name: str, container: str = CONTAINER) -> str:
         core = self._apis()[0]
