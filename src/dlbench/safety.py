@@ -13,6 +13,8 @@ and SQL by SQLAlchemy's bound parameters, never by formatting text — so neithe
 * :func:`markup` — text shown through rich, so ``[/bold]`` in a tag or an error prints as typed;
 * :func:`cluster_name` — the name of the cluster a run ran on (``--cluster``, a config's ``cluster:``), recorded and
   passed to the ranks in ``$DLBENCH_CLUSTER``;
+* :func:`node_name` — the name of the node a pod runs on (``$DLBENCH_NODE_NAME``, Kubernetes' ``spec.nodeName``), a
+  preflight's host: a file name, a record's key and a line on the terminal;
 * :func:`plain_mathtext` — text in a matplotlib figure, so ``$`` in a name or a title never starts mathtext;
 * :func:`read_input_file` — a file named by the user (a config, a run record to import): a regular file of
   bounded size, never a FIFO that blocks, a device that never ends, or a directory;
@@ -144,6 +146,20 @@ def cluster_name(value: object, option: str = "--cluster") -> str:
     if not isinstance(value, str) or not _CLUSTER.fullmatch(value):
         raise UsageError(f"{option} {shown(value)} is refused: a cluster name is 1 to 128 letters, digits and "
                          "_ . : @ + = - (starting with a letter or digit), e.g. --cluster perlmutter.")
+    return value
+
+
+#: A node's name as Kubernetes and DNS write it (RFC 1123: letters, digits, ``-`` and ``.``), at most 195 characters,
+#: not DNS's 253: it names the preflight's ``HOST.json``, a file name :func:`path_inside` keeps to 200.
+_NODE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.\-]{0,193}[A-Za-z0-9])?")
+
+
+def node_name(value: object, option: str = "$DLBENCH_NODE_NAME") -> str:
+    """``value`` checked as a node's host name (1 to 195 letters, digits, ``-`` and ``.``, starting and ending with a
+    letter or digit, as Kubernetes' node names and DNS host names are); unchanged."""
+    if not isinstance(value, str) or not _NODE.fullmatch(value):
+        raise UsageError(f"{option} {shown(value)} is refused: a node name is 1 to 195 letters, digits, - and . "
+                         "(starting and ending with a letter or digit), as Kubernetes' spec.nodeName gives it.")
     return value
 
 

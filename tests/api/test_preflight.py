@@ -293,3 +293,19 @@ def test_the_store_ships_each_nodes_history_newest_first_and_a_node_reads_only_i
     history.write_text('{"node07": {"cpu": -1}}')
     assert main(["node", "preflight", "--mode", "gate", "--out", str(out), "--history", str(history)]) == 2
     assert "must map host names to probes and their earlier figures" in capsys.readouterr().err
+
+
+def test_a_pods_preflight_goes_by_its_nodes_name_and_a_bad_one_is_one_sentence(monkeypatch):
+    # Kubernetes gives the init container spec.nodeName as $DLBENCH_NODE_NAME: the node's history, whatever the pod
+    import socket
+
+    from dlbench.errors import UsageError
+
+    monkeypatch.delenv(preflight.NODE_NAME_VAR, raising=False)
+    assert preflight.this_node() == socket.gethostname()
+    monkeypatch.setenv(preflight.NODE_NAME_VAR, "gpu-node-07.cluster.local")
+    assert preflight.this_node() == "gpu-node-07.cluster.local"
+    monkeypatch.setenv(preflight.NODE_NAME_VAR, "../../etc/passwd")
+    with pytest.raises(UsageError, match=r"^\$DLBENCH_NODE_NAME '\.\./\.\./etc/passwd' is refused: a node name is") as refused:
+        preflight.this_node()
+    assert "\n" not in str(refused.value)

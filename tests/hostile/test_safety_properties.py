@@ -236,3 +236,19 @@ def test_a_cluster_name_from_the_environment_passes_the_one_cluster_rule(key, va
     assert detect_cluster({key: value}, strict=False) == accepted  # never raises where the run has happened
     if accepted is not None:
         assert len(accepted) <= 128 and accepted.isprintable() and " " not in accepted and ";" not in accepted
+
+
+@given(value=st.one_of(TEXT, st.text(alphabet="ab-.", min_size=180, max_size=260)))
+def test_a_node_name_from_the_environment_is_one_safe_file_name_or_refused(value):
+    """What ``$DLBENCH_NODE_NAME`` holds (Kubernetes' spec.nodeName) names the preflight's ``HOST.json`` and a record's
+    node: it is taken only as a host name could be written, else refused in one sentence naming the variable."""
+    from dlbench.safety import node_name, path_inside
+
+    try:
+        accepted = node_name(value)
+    except UsageError as exc:
+        assert "\n" not in str(exc) and str(exc).startswith("$DLBENCH_NODE_NAME ")
+        return
+    assert accepted == value and 1 <= len(value) <= 195 and value.isascii() and value.isprintable()
+    assert not set(value) & set(" /\\;'\"$`[]") and value[0].isalnum() and value[-1].isalnum()
+    assert path_inside(Path("/tmp/preflight"), f"{value}.json").parent == Path("/tmp/preflight")

@@ -56,12 +56,16 @@ def expand(text: str, env: dict[str, str]) -> str:
                   lambda m: "$" if m.group(0) == "$$" else env.get(m.group(1), m.group(0)), text)
 
 
-def container_env(container: dict[str, Any], secrets: dict[str, dict[str, str]]) -> dict[str, str]:
-    """The container's ``env`` list as a mapping (secretKeyRef read from ``secrets``)."""
+def container_env(container: dict[str, Any], secrets: dict[str, dict[str, str]], node: str = "") -> dict[str, str]:
+    """The container's ``env`` list as a mapping (secretKeyRef read from ``secrets``; the fieldRef ``spec.nodeName``,
+    the only field dlbench asks for, is ``node``: the pod's host name here, one node a pod)."""
     env = {}
     for var in container.get("env", []):
         if "value" in var:
             env[var["name"]] = var["value"]
+        elif "fieldRef" in var["valueFrom"]:
+            assert var["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName", var
+            env[var["name"]] = node
         else:
             ref = var["valueFrom"]["secretKeyRef"]
             env[var["name"]] = secrets[ref["name"]][ref["key"]]
@@ -99,7 +103,8 @@ def start_pod(template: dict[str, Any], root: Path, config_maps: dict[str, dict[
                 value = value.replace(name, address) if value == name else value
             return (ports or {}).get(value, value)
 
-        env = {k: local(v) for k, v in (container_env(container, secrets or {}) | extra_env).items()}
+        env = {k: local(v) for k, v in (container_env(container, secrets or {}, hostname or socket.gethostname())
+                                        | extra_env).items()}
         argv = [local(expand(arg, env)) for arg in container["command"] + container.get("args", [])]
         argv[0] = sys.executable if argv[0] == "python" else argv[0]
         return argv, keep | (marker_env or {}) | env

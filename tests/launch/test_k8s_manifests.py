@@ -351,6 +351,8 @@ def test_preflight_is_an_init_container_on_every_pod_with_the_ranks_gpus(shape, 
         assert init["image"] == rank["image"] and init["resources"] == rank["resources"] == {"limits": {"nvidia.com/gpu": "4"}}
         assert init["securityContext"] == rank["securityContext"]
         assert not any(e["name"] == "DLBENCH_DB" for e in init["env"])  # the store's secret stays with the ranks
+        # the node's name, not the pod's (new with every job): the node's preflights are one history
+        assert {"name": "DLBENCH_NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}} in init["env"]
         # the verdict goes from the shared emptyDir to the rank container's log, where the collecting dlbench reads it,
         # once the 4 pods judged each other's (bounded by the run's timeout)
         assert rank["command"][:11] == ["python", "-m", "dlbench.launch.k8s.pod", "--preflight", "/tmp/preflight",

@@ -84,6 +84,21 @@ def expect_file() -> Path | None:
     return Path(value) if value else None
 
 
+#: The node's name where a pod's host name is not it (Kubernetes: the pod's name, new with every job): the pod
+#: template sets it from ``spec.nodeName`` (:func:`dlbench.launch.k8s.manifests.preflight_container`), so a node's
+#: preflights are one history across jobs.
+NODE_NAME_VAR = "DLBENCH_NODE_NAME"
+
+
+def this_node() -> str:
+    """The name this node's preflight goes by: ``$DLBENCH_NODE_NAME`` (checked by :func:`dlbench.safety.node_name`)
+    where it is set, else the host name."""
+    from dlbench.safety import node_name
+
+    named = os.environ.get(NODE_NAME_VAR)
+    return node_name(named, f"${NODE_NAME_VAR}") if named else socket.gethostname()
+
+
 def check_node(store=None, env: dict | None = None, expect: Path | None = None, nvml=None,
                budget_s: float = BUDGET_S, shipped: Mapping[str, Mapping[str, list[float]]] | None = None) -> dict[str, Any]:
     """Run the quick probes on this node (stored as node-check runs in ``store`` when given: the node's history)
@@ -94,7 +109,7 @@ def check_node(store=None, env: dict | None = None, expect: Path | None = None, 
     node_check = importlib.import_module("dlbench.api.node_check")
     plan_check, run_check = node_check.plan_check, node_check.run_check
     started = time.monotonic()
-    host = socket.gethostname()
+    host = this_node()
     plan = plan_check(store, expect=expect, budget_s=budget_s, nvml=nvml, among=QUICK, host=host,
                       known={p: list(v) for p, v in (shipped or {}).get(host, {}).items()})
     if env is None and store is None:  # records kept nowhere: no environment captured (that imports torch: seconds)

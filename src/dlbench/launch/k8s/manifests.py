@@ -158,7 +158,9 @@ def preflight_container(rank: dict[str, Any], mode: str, expect: bool) -> dict[s
     command += (["--expect", f"{JOB_DIR}/{PREFLIGHT_EXPECT_FILE}"] if expect
                 else ["--history", f"{JOB_DIR}/{PREFLIGHT_HISTORY_FILE}"])  # the store's, in the ConfigMap
     spec = {"name": PREFLIGHT_CONTAINER, "image": rank["image"], "command": command,
-            "env": [e for e in rank["env"] if e["name"] != "DLBENCH_DB"],
+            # the node's name, not the pod's: its preflights are one history across jobs (api/preflight.this_node)
+            "env": [e for e in rank["env"] if e["name"] != "DLBENCH_DB"]
+                   + [{"name": "DLBENCH_NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
             "volumeMounts": [m for m in rank["volumeMounts"] if m["name"] in ("job", "scratch")],
             "securityContext": rank["securityContext"]}
     if "resources" in rank:
