@@ -103,8 +103,9 @@ def start_pod(template: dict[str, Any], root: Path, config_maps: dict[str, dict[
                 value = value.replace(name, address) if value == name else value
             return (ports or {}).get(value, value)
 
-        env = {k: local(v) for k, v in (container_env(container, secrets or {}, hostname or socket.gethostname())
-                                        | extra_env).items()}
+        fields = {e["name"] for e in container.get("env", []) if "fieldRef" in e.get("valueFrom", {})}  # not addresses
+        env = {k: v if k in fields else local(v)
+               for k, v in (container_env(container, secrets or {}, hostname or socket.gethostname()) | extra_env).items()}
         argv = [local(expand(arg, env)) for arg in container["command"] + container.get("args", [])]
         argv[0] = sys.executable if argv[0] == "python" else argv[0]
         return argv, keep | (marker_env or {}) | env
