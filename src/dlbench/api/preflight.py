@@ -45,7 +45,13 @@ from typing import Any
 from dlbench import strict_json
 from dlbench.env import cpu_model
 from dlbench.errors import UsageError
-from dlbench.launch._base import PREFLIGHT_DIR, PREFLIGHT_EXPECT_VAR, PREFLIGHT_MODE_VAR, write_preflight_node
+from dlbench.launch._base import (
+    PREFLIGHT_DIR,
+    PREFLIGHT_EXPECT_VAR,
+    PREFLIGHT_MODE_VAR,
+    read_preflight_nodes,
+    write_preflight_node,
+)
 from dlbench.report.node_health import PROBE_DEVICE, Reference, Verdict, judge, overall, peer_reference
 
 log = logging.getLogger("dlbench")
@@ -251,13 +257,7 @@ def _judged(directory: Path, docs: list[dict[str, Any]], missing: list[int] | No
 
 
 def _read_nodes(directory: Path) -> list[dict[str, Any]]:
-    docs = []
-    for path in sorted(directory.glob("*.json")):
-        try:
-            docs.append(json.loads(path.read_text(encoding="utf-8")))
-        except (OSError, ValueError) as exc:
-            log.warning("dlbench: preflight: cannot read %s (%s)", path, exc)
-    return docs
+    return read_preflight_nodes(directory, log.warning)
 
 
 def combine(mode_name: str, nodes: list[Mapping[str, Any]], expected_nodes: int | None = None) -> dict[str, Any]:
@@ -466,7 +466,6 @@ def gather(jobdir: Path, nodes: int) -> dict[str, Any] | None:
     directory = jobdir / PREFLIGHT_DIR
     if not directory.is_dir():
         return combine(mode(), [], nodes) if mode() else None  # asked, but the job ended before its nodes wrote
-        return None
     docs = _read_nodes(directory)
     return combine(next((d["mode"] for d in docs if d.get("mode")), None) or mode() or "warn", docs, nodes)
 

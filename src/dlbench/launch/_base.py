@@ -62,6 +62,18 @@ def write_preflight_node(directory: Path, node: Mapping[str, Any]) -> Path:
     return path
 
 
+def read_preflight_nodes(directory: Path, warn: Callable[[str], None]) -> list[dict[str, Any]]:
+    """The node documents :func:`write_preflight_node` left in ``directory`` (in name order; none where it is not a
+    directory); a file that cannot be read is passed over with one line to ``warn``."""
+    docs = []
+    for path in sorted(directory.glob("*.json")) if directory.is_dir() else []:
+        try:
+            docs.append(json.loads(path.read_text(encoding="utf-8")))
+        except (OSError, ValueError) as exc:
+            warn(f"dlbench: preflight: cannot read {path} ({exc})")
+    return docs
+
+
 def preflight_asked() -> tuple[str | None, str | None]:
     """The preflight this process asks of the jobs it submits: the mode (None: none) and the expectations file's
     text (None: judged against history)."""

@@ -164,13 +164,14 @@ def step_command(run: ResolvedRun, workdir: Path) -> list[str]:
     return srun + marker + prefix + torchrun + ["-m", "dlbench.api.worker", f'"$JOBDIR"/{JOB_FILE}', f'"$JOBDIR"/{RANKS_DIR}']
 
 
-def preflight_step(run: ResolvedRun, workdir: Path, mode: str | None, expect: bool) -> str:
+def preflight_step(run: ResolvedRun, workdir: Path, mode: str | None, expect: bool, files: str = '"$JOBDIR"') -> str:
     """``--preflight``: one task per node runs ``dlbench node preflight`` (the node check's quick probes) before the
     ranks' step, each writing ``JOBDIR/preflight/HOST.json``, then one task judges the nodes against each other
     (``--judge``: :func:`dlbench.api.preflight.judge_peers`); ``gate``: a degraded node (an exit 1) ends the job
-    here. ``expect``: judge against the expectations file copied into the job directory. Empty without a preflight."""
-    return preflight_lines(run.settings, run.nnodes, workdir, mode, f'"$JOBDIR"/{PREFLIGHT_EXPECT_FILE}' if expect else None,
-                           history_word=None if expect else f'"$JOBDIR"/{PREFLIGHT_HISTORY_FILE}')
+    here. ``expect``: judge against the expectations file copied into the job directory (``files``: the directory
+    holding the preflight's files, as a shell word), else the history shipped there. Empty without a preflight."""
+    return preflight_lines(run.settings, run.nnodes, workdir, mode, f"{files}/{PREFLIGHT_EXPECT_FILE}" if expect else None,
+                           history_word=None if expect else f"{files}/{PREFLIGHT_HISTORY_FILE}")
 
 
 def preflight_lines(settings: Any, nnodes: int, workdir: Path, mode: str | None, expect_word: str | None,
@@ -245,9 +246,8 @@ def sbatch_array_script(runs: list[ResolvedRun], workdir: Path, preflight: str |
     threads = {_spec_threads(r) for r in runs}
     body = BODY.format(threads=_threads_line(threads.pop() if len(threads) == 1 else None), ranks=RANKS_DIR,
                        step=" ".join(step_command(runs[0], workdir)),
-                       preflight=preflight_step(runs[0], workdir, preflight, expect).replace(
-                           f'"$JOBDIR"/{PREFLIGHT_EXPECT_FILE}', f'"$JOBDIR"/../{PREFLIGHT_EXPECT_FILE}').replace(
-                           f'"$JOBDIR"/{PREFLIGHT_HISTORY_FILE}', f'"$JOBDIR"/../{PREFLIGHT_HISTORY_FILE}'))
+                       # the preflight's files are the array's, one directory up from each element's
+                       preflight=preflight_step(runs[0], workdir, preflight, expect, files='"$JOBDIR"/..'))
     return "\n".join(head) + "\n" + body
 
 

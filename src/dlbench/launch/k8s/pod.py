@@ -29,7 +29,7 @@ import sys
 import time
 from pathlib import Path
 
-from dlbench.launch._base import read_statuses
+from dlbench.launch._base import read_preflight_nodes, read_statuses
 from dlbench.launch.batch import PREFLIGHT_PREFIX, REPORT_PREFIX
 
 #: Seconds a stopped pod stays up after printing its reports, so that they can still be read.
@@ -75,13 +75,7 @@ def judge_peers(directory: Path, nodes: int, wait_s: float) -> int:
 
 
 def _read(directory: Path) -> list[dict]:
-    docs = []
-    for path in sorted(directory.glob("*.json")) if directory.is_dir() else []:
-        try:
-            docs.append(json.loads(path.read_text(encoding="utf-8")))
-        except (OSError, ValueError) as exc:
-            print(f"dlbench: preflight: cannot read {path} ({exc})", file=sys.stderr)
-    return docs
+    return read_preflight_nodes(directory, lambda line: print(line, file=sys.stderr))
 
 
 def print_reports(ranks_dir: Path) -> int:
