@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import functools
 import inspect
+import json
 import os
 import re
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -87,6 +89,23 @@ def pytest_collection_modifyitems(config, items):
             waiting.add(item.nodeid)
     if loadgroup:
         items.sort(key=lambda item: item.nodeid not in waiting)  # stable: otherwise the suite's order
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """With ``DLBENCH_TEST_TIMELINE=FILE``, append one JSON line per test: the worker, the node id, when it
+    started and ended (setup to teardown, seconds since the epoch): ``python tests/timeline.py FILE`` shows each
+    worker's schedule and the time it stood idle at the end (docs/testing.md)."""
+    path = os.environ.get("DLBENCH_TEST_TIMELINE")
+    start = time.time()
+    try:
+        return (yield)
+    finally:
+        if path:
+            line = {"worker": os.environ.get("PYTEST_XDIST_WORKER", "main"), "test": item.nodeid,
+                    "start": start, "end": time.time()}
+            with open(path, "a") as out:  # one short line per write: appends from two workers do not interleave
+                out.write(json.dumps(line) + "\n")
 
 
 def _suffix_group(item, group: str) -> None:

@@ -1,0 +1,46 @@
+"""Each pytest worker's schedule from a ``DLBENCH_TEST_TIMELINE`` file (tests/conftest.py): its busy time, when it
+finished, its longest tests and groups, so the suite's critical path shows.
+
+    DLBENCH_TEST_TIMELINE=/tmp/t.jsonl pytest -n 2 --dist loadgroup -q
+    python tests/timeline.py /tmp/t.jsonl
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections import defaultdict
+
+
+def summary(lines: list[dict], top: int = 12) -> str:
+    """The table: per worker its tests, busy seconds, last end (from the first start); then per group its seconds."""
+    t0 = min(x["start"] for x in lines)
+    end = max(x["end"] for x in lines)
+    out = [f"suite: {end - t0:.0f} s from the first test's start to the last test's end"]
+    workers = defaultdict(list)
+    for x in lines:
+        workers[x["worker"]].append(x)
+    for name, tests in sorted(workers.items()):
+        busy = sum(x["end"] - x["start"] for x in tests)
+        last = max(x["end"] for x in tests) - t0
+        out.append(f"{name}: {len(tests)} tests, {busy:.0f} s busy, done at {last:.0f} s (idle {end - t0 - last:.0f} s at the end)")
+    groups = defaultdict(float)
+    spans = defaultdict(lambda: [float("inf"), 0.0, ""])
+    for x in lines:
+        group = x["test"].rpartition("@")[2] if "@" in x["test"] else "-"
+        groups[group] += x["end"] - x["start"]
+        span = spans[group]
+        span[0], span[1], span[2] = min(span[0], x["start"]), max(span[1], x["end"]), x["worker"]
+    out.append("groups (seconds of tests; span on its worker, from the suite's start):")
+    for group, seconds in sorted(groups.items(), key=lambda kv: -kv[1])[:top]:
+        s, e, w = spans[group]
+        out.append(f"  {group:28s} {seconds:7.0f} s  {w} {s - t0:6.0f}–{e - t0:6.0f} s")
+    out.append("longest tests:")
+    for x in sorted(lines, key=lambda x: x["start"] - x["end"])[:top]:
+        out.append(f"  {x['end'] - x['start']:6.1f} s  {x['worker']} at {x['start'] - t0:6.0f} s  {x['test']}")
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    with open(sys.argv[1]) as f:
+        print(summary([json.loads(line) for line in f if line.strip()]))
