@@ -211,3 +211,24 @@ def test_tensorboard_draws_an_exec_runs_steps(capsys, tmp_path):
     events = EventAccumulator(str(run_dir))
     events.Reload()
     assert len(events.Scalars("step_time_s")) == 6 and "result/samples_per_s" in events.Tags()["scalars"]
+
+
+def test_probe_lines_read_in_pieces_keep_every_valid_mark_and_steps_count_only_valid_ones(tmp_path):
+    """The reader of a rank's probe file counts lines while the program runs and parses them when asked: a line torn
+    across two reads is one mark, a forged line none, and --steps are measured only by valid marks."""
+    from dlbench.api.exec_job import Reading
+    from dlbench.spec import ExecSpec
+
+    probe = tmp_path / "probe.0"
+    reading = Reading(ExecSpec(argv=["x"], steps=2, warmup=1), None, probe)
+    assert reading.poll_probe() is False and reading.marks == []  # no file yet
+    probe.write_bytes(b"1000000000 4.0\n2000000")
+    assert reading.poll_probe() is False
+    with probe.open("ab") as out:
+        out.write(b"000 4.0\nnot a mark\n3000000000 -\n")  # the torn line completed; a forged one; a third mark
+    assert reading.poll_probe() is False  # 4 lines, 3 marks: 2 steps, the first of them warm-up
+    assert reading.marks == [(1.0, 4.0), (2.0, 4.0), (3.0, None)]
+    with probe.open("ab") as out:
+        out.write(b"4000000000 4.0\n")
+    assert reading.poll_probe() is True
+    assert [t for t, _ in reading.marks] == [1.0, 2.0, 3.0, 4.0]

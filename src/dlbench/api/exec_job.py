@@ -295,10 +295,21 @@ class Reading:
     def __init__(self, spec: ExecSpec, metric: Metric | None, probe_file: Path, on_step=None):
         self.spec, self.metric, self.probe_file, self.on_step = spec, metric, probe_file, on_step
         self.values: list[float] = []
-        self.marks: list[tuple[float, float | None]] = []
         self.error: str | None = None
+        self._marks: list[tuple[float, float | None]] = []
+        self._unparsed: list[bytes] = []  # complete probe lines read but not parsed yet (see poll_probe)
+        self._lines = 0  # complete probe lines read, valid or not: an upper bound of the marks
         self._offset = 0
         self._partial = b""
+
+    @property
+    def marks(self) -> list[tuple[float, float | None]]:
+        """The probe's marks read so far (torn or forged lines dropped), parsed when asked for."""
+        if self._unparsed:
+            text = b"".join(self._unparsed).decode("ascii", "replace")
+            self._unparsed.clear()
+            self._marks += [mark for mark in map(parse_probe_line, text.split("\n")) if mark is not None]
+        return self._marks
 
     @property
     def warmup(self) -> int:
@@ -320,7 +331,10 @@ class Reading:
         return self._enough(len(self.values))
 
     def poll_probe(self) -> bool:
-        """Read the probe lines written since the last poll; whether --steps probe steps were measured."""
+        """Read the probe lines written since the last poll; whether --steps probe steps were measured. While the
+        program runs its lines are only counted (a C loop over the bytes): parsing each of a fast program's thousands
+        of lines a second cost 1.5 % of a core beside it (bench/RESULTS.md). They are parsed when the count says
+        --steps may be measured, and when the figures are made."""
         try:
             with open(self.probe_file, "rb") as handle:
                 handle.seek(self._offset)
@@ -329,13 +343,15 @@ class Reading:
             return False
         self._offset += len(chunk)
         data = self._partial + chunk
-        *complete, self._partial = data.split(b"\n")
-        for raw in complete:
-            mark = parse_probe_line(raw.decode("ascii", "replace"))
-            if mark is not None:
-                self.marks.append(mark)
+        cut = data.rfind(b"\n") + 1
+        if cut:
+            self._unparsed.append(data[:cut])
+            self._lines += data.count(b"\n", 0, cut)
+        self._partial = data[cut:]
         # a --metric, when given, is the source: the probe's steps then only shown as they come
-        return self.metric is None and bool(self.marks) and self._enough(len(self.marks) - 1)
+        if self.metric is not None or not self._lines or not self._enough(self._lines - 1):
+            return False
+        return self._enough(len(self.marks) - 1)  # the count holds --steps: so do the valid lines?
 
     def _enough(self, measured_with_warmup: int) -> bool:
         if self.on_step is not None:
