@@ -102,7 +102,8 @@ def pytest_runtest_protocol(item, nextitem):
         return (yield)
     finally:
         if path:
-            line = {"worker": os.environ.get("PYTEST_XDIST_WORKER", "main"), "test": item.nodeid,
+            line = {"run": os.environ.get("PYTEST_XDIST_TESTRUNUID", ""),  # a pytest a test starts has its own
+                    "worker": os.environ.get("PYTEST_XDIST_WORKER", "main"), "test": item.nodeid,
                     "start": start, "end": time.time()}
             with open(path, "a") as out:  # one short line per write: appends from two workers do not interleave
                 out.write(json.dumps(line) + "\n")

@@ -13,7 +13,13 @@ from collections import defaultdict
 
 
 def summary(lines: list[dict], top: int = 12) -> str:
-    """The table: per worker its tests, busy seconds, last end (from the first start); then per group its seconds."""
+    """The table: per worker its tests, busy seconds, last end (from the first start); then per group and per
+    directory its seconds. Lines of the pytest runs that tests start themselves (another run id) are left out."""
+    runs = defaultdict(int)
+    for x in lines:
+        runs[x.get("run", "")] += 1
+    main_run = max(runs, key=runs.get)
+    lines = [x for x in lines if x.get("run", "") == main_run]
     t0 = min(x["start"] for x in lines)
     end = max(x["end"] for x in lines)
     out = [f"suite: {end - t0:.0f} s from the first test's start to the last test's end"]
@@ -35,6 +41,11 @@ def summary(lines: list[dict], top: int = 12) -> str:
     for group, seconds in sorted(groups.items(), key=lambda kv: -kv[1])[:top]:
         s, e, w = spans[group]
         out.append(f"  {group:28s} {seconds:7.0f} s  {w} {s - t0:6.0f}–{e - t0:6.0f} s")
+    folders = defaultdict(float)
+    for x in lines:
+        folders[x["test"].split("::")[0].rpartition("/")[0]] += x["end"] - x["start"]
+    out.append("directories (seconds of tests):")
+    out += [f"  {folder:28s} {seconds:7.0f} s" for folder, seconds in sorted(folders.items(), key=lambda kv: -kv[1])[:top]]
     out.append("longest tests:")
     for x in sorted(lines, key=lambda x: x["start"] - x["end"])[:top]:
         out.append(f"  {x['end'] - x['start']:6.1f} s  {x['worker']} at {x['start'] - t0:6.0f} s  {x['test']}")
