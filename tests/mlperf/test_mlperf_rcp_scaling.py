@@ -267,3 +267,21 @@ def test_v6_0_excerpts_are_the_summarizers_figure(org, folder, factor):
     entry = _entry(org, folder.name)
     assert official["factor"] == entry["rcp_scaling_factor"] == factor
     assert entry["score_minutes"] == pytest.approx(official["score"], rel=1e-9)
+
+
+def test_the_checkers_figures_survive_an_earlier_info_log_at_warning_level(tmp_path):
+    """The RCP checker's figures come from its log records: a process that had logged at INFO while its root logger
+    stood at WARNING (the default) had "INFO is off" cached in the logger, and setting the level by assignment kept
+    that cache, so the note lost the RCP mean (seen under three xdist workers, where test order differs)."""
+    import logging
+
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.WARNING)
+    try:
+        logging.info("cached: INFO is off at WARNING")  # fills the root logger's cache for INFO
+        folder = _without_scaling_json(tmp_path, NEBIUS)
+        entry = _entry(folder, "llama31_405b")
+    finally:
+        root.setLevel(level)
+    assert "= the RCP mean 313344 / the runs' olympic mean" in entry["scaling_note"], entry["scaling_note"]

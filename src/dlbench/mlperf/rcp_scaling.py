@@ -91,14 +91,18 @@ class _Kept(logging.Handler):
 
 @contextmanager
 def _checker_log() -> Iterator[list[logging.LogRecord]]:
-    """The root logger's records while the checker runs, kept here and shown to no other handler."""
+    """The root logger's records while the checker runs, kept here and shown to no other handler. The level is set
+    with ``setLevel``, which clears the loggers' caches: an assignment to ``root.level`` left a cached "INFO is off"
+    from an earlier ``logging.info`` in the process in force, and the checker's figures were lost."""
     root, kept = logging.getLogger(), _Kept()
     handlers, level = root.handlers[:], root.level
-    root.handlers, root.level = [kept], logging.INFO
+    root.handlers = [kept]
+    root.setLevel(logging.INFO)
     try:
         yield kept.records
     finally:
-        root.handlers, root.level = handlers, level
+        root.handlers = handlers
+        root.setLevel(level)
 
 
 def _linked(benchmark_folder: Path, into: Path) -> str | None:
