@@ -145,7 +145,10 @@ def test_a_daemon_the_program_leaves_behind_is_ended(capsys, tmp_path):
     assert not _alive(pid), "the program's daemon (new session, SIGTERM ignored) outlived the run"
 
 
-def test_a_program_that_ignores_sigterm_is_killed_once_steps_are_measured(capsys, tmp_path):
+def test_a_program_that_ignores_sigterm_is_killed_once_steps_are_measured(capsys, tmp_path, monkeypatch):
+    from dlbench.launch import program
+
+    monkeypatch.setattr(program, "STOP_GRACE_S", 1.0)  # 5 s by default; the SIGKILL after it is the point, not its length
     code, record, _ = exec_run(capsys, tmp_path / "runs.db", "--steps", "5",
                                program=[PY, str(PROGRAMS / "misbehave.py"), "stubborn"])
     assert code == 0, record

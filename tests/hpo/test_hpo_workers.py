@@ -81,8 +81,8 @@ def test_eight_workers_on_one_sqlite_study_lose_no_trial_and_duplicate_none(tmp_
     assert sorted(ran) == list(range(80))  # every trial ran exactly once
 
 
-def _claiming_worker(url: str, budget: int, claim: bool, start: float) -> None:
-    """run_worker's loop with an instant objective: decide, create, finish."""
+def _claiming_worker(url: str, budget: int, claim: bool, start) -> None:
+    """run_worker's loop with an instant objective: decide, create, finish; ``start``: a barrier of every worker."""
     from dlbench.hpo.run import work_left
     from dlbench.hpo.storage import TrialClaim
     from dlbench.hpo.study import parse_study
@@ -91,8 +91,7 @@ def _claiming_worker(url: str, budget: int, claim: bool, start: float) -> None:
     study = optuna.load_study(study_name="budget", storage=open_storage(url, heartbeat_s=30),
                               sampler=optuna.samplers.RandomSampler())
     lock = TrialClaim(url, "budget")
-    while time.time() < start:
-        time.sleep(0.001)
+    start.wait(timeout=300)  # every worker imported and connected: they begin together
     while True:
         if claim:
             lock.acquire()
@@ -109,7 +108,7 @@ def _claiming_worker(url: str, budget: int, claim: bool, start: float) -> None:
 def _budget_race(url: str, claim: bool, budget: int = 24, workers: int = 6) -> int:
     optuna.create_study(study_name="budget", storage=open_storage(url))
     ctx = multiprocessing.get_context("spawn")
-    start = time.time() + 4  # every worker imported and connected: they begin together
+    start = ctx.Barrier(workers)
     procs = [ctx.Process(target=_claiming_worker, args=(url, budget, claim, start)) for _ in range(workers)]
     for p in procs:
         p.start()

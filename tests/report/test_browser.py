@@ -14,6 +14,11 @@ from _chromium import find_or_install, open_page
 
 from dlbench.cli.app import main
 
+#: On the worker that builds ``real_db`` (tests/conftest.py's group would be ``chromium``, the first heavy fixture
+#: named): most of these tests read ``report_db``, made from ``real_db``, whose two-rank runs a second worker would
+#: make again (15–20 s of both cores).
+pytestmark = pytest.mark.xdist_group("real_db")
+
 CHARTS = """Array.from(document.querySelectorAll('svg.chart')).map(function(svg){
   var marks=Array.from(svg.querySelectorAll('.mark')).filter(function(m){var b=m.getBBox();return b.width>0||b.height>0;});
   var r=svg.getBoundingClientRect();return {title:svg.querySelector('title').textContent,marks:marks.length,w:r.width,h:r.height};})"""
