@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from kube_double import Cluster, kubeconfig, serve
-from slurm_cluster import started_or_skip
+from slurm_cluster import CLIENT_ENV, started_or_skip
 
 import dlbench
 
@@ -47,6 +47,10 @@ def kube(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.setenv("DLBENCH_SITE_CONFIG", str(tmp_path / "no-site-config.yaml"))
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [SRC, os.environ.get("PYTHONPATH")])))
+    # a stopped pod stays up 3 s (not 10) after printing its reports: 'jobs cancel' reads its log every 0.5 s;
+    # a pod's preflight probes measure 0.8 s (not 3.5: the same verdict rules), as on the test Slurm
+    monkeypatch.setenv("DLBENCH_POD_LINGER_S", "3")
+    monkeypatch.setenv("DLBENCH_PREFLIGHT_BUDGET_S", CLIENT_ENV["DLBENCH_PREFLIGHT_BUDGET_S"])
     cluster = Cluster(root=tmp_path / "cluster")
     server, url = serve(cluster)
     monkeypatch.setenv("KUBECONFIG", str(kubeconfig(url, tmp_path / "kubeconfig")))

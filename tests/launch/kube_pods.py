@@ -9,7 +9,9 @@ single machine allows:
 * the environment is the container's ``env`` (``value``; ``secretKeyRef`` from the given Secrets) plus
   what the pod's controller adds (``extra_env``: the training operator's ``MASTER_ADDR``/``PET_*``,
   the Job controller's ``JOB_COMPLETION_INDEX``), then ``$(VAR)`` in the command is expanded as
-  Kubernetes does (``$$`` escapes, an unknown name stays as written);
+  Kubernetes does (``$$`` escapes, an unknown name stays as written); of the test's own environment only what
+  a node's image would hold (``PATH``, ``PYTHONPATH``, the test workloads) and the ``kube`` fixture's shorter waits
+  (``DLBENCH_POD_LINGER_S``, ``DLBENCH_PREFLIGHT_BUDGET_S``) pass;
 * ``hosts`` maps cluster DNS names (the master's Service) to 127.0.0.1, and ``ports`` remaps the pods'
   fixed rendezvous port to a free one (every pod has its own network namespace; these do not).
 
@@ -90,7 +92,8 @@ def start_pod(template: dict[str, Any], root: Path, config_maps: dict[str, dict[
                 (where / key).write_text(text)
         mounts[volume["name"]] = where
     keep = {k: v for k, v in os.environ.items() if k in ("PATH", "PYTHONPATH", "DLBENCH_WORKLOADS", "LANG",
-                                                              "DLBENCH_TEST_MARKER")}
+                                                              "DLBENCH_TEST_MARKER", "DLBENCH_POD_LINGER_S",
+                                                              "DLBENCH_PREFLIGHT_BUDGET_S")}
 
     def local_command(container: dict[str, Any]) -> tuple[list[str], dict[str, str]]:
         moved = {m["mountPath"]: str(mounts[m["name"]]) for m in container["volumeMounts"]}

@@ -4,7 +4,9 @@ Debian's ``slurm-wlm`` and ``munge`` packages (``.ci/run`` installs them) give t
 writes its own ``slurm.conf`` (the node's real hostname, CPU count and memory; ``proctrack/pgid`` and
 ``task/none`` so no cgroups are needed), its own munge key and socket, ports that are free now, and
 starts the three daemons as children it stops at the end — so nothing outside the temporary
-directory is used or left behind. Client tools find the cluster through ``SLURM_CONF``.
+directory is used or left behind. Client tools find the cluster through ``SLURM_CONF``. A submitted batch job
+starts within a second (``sched_interval=1,batch_sched_delay=0``: a site's scheduler batches submissions for up
+to 3 s and scans its whole queue once a minute).
 
 Run it alone to poke at the cluster: ``python tests/launch/slurm_cluster.py`` (Ctrl-C stops it).
 """
@@ -16,6 +18,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -24,6 +27,12 @@ from pathlib import Path
 import psutil
 
 DAEMONS = ("munged", "mungekey", "slurmctld", "slurmd", "sbatch")
+#: dlbench's waits set for this one machine, in every client's environment (``SlurmCluster.env``), each production
+#: default after its colon: a report is seen at once on one filesystem (REPORT_LAG_S, FAILED_GRACE_S: 10 s each, for
+#: NFS); one idle controller answers a state poll in milliseconds (POLL_S: 2 s, 1 s while a job stops); a node's
+#: preflight probes measure 0.8 s instead of 3.5 s (BUDGET_S: 10 s; the verdict rules are the same).
+CLIENT_ENV = {"DLBENCH_REPORT_LAG_S": "1", "DLBENCH_FAILED_GRACE_S": "3", "DLBENCH_JOB_POLL_S": "0.5",
+                "DLBENCH_PREFLIGHT_BUDGET_S": "2"}
 WHY_MISSING = "Slurm and munge are not installed (.ci/run installs Debian's slurm-wlm and munge)"
 
 
@@ -78,7 +87,7 @@ OverTimeLimit=0
 KillWait=5
 MinJobAge=300
 InactiveLimit=0
-SchedulerParameters=sched_interval=2
+SchedulerParameters=sched_interval=1,batch_sched_delay=0
 MailProg=/bin/true
 NodeName={host} CPUs={cpus} RealMemory={memory_mb} State=UNKNOWN
 PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP
@@ -101,13 +110,14 @@ def started_or_skip(root: Path) -> Iterator[SlurmCluster]:
 
 
 class SlurmCluster:
-    """munged + slurmctld + slurmd for this one node, rooted in ``root``; ``env`` points clients at it."""
+    """munged + slurmctld + slurmd for this one node, rooted in ``root``; ``env`` points clients at it (and sets
+    dlbench's waits for one machine: :data:`CLIENT_ENV`)."""
 
     def __init__(self, root: Path):
         self.root = root
         self.conf = root / "slurm.conf"
         self.procs: list[subprocess.Popen] = []
-        self.env = {"SLURM_CONF": str(self.conf)}
+        self.env = {"SLURM_CONF": str(self.conf), **CLIENT_ENV}
 
     def start(self, timeout_s: float = 60.0) -> SlurmCluster:
         """Start the daemons and wait until the node accepts jobs."""
@@ -127,7 +137,8 @@ class SlurmCluster:
             host=host, cpus=os.cpu_count() or 1, memory_mb=memory_mb, root=root, state=root / "state",
             spool=root / "spool", munge_socket=sock, ctld_port=free_port(), d_port=free_port()))
         self._spawn([_sbin("slurmctld"), "-D", "-i", "-f", str(self.conf)])
-        self._spawn([_sbin("slurmd"), "-D", "-f", str(self.conf)])
+        # under a reaper of orphans (see reap): a job that ran srun then ends at once, not 3 s later
+        self._spawn([sys.executable, str(Path(__file__).resolve()), "--reap", _sbin("slurmd"), "-D", "-f", str(self.conf)])
         self._wait(self._node_idle, timeout_s, "the Slurm node did not become idle")
         return self
 
@@ -204,7 +215,31 @@ class SlurmCluster:
         return found
 
 
-if __name__ == "__main__":
+def reap(argv: list[str]) -> int:
+    """Run ``argv`` (slurmd) and reap at once every process orphaned below it, until it exits; SIGTERM and SIGINT
+    are passed on to it; its exit code is returned.
+
+    srun leaves a child that exits after it, orphaned; orphans go to init, and this machine's init (a VM's process
+    agent) reaps them seconds late. With ``proctrack/pgid`` the batch step waits until its process group is gone,
+    zombies included, checking after 1 s, then 2 s more: every job that ran srun ended 3.0 s after its script
+    (slurmd.log: "[N.batch] done with job"). As the nearest subreaper (``PR_SET_CHILD_SUBREAPER``) this process
+    gets those orphans (and the job steps' slurmstepd, which slurmd double-forks) and reaps them as they exit."""
+    import ctypes
+
+    if ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) != 0:  # PR_SET_CHILD_SUBREAPER
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER) failed")
+    pid = os.posix_spawnp(argv[0], argv, os.environ)
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda signum, _frame: os.kill(pid, signum))
+    while True:
+        ended, status = os.wait()  # any child: the orphans too (interrupted by a signal, it goes on waiting)
+        if ended == pid:
+            return os.waitstatus_to_exitcode(status)
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["--reap"]:
+    sys.exit(reap(sys.argv[2:]))
+elif __name__ == "__main__":
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="dlbench-slurm-") as tmp:

@@ -80,3 +80,25 @@ def test_the_waits_on_reports_can_be_set_in_the_environment_and_a_bad_value_is_r
                                              "(0 or more); set it to one, e.g. DLBENCH_FAILED_GRACE_S=10 (the default), "
                                              "or unset it."), err
     assert not (tmp_path / "registry").exists() and not (tmp_path / "home").exists()  # nothing submitted
+
+
+def test_the_state_poll_can_be_set_in_the_environment_and_the_ending_poll_never_exceeds_it(tmp_path, monkeypatch):
+    """DLBENCH_JOB_POLL_S (the one-node test Slurm sets 0.5 s): the state poll's interval, the ending poll at most
+    that, and the re-reads of a stopping job at most that; unset, the defaults (2, 0.25 and 1 s)."""
+    workdir = job_dir(tmp_path, reported=[0])
+    watch = RankWatch(SlurmScheduler(), "7", workdir, {"world_size": 2, "timeout_s": 60})
+    assert watch.trouble() is None and watch.poll_s(JobState(RUNNING)) == POLL_S == 2.0
+    assert batch_launcher.settle_poll_s() == batch_launcher.SETTLE_POLL_S == 1.0
+    monkeypatch.setenv("DLBENCH_JOB_POLL_S", "0.5")
+    assert watch.poll_s(JobState(RUNNING)) == 0.5 and batch_launcher.settle_poll_s() == 0.5
+    (workdir / RANKS_DIR / "rank1.json").write_text(json.dumps({"status": "ok"}))
+    assert watch.trouble() is None and watch.poll_s(JobState(RUNNING)) == POLL_ENDING_S  # 0.25: already shorter
+    monkeypatch.setenv("DLBENCH_JOB_POLL_S", "0.1")
+    assert watch.poll_s(JobState(RUNNING)) == 0.1  # the ending poll is never the longer one
+    monkeypatch.setenv("DLBENCH_JOB_POLL_S", "often")
+    try:
+        watch.poll_s(JobState(RUNNING))
+    except batch_launcher.UsageError as exc:
+        assert str(exc).startswith("DLBENCH_JOB_POLL_S='often' is not a number of seconds")
+    else:
+        raise AssertionError("a poll interval that is not seconds was taken")

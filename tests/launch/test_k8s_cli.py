@@ -8,7 +8,7 @@ import json
 import time
 
 import pytest
-from paced import PACED_ARGS
+from paced import PACED_ARGS, wait_measuring
 
 from dlbench.cli.app import main
 from dlbench.store import open_store
@@ -67,10 +67,7 @@ def test_jobs_cancel_records_the_steps_the_pods_measured(kube, tmp_path, capsys,
                          "--no-wait", "--json", "--db", db)
     assert code == 0, err
     (job,) = json.loads(out)["submitted"]
-    deadline = time.monotonic() + 300
-    while not all(any(p.root.rglob("joined*")) for p in kube.pods.values()) and time.monotonic() < deadline:
-        time.sleep(1)  # until each pod's rank joined the process group
-    time.sleep(8)  # into the measured steps
+    wait_measuring(kube.root, 2)  # each pod's rank joined the process group and measures steps
     code, out, err = cli(capsys, "jobs", "cancel", job["job_id"], "--json", "--db", db)
     (record,) = open_store(db).records()
     assert record["status"] == "aborted", record["error"]

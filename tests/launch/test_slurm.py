@@ -16,7 +16,7 @@ import threading
 import time
 
 import pytest
-from paced import PACED as PACED_SPEC, PACED_ARGS
+from paced import PACED as PACED_SPEC, PACED_ARGS, measuring, wait_measuring
 
 from dlbench.api.pipeline import execute
 from dlbench.api.resolve import resolve_batch
@@ -82,7 +82,7 @@ def test_a_cancelled_job_is_recorded_aborted(slurm, tmp_path, capsys, faulty):
     assert code == 0, err
     (job,) = json.loads(out)["submitted"]
     wait_running(job["job_id"])
-    time.sleep(5)  # into the measured steps
+    wait_measuring(tmp_path / "home", 2)
     code, out, err = dlbench(capsys, "jobs", "cancel", job["job_id"], "--db", db, "--json")
     assert code == 0, err
     (record,) = open_store(db).records()
@@ -135,14 +135,8 @@ def test_a_job_that_hits_its_time_limit_is_recorded_aborted_with_its_steps(slurm
     def cut_the_limit_once_measuring():
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline:
-            beats = []
-            for path in (tmp_path / "home").rglob("ranks/alive*.json"):
-                try:
-                    beats.append(json.loads(path.read_text()))
-                except (ValueError, OSError):
-                    continue
             jobs = [line.split()[0] for line in squeue() if line.endswith(" RUNNING")]
-            if len(beats) == 2 and all(b["step"] >= 3 for b in beats) and len(jobs) == 1:
+            if measuring(tmp_path / "home", 2) and len(jobs) == 1:
                 subprocess.run(["scontrol", "update", f"JobId={jobs[0]}", "TimeLimit=2"], capture_output=True, check=True)
                 cut.set()
                 return
@@ -228,7 +222,7 @@ def test_a_signal_while_waiting_cancels_the_job_and_records_it_aborted(slurm, tm
     while not any("running" in line for line in lines):
         assert time.monotonic() < deadline and proc.poll() is None, "".join(lines)
         time.sleep(0.5)
-    time.sleep(4)
+    wait_measuring(tmp_path / "home", 2)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=120) == 128 + signal.SIGTERM
     (record,) = open_store(db).records()

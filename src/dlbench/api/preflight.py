@@ -61,6 +61,9 @@ MODES = ("gate", "warn")
 QUICK = ("gpus", "cpu", "host_memory_bandwidth")
 #: Seconds the preflight's probes may take on a node (the node check scales their measuring to fit).
 BUDGET_S = 10.0
+#: The environment variable that sets those seconds instead (the tests' one-node clusters: shorter windows, the same
+#: verdict rules); ``dlbench node preflight --budget`` overrides both.
+BUDGET_VAR = "DLBENCH_PREFLIGHT_BUDGET_S"
 MODE_VAR, EXPECT_VAR = PREFLIGHT_MODE_VAR, PREFLIGHT_EXPECT_VAR
 #: A check made already for this process's runs (``env.preflight`` as JSON): an HPO study's, made once before its
 #: first trial, which its workers' trials record instead of checking again (:func:`study`).
@@ -105,18 +108,37 @@ def this_node() -> str:
     return node_name(named, f"${NODE_NAME_VAR}") if named else socket.gethostname()
 
 
+def probe_budget_s() -> float:
+    """Seconds the preflight's probes may take: ``$DLBENCH_PREFLIGHT_BUDGET_S``, else :data:`BUDGET_S`. A value that
+    is not a positive number of seconds is refused in one sentence (a budget too short for the probes is refused by
+    the node check, naming the shortest)."""
+    text = os.environ.get(BUDGET_VAR, "").strip()
+    if not text:
+        return BUDGET_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not 0 < value < float("inf"):
+        raise UsageError(f"{BUDGET_VAR}={text!r} is not a number of seconds above 0; set it to one, e.g. "
+                         f"{BUDGET_VAR}={BUDGET_S:g} (the default), or unset it.")
+    return value
+
+
 def check_node(store=None, env: dict | None = None, expect: Path | None = None, nvml=None,
-               budget_s: float = BUDGET_S, shipped: Mapping[str, Mapping[str, list[float]]] | None = None) -> dict[str, Any]:
+               budget_s: float | None = None, shipped: Mapping[str, Mapping[str, list[float]]] | None = None) -> dict[str, Any]:
     """Run the quick probes on this node (stored as node-check runs in ``store`` when given: the node's history)
     and return this node's verdict document (see :func:`node_document`); ``shipped``: the nodes' earlier figures
-    from the submitting process's store (:func:`shipped_history`), this node's its history where ``store`` has none."""
+    from the submitting process's store (:func:`shipped_history`), this node's its history where ``store`` has none;
+    ``budget_s``: seconds the probes may take (None: :func:`probe_budget_s`)."""
     # by name, as api/jobs.py's JOBS names the node check's job kind: it runs its probes through the pipeline,
     # which calls this module (an import would be a cycle)
     node_check = importlib.import_module("dlbench.api.node_check")
     plan_check, run_check = node_check.plan_check, node_check.run_check
     started = time.monotonic()
     host = this_node()
-    plan = plan_check(store, expect=expect, budget_s=budget_s, nvml=nvml, among=QUICK, host=host,
+    plan = plan_check(store, expect=expect, nvml=nvml, among=QUICK, host=host,
+                      budget_s=budget_s if budget_s is not None else probe_budget_s(),
                       known={p: list(v) for p, v in (shipped or {}).get(host, {}).items()})
     if env is None and store is None:  # records kept nowhere: no environment captured (that imports torch: seconds)
         env = {"hostname": plan.host}
@@ -482,5 +504,5 @@ def apply(records: list[dict[str, Any]], preflight: Mapping[str, Any] | None) ->
             record["spec"] = {**record["spec"], "tags": {**tags, "preflight": preflight["verdict"]}}
 
 
-__all__ = ["BUDGET_S", "MODES", "QUICK", "VERDICT_VAR", "apply", "check_mode", "check_node", "combine", "expect_file", "gather", "here", "history_of",
+__all__ = ["BUDGET_S", "BUDGET_VAR", "MODES", "QUICK", "VERDICT_VAR", "apply", "check_mode", "check_node", "combine", "expect_file", "gather", "here", "history_of", "probe_budget_s",
            "exchange", "judge_directory", "judge_peers", "load_history", "mode", "node_document", "ray_node", "ray_node_check", "ship", "shipped_history", "stop_sentence", "study", "worker", "write_node"]

@@ -72,7 +72,7 @@ def preflight(
                                    "same CPU/GPU is degraded), rewriting them; exit 1 when one is degraded and --mode gate."),
     expect: Path = typer.Option(None, "--expect", help="Expectations file (YAML), as 'dlbench node check --expect'; "
                                 "default: none (on a job's node: the verdict is 'no reference' unless earlier checks are in --db)."),
-    budget: float = typer.Option(None, "--budget", help="Seconds the probes may take \\[default: 10]."),
+    budget: float = typer.Option(None, "--budget", help="Seconds the probes may take \\[default: 10, or $DLBENCH_PREFLIGHT_BUDGET_S]."),
     history: Path = typer.Option(None, "--history", help="The nodes' earlier figures (JSON: host -> probe -> "
                                  "figures) the submitting dlbench shipped from its store: this node's history where "
                                  "--db has none."),
@@ -124,7 +124,7 @@ def preflight(
         raise UsageError("--peers goes with --judge DIR (the nodes' verdicts exchanged, then judged), not with --out.")
     store = open_store(db) if db else None
     try:
-        node = pre.check_node(store, expect=expect, budget_s=budget or pre.BUDGET_S,
+        node = pre.check_node(store, expect=expect, budget_s=budget,
                               shipped=pre.load_history(history) if history is not None else None)
     finally:
         if store is not None:

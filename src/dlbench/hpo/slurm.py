@@ -27,7 +27,7 @@ from dlbench.errors import BenchmarkFailed, Terminated, UsageError
 from dlbench.hpo._base import WORKER_ENV, WorkerEngine, WorkerPlan
 from dlbench.launch._base import PREFLIGHT_EXPECT_FILE, PREFLIGHT_JOBDIR_VAR, preflight_asked
 from dlbench.launch.batch import FINISHED, JobState
-from dlbench.launch.batch_launcher import POLL_S, STOP_WAIT_S, default_job_root
+from dlbench.launch.batch_launcher import STOP_WAIT_S, default_job_root, settle_poll_s, wait_s
 from dlbench.launch.slurm import SlurmScheduler, container_words, preflight_lines, site_lines, slurm_words
 from dlbench.record import new_id
 from dlbench.safety import sbatch_line, shell_word
@@ -88,6 +88,7 @@ class SlurmEngine(WorkerEngine):
         if shutil.which("sbatch") is None:
             raise UsageError("sbatch is not on PATH; run the slurm engine on a Slurm login node, or install Slurm's "
                              "client commands (Debian: apt-get install slurm-client).")
+        wait_s("DLBENCH_JOB_POLL_S")  # a poll interval that is not seconds: refused before the workers are submitted
 
     def run(self, job) -> None:
         self.study = job.spec.name  # the job's name and directory
@@ -108,7 +109,7 @@ class SlurmEngine(WorkerEngine):
                                 on_dead(f"slurm-{array_id}:w{i}", f"its Slurm job {array_id}_{i} ended {_said(state)}")
                     if on_poll is not None:
                         on_poll()
-                    time.sleep(POLL_S)
+                    time.sleep(wait_s("DLBENCH_JOB_POLL_S"))
             except (Terminated, KeyboardInterrupt):
                 self._stop(array_id, len(plans))
                 raise
@@ -137,7 +138,7 @@ class SlurmEngine(WorkerEngine):
         deadline = time.monotonic() + STOP_WAIT_S
         while time.monotonic() < deadline and any(
                 self.scheduler.state(f"{array_id}_{i}").state not in FINISHED for i in range(workers)):
-            time.sleep(1.0)
+            time.sleep(settle_poll_s())
 
 
 def _said(state: JobState) -> str:

@@ -50,9 +50,13 @@ REPORT_LAG_S = 10.0
 #: Seconds the other ranks get to report once one rank reported its failure, before the job is cancelled
 #: (a rank on a dead node never will, and the scheduler may take minutes to notice the node).
 FAILED_GRACE_S = 10.0
-#: The environment variables that override REPORT_LAG_S and FAILED_GRACE_S (seconds): where every node sees a
-#: report at once (one machine's filesystem: the test clusters), nothing is gained by the waits a cluster needs.
-WAIT_OVERRIDES = {"DLBENCH_REPORT_LAG_S": "REPORT_LAG_S", "DLBENCH_FAILED_GRACE_S": "FAILED_GRACE_S"}
+#: The environment variables that override REPORT_LAG_S, FAILED_GRACE_S and POLL_S (seconds): where every node sees a
+#: report at once (one machine's filesystem: the test clusters), nothing is gained by the waits a cluster needs; where
+#: one idle controller answers (a one-node test cluster), a job's end is seen sooner by polling more often.
+WAIT_OVERRIDES = {"DLBENCH_REPORT_LAG_S": "REPORT_LAG_S", "DLBENCH_FAILED_GRACE_S": "FAILED_GRACE_S",
+                  "DLBENCH_JOB_POLL_S": "POLL_S"}
+#: Seconds between the re-reads of a stopping job's state and of late reports (at most the state poll's interval).
+SETTLE_POLL_S = 1.0
 
 
 def wait_s(name: str) -> float:
@@ -70,6 +74,12 @@ def wait_s(name: str) -> float:
         raise UsageError(f"{name}={text!r} is not a number of seconds (0 or more); set it to one, e.g. "
                          f"{name}={default:g} (the default), or unset it.")
     return value
+
+
+def settle_poll_s() -> float:
+    """Seconds between the re-reads of a stopping job (its state, its late reports): :data:`SETTLE_POLL_S`, or the
+    state poll's interval where ``DLBENCH_JOB_POLL_S`` makes that shorter."""
+    return min(SETTLE_POLL_S, wait_s("DLBENCH_JOB_POLL_S"))
 
 
 def default_job_root() -> Path:
@@ -205,7 +215,7 @@ class BatchLauncher(Launcher):
         statuses = self.scheduler.reports(job_id, workdir)
         deadline = time.monotonic() + wait_s("DLBENCH_REPORT_LAG_S")
         while not set(ranks) - silent <= set(statuses) and time.monotonic() < deadline:
-            time.sleep(1.0)
+            time.sleep(settle_poll_s())
             statuses = self.scheduler.reports(job_id, workdir)
         outcome = Outcome(statuses=statuses, ranks_here=ranks, returncode=0 if state.state == "done" else 1,
                           hosts={rank: str(beat.get("host")) for rank, beat in read_heartbeats(workdir / RANKS_DIR).items()})
@@ -265,7 +275,7 @@ class BatchLauncher(Launcher):
         deadline = time.monotonic() + limit_s
         state = self.scheduler.state(job_id)
         while not state.finished and time.monotonic() < deadline and not (enough and enough()):
-            time.sleep(1.0)
+            time.sleep(settle_poll_s())
             state = self.scheduler.state(job_id)
         return state
 
@@ -302,13 +312,14 @@ class RankWatch:
 
     def poll_s(self, state: JobState) -> float:
         """Seconds to the next state poll: :data:`POLL_ENDING_S` for a while once every rank has reported
-        (the job's end is seconds away: the run is recorded that much sooner), else :data:`POLL_S`. From the
-        reports :meth:`trouble` read this poll (no second read: a scheduler may read them from pod logs)."""
+        (the job's end is seconds away: the run is recorded that much sooner), else :data:`POLL_S` (or
+        ``$DLBENCH_JOB_POLL_S``, which the ending poll never exceeds). From the reports :meth:`trouble` read this
+        poll (no second read: a scheduler may read them from pod logs)."""
         if state.state == RUNNING and set(range(self.world_size)) <= self.reported:
             self.reported_at = self.reported_at or time.monotonic()
             if time.monotonic() - self.reported_at < ENDING_S:
-                return POLL_ENDING_S
-        return POLL_S
+                return min(POLL_ENDING_S, wait_s("DLBENCH_JOB_POLL_S"))
+        return wait_s("DLBENCH_JOB_POLL_S")
 
     def trouble(self) -> str | None:
         """None while all is well; a sentence naming the lost or never-started node(s); "" once a rank
