@@ -37,7 +37,7 @@ HEAVY_FIXTURES = {
     "monitor_and_prometheus": "a real Prometheus scraping the exporter (tests/telemetry)",
     "real_db": "real runs, two of them over two ranks, for the report tests (tests/report/conftest.py)",
     "live": "a real run written live to TensorBoard (tests/report/test_tensorboard.py)",
-    "every_task_once": "an MLPerf time-to-train run of every task (tests/mlperf/conftest.py)",
+    "trained_task": "an MLPerf task trained to its target, once per task (tests/mlperf/conftest.py)",
     "aborted_resnet_runs": "two MLPerf resnet runs of one epoch (tests/mlperf/conftest.py)",
     "cluster2": "a 2-node Slurm cluster of network namespaces (tests/cluster/cluster.py)",
     "cluster4": "a 4-node Slurm cluster of network namespaces (tests/cluster/cluster.py)",

@@ -35,22 +35,22 @@ def aborted_resnet_runs(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def every_task_once(tmp_path_factory):
-    """Every task trained once with seed 0 into one results folder, each to its target (the slow part of
-    tests/mlperf): ``(out, records by task, stored specs)``. Read by the task, checker, score and energy
-    tests; a test that changes a log copies it first."""
+def trained_task(request, tmp_path_factory):
+    """One task (the parameter: ``@trained(...)`` of tests/mlperf/mlperf_trained.py) trained once with seed 0 to its target into a results folder
+    of its own: ``(name, out, record, stored specs)``. Read by the task, checker, score and energy tests; a test
+    that changes a log copies it first. One task per fixture (not all seven in one): under xdist each is
+    trained on whichever worker is free, instead of one 3-minute block on one worker."""
     from dlbench.api.mlperf import run_task
-    from dlbench.mlperf import tasks
     from dlbench.mlperf.runner import RunOptions
     from dlbench.store import open_store
 
-    root = tmp_path_factory.mktemp("ttt")
+    name = request.param
+    root = tmp_path_factory.mktemp(f"ttt-{name}")
     store = open_store(str(root / "runs.db"))
-    records = {name: run_task(name, root / "out", RunOptions(runs=1, system="ci", threads=1), store=store)[0]
-               for name in tasks.names()}
+    [record] = run_task(name, root / "out", RunOptions(runs=1, system="ci", threads=1), store=store)
     stored = store.query()
     store.close()
-    return root / "out", records, stored
+    return name, root / "out", record, stored
 
 
 @pytest.fixture(scope="session")

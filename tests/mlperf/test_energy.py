@@ -3,16 +3,18 @@ result log under ``dlbench_energy_j``; the log stays compliant and ``score`` rea
 
 import shutil
 
+from mlperf_trained import trained
+
 from dlbench.mlperf.check import check_folder
 from dlbench.mlperf.log import ENERGY_KEY, log_energy
 from dlbench.mlperf.runs import ENERGY_KEYS
 from dlbench.mlperf.score import score_folder
 
 
-def test_energy_logged_after_run_stop_keeps_the_log_compliant_and_is_scored(tmp_path, every_task_once):
+@trained("deepcam")
+def test_energy_logged_after_run_stop_keeps_the_log_compliant_and_is_scored(tmp_path, trained_task):
     # deepcam trained to its target (tests/mlperf/conftest.py), its folder copied: the shared one stays as run
-    out, records, _ = every_task_once
-    record = records["deepcam"]
+    _, out, record, _ = trained_task
     assert record["status"] == "ok"
     for part in ("results/ci/deepcam", "systems"):
         shutil.copytree(out / part, tmp_path / "out" / part)

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from dlbench.cli.app import main
 from dlbench.mlperf.parse import parse_file
 from dlbench.mlperf.runs import run_window
 
@@ -86,21 +87,29 @@ def test_three_runs_of_the_reference_are_three_records_and_an_mlcommons_folder(t
     assert json.loads((root / "out" / "systems" / f"{SYSTEM}.json").read_text())["submitter"] == "your-company"
 
 
-def test_mlperf_score_and_the_summarizer_both_give_no_score(three_runs):
+def in_process(capsys, *argv: str) -> tuple[int, str, str]:
+    """``dlbench ARGV`` in this process (reading a folder is no fresh interpreter's business): (code, out, err)."""
+    capsys.readouterr()
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_mlperf_score_and_the_summarizer_both_give_no_score(three_runs, capsys):
     root, _ = three_runs
-    out = dlbench("mlperf", "score", str(root / "out"), "--json")
-    [entry] = json.loads(out.stdout)
+    _, out, _ = in_process(capsys, "mlperf", "score", str(root / "out"), "--json")
+    [entry] = json.loads(out)
     assert entry["benchmark"] == "unet3d" and entry["score_minutes"] is None and entry["failed_runs"] == 3, entry
     done = subprocess.run([PY, "-c", SUMMARIZER, str(root / "out" / "results" / SYSTEM / "unet3d"), SYSTEM, "unet3d",
                            "4.0.0"], capture_output=True, text=True, timeout=300, check=True)
     assert json.loads(done.stdout.splitlines()[-1])["score"] is None  # every run dropped: its compliance check fails
 
 
-def test_mlperf_check_names_the_closed_rules_tiny_data_must_fail(three_runs):
+def test_mlperf_check_names_the_closed_rules_tiny_data_must_fail(three_runs, capsys):
     root, _ = three_runs
-    out = dlbench("mlperf", "check", str(root / "out"), "--json")
-    checked = json.loads(out.stdout)
-    assert out.returncode == 1 and len(checked) == 3, out.stderr
+    code, out, err = in_process(capsys, "mlperf", "check", str(root / "out"), "--json")
+    checked = json.loads(out)
+    assert code == 1 and len(checked) == 3, err
     for row in checked:
         assert row["status"] == "fail" and row["ruleset"] == "4.0.0", row
         said = row["messages"]
