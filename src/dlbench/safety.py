@@ -140,6 +140,23 @@ def sbatch_line(flag: str, value: object | None = None) -> str:
 _CLUSTER = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:@+=\-]{0,127}")
 
 
+def env_seconds(name: str, default: float, *, zero: bool = True) -> float:
+    """Seconds from the environment variable ``name`` (a configurable wait or budget), else ``default``. A value that
+    is not a finite number of seconds (0 or more; above 0 where ``zero`` is False) is refused in one sentence."""
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not (value >= 0 and value != float("inf")) or (value == 0 and not zero):
+        least = "(0 or more)" if zero else "above 0"
+        raise UsageError(f"{name}={text!r} is not a number of seconds {least}; set it to one, e.g. "
+                         f"{name}={default:g} (the default), or unset it.")
+    return value
+
+
 def cluster_name(value: object, option: str = "--cluster") -> str:
     """``value`` checked as a cluster name (1 to 128 letters, digits and ``_ . : @ + = -``, starting with a letter or
     digit: one word in a job script, a terminal and the store's column); unchanged."""

@@ -252,3 +252,26 @@ def test_a_node_name_from_the_environment_is_one_safe_file_name_or_refused(value
     assert accepted == value and 1 <= len(value) <= 195 and value.isascii() and value.isprintable()
     assert not set(value) & set(" /\\;'\"$`[]") and value[0].isalnum() and value[-1].isalnum()
     assert path_inside(Path("/tmp/preflight"), f"{value}.json").parent == Path("/tmp/preflight")
+
+
+@given(value=st.one_of(TEXT, st.floats(allow_nan=True, allow_infinity=True).map(repr), st.integers().map(str)),
+       zero=st.booleans())
+def test_seconds_from_the_environment_are_a_finite_wait_or_one_sentence(value, zero):
+    """A configurable wait or budget (``$DLBENCH_JOB_POLL_S``, ``$DLBENCH_PREFLIGHT_BUDGET_S`` …) is a finite number of
+    seconds, 0 or more (above 0 where 0 makes no sense), or refused in one sentence naming the variable and the fix."""
+    import math
+    import os
+
+    from dlbench.safety import env_seconds
+
+    assume("\0" not in value)
+    os.environ["DLBENCH_TEST_SECONDS"] = value
+    try:
+        seconds = env_seconds("DLBENCH_TEST_SECONDS", 7.0, zero=zero)
+    except UsageError as exc:
+        assert "\n" not in str(exc) and str(exc).startswith("DLBENCH_TEST_SECONDS=") and "DLBENCH_TEST_SECONDS=7" in str(exc)
+        return
+    finally:
+        del os.environ["DLBENCH_TEST_SECONDS"]
+    assert math.isfinite(seconds) and (seconds >= 0 if zero else seconds > 0)
+    assert seconds == (float(value) if value.strip() else 7.0)

@@ -112,17 +112,9 @@ def probe_budget_s() -> float:
     """Seconds the preflight's probes may take: ``$DLBENCH_PREFLIGHT_BUDGET_S``, else :data:`BUDGET_S`. A value that
     is not a positive number of seconds is refused in one sentence (a budget too short for the probes is refused by
     the node check, naming the shortest)."""
-    text = os.environ.get(BUDGET_VAR, "").strip()
-    if not text:
-        return BUDGET_S
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not 0 < value < float("inf"):
-        raise UsageError(f"{BUDGET_VAR}={text!r} is not a number of seconds above 0; set it to one, e.g. "
-                         f"{BUDGET_VAR}={BUDGET_S:g} (the default), or unset it.")
-    return value
+    from dlbench.safety import env_seconds
+
+    return env_seconds(BUDGET_VAR, BUDGET_S, zero=False)
 
 
 def check_node(store=None, env: dict | None = None, expect: Path | None = None, nvml=None,

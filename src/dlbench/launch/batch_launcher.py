@@ -17,8 +17,6 @@ Adding a scheduler is one :class:`Scheduler` subclass and one registry line:
 
 from __future__ import annotations
 
-import math
-import os
 import signal
 import sys
 import threading
@@ -62,18 +60,9 @@ SETTLE_POLL_S = 1.0
 def wait_s(name: str) -> float:
     """Seconds of the wait ``name`` (a key of :data:`WAIT_OVERRIDES`): the environment's value, else the
     module's constant. A value that is not a number of seconds is refused in one sentence."""
-    default = globals()[WAIT_OVERRIDES[name]]
-    text = os.environ.get(name, "").strip()
-    if not text:
-        return default
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and value >= 0):
-        raise UsageError(f"{name}={text!r} is not a number of seconds (0 or more); set it to one, e.g. "
-                         f"{name}={default:g} (the default), or unset it.")
-    return value
+    from dlbench.safety import env_seconds
+
+    return env_seconds(name, globals()[WAIT_OVERRIDES[name]])
 
 
 def settle_poll_s() -> float:
