@@ -89,8 +89,8 @@ def figures(text: str) -> tuple[float, float]:
     return float(RATE.search(text).group(1)), float(CPU.search(text).group(1))
 
 
-def bare(script: Path, steps: int, size: int, extra: tuple[str, ...] = ()) -> tuple[float, float, None]:
-    out = subprocess.run(bare_argv(script, steps, size, extra), capture_output=True, text=True, env=bare_env(),
+def bare(script: Path, steps: int, size: int) -> tuple[float, float, None]:
+    out = subprocess.run(bare_argv(script, steps, size), capture_output=True, text=True, env=bare_env(),
                          check=True).stdout
     return (*figures(out), None)
 

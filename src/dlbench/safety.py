@@ -28,6 +28,7 @@ fuzzed with arbitrary text by ``tests/hostile/test_safety_properties.py``.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import re
 import shlex
@@ -149,8 +150,8 @@ def env_seconds(name: str, default: float, *, zero: bool = True) -> float:
     try:
         value = float(text)
     except ValueError:
-        value = float("nan")
-    if not (value >= 0 and value != float("inf")) or (value == 0 and not zero):
+        value = math.nan
+    if not (math.isfinite(value) and (value > 0 or (zero and value == 0))):
         least = "(0 or more)" if zero else "above 0"
         raise UsageError(f"{name}={text!r} is not a number of seconds {least}; set it to one, e.g. "
                          f"{name}={default:g} (the default), or unset it.")

@@ -349,9 +349,14 @@ class Reading:
             self._lines += data.count(b"\n", 0, cut)
         self._partial = data[cut:]
         # a --metric, when given, is the source: the probe's steps then only shown as they come
-        if self.metric is not None or not self._lines or not self._enough(self._lines - 1):
+        if self.metric is not None or not self._lines:
             return False
-        return self._enough(len(self.marks) - 1)  # the count holds --steps: so do the valid lines?
+        counted = self._lines - 1
+        if self.spec.steps is not None and counted >= self.spec.steps + self.warmup:  # the count holds --steps:
+            if not self.marks:  # do the valid lines? (a forged line is counted, never a mark)
+                return False
+            counted = len(self.marks) - 1
+        return self._enough(counted)
 
     def _enough(self, measured_with_warmup: int) -> bool:
         if self.on_step is not None:
