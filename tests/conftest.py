@@ -91,20 +91,26 @@ def pytest_collection_modifyitems(config, items):
         items.sort(key=lambda item: item.nodeid not in waiting)  # stable: otherwise the suite's order
 
 
+def _cpu_s() -> float:
+    """CPU seconds of this worker and of the children it has waited for (a daemon's count when it is reaped)."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     """With ``DLBENCH_TEST_TIMELINE=FILE``, append one JSON line per test: the worker, the node id, when it
-    started and ended (setup to teardown, seconds since the epoch): ``python tests/timeline.py FILE`` shows each
-    worker's schedule and the time it stood idle at the end (docs/testing.md)."""
+    started and ended (setup to teardown, seconds since the epoch), its CPU seconds: ``python tests/timeline.py
+    FILE`` shows each worker's schedule and the time it stood idle at the end (docs/testing.md)."""
     path = os.environ.get("DLBENCH_TEST_TIMELINE")
-    start = time.time()
+    start, cpu = time.time(), _cpu_s()
     try:
         return (yield)
     finally:
         if path:
             line = {"run": os.environ.get("PYTEST_XDIST_TESTRUNUID", ""),  # a pytest a test starts has its own
                     "worker": os.environ.get("PYTEST_XDIST_WORKER", "main"), "test": item.nodeid,
-                    "start": start, "end": time.time()}
+                    "start": start, "end": time.time(), "cpu_s": round(_cpu_s() - cpu, 3)}
             with open(path, "a") as out:  # one short line per write: appends from two workers do not interleave
                 out.write(json.dumps(line) + "\n")
 

@@ -30,25 +30,34 @@ def summary(lines: list[dict], top: int = 12) -> str:
         busy = sum(x["end"] - x["start"] for x in tests)
         last = max(x["end"] for x in tests) - t0
         out.append(f"{name}: {len(tests)} tests, {busy:.0f} s busy, done at {last:.0f} s (idle {end - t0 - last:.0f} s at the end)")
-    groups = defaultdict(float)
+    groups, cpu = defaultdict(float), defaultdict(float)
     spans = defaultdict(lambda: [float("inf"), 0.0, ""])
     for x in lines:
         group = x["test"].rpartition("@")[2] if "@" in x["test"] else "-"
         groups[group] += x["end"] - x["start"]
+        cpu[group] += x.get("cpu_s", 0.0)
         span = spans[group]
         span[0], span[1], span[2] = min(span[0], x["start"]), max(span[1], x["end"]), x["worker"]
-    out.append("groups (seconds of tests; span on its worker, from the suite's start):")
+    total_cpu = sum(x.get("cpu_s", 0.0) for x in lines)
+    out.append(f"CPU: {total_cpu:.0f} s counted by the workers (their own and their waited-for children's)")
+    out.append("groups (seconds of tests, CPU seconds; span on its worker, from the suite's start):")
     for group, seconds in sorted(groups.items(), key=lambda kv: -kv[1])[:top]:
         s, e, w = spans[group]
-        out.append(f"  {group:28s} {seconds:7.0f} s  {w} {s - t0:6.0f}–{e - t0:6.0f} s")
-    folders = defaultdict(float)
+        out.append(f"  {group:28s} {seconds:7.0f} s {cpu[group]:7.0f} s CPU  {w} {s - t0:6.0f}–{e - t0:6.0f} s")
+    folders, folders_cpu = defaultdict(float), defaultdict(float)
     for x in lines:
-        folders[x["test"].split("::")[0].rpartition("/")[0]] += x["end"] - x["start"]
-    out.append("directories (seconds of tests):")
-    out += [f"  {folder:28s} {seconds:7.0f} s" for folder, seconds in sorted(folders.items(), key=lambda kv: -kv[1])[:top]]
+        folder = x["test"].split("::")[0].rpartition("/")[0]
+        folders[folder] += x["end"] - x["start"]
+        folders_cpu[folder] += x.get("cpu_s", 0.0)
+    out.append("directories (seconds of tests, CPU seconds):")
+    out += [f"  {folder:28s} {seconds:7.0f} s {folders_cpu[folder]:7.0f} s CPU"
+            for folder, seconds in sorted(folders.items(), key=lambda kv: -kv[1])[:top]]
     out.append("longest tests:")
     for x in sorted(lines, key=lambda x: x["start"] - x["end"])[:top]:
         out.append(f"  {x['end'] - x['start']:6.1f} s  {x['worker']} at {x['start'] - t0:6.0f} s  {x['test']}")
+    out.append("most CPU:")
+    for x in sorted(lines, key=lambda x: -x.get("cpu_s", 0.0))[:top]:
+        out.append(f"  {x.get('cpu_s', 0.0):6.1f} s CPU  {x['end'] - x['start']:6.1f} s  {x['test']}")
     return "\n".join(out)
 
 
