@@ -94,6 +94,21 @@ def test_a_cancelled_job_is_recorded_aborted(slurm, tmp_path, capsys, faulty):
     assert row["state"] == "cancelled" and row["collected"]
 
 
+def test_a_job_the_controller_no_longer_knows_is_not_watched_for_ever(slurm, tmp_path, monkeypatch):
+    """Slurm forgets an ended job after MinJobAge, and without accounting nothing else tells its end: a job whose
+    ranks did not all report was polled for ever (a test that never ends). dlbench now stops waiting after
+    UNKNOWN_WAIT_S and records the run from what its ranks wrote. A job id the controller never had gets the
+    controller's same answer as a forgotten one."""
+    monkeypatch.setattr(batch_launcher, "UNKNOWN_WAIT_S", 1.0)
+    workdir = tmp_path / "job"
+    workdir.mkdir()
+    entry = {"launcher": "slurm", "job_id": "987654", "workdir": str(workdir), "run": {"world_size": 2, "timeout_s": 60}}
+    outcome = launcher_class("slurm")(scheduler=SlurmScheduler()).wait(entry)
+    assert outcome.returncode == 1 and outcome.statuses == {}
+    assert "no longer knows the job" in outcome.start_failed, outcome.start_failed
+    assert "dlbench stopped waiting after 1 s" in outcome.start_failed, outcome.start_failed
+
+
 def test_a_signal_while_the_job_is_submitted_cancels_the_job_it_became(slurm, tmp_path, faulty):
     """SIGTERM after sbatch took the job but before dlbench read its id: the submission ends first (it runs
     in a thread of its own), then the job is cancelled and the run recorded aborted; no job is left queued."""
