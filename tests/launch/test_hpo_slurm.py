@@ -47,7 +47,7 @@ def test_a_sqlite_storage_is_refused_for_slurm_workers(slurm, tmp_path):
     out = hpo(tmp_path, "hpo", "run", "--config", study(tmp_path))
     assert out.returncode == 2
     assert "storage: journal:" in out.stderr and "SQLite is unsafe over NFS/Lustre" in out.stderr
-    assert subprocess.run(["squeue", "-h"], capture_output=True, text=True, check=True).stdout == ""
+    assert subprocess.run(["squeue", "-h"], capture_output=True, text=True, check=True, timeout=60).stdout == ""
 
 
 def test_a_worker_element_the_controller_no_longer_knows_ends_as_failed(slurm, tmp_path, monkeypatch):

@@ -43,7 +43,7 @@ def dlbench(capsys, *argv: str) -> tuple[int, str, str]:
 
 
 def squeue() -> list[str]:
-    return subprocess.run(["squeue", "-h", "-o", "%i %T"], capture_output=True, text=True, check=True).stdout.split("\n")[:-1]
+    return subprocess.run(["squeue", "-h", "-o", "%i %T"], capture_output=True, text=True, check=True, timeout=60).stdout.split("\n")[:-1]
 
 
 def wait_running(job_id: str, timeout_s: float = 120) -> None:
@@ -131,7 +131,7 @@ def test_a_signal_while_the_job_is_submitted_cancels_the_job_it_became(slurm, tm
     run = resolve_batch(RunSpec(**PACED_SPEC, telemetry=False, nproc=2), LaunchSettings(), "slurm")
     with pytest.raises(Terminated), stop_on_signals():
         execute(run, store, env={}, launcher=launcher_class("slurm")(scheduler=SlowAnswer()))
-    killer.join()
+    killer.join(150)  # it waits 120 s at most for the submission
     (record,) = store.records()
     assert record["status"] == "aborted" and record["error"].startswith("stopped by SIGTERM"), record["error"]
     assert squeue() == [] and slurm.left_running() == []
@@ -152,7 +152,7 @@ def test_a_job_that_hits_its_time_limit_is_recorded_aborted_with_its_steps(slurm
         while time.monotonic() < deadline:
             jobs = [line.split()[0] for line in squeue() if line.endswith(" RUNNING")]
             if measuring(tmp_path / "home", 2) and len(jobs) == 1:
-                subprocess.run(["scontrol", "update", f"JobId={jobs[0]}", "TimeLimit=2"], capture_output=True, check=True)
+                subprocess.run(["scontrol", "update", f"JobId={jobs[0]}", "TimeLimit=2"], capture_output=True, check=True, timeout=60)
                 cut.set()
                 return
             time.sleep(0.5)
@@ -161,7 +161,7 @@ def test_a_job_that_hits_its_time_limit_is_recorded_aborted_with_its_steps(slurm
     cutter.start()
     code, out, err = dlbench(capsys, "run", *PACED, *SLURM, "--time", "3",
                              "--signal-lead", "90", "--db", db, "--json")
-    cutter.join()
+    cutter.join(300)  # it gives up after 240 s
     assert cut.is_set(), err  # the limit was cut while the ranks measured
     assert code == 1, err
     record = json.loads(out)
