@@ -221,7 +221,7 @@ needs_git = pytest.mark.skipif(shutil.which("git") is None, reason="git not inst
 def _git(repo: Path, *args: str) -> str:
     identity = ["-c", "user.name=t", "-c", "user.email=t@example.com", "-c", "commit.gpgsign=false"]
     cmd = ["git", *identity, *args]
-    return subprocess.run(cmd, cwd=repo, check=True, capture_output=True, text=True).stdout.strip()
+    return subprocess.run(cmd, cwd=repo, check=True, capture_output=True, text=True, timeout=60).stdout.strip()
 
 
 @needs_git
@@ -438,7 +438,7 @@ def test_capture_env_starts_no_program_but_git(monkeypatch):
 
 def test_import_does_not_import_torch():
     code = "import sys, dlbench.env; assert 'torch' not in sys.modules, 'torch imported'"
-    subprocess.run([sys.executable, "-c", code], check=True)
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=300)
 
 
 def test_format_env_renders_sections():

@@ -187,17 +187,19 @@ def test_malformed_yaml(capsys, db, tmp_path):
 
 def test_console_script_help_does_not_import_torch():
     code = "import sys; from dlbench.cli.app import main; main(['--help']) ; print('torch' in sys.modules)"
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert proc.stdout.strip().endswith("False")
 
 
 def test_console_script_exit_codes(tmp_path):
     env = dict(os.environ, DLBENCH_DB=str(tmp_path / "r.db"))
-    proc = subprocess.run([sys.executable, "-m", "dlbench", "run", "resnet5"], capture_output=True, text=True, env=env)
+    proc = subprocess.run([sys.executable, "-m", "dlbench", "run", "resnet5"], capture_output=True, text=True, env=env,
+                          timeout=300)
     assert proc.returncode == 2
     assert proc.stderr.startswith("dlbench: error: unknown workload 'resnet5'")
     assert proc.stdout == ""
-    proc = subprocess.run([sys.executable, "-m", "dlbench", "run", "--bogus-flag"], capture_output=True, text=True, env=env)
+    proc = subprocess.run([sys.executable, "-m", "dlbench", "run", "--bogus-flag"], capture_output=True, text=True, env=env,
+                          timeout=300)
     assert proc.returncode == 2
 
 

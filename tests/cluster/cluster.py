@@ -109,14 +109,15 @@ def missing() -> str | None:
         if shutil.which(tool, path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin") is None:
             return f"the namespace cluster needs {tool} (Debian: iproute2, util-linux)"
     # a container without CAP_SYS_ADMIN cannot make namespaces: try one (empty, gone when `true` exits)
-    probe = subprocess.run(["unshare", "--net", "--uts", "--mount", "true"], capture_output=True, text=True, check=False)
+    probe = subprocess.run(["unshare", "--net", "--uts", "--mount", "true"], capture_output=True, text=True, check=False,
+                           timeout=60)
     if probe.returncode != 0:
         return f"network namespaces cannot be created here ({probe.stderr.strip()[:120]})"
     return slurm_missing()
 
 
 def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    out = subprocess.run([_sbin("ip"), *args], capture_output=True, text=True, check=False)
+    out = subprocess.run([_sbin("ip"), *args], capture_output=True, text=True, check=False, timeout=60)
     if check and out.returncode != 0:
         raise RuntimeError(f"ip {' '.join(args)}: {out.stderr.strip()[:300]}")
     return out
@@ -217,7 +218,7 @@ class NamespaceCluster:
     def _start_slurm(self, timeout_s: float) -> None:
         munge = self.root / "munge"
         key, sock = munge / "munge.key", munge / "munge.socket"
-        subprocess.run([_sbin("mungekey"), "--create", f"--keyfile={key}"], check=True, capture_output=True)
+        subprocess.run([_sbin("mungekey"), "--create", f"--keyfile={key}"], check=True, capture_output=True, timeout=60)
         self._spawn("munged", [_sbin("munged"), "--foreground", "--force", f"--key-file={key}", f"--socket={sock}",
                                f"--pid-file={munge / 'munged.pid'}", f"--log-file={munge / 'munged.log'}",
                                f"--seed-file={munge / 'munged.seed'}"])
@@ -550,7 +551,7 @@ def shaped_ceiling_bits_per_s(rate_mbit: float, bytes_sent: float) -> float:
 
 
 def _tc(ns: str, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    out = subprocess.run([_sbin("tc"), "-n", ns, *args], capture_output=True, text=True, check=False)
+    out = subprocess.run([_sbin("tc"), "-n", ns, *args], capture_output=True, text=True, check=False, timeout=60)
     if check and out.returncode != 0:
         raise RuntimeError(f"tc -n {ns} {' '.join(args)}: {out.stderr.strip()[:300]}")
     return out

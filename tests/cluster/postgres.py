@@ -57,7 +57,7 @@ class PostgresServer:
         subprocess.run(self._as_postgres([str(bin_dir / "initdb"), "-D", str(self.data / "db"), "-U", ROLE,
                                           f"--pwfile={self.data / 'pw'}", "--auth-local=trust",
                                           "--auth-host=scram-sha-256", "-E", "UTF8"]),
-                       check=True, capture_output=True)
+                       check=True, capture_output=True, timeout=300)
         with open(self.data / "db" / "pg_hba.conf", "a") as hba:  # the cluster's addresses, with the password
             hba.write("host all all 10.213.0.0/24 scram-sha-256\n")
         log = open(self.data / "postgres.log", "ab")  # noqa: SIM115 - kept open while it runs

@@ -26,7 +26,7 @@ def test_a_two_node_slurm_run_in_the_image(login2, container_image):
     assert inside["torch"]["version"] == "2.13.0+cpu" and inside["hostname"] == "node0"
     # the node inspected its copy of the image: the digest is recorded as on the local path
     digest = subprocess.run(["podman", "image", "inspect", "--format", "{{.Digest}}", container_image], capture_output=True,
-                            text=True, check=True).stdout.strip()
+                            text=True, check=True, timeout=120).stdout.strip()
     assert digest.startswith("sha256:") and inside["container"]["digest"] == digest
     assert [r["host"] for r in record["result"]["per_rank"]] == login.cluster.nodes
     assert login.cluster.left_running() == []

@@ -56,7 +56,7 @@ def wait_for_steps(login, proc: subprocess.Popen, steps: int = 5, timeout_s: flo
         if len(beats) == 2 and all(b["step"] >= steps for b in beats.values()):
             return beats
         if proc.poll() is not None:
-            pytest.fail(f"the run ended before the failure: {proc.stderr.read()[-3000:]}")
+            pytest.fail(f"the run ended before the failure: {_output(proc)[1][-3000:]}")
         time.sleep(0.5)
     proc.kill()
     pytest.fail(f"the ranks did not reach step {steps} within {timeout_s} s")
@@ -67,9 +67,16 @@ def finish(proc: subprocess.Popen, since: float) -> tuple[int, dict, str, float]
         out, err = proc.communicate(timeout=ENDS_WITHIN_S + 60)
     except subprocess.TimeoutExpired:
         proc.kill()
-        out, err = proc.communicate()
-        pytest.fail(f"dlbench did not end {ENDS_WITHIN_S + 60} s after the failure; stderr: {err[-3000:]}")
+        pytest.fail(f"dlbench did not end {ENDS_WITHIN_S + 60} s after the failure; stderr: {_output(proc)[1][-3000:]}")
     return proc.returncode, json.loads(out) if out.strip() else {}, err, time.monotonic() - since
+
+
+def _output(proc: subprocess.Popen) -> tuple[str, str]:
+    """What an ended ``proc`` wrote; bounded, since a process it started may still hold its pipes open."""
+    try:
+        return proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        return "", "(its output is still held open by a process it started)"
 
 
 def check_failed_naming(record: dict, code: int, err: str, took_s: float, *names: str) -> None:

@@ -51,7 +51,7 @@ def stored(db) -> list[dict]:
 
 def digest_of(image: str) -> str:
     out = subprocess.run(["podman", "image", "inspect", "--format", "{{.Digest}}", image], capture_output=True, text=True,
-                         check=True)
+                         check=True, timeout=120)  # podman waits on its storage lock: bounded
     return out.stdout.strip()
 
 
@@ -127,7 +127,7 @@ def test_bare_against_container_says_a_nersc_config_runs_dlbenchs_model(containe
 def _derived(base: str, tag: str, command: str) -> str:
     """An image made from ``base`` by one RUN ``command`` (a thin layer, seconds)."""
     subprocess.run(["podman", "build", "-q", "-t", tag, "-f", "-", "."], input=f"FROM {base}\nRUN {command}\n",
-                   text=True, capture_output=True, check=True)
+                   text=True, capture_output=True, check=True, timeout=600)
     return tag
 
 
@@ -151,7 +151,7 @@ def test_a_bad_image_is_one_sentence_exit_2_and_nothing_recorded(bad, message, c
     assert len(errors) == 1 and errors[0].startswith("dlbench: error: ")
     assert "Traceback" not in out.stderr and stored(db) == []
     if bad == "other_version":
-        subprocess.run(["podman", "rmi", "localhost/dlbench-test:other-version"], capture_output=True, check=False)
+        subprocess.run(["podman", "rmi", "localhost/dlbench-test:other-version"], capture_output=True, check=False, timeout=120)
 
 
 def test_bare_against_container_runs_a_program_of_ours_on_both_sides(container_image, tmp_path):

@@ -85,6 +85,10 @@ def test_a_postgresql_statement_that_waits_on_a_lock_ends_at_the_statement_timeo
     holder = sa.create_engine(_engine._postgres_driver(url))
     try:
         with holder.connect() as held:
+            # the server ends the holder after 60 s in its transaction, and its own waits: were the timeout under
+            # test lost, the select below would get the table and the test fail, not wait for ever
+            held.execute(sa.text("set idle_in_transaction_session_timeout = '60s'"))
+            held.execute(sa.text("set lock_timeout = '60s'"))
             held.execute(sa.text("create table if not exists t33_lock (x int)"))
             held.commit()
             held.execute(sa.text("lock table t33_lock in access exclusive mode"))

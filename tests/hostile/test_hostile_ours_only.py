@@ -135,7 +135,7 @@ def test_io_checkpoint_stopped_by_sigterm_is_aborted_and_removes_its_directory(t
     while time.monotonic() < deadline and proc.poll() is None and not any(
             p.is_file() and p.stat().st_size > 1 << 20 for p in target.glob("dlbench-checkpoint-*/*")):
         time.sleep(0.02)
-    assert proc.poll() is None, proc.communicate()[1][-2000:]  # writing: the signal comes mid-checkpoint
+    assert proc.poll() is None, proc.communicate(timeout=30)[1][-2000:]  # writing: the signal comes mid-checkpoint
     signalled = time.monotonic()
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=60)

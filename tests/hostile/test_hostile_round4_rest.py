@@ -59,7 +59,7 @@ def test_sigterm_during_a_compliance_score_ends_its_checkers(tmp_path):
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None and not _checkers_under(proc.pid):
         time.sleep(0.05)
-    assert proc.poll() is None, proc.communicate()[1][-2000:]  # checking: the signal comes mid-way
+    assert proc.poll() is None, proc.communicate(timeout=30)[1][-2000:]  # checking: the signal comes mid-way
     before = _checkers(proc.pid)
     proc.send_signal(signal.SIGTERM)
     started_after = set()

@@ -63,6 +63,18 @@ def _worker(url: str, log: str, trials: int) -> None:
     study.optimize(objective, n_trials=trials)
 
 
+def join_all(procs, timeout_s: float) -> None:
+    """Wait for every process within one ``timeout_s`` in all; kill what still runs (a worker left waiting on a
+    lock would hold the database, and PostgreSQL's rows, for the tests after this one)."""
+    deadline = time.monotonic() + timeout_s
+    for p in procs:
+        p.join(max(0.0, deadline - time.monotonic()))
+    for p in procs:
+        if p.is_alive():
+            p.kill()
+            p.join(30)
+
+
 def test_eight_workers_on_one_sqlite_study_lose_no_trial_and_duplicate_none(tmp_path):
     url = f"sqlite:///{tmp_path / 'runs.db'}"
     optuna.create_study(study_name="eight", storage=open_storage(url))
@@ -71,8 +83,7 @@ def test_eight_workers_on_one_sqlite_study_lose_no_trial_and_duplicate_none(tmp_
     procs = [ctx.Process(target=_worker, args=(url, str(log), 10)) for _ in range(8)]
     for p in procs:
         p.start()
-    for p in procs:
-        p.join(300)
+    join_all(procs, 300)
     assert [p.exitcode for p in procs] == [0] * 8  # no worker failed on a locked database
     trials = load(tmp_path / "runs.db", "eight").get_trials()
     ran = [int(line) for line in log.read_text().split()]
@@ -112,8 +123,7 @@ def _budget_race(url: str, claim: bool, budget: int = 24, workers: int = 6) -> i
     procs = [ctx.Process(target=_claiming_worker, args=(url, budget, claim, start)) for _ in range(workers)]
     for p in procs:
         p.start()
-    for p in procs:
-        p.join(300)
+    join_all(procs, 300)
     assert [p.exitcode for p in procs] == [0] * workers
     return len(optuna.load_study(study_name="budget", storage=open_storage(url)).get_trials())
 
@@ -149,7 +159,7 @@ def _claim_is_exclusive(url: str, tmp_path) -> None:
         claim.release()
     finally:
         release.touch()
-        holder.join(30)
+        join_all([holder], 30)
 
 
 @pytest.mark.parametrize("kind", ["sqlite", "journal"])

@@ -33,6 +33,9 @@ DAEMONS = ("munged", "mungekey", "slurmctld", "slurmd", "sbatch")
 #: preflight probes measure 0.8 s instead of 3.5 s (BUDGET_S: 10 s; the verdict rules are the same).
 CLIENT_ENV = {"DLBENCH_REPORT_LAG_S": "1", "DLBENCH_FAILED_GRACE_S": "3", "DLBENCH_JOB_POLL_S": "0.5",
                 "DLBENCH_PREFLIGHT_BUDGET_S": "2"}
+#: Seconds a Slurm or munge command may take here (they answer in milliseconds; Slurm's clients retry a busy
+#: controller for MessageTimeout, 10 s): past it the test fails naming the command instead of hanging.
+COMMAND_TIMEOUT_S = 60
 WHY_MISSING = "Slurm and munge are not installed (.ci/run installs Debian's slurm-wlm and munge)"
 
 
@@ -126,7 +129,7 @@ class SlurmCluster:
             (root / sub).mkdir(mode=0o700, parents=True, exist_ok=True)
         key, sock = root / "munge" / "munge.key", root / "munge" / "munge.socket"
         # Debian 12's munge creates keys with mungekey (create-munge-key is gone)
-        subprocess.run([_sbin("mungekey"), "--create", f"--keyfile={key}"], check=True, capture_output=True)
+        subprocess.run([_sbin("mungekey"), "--create", f"--keyfile={key}"], check=True, capture_output=True, timeout=COMMAND_TIMEOUT_S)
         self._spawn([_sbin("munged"), "--foreground", "--force", f"--key-file={key}", f"--socket={sock}",
                      f"--pid-file={root / 'munge' / 'munged.pid'}", f"--log-file={root / 'munge' / 'munged.log'}",
                      f"--seed-file={root / 'munge' / 'munged.seed'}"])
@@ -148,7 +151,11 @@ class SlurmCluster:
                                            env=dict(os.environ) | self.env, start_new_session=True))
 
     def _node_idle(self) -> bool:
-        out = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, env=dict(os.environ) | self.env, check=False)
+        try:  # a controller that does not answer yet: asked again until _wait's deadline
+            out = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, env=dict(os.environ) | self.env,
+                                 check=False, timeout=COMMAND_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            return False
         return out.returncode == 0 and out.stdout.strip().startswith("idle")
 
     def _wait(self, ready, timeout_s: float, what: str) -> None:
@@ -162,7 +169,8 @@ class SlurmCluster:
 
     def cancel_all(self) -> None:
         """Cancel every job (between tests: the next one starts on an empty queue)."""
-        subprocess.run(["scancel", "--full", "--user", "root"], capture_output=True, env=dict(os.environ) | self.env, check=False)
+        subprocess.run(["scancel", "--full", "--user", "root"], capture_output=True, env=dict(os.environ) | self.env, check=False,
+                       timeout=COMMAND_TIMEOUT_S)
 
     def stop(self) -> None:
         """Cancel all jobs, stop the daemons (and any job step they left), in reverse order."""

@@ -47,4 +47,18 @@ def test_a_sqlite_storage_is_refused_for_slurm_workers(slurm, tmp_path):
     out = hpo(tmp_path, "hpo", "run", "--config", study(tmp_path))
     assert out.returncode == 2
     assert "storage: journal:" in out.stderr and "SQLite is unsafe over NFS/Lustre" in out.stderr
-    assert subprocess.run(["squeue", "-h"], capture_output=True, text=True, check=True).stdout == ""
+    assert subprocess.run(["squeue", "-h"], capture_output=True, text=True, check=True, timeout=60).stdout == ""
+
+
+def test_a_worker_element_the_controller_no_longer_knows_ends_as_failed(slurm, tmp_path, monkeypatch):
+    """An element Slurm forgot (after MinJobAge, accounting off) was polled for ever; now it counts as a dead
+    worker after UNKNOWN_WAIT_S. The array here is one the controller never had: its answer is the same."""
+    from dlbench.hpo import slurm as hpo_slurm
+
+    monkeypatch.setattr(hpo_slurm, "UNKNOWN_WAIT_S", 1.0)
+    engine = hpo_slurm.SlurmEngine()
+    monkeypatch.setattr(engine, "_submit", lambda plans: "987655")
+    dead = []
+    engine.run_workers([None, None], None, work_left=lambda: False, on_dead=lambda name, why: dead.append((name, why)))
+    assert [name for name, _ in dead] == ["slurm-987655:w0", "slurm-987655:w1"]
+    assert all("no longer knows the job" in why and "dlbench stopped waiting after 1 s" in why for _, why in dead), dead

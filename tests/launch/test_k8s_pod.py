@@ -67,6 +67,7 @@ def test_sigterm_reaches_the_ranks(tmp_path):
     deadline = time.monotonic() + 60
     while not started.exists() and time.monotonic() < deadline:
         time.sleep(0.1)
+    assert started.exists(), "the pod's rank did not start within 60 s"
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) == 128 + signal.SIGTERM  # the child died of the SIGTERM passed on
 
@@ -92,6 +93,7 @@ def test_a_stopped_pod_stays_up_after_its_reports_so_they_can_be_read(tmp_path):
     deadline = time.monotonic() + 60
     while not (ranks / "up").exists() and time.monotonic() < deadline:
         time.sleep(0.1)
+    assert (ranks / "up").exists(), "the pod's rank did not start within 60 s"
     proc.send_signal(signal.SIGTERM)
     line = proc.stdout.readline()
     printed = time.monotonic()

@@ -43,7 +43,7 @@ def dlbench(capsys, *argv: str) -> tuple[int, str, str]:
 
 
 def squeue() -> list[str]:
-    return subprocess.run(["squeue", "-h", "-o", "%i %T"], capture_output=True, text=True, check=True).stdout.split("\n")[:-1]
+    return subprocess.run(["squeue", "-h", "-o", "%i %T"], capture_output=True, text=True, check=True, timeout=60).stdout.split("\n")[:-1]
 
 
 def wait_running(job_id: str, timeout_s: float = 120) -> None:
@@ -94,6 +94,21 @@ def test_a_cancelled_job_is_recorded_aborted(slurm, tmp_path, capsys, faulty):
     assert row["state"] == "cancelled" and row["collected"]
 
 
+def test_a_job_the_controller_no_longer_knows_is_not_watched_for_ever(slurm, tmp_path, monkeypatch):
+    """Slurm forgets an ended job after MinJobAge, and without accounting nothing else tells its end: a job whose
+    ranks did not all report was polled for ever (a test that never ends). dlbench now stops waiting after
+    UNKNOWN_WAIT_S and records the run from what its ranks wrote. A job id the controller never had gets the
+    controller's same answer as a forgotten one."""
+    monkeypatch.setattr(batch_launcher, "UNKNOWN_WAIT_S", 1.0)
+    workdir = tmp_path / "job"
+    workdir.mkdir()
+    entry = {"launcher": "slurm", "job_id": "987654", "workdir": str(workdir), "run": {"world_size": 2, "timeout_s": 60}}
+    outcome = launcher_class("slurm")(scheduler=SlurmScheduler()).wait(entry)
+    assert outcome.returncode == 1 and outcome.statuses == {}
+    assert "no longer knows the job" in outcome.start_failed, outcome.start_failed
+    assert "dlbench stopped waiting after 1 s" in outcome.start_failed, outcome.start_failed
+
+
 def test_a_signal_while_the_job_is_submitted_cancels_the_job_it_became(slurm, tmp_path, faulty):
     """SIGTERM after sbatch took the job but before dlbench read its id: the submission ends first (it runs
     in a thread of its own), then the job is cancelled and the run recorded aborted; no job is left queued."""
@@ -116,7 +131,7 @@ def test_a_signal_while_the_job_is_submitted_cancels_the_job_it_became(slurm, tm
     run = resolve_batch(RunSpec(**PACED_SPEC, telemetry=False, nproc=2), LaunchSettings(), "slurm")
     with pytest.raises(Terminated), stop_on_signals():
         execute(run, store, env={}, launcher=launcher_class("slurm")(scheduler=SlowAnswer()))
-    killer.join()
+    killer.join(150)  # it waits 120 s at most for the submission
     (record,) = store.records()
     assert record["status"] == "aborted" and record["error"].startswith("stopped by SIGTERM"), record["error"]
     assert squeue() == [] and slurm.left_running() == []
@@ -137,7 +152,7 @@ def test_a_job_that_hits_its_time_limit_is_recorded_aborted_with_its_steps(slurm
         while time.monotonic() < deadline:
             jobs = [line.split()[0] for line in squeue() if line.endswith(" RUNNING")]
             if measuring(tmp_path / "home", 2) and len(jobs) == 1:
-                subprocess.run(["scontrol", "update", f"JobId={jobs[0]}", "TimeLimit=2"], capture_output=True, check=True)
+                subprocess.run(["scontrol", "update", f"JobId={jobs[0]}", "TimeLimit=2"], capture_output=True, check=True, timeout=60)
                 cut.set()
                 return
             time.sleep(0.5)
@@ -146,7 +161,7 @@ def test_a_job_that_hits_its_time_limit_is_recorded_aborted_with_its_steps(slurm
     cutter.start()
     code, out, err = dlbench(capsys, "run", *PACED, *SLURM, "--time", "3",
                              "--signal-lead", "90", "--db", db, "--json")
-    cutter.join()
+    cutter.join(300)  # it gives up after 240 s
     assert cut.is_set(), err  # the limit was cut while the ranks measured
     assert code == 1, err
     record = json.loads(out)

@@ -36,7 +36,7 @@ def _job_pid(job_id: str, timeout_s: float = 30.0) -> int:
 def test_real_slurm_jobs_label_the_gpus_they_hold(slurm):
     env = dict(os.environ)
     jobs = [subprocess.run(["sbatch", "--parsable", "-n", "1", "--wrap", "sleep 120"], env=env, capture_output=True,
-                           text=True, check=True).stdout.strip().split(";")[0] for _ in range(2)]
+                           text=True, check=True, timeout=60).stdout.strip().split(";")[0] for _ in range(2)]
     pids = [_job_pid(job) for job in jobs]
     nvml = FakeNVML(2)
     nvml.gpus[0].processes = [(pids[0], GIB)]

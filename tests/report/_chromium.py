@@ -49,10 +49,15 @@ class Page:
         elif method == "Page.loadEventFired":
             self.loaded = True
 
-    def send(self, method: str, **params) -> dict:
+    def send(self, method: str, timeout_s: float = 60.0, **params) -> dict:
+        """``method``'s result. Each receive is bounded by the socket's timeout, and the whole wait by
+        ``timeout_s``: a page that keeps sending events (a timer logging) must not hide a reply that never comes."""
         self.next_id += 1
         self.ws.send(json.dumps({"id": self.next_id, "method": method, "params": params}))
+        deadline = time.monotonic() + timeout_s
         while True:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"chromium did not answer {method} within {timeout_s:.0f} s")
             message = json.loads(self.ws.recv())
             if message.get("id") == self.next_id:
                 if "error" in message:
@@ -114,9 +119,14 @@ def open_page(binary: str, profile: Path, url: str) -> tuple[subprocess.Popen, P
     import websocket  # websocket-client, a test dependency
 
     proc, ws_url = start(binary, profile)
-    page = Page(websocket.create_connection(ws_url, timeout=60, suppress_origin=True))
-    for domain in ("Page", "Runtime", "Log", "Network"):
-        page.send(f"{domain}.enable")
-    page.send("Page.navigate", url=url)
-    page.wait_loaded()
+    try:
+        page = Page(websocket.create_connection(ws_url, timeout=60, suppress_origin=True))
+        for domain in ("Page", "Runtime", "Log", "Network"):
+            page.send(f"{domain}.enable")
+        page.send("Page.navigate", url=url)
+        page.wait_loaded()
+    except BaseException:  # the caller's cleanup never sees this process: end it here, not with the session
+        proc.kill()
+        proc.wait(timeout=30)
+        raise
     return proc, page

@@ -187,7 +187,7 @@ def test_the_advised_recovery_command_copies_the_runs_a_damaged_store_still_hold
     command = out.stderr.split("`")[1]
     if shutil.which("sqlite3") is None:
         pytest.skip("no sqlite3 shell to run the advised command with")
-    subprocess.run(["bash", "-c", command], check=True, capture_output=True)
+    subprocess.run(["bash", "-c", command], check=True, capture_output=True, timeout=300)
     listed = dlbench("results", "--db", f"{db}.recovered", "-n", "0", "--json")
     assert listed.returncode == 0, listed.stderr
     assert 100 < len(json.loads(listed.stdout)) < 200

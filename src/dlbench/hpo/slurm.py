@@ -26,8 +26,8 @@ from dlbench.config import launcher_section
 from dlbench.errors import BenchmarkFailed, Terminated, UsageError
 from dlbench.hpo._base import WORKER_ENV, WorkerEngine, WorkerPlan
 from dlbench.launch._base import PREFLIGHT_EXPECT_FILE, PREFLIGHT_JOBDIR_VAR, preflight_asked
-from dlbench.launch.batch import FINISHED, JobState
-from dlbench.launch.batch_launcher import STOP_WAIT_S, default_job_root, settle_poll_s, wait_s
+from dlbench.launch.batch import FAILED, FINISHED, UNKNOWN, JobState
+from dlbench.launch.batch_launcher import STOP_WAIT_S, UNKNOWN_WAIT_S, default_job_root, settle_poll_s, wait_s
 from dlbench.launch.slurm import SlurmScheduler, container_words, preflight_lines, site_lines, slurm_words
 from dlbench.record import new_id
 from dlbench.safety import sbatch_line, shell_word
@@ -99,11 +99,11 @@ class SlurmEngine(WorkerEngine):
 
     def run_workers(self, plans, study, work_left, on_dead, on_poll=None):
         for _ in range(ROUNDS):
-            array_id, ended = self._submit(plans), {}
+            array_id, ended, unknown_since = self._submit(plans), {}, {}
             try:
                 while len(ended) < len(plans):
                     for i in range(len(plans)):
-                        if i not in ended and (state := self.scheduler.state(f"{array_id}_{i}")).finished:
+                        if i not in ended and (state := self._element_state(array_id, i, unknown_since)).finished:
                             ended[i] = state
                             if state.state != "done":
                                 on_dead(f"slurm-{array_id}:w{i}", f"its Slurm job {array_id}_{i} ended {_said(state)}")
@@ -117,6 +117,17 @@ class SlurmEngine(WorkerEngine):
                 return
         raise BenchmarkFailed(f"the study's Slurm workers ended {ROUNDS} times with trials left; their output is "
                               f"in {self._workdir.parent} (worker-*.out).")
+
+    def _element_state(self, array_id: str, i: int, unknown_since: dict[int, float]) -> JobState:
+        """Element ``i``'s state; one the controller has not known for :data:`UNKNOWN_WAIT_S` (forgotten after
+        MinJobAge with accounting off) counts as failed, not as running for ever."""
+        state = self.scheduler.state(f"{array_id}_{i}")
+        if state.state != UNKNOWN:
+            unknown_since.pop(i, None)
+            return state
+        if time.monotonic() - unknown_since.setdefault(i, time.monotonic()) > UNKNOWN_WAIT_S:
+            return JobState(FAILED, f"{state.reason}; dlbench stopped waiting after {UNKNOWN_WAIT_S:.0f} s")
+        return state
 
     def _submit(self, plans: Sequence[WorkerPlan]) -> str:
         root = Path(self.settings.workdir).expanduser() if self.settings.workdir else default_job_root()

@@ -43,6 +43,10 @@ ENDING_S = 10.0
 NEVER_STARTS_WAIT_S = 30.0
 #: Seconds to wait for a cancelled job to end (its ranks record what they measured on SIGTERM).
 STOP_WAIT_S = 60.0
+#: Seconds a job may stay unknown to its scheduler (Slurm forgets an ended job after MinJobAge when accounting is
+#: off; a controller may not answer) before dlbench stops waiting for it: the run is then recorded from the
+#: reports its ranks wrote. Without a bound, a forgotten job whose ranks did not all report was watched for ever.
+UNKNOWN_WAIT_S = 600.0
 #: Seconds to wait, once a job ended, for reports the shared filesystem may show late (NFS attribute caches).
 REPORT_LAG_S = 10.0
 #: Seconds the other ranks get to report once one rank reported its failure, before the job is cancelled
@@ -228,10 +232,11 @@ class BatchLauncher(Launcher):
         job itself — a lost node, a node that never started its ranks — or None, the ranks that will never
         report)."""
         job_id = entry["job_id"]
-        last, hopeless_since = None, None
+        last, hopeless_since, unknown_since = None, None, None
         watch = RankWatch(self.scheduler, job_id, Path(entry["workdir"]), entry["run"])
         while True:
             state = self.scheduler.state(job_id)
+            unknown_since = (unknown_since or time.monotonic()) if state.state == UNKNOWN else None
             if state != last:
                 info(f"dlbench: {self.name} job {job_id}: {state.state}" + (f" ({state.reason})" if state.reason else ""))
                 last = state
@@ -242,6 +247,10 @@ class BatchLauncher(Launcher):
             if state.state == UNKNOWN and set(range(entry["run"]["world_size"])) <= set(
                     self.scheduler.reports(job_id, Path(entry["workdir"]))):
                 return JobState(DONE, state.reason), None, frozenset()  # forgotten by the scheduler, but every rank reported
+            if unknown_since is not None and time.monotonic() - unknown_since > UNKNOWN_WAIT_S:
+                why = f"{state.reason or 'the scheduler does not know the job'}; dlbench stopped waiting after {UNKNOWN_WAIT_S:.0f} s"
+                info(f"dlbench: {self.name} job {job_id}: {why}")
+                return JobState(UNKNOWN, why), None, frozenset()
             trouble = watch.trouble() if state.state == RUNNING else None
             if trouble is not None:  # end it now: the scheduler would wait for its own node-down detection
                 info(f"dlbench: {trouble or 'a rank failed'}; cancelling {self.name} job {job_id}")

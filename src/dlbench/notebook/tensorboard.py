@@ -19,15 +19,19 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
+from collections import deque
 from pathlib import Path
 
 from dlbench.errors import UsageError
 
 #: Seconds TensorBoard gets to answer HTTP before the start counts as failed.
 START_TIMEOUT_S = 90.0
+#: Lines of TensorBoard's stderr kept (its last words when it does not start).
+STDERR_LINES = 40
 
 
 def free_port() -> int:
@@ -52,6 +56,11 @@ class TensorBoard:
     def __init__(self, logdir: Path, port: int, process: subprocess.Popen):
         self.logdir, self.port, self.process = logdir, port, process
         self.url = f"http://127.0.0.1:{port}/"
+        # its stderr read as it comes, the end kept for a failed start: TensorBoard warns on every request it cannot
+        # serve (about 100 bytes each), and a full pipe nobody reads froze it after some 650 of them
+        self.stderr_tail: deque[str] = deque(maxlen=STDERR_LINES)
+        self._reader = threading.Thread(target=self.stderr_tail.extend, args=(process.stderr,), daemon=True)
+        self._reader.start()
         atexit.register(self.stop)
 
     @property
@@ -99,7 +108,8 @@ def tensorboard(logdir: str | os.PathLike, port: int | None = None, timeout_s: f
     while time.monotonic() < deadline:
         if process.poll() is not None:
             board.stop()
-            said = " ".join((process.stderr.read() or "").split()[-40:])
+            board._reader.join(timeout=5)  # the output ends with the process group
+            said = " ".join("".join(board.stderr_tail).split()[-40:])
             raise UsageError(f"TensorBoard exited with code {process.returncode} before serving {board.url} ({said}); "
                              "try another port or check the logdir.")
         if _answers(board.url):
