@@ -8,7 +8,9 @@ it from the library. Error injection:
 * ``unsupported(index, "nvmlDeviceGetTotalEccErrors", ...)`` — those calls raise NotSupported;
 * ``lose(index)`` / ``recover(index)`` — every call on that GPU raises GpuIsLost;
 * ``fail(index, "nvmlDeviceGetPowerUsage")`` — that call raises a transient Unknown error;
-* ``FakeNVML(init_error=pynvml.NVML_ERROR_DRIVER_NOT_LOADED)`` — ``nvmlInit`` fails.
+* ``FakeNVML(init_error=pynvml.NVML_ERROR_DRIVER_NOT_LOADED)`` — ``nvmlInit`` fails;
+* ``hang(index)`` — every call on that GPU (and ``nvmlShutdown``) blocks until ``release()``, as the
+  driver's calls do on a GPU that fell off the bus; ``in_hang`` is set once a call blocks there.
 
 Values move with a clock (``clock`` argument, default ``time.monotonic``): the energy counter is
 the integral of a constant power per GPU, utilisation changes with every reading.
@@ -53,6 +55,9 @@ class FakeNVML:
         self.t0 = clock()
         self.calls: Counter[str] = Counter()
         self.initialised = 0
+        self.in_hang = threading.Event()
+        self._released = threading.Event()
+        self._hanging = False
 
     @staticmethod
     def _gpu(index: int, spec: dict) -> SimpleNamespace:
@@ -60,7 +65,7 @@ class FakeNVML:
             "name": "NVIDIA H100 80GB HBM3", "uuid": f"GPU-{index:08x}-fake-4000-8000-{index:012x}",
             "bus": f"00000000:{0x18 + index:02X}:00.0", "pci_device_id": 0x2330, "minor": index, "total": 80 * GIB, "used": (2 + index) * GIB,
             "power_w": 300.0 + 10 * index, "limit_w": 700.0, "temp_c": 40 + index, "energy_mj0": 1_000_000 * (index + 1),
-            "unsupported": set(), "failing": set(), "lost": False, "processes": [(4242, GIB)],
+            "unsupported": set(), "failing": set(), "lost": False, "hung": False, "processes": [(4242, GIB)],
             "throttle": 0x1, "pcie_width": 16, "ecc_uncorrected": 0,  # idle, a full x16 link, no ECC error
             "mps_clients": None,  # no MPS server: the call is not supported
         }
@@ -80,9 +85,23 @@ class FakeNVML:
     def recover(self, index: int) -> None:
         self.gpus[index].lost = False
 
+    def hang(self, index: int) -> None:
+        self.gpus[index].hung = True
+        self._hanging = True
+
+    def release(self) -> None:
+        """Let every blocked call return (a test's cleanup: its threads end)."""
+        self._released.set()
+
+    def _block(self) -> None:
+        self.in_hang.set()
+        self._released.wait()  # the driver's call that never returns; a test releases it when done
+
     def _device(self, handle, function: str) -> SimpleNamespace:
         self.calls[function] += 1
         gpu = self.gpus[handle]
+        if gpu.hung and not self._released.is_set():
+            self._block()
         if gpu.lost:
             raise pynvml.NVMLError(pynvml.NVML_ERROR_GPU_IS_LOST)
         if function in gpu.unsupported:
@@ -101,6 +120,8 @@ class FakeNVML:
 
     def nvmlShutdown(self):
         self.calls["nvmlShutdown"] += 1
+        if self._hanging and not self._released.is_set():
+            self._block()
         self.initialised -= 1
 
     def nvmlDeviceGetCount(self):

@@ -215,3 +215,27 @@ def test_served_over_http_on_loopback():
             serve(registry, "127.0.0.1", port)  # the port is taken
     finally:
         stop_server(server)
+
+
+def test_the_monitor_ends_when_its_gpu_stops_answering(tmp_path, monkeypatch):
+    """An NVML call that never returns (a GPU off the bus) on the exporter's reader: stopping the monitor waits
+    STALL_S for it, then exits without closing NVML, which would wait too (before: joined for ever)."""
+    from dlbench.telemetry import exporter
+    from dlbench.telemetry.monitor import run_monitor
+
+    monkeypatch.setattr(exporter, "STALL_S", 0.5)
+    nvml, stop, ready = FakeNVML(1), threading.Event(), threading.Event()
+    monitor = threading.Thread(target=run_monitor, daemon=True, kwargs=dict(
+        port=0, interval_s=0.02, metrics_dirs=[tmp_path], nvml=nvml, on_ready=lambda *_: ready.set(), stop=stop,
+        jobs=False))
+    try:
+        monitor.start()
+        assert ready.wait(120), "the monitor never served"
+        nvml.hang(0)
+        assert nvml.in_hang.wait(120), "the reader never reached the hung NVML call"
+        stop.set()
+        monitor.join(120)  # did not hang: the 0.5 s bound and the server's shutdown
+        assert not monitor.is_alive(), "the monitor waited for the hung NVML call"
+        assert nvml.calls["nvmlShutdown"] == 0
+    finally:
+        nvml.release()

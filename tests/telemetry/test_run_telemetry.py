@@ -3,6 +3,7 @@ endpoint; the GPU path of a run's session through the NVML double."""
 
 import json
 import socket
+import threading
 import time
 import urllib.error
 
@@ -10,6 +11,7 @@ import pytest
 from _procs import free_port, http_get
 from fake_nvml import FakeNVML, SampleClock
 
+from dlbench import strict_json
 from dlbench.cli.app import main
 from dlbench.store import open_store
 from dlbench.telemetry.host import HostSource, ProcessSource
@@ -164,3 +166,48 @@ def test_gpu_session_energy_per_sample_from_the_nvml_counter(tmp_path):
     assert any("gpus" in s and s["gpus"][0]["power_w"] == 300.0 for s in series)
     assert nvml.initialised == 0  # the session closed NVML
     assert json.loads((tmp_path / "gpu1.json").read_text())["loss"] == 0.5
+
+
+def test_a_run_whose_gpu_stops_answering_ends_and_records_its_telemetry_as_incomplete(tmp_path):
+    """NVML hangs mid-run (a GPU off the bus): the session's end waits a bounded time, the record's telemetry
+    says it is incomplete and why, NVML is left as it is (closing it would wait too), the record is strict JSON."""
+    nvml = FakeNVML(1)
+    state = TrainingState(run_id="hung1", workload="resnet50", device="cuda:0", batch_size=4)
+    telemetry = RunTelemetry(state, [NVMLSource(nvml=nvml), HostSource()], interval_s=0.02)
+    telemetry.sampler.stall_s = 0.5
+    ended = []
+
+    def run():
+        with telemetry:
+            step = telemetry.wrap()
+            step("warmup", 0, 1)
+            nvml.hang(0)
+            assert nvml.in_hang.wait(120), "the sampler's thread never reached the hung NVML call"
+            step("measure", 0, 1)
+        ended.append(True)
+
+    try:
+        runner = threading.Thread(target=run, daemon=True)
+        runner.start()
+        runner.join(120)  # did not hang: two waits of 0.5 s
+        assert ended == [True], "the run did not end: its telemetry waited for the hung GPU"
+        record = {"id": "hung1", "result": {"window_s": 0.01, "batch_size": 4, "steps": 1}}
+        telemetry.attach(record)
+        summary = record["telemetry"]
+        assert summary["incomplete"].startswith("telemetry source 'gpus' did not answer within 0.5 s")
+        assert summary["nvml_up"] is False and summary["nvml_error"] == summary["incomplete"]
+        assert summary["gpu_count"] == 1  # the readings taken before the hang
+        assert telemetry.sampler.series[-1]["mark"] == "end" and telemetry.sampler.series[-1]["gpus"] is None
+        assert nvml.calls["nvmlShutdown"] == 0
+        assert strict_json.loads_strict(strict_json.dumps(record)) == record
+    finally:
+        nvml.release()
+
+
+def test_a_run_whose_sources_answer_has_complete_telemetry():
+    telemetry = RunTelemetry(TrainingState(run_id="r", workload="w"), [HostSource()], interval_s=0.05)
+    with telemetry:
+        pass
+    record = {"id": "r", "result": {}}
+    telemetry.attach(record)
+    assert record["telemetry"]["incomplete"] is None and telemetry.sampler.series[-1]["host"]

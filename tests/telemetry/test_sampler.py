@@ -133,3 +133,49 @@ def test_sampler_with_the_nvml_double_has_gpu_readings():
     assert summary["energy_j"] == pytest.approx(610 * summary["duration_s"], abs=0.004)
     with pytest.raises(ValueError):
         Sampler([], interval_s=0)
+
+
+def test_a_hung_nvml_call_cuts_the_series_and_stop_returns_within_its_bound():
+    """A GPU that fell off the bus: NVML's call never returns. stop() and the end sample wait stall_s each at
+    most, and the sampler says which source stopped answering (before, stop() joined the thread for ever)."""
+    nvml = FakeNVML(1)
+    sampler = Sampler([NVMLSource(nvml=nvml), HostSource()], interval_s=0.02, stall_s=0.5)
+    try:
+        sampler.start()
+        nvml.hang(0)
+        assert nvml.in_hang.wait(120), "the sampler's thread never reached the hung NVML call"
+        before = len(sampler.series)
+        stopper = threading.Thread(target=lambda: stopped.append(sampler.stop()), daemon=True)
+        stopped: list[bool] = []
+        stopper.start()
+        stopper.join(120)  # did not hang: the bound is 0.5 s
+        assert stopped == [False], "stop() waited for the hung source"
+        end = sampler.sample_now("end")  # no second wait: the source is known not to answer
+        assert end["mark"] == "end" and end["gpus"] is None and end["host"] is None
+        assert sampler.stalled_source == "gpus"
+        assert sampler.incomplete.startswith("telemetry source 'gpus' did not answer within 0.5 s")
+        assert sampler.series[before:] == [end] and sampler.series[0]["gpus"][0]["power_w"] == 300.0
+        assert summarise(sampler.series)["gpu_count"] == 1  # the readings before the hang still count
+    finally:
+        nvml.release()
+
+
+def test_a_sample_asked_for_while_the_source_hangs_is_a_marked_gap():
+    """The run's own samples (measure_start, end) are read on a helper thread: the run waits stall_s, not for
+    ever, when the sampler's thread holds a hung source."""
+    nvml = FakeNVML(1)
+    sampler = Sampler([NVMLSource(nvml=nvml)], interval_s=0.02, stall_s=0.3)
+    try:
+        sampler.start()
+        nvml.hang(0)
+        assert nvml.in_hang.wait(120), "the sampler's thread never reached the hung NVML call"
+        asked: list[dict] = []
+        asker = threading.Thread(target=lambda: asked.append(sampler.sample_now("measure_start")), daemon=True)
+        asker.start()
+        asker.join(120)
+        assert asked and asked[0] == {"t_s": asked[0]["t_s"], "gpus": None, "mark": "measure_start"}
+        assert sampler.incomplete and sampler.series[-1] is asked[0]
+        nvml.release()  # the hung call returns late: its reading is not added after the gap
+        assert sampler.stop() in (True, False) and sampler.series[-1] is asked[0]
+    finally:
+        nvml.release()

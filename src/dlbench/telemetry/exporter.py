@@ -20,6 +20,7 @@ in ``dlbench_exporter_errors_total`` and a lost GPU shows as ``dlbench_gpu_up 0`
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -32,8 +33,11 @@ from prometheus_client.registry import CollectorRegistry
 from dlbench.telemetry.http import MetricsServer
 from dlbench.telemetry.jobs import JOB_LABELS, JobAttributor, gpu_job_values, gpu_jobs, job_key
 from dlbench.telemetry.nvml import GPUInfo
+from dlbench.telemetry.sampler import STALL_S
 from dlbench.telemetry.training import TrainingState, hostname
 from dlbench.telemetry.usage import JobUsage
+
+log = logging.getLogger(__name__)
 
 MIB = 1024 * 1024
 GPU_LABELS = ("gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname")
@@ -233,8 +237,9 @@ class NodeCollector:
 
     def __init__(self, gpu_source=None, host_source=None, training: Callable[[], Iterable[TrainingState]] | None = None,
                  interval_s: float = 1.0, host: str | None = None, clock: Callable[[], float] = time.monotonic,
-                 jobs: JobAttributor | None = None):
+                 jobs: JobAttributor | None = None, stall_s: float | None = None):
         self.gpu_source, self.host_source = gpu_source, host_source
+        self.stall_s = STALL_S if stall_s is None else stall_s  # how long stop() waits for a reading in progress
         self.jobs = jobs
         self._usage = JobUsage()
         self._jobs_view: tuple[dict, dict] = ({}, {})  # (GPU totals, host jobs), copies swapped whole
@@ -257,11 +262,20 @@ class NodeCollector:
         self._thread = threading.Thread(target=self._loop, name="dlbench-exporter-reader", daemon=True)
         self._thread.start()
 
-    def stop(self) -> None:
+    def stop(self) -> bool:
+        """Stop the reader thread, waiting ``stall_s`` at most for a reading in progress. False when it is
+        still inside a source (an NVML call on a GPU off the bus never returns): the sources must then not be
+        closed (closing waits for that call too), and the exporter exits without them."""
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
+        thread, self._thread = self._thread, None
+        if thread is None:
+            return True
+        thread.join(self.stall_s)
+        if thread.is_alive():
+            log.warning("the exporter's reader did not end within %g s: a telemetry source does not answer "
+                        "(NVML on a GPU that fell off the bus?); exiting without closing it", self.stall_s)
+            return False
+        return True
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval_s):

@@ -76,8 +76,8 @@ def run_monitor(host: str = "127.0.0.1", port: int = 9400, interval_s: float = 1
         pass  # Ctrl-C (raised as Terminated under the CLI's signal handling) stops an exporter: a normal exit
     finally:
         stop_server(server)
-        collector.stop()
-        gpu.close()
+        if collector.stop():  # else its reader is still inside NVML (a hung call): closing NVML would wait too
+            gpu.close()
         if attributor is not None and attributor.pod_resources is not None:
             attributor.pod_resources.close()
         _restore_sigterm(previous)

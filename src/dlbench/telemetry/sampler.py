@@ -22,46 +22,75 @@ log = logging.getLogger(__name__)
 Sample = dict[str, Any]
 
 
+#: How long a sample may wait for its sources before the series is cut there. A reading takes
+#: milliseconds (NVML's PCIe counters 20 ms); an NVML call on a GPU that fell off the bus can block for
+#: ever, and a run must still end and be recorded.
+STALL_S = 10.0
+
+
+class _Ticket:
+    """One sample asked for: whether it was appended, or given up (the asker appended a gap instead)."""
+
+    __slots__ = ("sample", "abandoned")
+
+    def __init__(self) -> None:
+        self.sample: Sample | None = None
+        self.abandoned = False
+
+
 class Sampler:
     """Samples ``sources`` every ``interval_s`` on a daemon thread while started.
 
     Ticks are scheduled on absolute times (t0 + k * interval) so a slow sample does not make the
-    series drift. ``on_sample`` is called on the sampler thread after each sample (the run uses it
-    to publish its training metrics); an exception there is logged, never raised into the run.
+    series drift. ``on_sample`` is called after each sample (the run uses it to publish its training
+    metrics); an exception there is logged, never raised into the run.
+
+    No wait is unbounded: a sample asked for with :meth:`sample_now` is read on a helper thread and
+    waited for ``stall_s`` at most, :meth:`stop` waits ``stall_s`` for the thread. A source that does not
+    answer in that time (a hung NVML call) ends the readings: ``incomplete`` then says which source and
+    since when, later samples carry their time and mark with every source ``None`` (a lost reading, as
+    for a failing source), and the threads still inside the source are left behind (daemons).
     """
 
     def __init__(self, sources: Sequence[Source], interval_s: float,
-                 on_sample: Callable[[Sample], None] | None = None, clock: Callable[[], float] = time.monotonic):
+                 on_sample: Callable[[Sample], None] | None = None, clock: Callable[[], float] = time.monotonic,
+                 stall_s: float = STALL_S):
         if interval_s <= 0:
             raise ValueError(f"interval_s must be > 0, not {interval_s}")
         self.sources = list(sources)
         self.interval_s = interval_s
+        self.stall_s = stall_s
         self.series: list[Sample] = []
+        #: None, or the sentence saying which source stopped answering and when (the series ends there)
+        self.incomplete: str | None = None
+        self.stalled_source: str | None = None  #: the source that did not answer, when one did not
         self._on_sample = on_sample
         self._clock = clock
-        self._lock = threading.Lock()
+        self._read_lock = threading.Lock()  # one reader of the sources at a time (the Source contract)
+        self._series_lock = threading.Lock()  # appends; never held while a source is read
+        self._reading: tuple[str, float] | None = None  # (source, since t_s) being read now
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._t0 = clock()
 
     def sample_now(self, mark: str | None = None) -> Sample:
-        """Take one sample on the calling thread and append it to the series."""
-        with self._lock:  # the run thread and the sampler thread may both sample
-            sample: Sample = {"t_s": self._clock() - self._t0}
-            for source in self.sources:
-                try:
-                    sample[source.name] = source.sample()
-                except Exception:  # noqa: BLE001 - a source breaking its contract loses a reading, not the run
-                    log.exception("telemetry source %r failed", source.name)
-                    sample[source.name] = None
-            if mark:
-                sample["mark"] = mark
+        """Take one sample and append it to the series, waiting ``stall_s`` at most (see the class)."""
+        if self.incomplete is None:
+            ticket = _Ticket()
+            helper = threading.Thread(target=self._take, args=(mark, ticket), name="dlbench-telemetry-now",
+                                      daemon=True)
+            helper.start()
+            helper.join(self.stall_s)
+            with self._series_lock:
+                if ticket.sample is not None:
+                    return ticket.sample
+                if self.incomplete is None:
+                    ticket.abandoned = True
+                    self._stalled()
+        sample = self._gap(mark)
+        with self._series_lock:
             self.series.append(sample)
-        if self._on_sample is not None:
-            try:
-                self._on_sample(sample)
-            except Exception:  # noqa: BLE001 - publishing metrics must never break a run
-                log.exception("telemetry on_sample callback failed")
+        self._notify(sample)
         return sample
 
     def start(self) -> None:
@@ -72,22 +101,75 @@ class Sampler:
         self._thread = threading.Thread(target=self._loop, name="dlbench-telemetry", daemon=True)
         self._thread.start()
 
-    def stop(self) -> None:
-        """Stop the thread (waits for a sample in progress); the series stays readable."""
+    def stop(self) -> bool:
+        """Stop the thread, waiting ``stall_s`` at most for a sample in progress; the series stays
+        readable. False when the thread is still inside a source (``incomplete`` says which)."""
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
+        thread, self._thread = self._thread, None
+        if thread is None:
+            return self.incomplete is None
+        thread.join(0 if self.incomplete is not None else self.stall_s)
+        if thread.is_alive() and self.incomplete is None:
+            with self._series_lock:
+                self._stalled()
+        return not thread.is_alive()
 
     def _loop(self) -> None:
         ticks = 1
         while True:
             delay = self._t0 + ticks * self.interval_s - self._clock()
-            if self._stop.wait(max(0.0, delay)):
+            if self._stop.wait(max(0.0, delay)) or self.incomplete is not None:
                 return
-            self.sample_now()
+            self._take(None, _Ticket())
             # after a long stall (suspended VM, slow NVML) skip the missed ticks instead of bursting
             ticks = max(ticks + 1, math.floor((self._clock() - self._t0) / self.interval_s) + 1)
+
+    def _take(self, mark: str | None, ticket: _Ticket) -> Sample | None:
+        """Read every source into one sample and append it, unless the asker gave up waiting (None)."""
+        with self._read_lock:
+            sample: Sample = {"t_s": self._clock() - self._t0}
+            for source in self.sources:
+                self._reading = (source.name, sample["t_s"])
+                try:
+                    sample[source.name] = source.sample()
+                except Exception:  # noqa: BLE001 - a source breaking its contract loses a reading, not the run
+                    log.exception("telemetry source %r failed", source.name)
+                    sample[source.name] = None
+            self._reading = None
+        if mark:
+            sample["mark"] = mark
+        with self._series_lock:
+            if ticket.abandoned or self.incomplete is not None:
+                return None
+            ticket.sample = sample
+            self.series.append(sample)
+        self._notify(sample)
+        return sample
+
+    def _gap(self, mark: str | None) -> Sample:
+        sample: Sample = {"t_s": self._clock() - self._t0, **{source.name: None for source in self.sources}}
+        if mark:
+            sample["mark"] = mark
+        return sample
+
+    def _stalled(self) -> None:
+        """Record which source stopped answering (called under the series lock)."""
+        now_s = self._clock() - self._t0
+        if self._reading is None:  # between readings: publishing the last one did not return
+            self.incomplete = f"the telemetry thread did not end within {self.stall_s:g} s: no readings after {now_s:.1f} s"
+        else:
+            name, since_s = self._reading
+            self.stalled_source = name
+            self.incomplete = (f"telemetry source {name!r} did not answer within {self.stall_s:g} s "
+                               f"(asked at {since_s:.1f} s into the run): no readings after that")
+        log.warning("%s; the run goes on without them", self.incomplete)
+
+    def _notify(self, sample: Sample) -> None:
+        if self._on_sample is not None:
+            try:
+                self._on_sample(sample)
+            except Exception:  # noqa: BLE001 - publishing metrics must never break a run
+                log.exception("telemetry on_sample callback failed")
 
 
 # -- summary ------------------------------------------------------------------------------------
@@ -195,4 +277,4 @@ def _gpu_energy_j(series: Sequence[Sample], start: float, end: float) -> tuple[f
     return None, None
 
 
-__all__ = ["Sampler", "summarise", "Sample"]
+__all__ = ["Sampler", "summarise", "Sample", "STALL_S"]

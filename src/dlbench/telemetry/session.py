@@ -123,10 +123,12 @@ class RunTelemetry:
 
     def __exit__(self, exc_type, exc, tb) -> None:
         self.sampler.stop()  # first: a tick of the sampler's thread after the end sample would follow it in the series
-        sample = self.sampler.sample_now("end")
+        sample = self.sampler.sample_now("end")  # both bounded: a hung source cuts the series, not the run
         self._end_t_s = sample["t_s"]
         gpu = next((s for s in self.sources if s.name == "gpus"), None)
         self._gpu_health = gpu.health() if gpu is not None else {"up": False, "error": "not queried (CPU run)"}
+        if gpu is not None and self.sampler.stalled_source == "gpus":
+            self._gpu_health = {"up": False, "error": self.sampler.incomplete}
         self.state.phase = "done" if exc_type is None else "failed"
         self._publish(None)
         if self._server is not None:
@@ -137,6 +139,9 @@ class RunTelemetry:
         self._close_sources()
 
     def _close_sources(self) -> None:
+        if self.sampler.incomplete is not None:  # a thread is still inside a source: closing it would wait too
+            log.warning("telemetry sources left open: %s", self.sampler.incomplete)
+            return
         for source in self.sources:
             source.close()
 
@@ -151,7 +156,8 @@ class RunTelemetry:
         samples = batch * result.get("steps", 0) if result else None
         summary = summarise(self.sampler.series, samples=samples or None, window=window)
         health = self._gpu_health
-        summary |= {"interval_s": self.interval_s, "nvml_up": health["up"], "nvml_error": health["error"]}
+        summary |= {"interval_s": self.interval_s, "nvml_up": health["up"], "nvml_error": health["error"],
+                    "incomplete": self.sampler.incomplete}
         record["telemetry"] = summary
         if result.get("final_loss") is not None:
             self.state.loss = result["final_loss"]
@@ -263,6 +269,8 @@ def combine_nodes(nodes: list[dict[str, Any]], nnodes: int | None = None) -> dic
         elif present and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in present):
             combined[key] = sum(present) / len(present)
     combined["nvml_up"] = all(s.get("nvml_up") for s in summaries)
+    combined["incomplete"] = next((f"{n['node']}: {n['summary']['incomplete']}" for n in nodes
+                                   if n["summary"].get("incomplete")), None)
     combined["per_node"] = [{"node": n["node"]} | n["summary"] for n in nodes]
     return combined
 
