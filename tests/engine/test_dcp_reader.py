@@ -5,11 +5,19 @@ several nodes merge as the checkpoint's own (bytes over the slowest node)."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import signal
+import threading
+import time
+
+import psutil
 import pytest
 import torch
 import torch.distributed.checkpoint as dcp
 
 from dlbench.engine.dcp_reader import read_into
+from dlbench.storage import checkpoint
 from dlbench.storage.checkpoint import fio_all_nodes, fio_phase
 
 #: DCP in one process says so on every call: that is what these tests do
@@ -56,6 +64,39 @@ def test_a_host_without_fio_gets_the_fix_named_and_nothing_written(tmp_path, mon
     assert out == {"error": "fio is not installed, so there is no comparison with it; install it (Debian: apt-get "
                             "install fio) or give --no-fio"}
     assert list(tmp_path.iterdir()) == []
+
+
+
+def _cmdline(process: psutil.Process) -> str:
+    try:
+        return " ".join(process.cmdline())
+    except psutil.Error:  # ended since it was listed
+        return ""
+
+
+
+@pytest.mark.skipif(shutil.which("fio") is None, reason="fio is not installed")
+def test_a_fio_that_makes_no_progress_is_stopped_and_said_so(tmp_path, monkeypatch):
+    """A stuck filesystem never answers fio's writes: here the real fio is stopped (SIGSTOP on its process
+    group, as soon as it starts), which makes no progress the same way. fio_phase gives up after its bound with
+    one sentence and leaves no fio process behind (before: it waited for ever)."""
+    monkeypatch.setattr(checkpoint, "FIO_FLOOR_S", 1.0)
+    directory = tmp_path / "fio"
+    out: list[dict] = []
+    caller = threading.Thread(target=lambda: out.append(fio_phase(directory, 64 << 20, 1, "write")), daemon=True)
+    caller.start()
+    fio = None
+    deadline = time.monotonic() + 120
+    while fio is None and caller.is_alive() and time.monotonic() < deadline:
+        fio = next((c for c in psutil.Process().children() if str(directory) in _cmdline(c)), None)
+    assert fio is not None, f"fio was not seen running: {out}"
+    assert os.getpgid(fio.pid) == fio.pid, "fio runs in the test's process group: a kill would miss its jobs"
+    os.killpg(fio.pid, signal.SIGSTOP)
+    caller.join(120)  # did not hang: the bound is 1 s + 64 MiB at 10 MB/s = 7.7 s
+    assert out and out[0]["error"] == (f"fio's write of {64 << 20:,} bytes in {directory} did not end within 8 s (a stuck "
+                                       "filesystem?) and was stopped; check that filesystem, or give --no-fio"), out
+    assert not fio.is_running() or fio.status() == psutil.STATUS_ZOMBIE
+    assert not [c for c in psutil.Process().children(recursive=True) if "fio" in c.name()]
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32])

@@ -13,6 +13,7 @@ import json
 import os
 import secrets
 import shutil
+import signal
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,10 @@ MLPERF_MODELS: dict[str, dict[str, Any]] = {
 ITEM_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 #: fio's block size (the issue's comparison: sequential, 4 MiB, psync); smaller for smaller files.
 FIO_BLOCK_BYTES = 4 << 20
+#: fio's bound (a stuck filesystem, a hung NFS or Lustre server, never answers its writes): a minute for its start
+#: and the fsync, plus its bytes at 10 MB/s — slower than any target a checkpoint is worth timing on.
+FIO_FLOOR_S = 60.0
+FIO_SLOWEST_BYTES_PER_S = 10e6
 
 
 #: The directory a run writes in, created inside PATH (and the burst buffer) with a unique name: dlbench removes
@@ -153,9 +158,13 @@ def fio_phase(directory: Path, bytes_per_job: int, jobs: int, phase: str) -> dic
     argv = ["fio", f"--directory={directory}", f"--bs={block}", "--ioengine=psync", f"--size={size}",
             f"--numjobs={jobs}", "--group_reporting", "--output-format=json", "--filename_format=fio.$jobnum",
             f"--name={phase}", f"--rw={phase}", "--end_fsync=1" if phase == "write" else "--invalidate=1"]
+    timeout_s = fio_timeout_s(size * jobs)
     try:
-        figures = _fio(argv)[phase]
+        figures = _fio(argv, timeout_s)[phase]
         rate, moved = float(figures["bw_bytes"]), int(figures["io_bytes"])
+    except subprocess.TimeoutExpired:
+        return {"error": f"fio's {phase} of {size * jobs:,} bytes in {directory} did not end within {timeout_s:.0f} s "
+                         "(a stuck filesystem?) and was stopped; check that filesystem, or give --no-fio"}
     except (OSError, subprocess.CalledProcessError, ValueError, KeyError) as exc:
         stderr = getattr(exc, "stderr", None) or ""
         return {"error": f"fio failed: {stderr.strip()[-300:] or exc}"}
@@ -194,8 +203,25 @@ def fio_all_nodes(per_node: list[dict[str, dict[str, Any]]]) -> dict[str, Any]:
     return out
 
 
-def _fio(argv: list[str]) -> dict[str, Any]:
-    stdout = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+def fio_timeout_s(total_bytes: int) -> float:
+    """How long fio may take to move ``total_bytes`` before it is stopped (see :data:`FIO_FLOOR_S`)."""
+    return FIO_FLOOR_S + total_bytes / FIO_SLOWEST_BYTES_PER_S
+
+
+def _fio(argv: list[str], timeout_s: float) -> dict[str, Any]:
+    """fio's figures; ``subprocess.TimeoutExpired`` past ``timeout_s``, fio and its job processes killed then."""
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True)  # its own group: the job processes it forks end with it
+    try:
+        stdout, stderr = process.communicate(timeout=timeout_s)
+    except BaseException:  # the timeout, or Ctrl-C or SIGTERM while it ran: its group ends with it
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):  # a process in a stuck filesystem's I/O may not die
+            process.communicate(timeout=10)
+        raise
+    if process.returncode:
+        raise subprocess.CalledProcessError(process.returncode, argv, stdout, stderr)
     return json.loads(stdout[stdout.index("{"):])["jobs"][0]  # fio may print notes before its JSON
 
 
