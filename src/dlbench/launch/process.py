@@ -103,31 +103,75 @@ def run_plan(plan: LaunchPlan, workdir: Path, out_dir: Path, show_output: bool =
     for name, text in plan.files.items():
         (workdir / name).write_text(text)
     out_dir.mkdir(parents=True, exist_ok=True)
-    reaper = _start_reaper(plan.reaper) if plan.reaper else None
-    proc = subprocess.Popen(  # noqa: S603 - an argv list built by a launcher, no shell
-        list(plan.argv), env=dict(os.environ) | dict(plan.env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL, text=True, errors="replace", start_new_session=True,
-    )
-    tree = ProcessTree(proc.pid)
-    tail: deque[str] = deque(maxlen=400)
-    reader = threading.Thread(target=_tee, args=(proc.stdout, tail, show_output), daemon=True)
-    reader.start()
     outcome = Outcome(statuses={}, returncode=None, ranks_here=plan.ranks_here)
+    tail: deque[str] = deque(maxlen=400)
+    reaper = proc = tree = reader = None
+    held = _HeldSignals()  # a signal from here waits until the try below can stop what was started
     try:
+        reaper = _start_reaper(plan.reaper) if plan.reaper else None
+        proc = subprocess.Popen(  # noqa: S603 - an argv list built by a launcher, no shell
+            list(plan.argv), env=dict(os.environ) | dict(plan.env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL, text=True, errors="replace", start_new_session=True,
+        )
+        tree = ProcessTree(proc.pid)
+        reader = threading.Thread(target=_tee, args=(proc.stdout, tail, show_output), daemon=True)
+        reader.start()
+        held.release()  # one that came while they started is raised here, inside the try
         _watch(proc, tree, plan, out_dir, outcome)
     except Terminated as exc:
         outcome.signal = exc.signum
-        tree.stop(STOP_GRACE_S)
+        if tree is not None:
+            tree.stop(STOP_GRACE_S)
     finally:
-        tree.kill()  # nothing of the run outlives it, whatever happened
-        proc.wait()
-        reader.join(timeout=5)
+        cleanup = _HeldSignals()  # a signal now would cut the cleanup short: it waits for its end too
+        if tree is not None:
+            tree.kill()  # nothing of the run outlives it, whatever happened
+        if proc is not None:
+            proc.wait()
+        if reader is not None:
+            reader.join(timeout=5)
         if reaper is not None:
             _end_reaper(*reaper)
+        cleanup.release()
+        held.release()  # still held when the start itself failed (OSError): the signal goes on after the cleanup
     outcome.returncode = proc.returncode
     outcome.statuses = read_statuses(out_dir)
     outcome.output_tail = "".join(tail)
     return outcome
+
+
+class _HeldSignals:
+    """SIGTERM, SIGINT and SIGHUP held back from creation to :meth:`release`, then sent again to whatever
+    handler was there (the CLI's raises :class:`~dlbench.errors.Terminated`): a signal between starting a
+    run's processes and the ``try`` that stops them would leave them running. Handlers run in the main
+    thread only, so elsewhere nothing is held (a signal raises nothing in this thread)."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+    def __init__(self) -> None:
+        self.arrived: list[int] = []
+        self.previous: dict[int, object] = {}
+        if threading.current_thread() is not threading.main_thread():
+            return
+        try:
+            for signum in self.SIGNALS:
+                if signal.getsignal(signum) is not None:  # None: set outside Python, which could not be put back
+                    self.previous[signum] = signal.signal(signum, self._arrived)
+        except BaseException:  # a signal while they were swapped: put back those already swapped
+            self.release()
+            raise
+
+    def _arrived(self, signum: int, _frame) -> None:
+        self.arrived.append(signum)
+
+    def release(self) -> None:
+        """Put the handlers back, then raise each signal that came meanwhile (once; idempotent)."""
+        previous, self.previous = self.previous, {}
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        arrived, self.arrived = list(dict.fromkeys(self.arrived)), []
+        for signum in arrived:
+            signal.raise_signal(signum)  # its handler runs now, in this thread
 
 
 def _start_reaper(argv: tuple[str, ...]) -> tuple[subprocess.Popen, int]:
