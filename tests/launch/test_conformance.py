@@ -124,16 +124,55 @@ def test_a_crash_is_recorded_failed_with_its_cause(name, tmp_path, faulty):
     assert store.get(record["id"])["status"] == "failed"
 
 
+#: The ``faulty`` workload's loss() call at which each rank marks that it got there: past the FLOP count (one call)
+#: and the warmup step (one), so the ranks are in their measured steps.
+MEASURING_AT_CALL = 8
+#: The signalled run's steps: about 5 min at the workload's pace, so a lost signal ends it ``ok`` (and the test
+#: with "DID NOT RAISE") instead of never; the signal comes a few steps in.
+SIGNALLED_STEPS = 6000
+
+
+def _signal_once_measuring(marks: Path, ranks: int, timeout_s: float, missed: list[str],
+                           cancel: threading.Event) -> threading.Thread:
+    """A thread that sends this process SIGTERM once each of ``ranks`` ranks marked its measured step in ``marks``
+    (the ``faulty`` workload's ``mark_dir``), or after ``timeout_s`` (noted in ``missed``); none once ``cancel``
+    is set (the run ended otherwise: a SIGTERM outside the test's handler would end pytest)."""
+
+    def wait_then_signal() -> None:
+        deadline = time.monotonic() + timeout_s
+        while len(list(marks.iterdir())) < ranks:
+            if time.monotonic() > deadline:
+                missed.append(f"the ranks marked {sorted(p.name for p in marks.iterdir())} of {ranks} in {timeout_s:.0f} s")
+                break
+            if cancel.wait(0.2):
+                return
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    thread = threading.Thread(target=wait_then_signal, daemon=True)
+    thread.start()
+    return thread
+
+
 def test_sigterm_records_aborted_and_leaves_no_process(name, tmp_path, left_running, faulty):
+    """SIGTERM once every rank measures (their marks), not on a timer: a loaded machine may take longer to get
+    there, and a timer's lost signal would leave a 100-million-step run going."""
     store = open_store(str(tmp_path / "runs.db"))
-    run = CASES[name](**PACED)
-    timer = threading.Timer(8.0, os.kill, (os.getpid(), signal.SIGTERM))
-    timer.start()
-    try:  # the library leaves signals to its caller: this one opts in, as the CLI does
-        with pytest.raises(Terminated), stop_on_signals():
-            execute(run, store, env={}, launcher=get_launcher(name))
-    finally:
-        timer.cancel()
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    paced = PACED | {"steps": SIGNALLED_STEPS,
+                     "params": PACED["params"] | {"mark_dir": str(marks), "at_call": MEASURING_AT_CALL}}
+    run = CASES[name](**paced)
+    missed: list[str] = []
+    ended = threading.Event()
+    with stop_on_signals():  # the library leaves signals to its caller: this one opts in, as the CLI does
+        signaller = _signal_once_measuring(marks, run.world_size, 300, missed, ended)
+        try:
+            with pytest.raises(Terminated):
+                execute(run, store, env={}, launcher=get_launcher(name))
+        finally:
+            ended.set()
+            signaller.join(5)
+    assert not missed, missed[0]
     (record,) = store.records()
     assert record["status"] == "aborted" and record["error"].startswith("stopped by SIGTERM")
     deadline = time.monotonic() + 40  # k8s: the deleted pods are the cluster's, gone within their 30 s grace
