@@ -20,13 +20,22 @@ TINY = ["lstm", "-p", "seq_len=4", "-p", "input_size=8", "-p", "hidden_size=8", 
 
 
 def start(tmp_path: Path, *args: str) -> tuple[subprocess.Popen, Path]:
-    """``dlbench ARGS`` in a subprocess (with the ``left_running`` fixture, its processes are marked)."""
+    """``dlbench ARGS`` in a subprocess (with the ``left_running`` fixture, its processes are marked). Its output
+    goes to files (:func:`ended` reads its stderr): a pipe nobody reads while the test waits fills at 64 KiB and
+    blocks the run."""
     db = tmp_path / "runs.db"
     (tmp_path / "tmp").mkdir(exist_ok=True)
     env = dict(os.environ, TMPDIR=str(tmp_path / "tmp"), OMP_NUM_THREADS="1", DLBENCH_METRICS_DIR=str(tmp_path / "metrics"))
-    proc = subprocess.Popen([sys.executable, "-m", "dlbench", *args, "--db", str(db)], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    with open(tmp_path / "dlbench.out", "wb") as out, open(tmp_path / "dlbench.err", "wb") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "dlbench", *args, "--db", str(db)], env=env, stdout=out,
+                                stderr=err)
     return proc, db
+
+
+def ended(proc: subprocess.Popen, tmp_path: Path, timeout_s: float) -> str:
+    """Wait for the end of a :func:`start`ed dlbench (bounded: ``TimeoutExpired`` past it); its stderr."""
+    proc.wait(timeout=timeout_s)
+    return (tmp_path / "dlbench.err").read_text(errors="replace")
 
 
 def wait_for(predicate, timeout_s: float, what: str) -> None:
@@ -64,7 +73,7 @@ def stop_and_check(proc: subprocess.Popen, left_running, signum: int, db: Path) 
     """Send ``signum``, wait for the end; assert nothing is left running; return the record, stderr and time."""
     sent = time.monotonic()
     proc.send_signal(signum)
-    _, err = proc.communicate(timeout=STOPS_WITHIN_S + 60)
+    err = ended(proc, db.parent, STOPS_WITHIN_S + 60)
     took = time.monotonic() - sent
     assert proc.returncode == 128 + signum, err[-2000:]
     assert left_running() == []  # launcher, torchrun and workers: all gone
@@ -141,7 +150,7 @@ def test_a_node_that_never_joins_ends_the_run_as_failed_after_its_timeout(tmp_pa
     # timed from the launch (the run's work directory appears), not from dlbench's own start-up
     wait_for(lambda: any((tmp_path / "tmp").glob("dlbench-run-*")), 120, "the launch")
     started = time.monotonic()
-    _, err = proc.communicate(timeout=360)
+    err = ended(proc, tmp_path, 360)
     took = time.monotonic() - started
     assert proc.returncode == 1, err[-2000:]
     assert took < 1 + 240  # ended, not hung: the timeout plus ~10x the 26 s a loaded machine took beyond it
@@ -158,7 +167,7 @@ def test_a_sigterm_during_a_collective_benchmark_records_every_collective_aborte
     wait_for(lambda: ranks_joined(tmp_path, 2), 120, "both ranks to join")
     time.sleep(1)
     proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=60)
+    err = ended(proc, tmp_path, 60)
     assert proc.returncode == 143, err[-2000:]
     assert left_running() == []
     records = open_store(str(db)).records()

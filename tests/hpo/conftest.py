@@ -20,6 +20,22 @@ def cli_env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
 
 
+class OutputToFiles(subprocess.Popen):
+    """A process whose stdout and stderr go to files in ``folder``: a pipe nobody reads while the test waits for
+    a state fills at 64 KiB and blocks the child. ``communicate(timeout=)`` waits for the end (``TimeoutExpired``
+    past it) and returns what it wrote, as text."""
+
+    def __init__(self, argv: list[str], folder: Path, **options):
+        self.out_path, self.err_path = (folder / f"popen-{os.getpid()}-{id(self)}.{n}" for n in ("out", "err"))
+        with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
+            super().__init__(argv, stdout=out, stderr=err, **options)
+
+    def communicate(self, input=None, timeout=None):  # noqa: A002 - Popen's own signature
+        assert input is None, "its stdin is not a pipe"
+        self.wait(timeout=timeout)
+        return (self.out_path.read_text(errors="replace"), self.err_path.read_text(errors="replace"))
+
+
 HPO_TESTS = Path(__file__).resolve().parent
 #: The one local Ray of the session (its engine), or why it did not start (the next test is not kept waiting).
 _RAY: dict = {}
@@ -96,8 +112,8 @@ def hpo(tmp_path):
         return cli("hpo", "run", "--config", write(doc), *args), db
 
     def popen(*args):
-        return subprocess.Popen([sys.executable, "-m", "dlbench", *args, "--db", str(db)], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, env=cli_env(), cwd=tmp_path)
+        return OutputToFiles([sys.executable, "-m", "dlbench", *args, "--db", str(db)], tmp_path, env=cli_env(),
+                             cwd=tmp_path)
 
     def query(*args):
         from dlbench.cli.app import main
