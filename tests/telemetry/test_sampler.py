@@ -145,8 +145,8 @@ def test_a_hung_nvml_call_cuts_the_series_and_stop_returns_within_its_bound():
         nvml.hang(0)
         assert nvml.in_hang.wait(120), "the sampler's thread never reached the hung NVML call"
         before = len(sampler.series)
-        stopper = threading.Thread(target=lambda: stopped.append(sampler.stop()), daemon=True)
         stopped: list[bool] = []
+        stopper = threading.Thread(target=lambda: stopped.append(sampler.stop()), daemon=True)
         stopper.start()
         stopper.join(120)  # did not hang: the bound is 0.5 s
         assert stopped == [False], "stop() waited for the hung source"
@@ -176,6 +176,11 @@ def test_a_sample_asked_for_while_the_source_hangs_is_a_marked_gap():
         assert asked and asked[0] == {"t_s": asked[0]["t_s"], "gpus": None, "mark": "measure_start"}
         assert sampler.incomplete and sampler.series[-1] is asked[0]
         nvml.release()  # the hung call returns late: its reading is not added after the gap
-        assert sampler.stop() in (True, False) and sampler.series[-1] is asked[0]
+        sampler.stop()
+        deadline = time.monotonic() + 120
+        while any(t.name.startswith("dlbench-telemetry") for t in threading.enumerate()):
+            assert time.monotonic() < deadline, "the released sampler threads did not end"
+            time.sleep(0.05)
+        assert sampler.series[-1] is asked[0]
     finally:
         nvml.release()
