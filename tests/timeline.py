@@ -39,7 +39,8 @@ def summary(lines: list[dict], top: int = 12) -> str:
         span = spans[group]
         span[0], span[1], span[2] = min(span[0], x["start"]), max(span[1], x["end"]), x["worker"]
     total_cpu = sum(x.get("cpu_s", 0.0) for x in lines)
-    out.append(f"CPU: {total_cpu:.0f} s counted by the workers (their own and their waited-for children's)")
+    out.append(f"CPU: {total_cpu:.0f} s counted by the workers (their own and their waited-for children's)"
+               if any("cpu_s" in x for x in lines) else "CPU: not recorded (a timeline from before it was)")
     out.append("groups (seconds of tests, CPU seconds; span on its worker, from the suite's start):")
     for group, seconds in sorted(groups.items(), key=lambda kv: -kv[1])[:top]:
         s, e, w = spans[group]
