@@ -17,15 +17,19 @@ def test_ssd_clips_its_gradients():
     assert SSD300.max_grad_norm == 10.0
 
 
-@pytest.mark.slow  # builds SSD300 and trains it for a few steps on the CPU (~25 s of CPU a seed, one thread)
-@pytest.mark.parametrize("seed", [0, 1])
-def test_the_quick_suites_ssd_run_keeps_a_finite_loss(seed, capsys):
+#: One seed: without the clipping every seed went NaN by step 3, so one fails as surely as two (seed 1 was a second
+#: run of the same claim: 20 s of CPU; checked by removing the clipping: this seed fails).
+SEED = 0
+
+
+@pytest.mark.slow  # builds SSD300 and trains it for a few steps on the CPU (~20 s of CPU, one thread)
+def test_the_quick_suites_ssd_run_keeps_a_finite_loss(capsys):
     # in this process (dlbench.cli.app.main): what is proved is the run's loss, not what a fresh interpreter does
     suite = yaml.safe_load(resources.files("dlbench").joinpath("data/suite-quick.yaml").read_text())
     [row] = [r for r in suite["runs"] if r["workload"] == "ssd"]
     params = [arg for k, v in row["params"].items() for arg in ("-p", f"{k}={v}")]
     code = main(["run", "ssd", *params, "-b", str(row["batch_size"]), "--steps", str(row["steps"]),
-                 "--warmup", str(row["warmup"]), "--seed", str(seed), "--threads", "1", "--no-telemetry",
+                 "--warmup", str(row["warmup"]), "--seed", str(SEED), "--threads", "1", "--no-telemetry",
                  "--no-store", "--json"])
     out = capsys.readouterr()
     assert code == 0, out.err

@@ -13,6 +13,7 @@ from pathlib import Path
 from cluster import HEAD, NamespaceCluster
 
 import dlbench
+from dlbench.api.preflight import BUDGET_S
 
 #: Where the dlbench under test lives: jobs run it (not another installed copy) through PYTHONPATH.
 SRC = str(Path(dlbench.__file__).resolve().parents[1])
@@ -51,6 +52,8 @@ WAITS = {"DLBENCH_REPORT_LAG_S": "1", "DLBENCH_FAILED_GRACE_S": "3"}
 def environment(tmp: Path) -> dict[str, str]:
     """A test's own jobs registry, $HOME and site config under ``tmp``; jobs run the dlbench under test, whose
     waits on reports are this machine's (:data:`WAITS`)."""
-    return WAITS | {"DLBENCH_JOBS_DIR": str(tmp / "jobs"), "HOME": str(tmp / "home"),
+    # the preflight's default budget (10 s), not the suite's 2 s (tests/conftest.py): node1's probes run at 5 % of a
+    # CPU in test_multinode_preflight.py, measured as a real node's would be
+    return WAITS | {"DLBENCH_PREFLIGHT_BUDGET_S": str(BUDGET_S), "DLBENCH_JOBS_DIR": str(tmp / "jobs"), "HOME": str(tmp / "home"),
                     "DLBENCH_SITE_CONFIG": str(tmp / "no-site-config.yaml"),
                     "PYTHONPATH": os.pathsep.join(filter(None, [SRC, os.environ.get("PYTHONPATH")]))}
