@@ -19,8 +19,7 @@ Convention (also in docs/testing.md, "The documentation commands"):
     ``{job_id}`` the newest job dlbench submitted from the block;
   - ``<!-- docs-test: skip REASON -->`` shows the block without running it; ``<!-- docs-test: skip-line
     "TEXT" REASON -->`` only its commands containing TEXT. The reason names what this machine lacks (a
-    GPU, a multi-node cluster, a Kubernetes API, the network), or the test that runs the command already and
-    checks more than its exit code (a second run of the same launches would only cost CPU);
+    GPU, a multi-node cluster, a Kubernetes API, the network);
   - ``<!-- docs-test: exit "TEXT" CODE[,CODE] -->``: the command containing TEXT must exit CODE (a
     documented refusal or failure; several codes where a tiny run's noise decides, as a CI gate's verdict);
   - ``<!-- docs-test: serve "TEXT" -->``: the command containing TEXT serves Prometheus metrics until
