@@ -8,8 +8,8 @@ applied to one user program (``dlbench run --exec``), with its output read line 
   program that floods its output costs no memory and the watcher still sees its deadline and signals.
 * **Light beside the program**: one thread, which wakes for the lines of :data:`PACE_S` at once, for the program's
   exit, or every :data:`POLL_S`; the process tree is refreshed from the processes started since its last look
-  (dlbench's own process used 1.1 % of a core beside a program printing 40 lines and making 2,000 probe steps a
-  second; bench/RESULTS.md, issue 40).
+  (beside a program printing 40 lines and making 2,000 probe steps a second, dlbench's own process used 1.3 % of a
+  core when a thread read each line and the tree was a scan of every process; 0.4 % now: bench/RESULTS.md, issue 40).
 * **Stopping** (``on_line``/``on_tick`` say enough was measured, ``timeout_s`` passed, or a signal reached
   dlbench): SIGTERM to the whole tree, SIGKILL to what is left :data:`STOP_GRACE_S` later.
 * **Nothing left behind**: the program's environment carries a token of this run (:data:`TOKEN_ENV`), which
