@@ -260,10 +260,10 @@ class _Output:
         waiting.register(self.fd, select.POLLIN)
         while not self.end.lines_done:
             lines, more = self.read()
-            if more or lines:
-                continue
             left = stop - time.monotonic()
-            if left <= 0 or not waiting.poll(left * 1000):
+            if left <= 0:  # a writer outside the program's tree may write on for ever
+                return
+            if not (more or lines) and not waiting.poll(left * 1000):
                 return
 
     def _lines(self, chunk: bytes) -> list[str]:
