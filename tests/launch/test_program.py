@@ -56,6 +56,19 @@ def test_on_line_stops_the_program_and_on_tick_is_called_while_it_is_silent():
     assert end.stopped == "enough" and end.tail_text() == "stop\n"
 
 
+def test_a_program_printing_much_as_it_stops_is_read_while_it_stops():
+    """Its goodbye (3 MiB, more than the pipe holds) is read during the grace: it ends by itself, last line kept."""
+    script = ("import signal, sys, time\n"
+              "def bye(*_):\n"
+              "    sys.stdout.write(('x' * 99 + '\\n') * 30000 + 'final figures\\n'); sys.stdout.flush(); sys.exit(0)\n"
+              "signal.signal(signal.SIGTERM, bye)\n"
+              "print('ready', flush=True)\n"
+              "time.sleep(30)\n")
+    end = program.run_program([PY, "-c", script], dict(os.environ), on_line=lambda line: line == "ready\n")
+    assert end.stopped == "enough" and end.returncode == 0  # not SIGKILLed after the grace
+    assert end.lines == 30002 and end.tail_text().endswith("final figures\n")
+
+
 def test_a_program_that_closes_its_output_and_runs_on_is_waited_for():
     script = "import os, sys, time\nprint('bye', flush=True)\nos.close(1)\ntime.sleep(0.5)\nsys.exit(3)"
     end = program.run_program([PY, "-c", script], dict(os.environ))

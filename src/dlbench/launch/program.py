@@ -109,11 +109,11 @@ def run_program(argv: list[str], env: Mapping[str, str], on_line: Callable[[str]
         _watch(proc, tree, output, end, on_line, on_tick, timeout_s)
     except Terminated as exc:
         end.stopped, end.signal = "signal", exc.signum
-        tree.stop(STOP_GRACE_S)
+        _stop(tree, output)
         raise
     except BaseException:
         end.stopped = "error"  # on_line or on_tick raised: the program is stopped as when enough was measured
-        tree.stop(STOP_GRACE_S)
+        _stop(tree, output)
         raise
     finally:
         tree.kill()
@@ -145,16 +145,16 @@ def _watch(proc, tree: ProcessTree, output: _Output, end: ProgramEnd, on_line, o
             lines, more = output.read()
             for line in lines:
                 if on_line is not None and on_line(line):
-                    return _enough(tree, end)
+                    return _enough(tree, output, end)
             if on_tick is not None and on_tick():
-                return _enough(tree, end)
+                return _enough(tree, output, end)
             now = time.monotonic()
             if refreshed is None or now - refreshed >= TREE_REFRESH_S:
                 tree.refresh()  # children seen while their parent lives stay known after it dies
                 refreshed = now
             if deadline is not None and now >= deadline:
                 end.stopped = "timeout"
-                tree.stop(STOP_GRACE_S)
+                _stop(tree, output)
                 return
             if exited_at is None and proc.poll() is not None:
                 exited_at = now
@@ -216,9 +216,22 @@ class _Waits:
             self.pidfd = None
 
 
-def _enough(tree: ProcessTree, end: ProgramEnd) -> None:
+def _enough(tree: ProcessTree, output: _Output, end: ProgramEnd) -> None:
     end.stopped = "enough"
-    tree.stop(STOP_GRACE_S)
+    _stop(tree, output)
+
+
+def _stop(tree: ProcessTree, output: _Output) -> None:
+    """SIGTERM to the whole tree, SIGKILL to what still runs :data:`STOP_GRACE_S` later; its output read meanwhile (a
+    program that prints its last figures as it stops must not wait on a full pipe)."""
+    stop_at = time.monotonic() + STOP_GRACE_S
+    tree.signal_all(signal.SIGTERM)
+    while (alive := tree.alive()) and (left := stop_at - time.monotonic()) > 0:
+        if output.end.lines_done:  # nothing more to read: wait for the tree alone
+            psutil.wait_procs(alive, timeout=left)
+            break
+        output.drain(min(left, POLL_S / 2))
+    tree.kill()
 
 
 class _Output:
