@@ -235,3 +235,4 @@ def test_probe_lines_read_in_pieces_keep_every_valid_mark_and_steps_count_only_v
         out.write(b"4000000000 4.0\n")
     assert reading.poll_probe() is True
     assert [t for t, _ in reading.marks] == [1.0, 2.0, 3.0, 4.0]
+    reading.close()
