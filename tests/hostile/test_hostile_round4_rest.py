@@ -8,7 +8,9 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import psutil
@@ -18,6 +20,7 @@ from hypothesis import given, strategies as st
 from dlbench.api.image import torch_requirement_problem
 from dlbench.cli.app import main
 from dlbench.launch.container import _probe_answer
+from dlbench.mlperf.score import _end_pool
 
 CASES = Path(__file__).resolve().parents[1] / "data" / "mlperf_cases" / "training_results_v5.0" / "tinycorp"
 
@@ -63,9 +66,13 @@ def test_sigterm_during_a_compliance_score_ends_its_checkers(tmp_path):
     before = _checkers(proc.pid)
     proc.send_signal(signal.SIGTERM)
     started_after = set()
-    while proc.poll() is None:  # what the pool starts once told to stop: with the queue dropped, at most one a worker
-        started_after |= _checkers(proc.pid) - before
+    deadline = time.monotonic() + 60  # it ends within Slurm's 30 s grace; this test waits twice that
+    while proc.poll() is None and time.monotonic() < deadline:  # what the pool starts once told to stop: with the
+        started_after |= _checkers(proc.pid) - before  # queue dropped, at most one a worker
         time.sleep(0.02)
+    if proc.poll() is None:
+        proc.kill()
+        pytest.fail(f"dlbench still ran 60 s after SIGTERM: {proc.communicate(timeout=30)[1][-2000:]}")
     _, err = proc.communicate(timeout=120)
     assert len(started_after) <= 2, f"{len(started_after)} checkers started after SIGTERM: the queued files went on"
     assert proc.returncode == 128 + signal.SIGTERM, err[-2000:]
@@ -92,3 +99,36 @@ def _checkers(pid: int) -> set[int]:
         except psutil.Error:
             continue
     return found
+
+
+def _checker(_):
+    """A pool worker's task standing in for a compliance checker: a subprocess that outlives the signal."""
+    subprocess.run(["sleep", "60"], check=False)  # noqa: S607
+
+
+def test_an_ended_pool_knows_its_workers_ended_so_python_can_exit():
+    # reaped by psutil, a worker reads as alive for ever to the pool's own thread: its shutdown spun and CI's
+    # dlbench never exited after SIGTERM (1 run in 12). Ended by _end_pool, each worker's exit code is known.
+    pool = ProcessPoolExecutor(max_workers=2)
+    futures = [pool.submit(_checker, i) for i in range(6)]
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and sum(len(_sleeps(w.pid)) for w in pool._processes.values()) < 2:
+        time.sleep(0.05)
+    workers = list(pool._processes.values())
+    sleeps = [p for w in workers for p in _sleeps(w.pid)]
+    assert len(sleeps) == 2, "the two workers never started their subprocess"
+    _end_pool(pool)
+    assert all(w.exitcode == -signal.SIGKILL for w in workers), [w.exitcode for w in workers]
+    closing = threading.Thread(target=pool.shutdown, kwargs={"wait": True}, daemon=True)
+    closing.start()
+    closing.join(timeout=30)
+    assert not closing.is_alive(), "the pool's shutdown still waits for workers that ended"
+    assert not [p for p in sleeps if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert all(f.cancelled() or f.exception() is not None for f in futures[2:])
+
+
+def _sleeps(pid: int) -> list[psutil.Process]:
+    try:
+        return [c for c in psutil.Process(pid).children() if c.name() == "sleep"]
+    except psutil.Error:
+        return []

@@ -322,20 +322,31 @@ def _parse_all(files: list[Path], compliance: bool = False) -> list[tuple[str | 
 
 def _end_pool(pool: ProcessPoolExecutor) -> None:
     """Cancel what is queued and SIGKILL the pool's workers with the checker each may be running: leaving the pool
-    normally waits for every queued file (52-59 s of compliance checks after a SIGTERM, where Slurm allows 30)."""
-    workers = list(getattr(pool, "_processes", None) or {})  # no public list of its workers; shutdown forgets them
+    normally waits for every queued file (52-59 s of compliance checks after a SIGTERM, where Slurm allows 30).
+
+    The workers are reaped by multiprocessing alone (``Process.join``): reaped by anyone else (``psutil.wait_procs``),
+    a worker reads as alive for ever to the pool's own thread, whose shutdown then spins and never lets Python exit."""
+    workers = list((getattr(pool, "_processes", None) or {}).values())  # no public list; shutdown forgets them
     pool.shutdown(wait=False, cancel_futures=True)
-    procs = []
-    for pid in workers:
-        try:
-            worker = psutil.Process(pid)
-            procs += [*worker.children(recursive=True), worker]
-        except psutil.Error:
-            continue
-    for proc in procs:
+    stopped = []
+    for worker in workers:  # stopped first: a worker cannot start a checker between the listing and its end
+        with contextlib.suppress(psutil.Error, ValueError, TypeError):
+            stopped.append(psutil.Process(worker.pid))  # psutil checks the pid is still this worker's
+            stopped[-1].suspend()
+    checkers = []
+    for proc in stopped:
+        with contextlib.suppress(psutil.Error):
+            checkers += proc.children(recursive=True)
+    for worker in workers:
+        with contextlib.suppress(OSError, ValueError):
+            worker.kill()
+    for proc in checkers:
         with contextlib.suppress(psutil.Error):
             proc.kill()
-    psutil.wait_procs(procs, timeout=5)
+    for worker in workers:
+        with contextlib.suppress(OSError, ValueError, AssertionError):
+            worker.join(timeout=5)
+    psutil.wait_procs(checkers, timeout=5)  # not our children: waiting reaps none of them
 
 
 def _power_energies(pairs: list[tuple[Path, RunTime]]) -> None:
