@@ -174,7 +174,7 @@ def run_plan(plan: LaunchPlan, workdir: Path, out_dir: Path, show_output: bool =
     outcome = Outcome(statuses={}, returncode=None, ranks_here=plan.ranks_here)
     tail: deque[str] = deque(maxlen=400)
     reaper = proc = tree = reader = None
-    held = _HeldSignals()  # a signal from here waits until the try below can stop what was started
+    held = HeldSignals()  # a signal from here waits until the try below can stop what was started
     try:
         reaper = _start_reaper(plan.reaper) if plan.reaper else None
         proc = subprocess.Popen(  # noqa: S603 - an argv list built by a launcher, no shell
@@ -191,7 +191,7 @@ def run_plan(plan: LaunchPlan, workdir: Path, out_dir: Path, show_output: bool =
         if tree is not None:
             tree.stop(STOP_GRACE_S)
     finally:
-        cleanup = _HeldSignals()  # a signal now would cut the cleanup short: it waits for its end too
+        cleanup = HeldSignals()  # a signal now would cut the cleanup short: it waits for its end too
         if tree is not None:
             tree.kill()  # nothing of the run outlives it, whatever happened
         if proc is not None:
@@ -208,7 +208,7 @@ def run_plan(plan: LaunchPlan, workdir: Path, out_dir: Path, show_output: bool =
     return outcome
 
 
-class _HeldSignals:
+class HeldSignals:
     """SIGTERM, SIGINT and SIGHUP held back from creation to :meth:`release`, then sent again to whatever
     handler was there (the CLI's raises :class:`~dlbench.errors.Terminated`): a signal between starting a
     run's processes and the ``try`` that stops them would leave them running. Handlers run in the main

@@ -38,7 +38,7 @@ from typing import Any
 import psutil
 
 from dlbench.errors import Terminated
-from dlbench.launch.process import STOP_GRACE_S, ProcessTree
+from dlbench.launch.process import STOP_GRACE_S, HeldSignals, ProcessTree
 
 #: The environment variable that marks every process a program run started (see the module docstring).
 TOKEN_ENV = "DLBENCH_PROGRAM_TOKEN"
@@ -100,12 +100,18 @@ def run_program(argv: list[str], env: Mapping[str, str], on_line: Callable[[str]
     the token's holders (HPO's trials, whose commands may share a worker's environment)."""
     token = uuid.uuid4().hex
     end = ProgramEnd(started_at=time.monotonic())
-    proc = subprocess.Popen(argv, env=dict(env) | {TOKEN_ENV: token}, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,  # noqa: S603 - argv, no shell
-                            stderr=stderr, start_new_session=True,
-                            preexec_fn=death_signal(die_with_parent) if die_with_parent else None)
+    held = HeldSignals()  # a signal from here waits until the try below can stop what was started
+    try:
+        proc = subprocess.Popen(argv, env=dict(env) | {TOKEN_ENV: token}, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,  # noqa: S603 - argv, no shell
+                                stderr=stderr, start_new_session=True,
+                                preexec_fn=death_signal(die_with_parent) if die_with_parent else None)
+    except BaseException:
+        held.release()  # it did not start (OSError): a signal that came meanwhile goes on now
+        raise
     tree = ProcessTree(proc.pid)
     output = _Output(proc.stdout, end, echo)
     try:
+        held.release()  # one that came while it started is raised here, inside the try
         _watch(proc, tree, output, end, on_line, on_tick, timeout_s)
     except Terminated as exc:
         end.stopped, end.signal = "signal", exc.signum
@@ -116,6 +122,7 @@ def run_program(argv: list[str], env: Mapping[str, str], on_line: Callable[[str]
         _stop(tree, output)
         raise
     finally:
+        cleanup = HeldSignals()  # a signal now would cut the cleanup short: it waits for its end too
         tree.kill()
         _kill_session(proc.pid)  # what it started and the tree never saw (a child of a child that exited at once)
         with contextlib.suppress(subprocess.TimeoutExpired):
@@ -128,6 +135,7 @@ def run_program(argv: list[str], env: Mapping[str, str], on_line: Callable[[str]
         reaped = getattr(tree.root, "returncode", None)  # psutil reaps what it waited for: its exit code is there
         end.returncode = reaped if reaped is not None else proc.poll()
         end.wall_s = time.monotonic() - end.started_at
+        cleanup.release()
     return end
 
 
