@@ -1,8 +1,10 @@
 """Telemetry of real runs: the record's summary, the stored series, publishing and the run's own
 endpoint; the GPU path of a run's session through the NVML double."""
 
+import copy
 import json
 import socket
+import sys
 import threading
 import time
 import urllib.error
@@ -211,3 +213,23 @@ def test_a_run_whose_sources_answer_has_complete_telemetry():
     record = {"id": "r", "result": {}}
     telemetry.attach(record)
     assert record["telemetry"]["incomplete"] is None and telemetry.sampler.series[-1]["host"]
+
+
+def test_show_says_a_runs_telemetry_is_incomplete(tmp_path, capsys):
+    db = str(tmp_path / "runs.db")
+    assert main(["run", "--exec", "--name", "short", "--db", db, "--", sys.executable, "-c", "pass"]) == 0
+    store = open_store(db)
+    try:
+        [whole] = store.records()
+        cut = copy.deepcopy(whole) | {"id": "1ncomp1e7e00"}
+        cut["telemetry"]["incomplete"] = "telemetry source 'gpus' did not answer within 10 s (at 3.0 s)"
+        store.save(cut)
+    finally:
+        store.close()
+    capsys.readouterr()
+    assert main(["show", "1ncomp1e7e00", "--db", db]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["telemetry"]["incomplete"] == cut["telemetry"]["incomplete"]
+    assert "run 1ncomp1e7e00: its telemetry is incomplete (telemetry source 'gpus' did not answer within 10 s" in err
+    assert main(["show", whole["id"], "--db", db]) == 0
+    assert "incomplete" not in capsys.readouterr().err

@@ -132,6 +132,10 @@ def show(
         store.close()
     if not profile:
         info(figure_line(record))  # stdout stays the record as stored; what its figure is goes to stderr
+        incomplete = (record.get("telemetry") or {}).get("incomplete")
+        if incomplete:
+            info(f"run {record['id']}: its telemetry is incomplete ({incomplete}); its telemetry figures cover the "
+                 "readings before that")
         return emit_json(with_hints(record))
     if not (record.get("result") or {}).get("profile"):
         raise UsageError(f"run {record['id']} was not profiled; run it with --profile DIR to get a breakdown.")
