@@ -4,9 +4,11 @@ from cgroup-path fixtures (and a kubelet ``/pods`` answer served over real HTTP)
 import json
 import os
 import pwd
+import select
 import subprocess
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -65,15 +67,25 @@ def _scrape(collector):
 
 @pytest.fixture
 def slurm_jobs():
-    """Two real processes, each in its own Slurm job by its environment (as slurmstepd starts them)."""
+    """Two real processes, each in its own Slurm job by its environment (as slurmstepd starts them), running
+    their program: each says so once it runs. Until then Linux shows a process in ``execve`` without its
+    environment (milliseconds after ``Popen`` returns, longer under load), as no job's process."""
     procs = []
-    for job, user in (("101", "alice"), ("102", "bob")):
-        env = os.environ | {"SLURM_JOB_ID": job, "SLURM_JOB_USER": user, "SLURM_JOB_PARTITION": "gpu"}
-        procs.append(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env))
-    yield procs
-    for p in procs:
-        p.kill()
-        p.wait()
+    try:
+        for job, user in (("101", "alice"), ("102", "bob")):
+            env = os.environ | {"SLURM_JOB_ID": job, "SLURM_JOB_USER": user, "SLURM_JOB_PARTITION": "gpu"}
+            procs.append(subprocess.Popen([sys.executable, "-c", "print('running', flush=True); import time; time.sleep(60)"],
+                                          env=env, stdout=subprocess.PIPE, text=True))
+        deadline = time.monotonic() + 30
+        for p in procs:
+            readable, _, _ = select.select([p.stdout], [], [], max(0.0, deadline - time.monotonic()))
+            assert readable and p.stdout.readline() == "running\n", f"job process {p.pid} did not run within 30 s"
+        yield procs
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+            p.stdout.close()
 
 
 def test_gpu_series_name_the_slurm_jobs_holding_them(slurm_jobs):
@@ -122,12 +134,14 @@ def test_without_attribution_the_labels_stay_dcgm_exporters(slurm_jobs):
     assert "dlbench_job_energy_joules_total" not in samples
 
 
-def _fake_proc(root, pid, cgroup_text, environ=b"", uid=0):
+def _fake_proc(root, pid, cgroup_text, environ=b"", uid=0, flags=0):
     """One process's files as /proc has them (a kubepods container cannot be started on this machine)."""
     d = root / str(pid)
     d.mkdir(parents=True)
     (d / "status").write_text(f"Name:\tpython\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\n")
-    (d / "stat").write_text(f"{pid} (python) S " + " ".join(["0"] * 18) + " 12345 0 0\n")
+    fields = ["0"] * 18
+    fields[5] = str(flags)  # field 9
+    (d / "stat").write_text(f"{pid} (python) S " + " ".join(fields) + " 12345 0 0\n")
     (d / "statm").write_text("100 50 0 0 0 0 0\n")
     (d / "cgroup").write_text(cgroup_text)
     (d / "environ").write_bytes(environ)
@@ -172,6 +186,22 @@ def test_slurm_job_from_the_cgroup_alone(tmp_path):
     _fake_proc(tmp_path, 901, CGROUPS["slurm v1"][0])
     labels = JobAttributor(tmp_path).labels(901)
     assert labels["hpc_job"] == "4242" and labels["hpc_user"]  # uid 1000's name, or the number without one
+
+
+def test_a_process_read_inside_execve_is_read_again(tmp_path):
+    """Linux shows an empty environment from the moment a process's exec is past its point of no return (its
+    parent's Popen has returned) until the new program's stack is set up: that reading names no job, and is
+    not kept for the life of the process."""
+    no_job_cgroup = CGROUPS["no job"][0]
+    _fake_proc(tmp_path, 902, no_job_cgroup, environ=b"")  # inside execve
+    _fake_proc(tmp_path, 2, no_job_cgroup, environ=b"", flags=0x00208040)  # kthreadd: PF_KTHREAD, never an environment
+    jobs = JobAttributor(tmp_path)
+    assert jobs.labels(902) == {} and jobs.labels(2) == {}
+    for pid in (902, 2):
+        (tmp_path / str(pid) / "environ").write_bytes(b"SLURM_JOB_ID=103\0SLURM_JOB_PARTITION=gpu\0")  # exec done
+    labels = jobs.labels(902)
+    assert (labels["hpc_job"], labels["hpc_partition"], labels["hpc_job_source"]) == ("103", "gpu", "environment")
+    assert jobs.labels(2) == {}  # a kernel thread's answer is kept: its (fake) environment is not read again
 
 
 class _Clock:

@@ -1,10 +1,13 @@
 """``dlbench monitor`` as a real subprocess with simulated GPUs: serving, stopping, bad ports."""
 
+import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 
+import fake_nvml
 from _procs import free_port, http_get, start_monitor, stop, wait_for_http
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -31,6 +34,42 @@ def test_monitor_serves_gpus_host_and_published_runs_then_stops_on_ctrl_c(tmp_pa
         code = proc.wait(15)
     assert code == 0
     assert "serving http://127.0.0.1:" in proc.stderr.read()
+
+
+class _CtrlCNVML(fake_nvml.FakeNVML):
+    """The NVML double, pressing Ctrl-C (SIGINT to this process) inside the monitor's first reading, which it
+    takes on the main thread once its port answers, and again inside its stop (closing NVML)."""
+
+    def __init__(self, gpus):
+        super().__init__(gpus)
+        self.pressed: list[str] = []
+
+    def nvmlDeviceGetUtilizationRates(self, h):
+        if not self.pressed:
+            self.pressed.append("first reading")
+            os.kill(os.getpid(), signal.SIGINT)
+        return super().nvmlDeviceGetUtilizationRates(h)
+
+    def nvmlShutdown(self):
+        self.pressed.append("stop")
+        os.kill(os.getpid(), signal.SIGINT)
+        return super().nvmlShutdown()
+
+
+def test_ctrl_c_during_the_first_reading_and_again_during_the_stop_is_a_clean_stop(tmp_path, monkeypatch, capsys):
+    from dlbench.cli.app import main
+
+    assert threading.current_thread() is threading.main_thread()  # where Python runs signal handlers
+    nvml = _CtrlCNVML(2)
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    port = free_port()
+    code = main(["monitor", "--port", str(port), "--interval", "60", "--metrics-dir", str(tmp_path), "--no-jobs"])
+    err = capsys.readouterr().err
+    assert (code, "interrupted" in err) == (0, False), err  # not 130, "dlbench: interrupted"
+    assert nvml.pressed == ["first reading", "stop"]
+    assert "serving http://127.0.0.1:" in err and "dlbench monitor: stopped" in err
+    with socket.socket() as again:
+        again.bind(("127.0.0.1", port))  # the port was released
 
 
 def test_monitor_stops_cleanly_on_sigterm(tmp_path):

@@ -20,7 +20,10 @@ Labels are spelled as NVIDIA dcgm-exporter spells them (``hpc_job``, ``pod``, ``
 ``container``); ``hpc_user``, ``hpc_partition`` and ``hpc_job_source`` follow its ``hpc_`` prefix (an extra
 label: dcgm-exporter's dashboards select on the others and are unchanged). A process outside any
 job has no labels (``{}``). Reading a process costs two small file reads; :class:`JobAttributor` keeps
-the answer per process (pid and start time, so a reused pid is read again).
+the answer per process (pid and start time, so a reused pid is read again), except while the process is
+inside ``execve``: Linux shows its environment empty until the new program's stack is set up (for
+milliseconds after the parent saw the exec succeed, longer under load), so that answer is read again
+at the next reading instead of naming no job for the process's whole life.
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ _CONTAINER_PREFIXES = ("cri-containerd-", "docker-", "crio-", "containerd-", "li
 _ENV_KEYS = (b"SLURM_JOB_ID=", b"SLURM_JOBID=", b"SLURM_JOB_PARTITION=")
 MAX_LABEL_CHARS = 128
 KUBELET_TOKEN_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+PF_KTHREAD = 0x00200000  # /proc/<pid>/stat flags: a kernel thread (no environment, ever)
 
 
 def parse_cgroup(text: str) -> dict[str, Any]:
@@ -234,10 +238,14 @@ class JobAttributor:
         except (OSError, ValueError):
             return {}
         try:
-            environ = parse_environ((base / "environ").read_bytes())
+            raw_environ = (base / "environ").read_bytes()
         except OSError:  # another user's process without the privilege to read it: the cgroup still tells
-            environ = {}
-        labels = job_labels(cgroup, environ, owner, self.kubelet)
+            raw_environ = None
+        labels = job_labels(cgroup, parse_environ(raw_environ or b""), owner, self.kubelet)
+        if raw_environ == b"" and not int(stat[6]) & PF_KTHREAD:  # field 9: flags
+            # in execve (the kernel reads no environment until the new one is set up), or started with none
+            # (`env -i`, rare): not kept, read again at the next reading
+            return labels
         with self._lock:
             self._known[pid] = (started, labels)
         return labels

@@ -14,9 +14,12 @@ import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from dlbench.errors import Terminated, UsageError
+from dlbench.errors import UsageError
 
 MAX_INTERVAL_S = 86400.0
+#: what stops the monitor cleanly: Kubernetes stopping the pod, Ctrl-C, the terminal closing
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+POLL_S = 0.2  # how often the serving loop looks for a stop
 
 
 def check_settings(port: int, interval_s: float) -> None:
@@ -32,7 +35,11 @@ def run_monitor(host: str = "127.0.0.1", port: int = 9400, interval_s: float = 1
                 metrics_dirs: Sequence[Path] | None = None, nvml=None,
                 on_ready: Callable[[str, int], None] | None = None, stop: threading.Event | None = None,
                 jobs: bool = True, kubelet_url: str | None = None, pod_resources_socket: str | None = None) -> None:
-    """Serve until ``stop`` is set, SIGTERM arrives, or Ctrl-C (all return normally).
+    """Serve until ``stop`` is set or SIGTERM, SIGINT (Ctrl-C) or SIGHUP arrives (all return normally).
+
+    On the main thread those signals are the monitor's from before the port answers to the end of its stop
+    (the previous handlers are restored then): one arriving at any moment in between, a second one during the
+    stop included, stops it cleanly; the handler only notes the signal, which the serving loop reads.
 
     ``port`` 0 takes any free port; ``on_ready(host, port)`` is called once the port is bound.
     ``metrics_dirs``: where runs publish their training metrics (default: this user's directory,
@@ -59,40 +66,42 @@ def run_monitor(host: str = "127.0.0.1", port: int = 9400, interval_s: float = 1
     collector = NodeCollector(gpu, HostSource(), training=PublishedStates(dirs), interval_s=interval_s,
                               jobs=attributor)
     stop = stop or threading.Event()
-    previous = _on_sigterm(stop.set)  # before the port answers: a SIGTERM from then on is a clean stop
+    signalled: list[int] = []
+    previous = _note_stop_signals(signalled.append)  # before the port answers: from then on a stop is clean
     try:
         server = serve(make_registry(collector), host, port)
     except (OSError, OverflowError) as exc:
         gpu.close()
-        _restore_sigterm(previous)
+        _restore_signals(previous)
         raise UsageError(f"cannot serve on {host}:{port} ({exc}); choose a free --port or another --host.") from None
-    collector.start()
     try:
+        collector.start()
         if on_ready is not None:
             on_ready(host, server.server_address[1])
-        while not stop.wait(0.5):
+        while not signalled and not stop.wait(POLL_S):
             pass
-    except (KeyboardInterrupt, Terminated):
-        pass  # Ctrl-C (raised as Terminated under the CLI's signal handling) stops an exporter: a normal exit
     finally:
         stop_server(server)
         if collector.stop():  # else its reader is still inside NVML (a hung call): closing NVML would wait too
             gpu.close()
         if attributor is not None and attributor.pod_resources is not None:
             attributor.pod_resources.close()
-        _restore_sigterm(previous)
+        _restore_signals(previous)
 
 
-def _on_sigterm(handler: Callable[[], None]):
-    """Make SIGTERM (Kubernetes stopping the pod) call ``handler``; only possible on the main thread."""
+def _note_stop_signals(note: Callable[[int], None]) -> dict | None:
+    """Make :data:`STOP_SIGNALS` call ``note(signum)`` instead of raising (only possible on the main thread):
+    an exception raised wherever a signal lands (KeyboardInterrupt, the CLI's ``Terminated``) escapes from the
+    start or the stop, and setting a ``threading.Event`` in a handler can deadlock (its lock may be held by the
+    very code the signal interrupted). Returns the previous handlers, None off the main thread."""
     if threading.current_thread() is not threading.main_thread():
         return None
-    return signal.signal(signal.SIGTERM, lambda signum, frame: handler())
+    return {s: signal.signal(s, lambda signum, frame: note(signum)) for s in STOP_SIGNALS}
 
 
-def _restore_sigterm(previous) -> None:
-    if previous is not None:
-        signal.signal(signal.SIGTERM, previous)
+def _restore_signals(previous: dict | None) -> None:
+    for signum, handler in (previous or {}).items():
+        signal.signal(signum, handler)
 
 
 __all__ = ["run_monitor", "check_settings"]
