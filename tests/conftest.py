@@ -102,10 +102,24 @@ def _cpu_s() -> float:
     return t.user + t.system + t.children_user + t.children_system
 
 
+_OUTCOME = pytest.StashKey[str]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """The test's outcome for the timeline, as it is known (a failed run shows which test while it goes on)."""
+    report = yield
+    outcome = "error" if report.failed and report.when != "call" else report.outcome
+    if item.stash.get(_OUTCOME, "passed") == "passed":
+        item.stash[_OUTCOME] = outcome
+    return report
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     """With ``DLBENCH_TEST_TIMELINE=FILE``, append one JSON line per test: the worker, the node id, when it
-    started and ended (setup to teardown, seconds since the epoch), its CPU seconds: ``python tests/timeline.py
+    started and ended (setup to teardown, seconds since the epoch), its CPU seconds, its outcome (passed, failed,
+    error, skipped: a failure is named while the run goes on): ``python tests/timeline.py
     FILE`` shows each worker's schedule and the time it stood idle at the end (docs/testing.md)."""
     path = os.environ.get("DLBENCH_TEST_TIMELINE")
     start, cpu = time.time(), _cpu_s()
@@ -115,7 +129,8 @@ def pytest_runtest_protocol(item, nextitem):
         if path:
             line = {"run": os.environ.get("PYTEST_XDIST_TESTRUNUID", ""),  # a pytest a test starts has its own
                     "worker": os.environ.get("PYTEST_XDIST_WORKER", "main"), "test": item.nodeid,
-                    "start": start, "end": time.time(), "cpu_s": round(_cpu_s() - cpu, 3)}
+                    "start": start, "end": time.time(), "cpu_s": round(_cpu_s() - cpu, 3),
+                    "outcome": item.stash.get(_OUTCOME, "passed")}
             with open(path, "a") as out:  # one short line per write: appends from two workers do not interleave
                 out.write(json.dumps(line) + "\n")
 
