@@ -1,9 +1,9 @@
 """Sturdy trials (issue 18, items 5 and 8): a command that floods stdout still meets its timeout in bounded
 memory; megabyte FoM lines and steps beyond 32 bits are one short reason; a child left in the background
 does not turn a finished trial into a timeout; a command dies with its worker, and workers with ``hpo
-run`` (SIGKILL); the stop signal is recorded by name; a retry that succeeds drops the old error; failed
-trials print no traceback; a resumed worker's sampler does not repeat the first run's points. Real
-processes, bounded in time, and no process left behind."""
+run`` (SIGKILL); the stop signal is recorded by name (also one that comes after a worker took a trial, before
+its run began); a retry that succeeds drops the old error; failed trials print no traceback; a resumed worker's
+sampler does not repeat the first run's points. Real processes, bounded in time, and no process left behind."""
 
 from __future__ import annotations
 
@@ -120,6 +120,38 @@ def test_sigkill_of_hpo_run_leaves_no_worker_and_sighup_is_recorded_by_name(hpo,
     assert wait_for(lambda: left_running() == [], 60)
     errors = [r["error"] for r in records_of(hpo.db, "killed") if r["status"] == "aborted"]
     assert len(errors) == 2 and sum("SIGHUP" in e for e in errors) == 1  # stopped by SIGHUP, said so
+
+
+def test_a_signal_after_a_worker_takes_its_trial_and_before_its_run_starts_is_recorded_by_name(tmp_path):
+    """A Ctrl-C or SIGHUP that reaches a worker after it took a trial (its parameters written to the storage, which
+    waits on a busy database) but before the run pipeline records the trial's run: the trial is recorded aborted,
+    by the signal's name, and queued again — as one stopped mid-run is. A real signal, sent at that moment."""
+    from dataclasses import replace
+
+    from dlbench.api.hpo import PIPELINE
+    from dlbench.api.signals import stop_on_signals
+    from dlbench.errors import Terminated
+    from dlbench.hpo import storage as hpo_storage
+    from dlbench.hpo.run import run_worker, storage_url
+    from dlbench.hpo.search import make_pruner
+
+    db = str(tmp_path / "runs.db")
+    spec = parse_study({"name": "early", "objective": {"command": ["true"]}, "trials": 1,
+                        "space": {"x": {"type": "float", "low": 0.0, "high": 1.0}}}, "test")
+    url = storage_url(None, db)
+    hpo_storage.create_or_load(spec, hpo_storage.open_storage(url), make_sampler(spec), make_pruner(spec), False, db)
+
+    def execute(*args, **kwargs):  # the trial is taken; its run has not begun
+        os.kill(os.getpid(), signal.SIGHUP)
+        return PIPELINE.execute(*args, **kwargs)
+
+    with stop_on_signals(), pytest.raises(Terminated):
+        run_worker("early", url, db, replace(PIPELINE, execute=execute))
+    [record] = records_of(db, "early")
+    assert record["status"] == "aborted" and "stopped by SIGHUP" in record["error"]
+    trials = optuna.load_study(study_name="early", storage=url).get_trials()
+    assert [t.state.name for t in trials] == ["FAIL", "WAITING"]  # queued again for --resume
+    assert trials[0].user_attrs["error"] == "stopped by SIGHUP; queued again"
 
 
 def test_a_retry_that_succeeds_drops_the_old_error_and_failures_print_no_traceback(tmp_path, capsys):
