@@ -1,9 +1,9 @@
 """Sturdy trials (issue 18, items 5 and 8): a command that floods stdout still meets its timeout in bounded
 memory; megabyte FoM lines and steps beyond 32 bits are one short reason; a child left in the background
 does not turn a finished trial into a timeout; a command dies with its worker, and workers with ``hpo
-run`` (SIGKILL); the stop signal is recorded by name; a retry that succeeds drops the old error; failed
-trials print no traceback; a resumed worker's sampler does not repeat the first run's points. Real
-processes, bounded in time, and no process left behind."""
+run`` (SIGKILL); the stop signal is recorded by name (also one that comes after a worker took a trial, before
+its run began); a retry that succeeds drops the old error; failed trials print no traceback; a resumed worker's
+sampler does not repeat the first run's points. Real processes, bounded in time, and no process left behind."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from pathlib import Path
 import optuna
 import psutil
 import pytest
-from test_hpo_study import command, records_of
+from test_hpo_study import OBJECTIVE, command, records_of
 from test_hpo_workers import wait_for
 
 from dlbench.errors import RunFailed
@@ -82,13 +82,27 @@ def test_a_command_dies_with_its_worker(tmp_path, left_running):
         proc.stdout.close()
 
 
+def trial_command_runs(left_running) -> bool:
+    """Whether a trial's command (tests/hpo/objective.py) runs: the state a signal must find for the trial to be
+    recorded by name. Not a count of processes: before it takes a trial the worker runs helpers of its own (git,
+    for the environment; under load a fork not yet exec'd still shows the worker's command line), a third
+    process while no trial has started."""
+    for proc in left_running():
+        try:
+            if OBJECTIVE in proc.cmdline():
+                return True
+        except psutil.Error:  # it ended meanwhile
+            continue
+    return False
+
+
 @pytest.mark.slow
 def test_sigkill_of_hpo_run_leaves_no_worker_and_sighup_is_recorded_by_name(hpo, left_running):
     doc = {"name": "killed", "objective": command("--epochs", "60", "--sleep", "0.5"), "sampler": "random",
            "trials": 2, "workers": 1, "space": {"x": {"type": "float", "low": 0.0, "high": 1.0}}}
     proc = hpo.popen("hpo", "run", "--config", hpo.write(doc))
     try:
-        assert wait_for(lambda: len(left_running()) >= 3, 300)  # hpo run, its worker, the trial's command
+        assert wait_for(lambda: trial_command_runs(left_running), 300), "the trial's command never started"
     finally:
         proc.kill()
     proc.communicate(timeout=60)
@@ -98,7 +112,7 @@ def test_sigkill_of_hpo_run_leaves_no_worker_and_sighup_is_recorded_by_name(hpo,
 
     proc = hpo.popen("hpo", "run", "--resume", "killed")
     try:
-        assert wait_for(lambda: len(left_running()) >= 3, 300)
+        assert wait_for(lambda: trial_command_runs(left_running), 300), "the resumed trial's command never started"
     finally:
         proc.send_signal(signal.SIGHUP)
     _, err = proc.communicate(timeout=120)
@@ -106,6 +120,38 @@ def test_sigkill_of_hpo_run_leaves_no_worker_and_sighup_is_recorded_by_name(hpo,
     assert wait_for(lambda: left_running() == [], 60)
     errors = [r["error"] for r in records_of(hpo.db, "killed") if r["status"] == "aborted"]
     assert len(errors) == 2 and sum("SIGHUP" in e for e in errors) == 1  # stopped by SIGHUP, said so
+
+
+def test_a_signal_after_a_worker_takes_its_trial_and_before_its_run_starts_is_recorded_by_name(tmp_path):
+    """A Ctrl-C or SIGHUP that reaches a worker after it took a trial (its parameters written to the storage, which
+    waits on a busy database) but before the run pipeline records the trial's run: the trial is recorded aborted,
+    by the signal's name, and queued again — as one stopped mid-run is. A real signal, sent at that moment."""
+    from dataclasses import replace
+
+    from dlbench.api.hpo import PIPELINE
+    from dlbench.api.signals import stop_on_signals
+    from dlbench.errors import Terminated
+    from dlbench.hpo import storage as hpo_storage
+    from dlbench.hpo.run import run_worker, storage_url
+    from dlbench.hpo.search import make_pruner
+
+    db = str(tmp_path / "runs.db")
+    spec = parse_study({"name": "early", "objective": {"command": ["true"]}, "trials": 1,
+                        "space": {"x": {"type": "float", "low": 0.0, "high": 1.0}}}, "test")
+    url = storage_url(None, db)
+    hpo_storage.create_or_load(spec, hpo_storage.open_storage(url), make_sampler(spec), make_pruner(spec), False, db)
+
+    def execute(*args, **kwargs):  # the trial is taken; its run has not begun
+        os.kill(os.getpid(), signal.SIGHUP)
+        return PIPELINE.execute(*args, **kwargs)
+
+    with stop_on_signals(), pytest.raises(Terminated):
+        run_worker("early", url, db, replace(PIPELINE, execute=execute))
+    [record] = records_of(db, "early")
+    assert record["status"] == "aborted" and "stopped by SIGHUP" in record["error"]
+    trials = optuna.load_study(study_name="early", storage=url).get_trials()
+    assert [t.state.name for t in trials] == ["FAIL", "WAITING"]  # queued again for --resume
+    assert trials[0].user_attrs["error"] == "stopped by SIGHUP; queued again"
 
 
 def test_a_retry_that_succeeds_drops_the_old_error_and_failures_print_no_traceback(tmp_path, capsys):

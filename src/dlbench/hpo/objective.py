@@ -18,7 +18,7 @@ from dlbench.hpo.space import suggest
 from dlbench.hpo.study import StudySpec
 from dlbench.hpo.trial import TrialSession, trial_tags
 from dlbench.record import finish, new_record
-from dlbench.store import RunFilter
+from dlbench.store import RunFilter, spool
 
 
 class TrialFailed(Exception):
@@ -103,6 +103,21 @@ def record_unrun(spec: StudySpec, store, trial, status: str, why: str) -> None:
 def has_record(spec: StudySpec, store, number: int) -> bool:
     """Whether trial ``number`` of the study has a run record in ``store``."""
     return bool(store.records(RunFilter(tags=trial_tags(spec.name, number))))
+
+
+def recorded(spec: StudySpec, store, number: int) -> bool:
+    """Whether trial ``number``'s run is recorded: in ``store``, or in its spool (a signal during the save)."""
+    if has_record(spec, store, number):
+        return True
+    tags = trial_tags(spec.name, number).items()
+    for path in list(getattr(store, "spooled", {}).values()):  # this process's runs the store could not take
+        try:
+            record, _ = spool.read(path)
+        except ValueError:
+            continue
+        if tags <= (record["spec"].get("tags") or {}).items():
+            return True
+    return False
 
 
 def record_of(spec: StudySpec, store, number: int) -> str | None:

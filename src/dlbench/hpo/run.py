@@ -144,7 +144,7 @@ def run_worker(name: str, url: str | None, db: str | None, pipeline: Pipeline, i
     study = optuna.load_study(study_name=name, storage=backend, pruner=make_pruner(spec))
     study.sampler = make_sampler(spec, index, _trials_before(study))
     env = capture_env(import_torch=spec.objective.trains_in_process) | {"host_load": host_load(sample_s=0)}
-    from dlbench.hpo.objective import TrialFailed, TrialObjective  # the run's machinery: only where trials run
+    from dlbench.hpo.objective import TrialFailed, TrialObjective, record_unrun, recorded  # the run's machinery
 
     objective = TrialObjective(spec, store, env, pipeline)
     claim = hpo_storage.TrialClaim(url, name)  # "is a trial left?" and creating it: one worker at a time
@@ -160,7 +160,10 @@ def run_worker(name: str, url: str | None, db: str | None, pipeline: Pipeline, i
                 break
             study.optimize(claimed, n_trials=1, catch=(TrialFailed,))
         except (Terminated, KeyboardInterrupt) as exc:
-            if objective.current is not None:  # recorded aborted; failed here and queued for --resume
+            if objective.current is not None:  # failed here and queued again for --resume
+                trial = study._storage.get_trial(objective.current)
+                if not recorded(spec, store, trial.number):  # taken, but stopped before its run began recording
+                    record_unrun(spec, store, trial, "aborted", f"stopped by {_signal_name(exc)} before its run started")
                 hpo_storage.requeue_interrupted(study, objective.current, f"stopped by {_signal_name(exc)}; queued again")
             raise
         finally:
