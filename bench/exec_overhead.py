@@ -66,7 +66,7 @@ if go:
     begin, end = map(float, open(go).read().split())
     while time.time() < begin:
         pass
-start, cpu_start = time.perf_counter(), time.process_time()
+start, cpu_start, thread_start = time.perf_counter(), time.process_time(), time.thread_time()
 i = 0
 while (time.time() < end) if go else (i < steps):
     model(x).sum().backward(); opt.step(); opt.zero_grad()
@@ -75,22 +75,39 @@ while (time.time() < end) if go else (i < steps):
         print(f"step {i} loss 1.0", flush=True)
     i += 1
 cpu, wall = time.process_time() - cpu_start, time.perf_counter() - start
+thread = time.thread_time() - thread_start
 print(f"own rate {i / wall:.3f} steps/s", flush=True)
 print(f"own cpu {cpu / i * 1e6:.3f} us/step", flush=True)
+print(f"main thread cpu {thread / i * 1e6:.3f} us/step", flush=True)
 '''
 GOAL = 0.99  # dlbench's run keeps at least 99 % of the program's bare rate (harness cost ≤ 1 %)
 HARNESS_CPU_GOAL = 1.0  # % of one core: dlbench's own process while the program runs
 RATE = re.compile(r"own rate ([0-9.]+) steps/s")
 CPU = re.compile(r"own cpu ([0-9.]+) us/step")
+THREAD_CPU = re.compile(r"main thread cpu ([0-9.]+) us/step")
+#: What runs beside the bare program in a pair (``--against``): the program under dlbench, or the program alone with
+#: the probe active (``DLBENCH_PROBE`` names a file nobody reads): the probe's own cost, apart from dlbench's process.
+AGAINST = ("dlbench", "probe")
 
 
-def figures(text: str) -> tuple[float, float]:
-    """The program's own rate (steps/s) and CPU per step (µs) from its output."""
-    return float(RATE.search(text).group(1)), float(CPU.search(text).group(1))
+def figures(text: str) -> tuple[float, float, float]:
+    """The program's own rate (steps/s), its process's CPU per step and its main thread's (µs) from its output."""
+    return float(RATE.search(text).group(1)), float(CPU.search(text).group(1)), float(THREAD_CPU.search(text).group(1))
 
 
-def bare(script: Path, steps: int, size: int) -> tuple[float, float, None]:
+def bare(script: Path, steps: int, size: int) -> tuple[float, float, float, None]:
     out = subprocess.run(bare_argv(script, steps, size), capture_output=True, text=True, env=bare_env(),
+                         check=True).stdout
+    return (*figures(out), None)
+
+
+def probed_env(tmp: Path) -> dict[str, str]:
+    """The bare program's environment with the probe on: its lines go to a file in ``tmp`` that nobody reads."""
+    return bare_env() | {"DLBENCH_PROBE": str(tmp / f"probe-{time.monotonic_ns()}")}
+
+
+def probed(script: Path, steps: int, size: int, tmp: Path) -> tuple[float, float, float, None]:
+    out = subprocess.run(bare_argv(script, steps, size), capture_output=True, text=True, env=probed_env(tmp),
                          check=True).stdout
     return (*figures(out), None)
 
@@ -108,30 +125,34 @@ def under_argv(script: Path, steps: int, size: int, extra: tuple[str, ...] = ())
             *bare_argv(script, steps, size, extra)]
 
 
-def under_dlbench(script: Path, steps: int, size: int) -> tuple[float, float, float | None]:
+def under_dlbench(script: Path, steps: int, size: int, _tmp: Path | None = None
+                  ) -> tuple[float, float, float, float | None]:
     out = subprocess.run(under_argv(script, steps, size), capture_output=True, text=True, check=True).stdout
     return from_record(out)
 
 
-def from_record(out: str) -> tuple[float, float, float | None]:
-    """The program's own rate and CPU per step from the record dlbench printed, and dlbench's own CPU (% of a core)."""
+def from_record(out: str) -> tuple[float, float, float, float | None]:
+    """The program's own rate and CPU per step (process, main thread) from the record dlbench printed, and dlbench's
+    own CPU (% of one core)."""
     record = json.loads(out)
     assert record["result"]["throughput_from"] == "probe", record["result"]
     harness = (record.get("telemetry") or {}).get("process_cpu_percent_mean")
     return (*figures(record["result"]["program"]["output_tail"]), harness)
 
 
-def together(script: Path, size: int, seconds: float, under_core: int, bare_core: int, tmp: Path
-             ) -> tuple[tuple[float, float, None], tuple[float, float, float | None]]:
-    """The bare program and the one under dlbench at once, each pinned to a core of its own (dlbench's process on
-    its program's core: the harness's whole cost lands on the program it runs), stepping over the same window of
-    wall time once both are ready: whatever the VM's cores do meanwhile, both see it."""
+def together(script: Path, size: int, seconds: float, under_core: int, bare_core: int, tmp: Path,
+             against: str = "dlbench") -> tuple[tuple[float, float, float, None], tuple[float, float, float, float | None]]:
+    """The bare program and the one under dlbench (``against="probe"``: the program with the probe on, no dlbench)
+    at once, each pinned to a core of its own (dlbench's process on its program's core: the harness's whole cost
+    lands on the program it runs), stepping over the same window of wall time once both are ready: whatever the VM's
+    cores do meanwhile, both see it."""
     go = tmp / f"go-{time.monotonic_ns()}"
     extra = (str(go),)
     bare_proc = subprocess.Popen(["taskset", "-c", str(bare_core), *bare_argv(script, 0, size, extra)],
                                  stdout=subprocess.PIPE, text=True, env=bare_env())
-    under_proc = subprocess.Popen(["taskset", "-c", str(under_core), *under_argv(script, 0, size, extra)],
-                                  stdout=subprocess.PIPE, text=True)
+    other = (under_argv(script, 0, size, extra) if against == "dlbench" else bare_argv(script, 0, size, extra))
+    under_proc = subprocess.Popen(["taskset", "-c", str(under_core), *other], stdout=subprocess.PIPE, text=True,
+                                  env=None if against == "dlbench" else probed_env(tmp))
     deadline = time.monotonic() + 300
     while len(list(tmp.glob(f"{go.name}.ready.*"))) < 2:
         if time.monotonic() > deadline or bare_proc.poll() is not None or under_proc.poll() is not None:
@@ -145,7 +166,7 @@ def together(script: Path, size: int, seconds: float, under_core: int, bare_core
     under_out, _ = under_proc.communicate()
     if bare_proc.returncode or under_proc.returncode:
         raise SystemExit(f"exec_overhead: exit codes {bare_proc.returncode} (bare), {under_proc.returncode} (dlbench)")
-    return (*figures(bare_out), None), from_record(under_out)
+    return (*figures(bare_out), None), (from_record(under_out) if against == "dlbench" else (*figures(under_out), None))
 
 
 def median_interval(values: list[float], confidence: float = 0.95) -> tuple[float, float] | None:
@@ -195,6 +216,33 @@ def spread(name: str, values: list[float]) -> str:
             f"{quartiles[2]:.4f}, max {max(values):.4f}")
 
 
+def pair(args, script: Path, tmp: Path, index: int, against: str, cores: list[int]):
+    """One pair's two runs (bare first, then ``against``): at once with ``--together``, else one after the other
+    (ABBA); a kind's pairs take either core, or either order, by turns."""
+    turn = (index // len(args.against)) % 2
+    if args.together is not None:
+        under_core, bare_core = cores if turn == 0 else cores[::-1]
+        return together(script, args.size, args.together, under_core, bare_core, tmp, against)
+    other = under_dlbench if against == "dlbench" else probed
+    first, second = (bare, other) if turn == 0 else (other, bare)
+    a = first(script, args.steps, args.size, *(() if first is bare else (tmp,)))
+    b = second(script, args.steps, args.size, *(() if second is bare else (tmp,)))
+    return (a, b) if first is bare else (b, a)
+
+
+def summary(against: str, pairs: list[dict[str, float]]) -> list[str]:
+    """The printed summary of one kind of pair: each ratio's spread and its median's interval."""
+    lines = [f"-- bare against {'dlbench' if against == 'dlbench' else 'the probe alone (no dlbench)'}: "
+             f"{len(pairs)} pairs"]
+    for key, name in (("rate", "wall-rate ratios (other / bare)"), ("cpu", "CPU ratios (bare CPU per step / other's)"),
+                      ("thread", "main-thread CPU ratios (bare / other's)")):
+        values = [p[key] for p in pairs]
+        interval = median_interval(values)
+        lines.append(spread(name, values) + (f"; median's 95 % interval {interval[0]:.4f}–{interval[1]:.4f}"
+                                             if interval else "; too few pairs for the median's 95 % interval"))
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=12)
@@ -202,45 +250,49 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=192)
     parser.add_argument("--together", type=float, metavar="SECONDS", default=None,
                         help="run each pair at once, each on a core of its own, over this many seconds (see above)")
+    parser.add_argument("--against", default="dlbench", type=lambda text: tuple(text.split(",")),
+                        help="what runs beside the bare program, comma-separated, by turns: dlbench (default), "
+                             "probe (the probe on, nobody reading: its own cost); e.g. probe,dlbench")
     args = parser.parse_args()
+    if not args.against or set(args.against) - set(AGAINST):
+        raise SystemExit(f"exec_overhead: --against takes {', '.join(AGAINST)} (comma-separated), not {','.join(args.against)}")
     if args.together is not None and len(os.sched_getaffinity(0)) < 2:
         raise SystemExit("exec_overhead: --together needs two cores")
     cores = sorted(os.sched_getaffinity(0))[:2]
     with tempfile.TemporaryDirectory() as tmp:
         script = Path(tmp) / "work.py"
         script.write_text(WORK)
-        print(f"load average at start: {os.getloadavg()[0]:.2f}; "
+        print(f"load average at start: {os.getloadavg()[0]:.2f}; against {', '.join(args.against)} by turns; "
               + (f"together, {args.together} s per pair on cores {cores}" if args.together is not None
                  else f"one after the other (ABBA), {args.steps} steps each"), flush=True)
-        rate_ratios, cpu_ratios, harness_cpu, bares, unders = [], [], [], [], []
-        for pair in range(args.pairs):
-            if args.together is not None:
-                under_core, bare_core = cores if pair % 2 == 0 else cores[::-1]  # each on either core by turns
-                (plain_rate, plain_cpu, _), (rate, cpu, harness) = together(
-                    script, args.size, args.together, under_core, bare_core, Path(tmp))
-            else:
-                first, second = (bare, under_dlbench) if pair % 2 == 0 else (under_dlbench, bare)
-                a = first(script, args.steps, args.size)
-                b = second(script, args.steps, args.size)
-                (plain_rate, plain_cpu, _), (rate, cpu, harness) = (a, b) if first is bare else (b, a)
-            bares.append(plain_rate)
-            unders.append(rate)
-            rate_ratios.append(rate / plain_rate)
-            cpu_ratios.append(plain_cpu / cpu)
-            if harness is not None:
-                harness_cpu.append(harness)
-            print(f"pair {pair + 1}: bare {plain_rate:.2f} steps/s {plain_cpu:.1f} µs CPU/step, under dlbench "
-                  f"{rate:.2f} steps/s {cpu:.1f} µs CPU/step; rate ratio {rate / plain_rate:.4f}, CPU ratio "
-                  f"{plain_cpu / cpu:.4f}; dlbench's own process {harness if harness is not None else float('nan'):.2f} "
-                  f"% of a core; load {os.getloadavg()[0]:.2f}", flush=True)
-        print(spread("wall-rate ratios (under dlbench / bare)", rate_ratios), flush=True)
-        print(spread("CPU ratios (bare CPU per step / under dlbench's)", cpu_ratios), flush=True)
+        pairs: dict[str, list[dict[str, float]]] = {kind: [] for kind in args.against}
+        harness_cpu, bares, unders = [], [], []
+        for index in range(args.pairs * len(args.against)):
+            against = args.against[index % len(args.against)]
+            (plain_rate, plain_cpu, plain_thread, _), (rate, cpu, thread, harness) = pair(
+                args, script, Path(tmp), index, against, cores)
+            pairs[against].append({"rate": rate / plain_rate, "cpu": plain_cpu / cpu, "thread": plain_thread / thread})
+            if against == "dlbench":
+                bares.append(plain_rate)
+                unders.append(rate)
+                if harness is not None:
+                    harness_cpu.append(harness)
+            own = f"; dlbench's own process {harness:.2f} % of a core" if harness is not None else ""
+            print(f"pair {index + 1} ({against}): bare {plain_rate:.2f} steps/s {plain_cpu:.1f} µs CPU/step "
+                  f"({plain_thread:.1f} main thread), {against} {rate:.2f} steps/s {cpu:.1f} µs CPU/step "
+                  f"({thread:.1f} main thread); rate ratio {rate / plain_rate:.4f}, CPU ratio {plain_cpu / cpu:.4f}, "
+                  f"main-thread CPU ratio {plain_thread / thread:.4f}{own}; load {os.getloadavg()[0]:.2f}", flush=True)
+        for against, kind_pairs in pairs.items():
+            print("\n".join(summary(against, kind_pairs)), flush=True)
+        print(f"load average at end: {os.getloadavg()[0]:.2f}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+        if "dlbench" not in pairs:
+            return
+        rate_ratios, cpu_ratios = [p["rate"] for p in pairs["dlbench"]], [p["cpu"] for p in pairs["dlbench"]]
         if harness_cpu:
             print(f"dlbench's own process while the program ran, % of one core (one per run): median "
                   f"{statistics.median(harness_cpu):.2f}, max {max(harness_cpu):.2f}")
         print(f"median bare {statistics.median(bares):.2f}, under dlbench {statistics.median(unders):.2f} steps/s; "
-              f"median pair ratios: rate {statistics.median(rate_ratios):.4f}, CPU {statistics.median(cpu_ratios):.4f}; "
-              f"load average at end: {os.getloadavg()[0]:.2f}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+              f"median pair ratios: rate {statistics.median(rate_ratios):.4f}, CPU {statistics.median(cpu_ratios):.4f}")
         print(f"verdict (goal: ratio ≥ {GOAL}): {verdict(rate_ratios, cpu_ratios, harness_cpu)}")
 
 
