@@ -3,6 +3,7 @@ timed by the program itself, run bare (``python work.py``) and under dlbench (pr
 line, telemetry sampled), alternating. Goal: dlbench's run keeps ≥ 0.99 of the bare rate (a cost ≤ 1 %).
 
     python bench/exec_overhead.py [--pairs 12] [--steps 4000] [--size 192] [--together SECONDS]
+                                  [--against dlbench|probe|probe,dlbench] [--probe-blocks SECONDS]
 
 The program is a CPU training step of a small MLP (one thread: the ratio is not the machine's threading), calling
 ``probe.step`` each step and printing, over its timed steps, its rate (``own rate X steps/s``, wall clock) and the CPU
@@ -25,6 +26,13 @@ moved ±20 % between runs on the idle machine (2026-12-07), so 60 pairs left the
 the same window of wall time once both are ready (bare and dlbench's by turns on either core): what the VM does
 meanwhile, both see. dlbench's own process is pinned with its program, so every cost of the harness falls on the
 program it runs — as on a node whose every core trains; a real node usually leaves dlbench a core of its own.
+
+What the cost is, apart: ``--against probe`` runs, beside the bare program, the same program with the probe on
+(``DLBENCH_PROBE`` naming a file nobody reads) instead of under dlbench; ``--against probe,dlbench`` the two by turns,
+each summarised (the verdict is dlbench's). The program also prints its main thread's CPU per step (the probe's calls,
+without its writer thread). ``--probe-blocks SECONDS`` measures the probe alone inside one process on one core: its
+steps in blocks with and without ``probe.step`` by turns (ABBA), ``--pairs`` pairs of blocks, the CPU per step of each
+pair's two blocks compared, so that the VM's moments and another session's load meet both halves of a pair.
 
 The verdict (:func:`verdict`, pure) is printed beside those figures: the median's distribution-free 95 % interval of
 each ratio; "misses" when the wall-rate interval lies wholly below the goal (the user would see it, whatever the CPU
@@ -80,6 +88,30 @@ print(f"own rate {i / wall:.3f} steps/s", flush=True)
 print(f"own cpu {cpu / i * 1e6:.3f} us/step", flush=True)
 print(f"main thread cpu {thread / i * 1e6:.3f} us/step", flush=True)
 '''
+BLOCKS = '''
+import sys, time, torch
+from dlbench import probe
+torch.set_num_threads(1)
+blocks, block_s, size = int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])
+model = torch.nn.Sequential(torch.nn.Linear(size, size), torch.nn.ReLU(), torch.nn.Linear(size, size))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+x = torch.randn(32, size)
+for _ in range(20):  # warm-up
+    model(x).sum().backward(); opt.step(); opt.zero_grad()
+probe.step(samples=32)  # the probe opened (its file, its writer thread) before the first block
+for block in range(blocks):
+    probed = (block // 2 + block) % 2 == 1  # by pairs, ABBA: off on, on off, off on ...
+    end, i = time.monotonic() + block_s, 0
+    cpu, thread = time.process_time(), time.thread_time()
+    while time.monotonic() < end:
+        model(x).sum().backward(); opt.step(); opt.zero_grad()
+        if probed:
+            probe.step(samples=32)
+        i += 1
+    cpu, thread = time.process_time() - cpu, time.thread_time() - thread
+    print(f"block {block} probe {int(probed)} steps {i} cpu {cpu / i * 1e6:.3f} thread {thread / i * 1e6:.3f}", flush=True)
+'''
+BLOCK = re.compile(r"block (\d+) probe (\d) steps (\d+) cpu ([0-9.]+) thread ([0-9.]+)")
 GOAL = 0.99  # dlbench's run keeps at least 99 % of the program's bare rate (harness cost ≤ 1 %)
 HARNESS_CPU_GOAL = 1.0  # % of one core: dlbench's own process while the program runs
 RATE = re.compile(r"own rate ([0-9.]+) steps/s")
@@ -169,6 +201,31 @@ def together(script: Path, size: int, seconds: float, under_core: int, bare_core
     return (*figures(bare_out), None), (from_record(under_out) if against == "dlbench" else (*figures(under_out), None))
 
 
+def probe_blocks(tmp: Path, pairs: int, block_s: float, size: int, core: int) -> None:
+    """The probe's own cost in the program's process, apart from everything else: one process on one core, its steps
+    in blocks of ``block_s`` seconds with ``probe.step`` called and not called by turns (ABBA), the probe active (its
+    file, its writer thread) throughout and nobody reading. Per pair of blocks the ratio of CPU per step (process:
+    the writer thread included; main thread: the calls alone), so the VM's moments and the load meet both halves."""
+    script = tmp / "blocks.py"
+    script.write_text(BLOCKS)
+    out = subprocess.run(["taskset", "-c", str(core), sys.executable, str(script), str(2 * pairs), str(block_s),
+                          str(size)], capture_output=True, text=True, env=probed_env(tmp), check=True).stdout
+    blocks = {int(m[1]): (int(m[2]), int(m[3]), float(m[4]), float(m[5])) for m in BLOCK.finditer(out)}
+    cpu_ratios, thread_ratios = [], []
+    for first in range(0, 2 * pairs, 2):
+        on, off = sorted((blocks[first], blocks[first + 1]), key=lambda b: -b[0])
+        cpu_ratios.append(off[2] / on[2])
+        thread_ratios.append(off[3] / on[3])
+        print(f"pair {first // 2 + 1}: probe off {off[1]} steps {off[2]:.2f} µs CPU/step ({off[3]:.2f} main thread), "
+              f"on {on[1]} steps {on[2]:.2f} µs ({on[3]:.2f}); CPU ratio {cpu_ratios[-1]:.4f}, main-thread "
+              f"{thread_ratios[-1]:.4f}; load {os.getloadavg()[0]:.2f}", flush=True)
+    for name, values in (("CPU ratios (probe off / on, the process)", cpu_ratios),
+                         ("main-thread CPU ratios (probe off / on)", thread_ratios)):
+        interval = median_interval(values)
+        print(spread(name, values) + (f"; median's 95 % interval {interval[0]:.4f}–{interval[1]:.4f}" if interval
+                                      else "; too few pairs for the median's 95 % interval"))
+
+
 def median_interval(values: list[float], confidence: float = 0.95) -> tuple[float, float] | None:
     """A distribution-free interval for the median of ``values`` (order statistics, the binomial's tails), or None
     when there are too few values for one at ``confidence``."""
@@ -250,6 +307,9 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=192)
     parser.add_argument("--together", type=float, metavar="SECONDS", default=None,
                         help="run each pair at once, each on a core of its own, over this many seconds (see above)")
+    parser.add_argument("--probe-blocks", type=float, metavar="SECONDS", default=None,
+                        help="measure the probe alone instead: one process, blocks of SECONDS with and without "
+                             "probe.step by turns, --pairs pairs (see probe_blocks)")
     parser.add_argument("--against", default="dlbench", type=lambda text: tuple(text.split(",")),
                         help="what runs beside the bare program, comma-separated, by turns: dlbench (default), "
                              "probe (the probe on, nobody reading: its own cost); e.g. probe,dlbench")
@@ -260,6 +320,12 @@ def main() -> None:
         raise SystemExit("exec_overhead: --together needs two cores")
     cores = sorted(os.sched_getaffinity(0))[:2]
     with tempfile.TemporaryDirectory() as tmp:
+        if args.probe_blocks is not None:
+            print(f"load average at start: {os.getloadavg()[0]:.2f}; the probe alone, blocks of {args.probe_blocks} s "
+                  f"on core {cores[0]}", flush=True)
+            probe_blocks(Path(tmp), args.pairs, args.probe_blocks, args.size, cores[0])
+            print(f"load average at end: {os.getloadavg()[0]:.2f}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+            return
         script = Path(tmp) / "work.py"
         script.write_text(WORK)
         print(f"load average at start: {os.getloadavg()[0]:.2f}; against {', '.join(args.against)} by turns; "
