@@ -28,6 +28,7 @@ from dlbench.telemetry.training import TrainingState, TrainingTracker, metrics_d
 
 log = logging.getLogger(__name__)
 
+
 class RunTelemetry:
     """Context manager for one run's telemetry; see the module docstring.
 
