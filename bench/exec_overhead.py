@@ -3,6 +3,7 @@ timed by the program itself, run bare (``python work.py``) and under dlbench (pr
 line, telemetry sampled), alternating. Goal: dlbench's run keeps ≥ 0.99 of the bare rate (a cost ≤ 1 %).
 
     python bench/exec_overhead.py [--pairs 12] [--steps 4000] [--size 192] [--together SECONDS]
+                                  [--against dlbench|probe|probe,dlbench] [--probe-blocks SECONDS]
 
 The program is a CPU training step of a small MLP (one thread: the ratio is not the machine's threading), calling
 ``probe.step`` each step and printing, over its timed steps, its rate (``own rate X steps/s``, wall clock) and the CPU
@@ -25,6 +26,13 @@ moved ±20 % between runs on the idle machine (2026-12-07), so 60 pairs left the
 the same window of wall time once both are ready (bare and dlbench's by turns on either core): what the VM does
 meanwhile, both see. dlbench's own process is pinned with its program, so every cost of the harness falls on the
 program it runs — as on a node whose every core trains; a real node usually leaves dlbench a core of its own.
+
+What the cost is, apart: ``--against probe`` runs, beside the bare program, the same program with the probe on
+(``DLBENCH_PROBE`` naming a file nobody reads) instead of under dlbench; ``--against probe,dlbench`` the two by turns,
+each summarised (the verdict is dlbench's). The program also prints its main thread's CPU per step (the probe's calls,
+without its writer thread). ``--probe-blocks SECONDS`` measures the probe alone inside one process on one core: its
+steps in blocks with and without ``probe.step`` by turns (ABBA), ``--pairs`` pairs of blocks, the CPU per step of each
+pair's two blocks compared, so that the VM's moments and another session's load meet both halves of a pair.
 
 The verdict (:func:`verdict`, pure) is printed beside those figures: the median's distribution-free 95 % interval of
 each ratio; "misses" when the wall-rate interval lies wholly below the goal (the user would see it, whatever the CPU
@@ -66,7 +74,7 @@ if go:
     begin, end = map(float, open(go).read().split())
     while time.time() < begin:
         pass
-start, cpu_start = time.perf_counter(), time.process_time()
+start, cpu_start, thread_start = time.perf_counter(), time.process_time(), time.thread_time()
 i = 0
 while (time.time() < end) if go else (i < steps):
     model(x).sum().backward(); opt.step(); opt.zero_grad()
@@ -75,22 +83,63 @@ while (time.time() < end) if go else (i < steps):
         print(f"step {i} loss 1.0", flush=True)
     i += 1
 cpu, wall = time.process_time() - cpu_start, time.perf_counter() - start
+thread = time.thread_time() - thread_start
 print(f"own rate {i / wall:.3f} steps/s", flush=True)
 print(f"own cpu {cpu / i * 1e6:.3f} us/step", flush=True)
+print(f"main thread cpu {thread / i * 1e6:.3f} us/step", flush=True)
 '''
+BLOCKS = '''
+import sys, time, torch
+from dlbench import probe
+torch.set_num_threads(1)
+blocks, block_s, size = int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])
+model = torch.nn.Sequential(torch.nn.Linear(size, size), torch.nn.ReLU(), torch.nn.Linear(size, size))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+x = torch.randn(32, size)
+for _ in range(20):  # warm-up
+    model(x).sum().backward(); opt.step(); opt.zero_grad()
+probe.step(samples=32)  # the probe opened (its file, its writer thread) before the first block
+for block in range(blocks):
+    probed = (block // 2 + block) % 2 == 1  # by pairs, ABBA: off on, on off, off on ...
+    end, i = time.monotonic() + block_s, 0
+    cpu, thread = time.process_time(), time.thread_time()
+    while time.monotonic() < end:
+        model(x).sum().backward(); opt.step(); opt.zero_grad()
+        if probed:
+            probe.step(samples=32)
+        i += 1
+    cpu, thread = time.process_time() - cpu, time.thread_time() - thread
+    print(f"block {block} probe {int(probed)} steps {i} cpu {cpu / i * 1e6:.3f} thread {thread / i * 1e6:.3f}", flush=True)
+'''
+BLOCK = re.compile(r"block (\d+) probe (\d) steps (\d+) cpu ([0-9.]+) thread ([0-9.]+)")
 GOAL = 0.99  # dlbench's run keeps at least 99 % of the program's bare rate (harness cost ≤ 1 %)
 HARNESS_CPU_GOAL = 1.0  # % of one core: dlbench's own process while the program runs
 RATE = re.compile(r"own rate ([0-9.]+) steps/s")
 CPU = re.compile(r"own cpu ([0-9.]+) us/step")
+THREAD_CPU = re.compile(r"main thread cpu ([0-9.]+) us/step")
+#: What runs beside the bare program in a pair (``--against``): the program under dlbench, or the program alone with
+#: the probe active (``DLBENCH_PROBE`` names a file nobody reads): the probe's own cost, apart from dlbench's process.
+AGAINST = ("dlbench", "probe")
 
 
-def figures(text: str) -> tuple[float, float]:
-    """The program's own rate (steps/s) and CPU per step (µs) from its output."""
-    return float(RATE.search(text).group(1)), float(CPU.search(text).group(1))
+def figures(text: str) -> tuple[float, float, float]:
+    """The program's own rate (steps/s), its process's CPU per step and its main thread's (µs) from its output."""
+    return float(RATE.search(text).group(1)), float(CPU.search(text).group(1)), float(THREAD_CPU.search(text).group(1))
 
 
-def bare(script: Path, steps: int, size: int) -> tuple[float, float, None]:
+def bare(script: Path, steps: int, size: int) -> tuple[float, float, float, None]:
     out = subprocess.run(bare_argv(script, steps, size), capture_output=True, text=True, env=bare_env(),
+                         check=True).stdout
+    return (*figures(out), None)
+
+
+def probed_env(tmp: Path) -> dict[str, str]:
+    """The bare program's environment with the probe on: its lines go to a file in ``tmp`` that nobody reads."""
+    return bare_env() | {"DLBENCH_PROBE": str(tmp / f"probe-{time.monotonic_ns()}")}
+
+
+def probed(script: Path, steps: int, size: int, tmp: Path) -> tuple[float, float, float, None]:
+    out = subprocess.run(bare_argv(script, steps, size), capture_output=True, text=True, env=probed_env(tmp),
                          check=True).stdout
     return (*figures(out), None)
 
@@ -108,30 +157,34 @@ def under_argv(script: Path, steps: int, size: int, extra: tuple[str, ...] = ())
             *bare_argv(script, steps, size, extra)]
 
 
-def under_dlbench(script: Path, steps: int, size: int) -> tuple[float, float, float | None]:
+def under_dlbench(script: Path, steps: int, size: int, _tmp: Path | None = None
+                  ) -> tuple[float, float, float, float | None]:
     out = subprocess.run(under_argv(script, steps, size), capture_output=True, text=True, check=True).stdout
     return from_record(out)
 
 
-def from_record(out: str) -> tuple[float, float, float | None]:
-    """The program's own rate and CPU per step from the record dlbench printed, and dlbench's own CPU (% of a core)."""
+def from_record(out: str) -> tuple[float, float, float, float | None]:
+    """The program's own rate and CPU per step (process, main thread) from the record dlbench printed, and dlbench's
+    own CPU (% of one core)."""
     record = json.loads(out)
     assert record["result"]["throughput_from"] == "probe", record["result"]
     harness = (record.get("telemetry") or {}).get("process_cpu_percent_mean")
     return (*figures(record["result"]["program"]["output_tail"]), harness)
 
 
-def together(script: Path, size: int, seconds: float, under_core: int, bare_core: int, tmp: Path
-             ) -> tuple[tuple[float, float, None], tuple[float, float, float | None]]:
-    """The bare program and the one under dlbench at once, each pinned to a core of its own (dlbench's process on
-    its program's core: the harness's whole cost lands on the program it runs), stepping over the same window of
-    wall time once both are ready: whatever the VM's cores do meanwhile, both see it."""
+def together(script: Path, size: int, seconds: float, under_core: int, bare_core: int, tmp: Path,
+             against: str = "dlbench") -> tuple[tuple[float, float, float, None], tuple[float, float, float, float | None]]:
+    """The bare program and the one under dlbench (``against="probe"``: the program with the probe on, no dlbench)
+    at once, each pinned to a core of its own (dlbench's process on its program's core: the harness's whole cost
+    lands on the program it runs), stepping over the same window of wall time once both are ready: whatever the VM's
+    cores do meanwhile, both see it."""
     go = tmp / f"go-{time.monotonic_ns()}"
     extra = (str(go),)
     bare_proc = subprocess.Popen(["taskset", "-c", str(bare_core), *bare_argv(script, 0, size, extra)],
                                  stdout=subprocess.PIPE, text=True, env=bare_env())
-    under_proc = subprocess.Popen(["taskset", "-c", str(under_core), *under_argv(script, 0, size, extra)],
-                                  stdout=subprocess.PIPE, text=True)
+    other = (under_argv(script, 0, size, extra) if against == "dlbench" else bare_argv(script, 0, size, extra))
+    under_proc = subprocess.Popen(["taskset", "-c", str(under_core), *other], stdout=subprocess.PIPE, text=True,
+                                  env=None if against == "dlbench" else probed_env(tmp))
     deadline = time.monotonic() + 300
     while len(list(tmp.glob(f"{go.name}.ready.*"))) < 2:
         if time.monotonic() > deadline or bare_proc.poll() is not None or under_proc.poll() is not None:
@@ -145,7 +198,32 @@ def together(script: Path, size: int, seconds: float, under_core: int, bare_core
     under_out, _ = under_proc.communicate()
     if bare_proc.returncode or under_proc.returncode:
         raise SystemExit(f"exec_overhead: exit codes {bare_proc.returncode} (bare), {under_proc.returncode} (dlbench)")
-    return (*figures(bare_out), None), from_record(under_out)
+    return (*figures(bare_out), None), (from_record(under_out) if against == "dlbench" else (*figures(under_out), None))
+
+
+def probe_blocks(tmp: Path, pairs: int, block_s: float, size: int, core: int) -> None:
+    """The probe's own cost in the program's process, apart from everything else: one process on one core, its steps
+    in blocks of ``block_s`` seconds with ``probe.step`` called and not called by turns (ABBA), the probe active (its
+    file, its writer thread) throughout and nobody reading. Per pair of blocks the ratio of CPU per step (process:
+    the writer thread included; main thread: the calls alone), so the VM's moments and the load meet both halves."""
+    script = tmp / "blocks.py"
+    script.write_text(BLOCKS)
+    out = subprocess.run(["taskset", "-c", str(core), sys.executable, str(script), str(2 * pairs), str(block_s),
+                          str(size)], capture_output=True, text=True, env=probed_env(tmp), check=True).stdout
+    blocks = {int(m[1]): (int(m[2]), int(m[3]), float(m[4]), float(m[5])) for m in BLOCK.finditer(out)}
+    cpu_ratios, thread_ratios = [], []
+    for first in range(0, 2 * pairs, 2):
+        on, off = sorted((blocks[first], blocks[first + 1]), key=lambda b: -b[0])
+        cpu_ratios.append(off[2] / on[2])
+        thread_ratios.append(off[3] / on[3])
+        print(f"pair {first // 2 + 1}: probe off {off[1]} steps {off[2]:.2f} µs CPU/step ({off[3]:.2f} main thread), "
+              f"on {on[1]} steps {on[2]:.2f} µs ({on[3]:.2f}); CPU ratio {cpu_ratios[-1]:.4f}, main-thread "
+              f"{thread_ratios[-1]:.4f}; load {os.getloadavg()[0]:.2f}", flush=True)
+    for name, values in (("CPU ratios (probe off / on, the process)", cpu_ratios),
+                         ("main-thread CPU ratios (probe off / on)", thread_ratios)):
+        interval = median_interval(values)
+        print(spread(name, values) + (f"; median's 95 % interval {interval[0]:.4f}–{interval[1]:.4f}" if interval
+                                      else "; too few pairs for the median's 95 % interval"))
 
 
 def median_interval(values: list[float], confidence: float = 0.95) -> tuple[float, float] | None:
@@ -195,6 +273,33 @@ def spread(name: str, values: list[float]) -> str:
             f"{quartiles[2]:.4f}, max {max(values):.4f}")
 
 
+def pair(args, script: Path, tmp: Path, index: int, against: str, cores: list[int]):
+    """One pair's two runs (bare first, then ``against``): at once with ``--together``, else one after the other
+    (ABBA); a kind's pairs take either core, or either order, by turns."""
+    turn = (index // len(args.against)) % 2
+    if args.together is not None:
+        under_core, bare_core = cores if turn == 0 else cores[::-1]
+        return together(script, args.size, args.together, under_core, bare_core, tmp, against)
+    other = under_dlbench if against == "dlbench" else probed
+    first, second = (bare, other) if turn == 0 else (other, bare)
+    a = first(script, args.steps, args.size, *(() if first is bare else (tmp,)))
+    b = second(script, args.steps, args.size, *(() if second is bare else (tmp,)))
+    return (a, b) if first is bare else (b, a)
+
+
+def summary(against: str, pairs: list[dict[str, float]]) -> list[str]:
+    """The printed summary of one kind of pair: each ratio's spread and its median's interval."""
+    lines = [f"-- bare against {'dlbench' if against == 'dlbench' else 'the probe alone (no dlbench)'}: "
+             f"{len(pairs)} pairs"]
+    for key, name in (("rate", "wall-rate ratios (other / bare)"), ("cpu", "CPU ratios (bare CPU per step / other's)"),
+                      ("thread", "main-thread CPU ratios (bare / other's)")):
+        values = [p[key] for p in pairs]
+        interval = median_interval(values)
+        lines.append(spread(name, values) + (f"; median's 95 % interval {interval[0]:.4f}–{interval[1]:.4f}"
+                                             if interval else "; too few pairs for the median's 95 % interval"))
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=12)
@@ -202,45 +307,58 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=192)
     parser.add_argument("--together", type=float, metavar="SECONDS", default=None,
                         help="run each pair at once, each on a core of its own, over this many seconds (see above)")
+    parser.add_argument("--probe-blocks", type=float, metavar="SECONDS", default=None,
+                        help="measure the probe alone instead: one process, blocks of SECONDS with and without "
+                             "probe.step by turns, --pairs pairs (see probe_blocks)")
+    parser.add_argument("--against", default="dlbench", type=lambda text: tuple(text.split(",")),
+                        help="what runs beside the bare program, comma-separated, by turns: dlbench (default), "
+                             "probe (the probe on, nobody reading: its own cost); e.g. probe,dlbench")
     args = parser.parse_args()
+    if not args.against or set(args.against) - set(AGAINST):
+        raise SystemExit(f"exec_overhead: --against takes {', '.join(AGAINST)} (comma-separated), not {','.join(args.against)}")
     if args.together is not None and len(os.sched_getaffinity(0)) < 2:
         raise SystemExit("exec_overhead: --together needs two cores")
     cores = sorted(os.sched_getaffinity(0))[:2]
     with tempfile.TemporaryDirectory() as tmp:
+        if args.probe_blocks is not None:
+            print(f"load average at start: {os.getloadavg()[0]:.2f}; the probe alone, blocks of {args.probe_blocks} s "
+                  f"on core {cores[0]}", flush=True)
+            probe_blocks(Path(tmp), args.pairs, args.probe_blocks, args.size, cores[0])
+            print(f"load average at end: {os.getloadavg()[0]:.2f}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+            return
         script = Path(tmp) / "work.py"
         script.write_text(WORK)
-        print(f"load average at start: {os.getloadavg()[0]:.2f}; "
+        print(f"load average at start: {os.getloadavg()[0]:.2f}; against {', '.join(args.against)} by turns; "
               + (f"together, {args.together} s per pair on cores {cores}" if args.together is not None
                  else f"one after the other (ABBA), {args.steps} steps each"), flush=True)
-        rate_ratios, cpu_ratios, harness_cpu, bares, unders = [], [], [], [], []
-        for pair in range(args.pairs):
-            if args.together is not None:
-                under_core, bare_core = cores if pair % 2 == 0 else cores[::-1]  # each on either core by turns
-                (plain_rate, plain_cpu, _), (rate, cpu, harness) = together(
-                    script, args.size, args.together, under_core, bare_core, Path(tmp))
-            else:
-                first, second = (bare, under_dlbench) if pair % 2 == 0 else (under_dlbench, bare)
-                a = first(script, args.steps, args.size)
-                b = second(script, args.steps, args.size)
-                (plain_rate, plain_cpu, _), (rate, cpu, harness) = (a, b) if first is bare else (b, a)
-            bares.append(plain_rate)
-            unders.append(rate)
-            rate_ratios.append(rate / plain_rate)
-            cpu_ratios.append(plain_cpu / cpu)
-            if harness is not None:
-                harness_cpu.append(harness)
-            print(f"pair {pair + 1}: bare {plain_rate:.2f} steps/s {plain_cpu:.1f} µs CPU/step, under dlbench "
-                  f"{rate:.2f} steps/s {cpu:.1f} µs CPU/step; rate ratio {rate / plain_rate:.4f}, CPU ratio "
-                  f"{plain_cpu / cpu:.4f}; dlbench's own process {harness if harness is not None else float('nan'):.2f} "
-                  f"% of a core; load {os.getloadavg()[0]:.2f}", flush=True)
-        print(spread("wall-rate ratios (under dlbench / bare)", rate_ratios), flush=True)
-        print(spread("CPU ratios (bare CPU per step / under dlbench's)", cpu_ratios), flush=True)
+        pairs: dict[str, list[dict[str, float]]] = {kind: [] for kind in args.against}
+        harness_cpu, bares, unders = [], [], []
+        for index in range(args.pairs * len(args.against)):
+            against = args.against[index % len(args.against)]
+            (plain_rate, plain_cpu, plain_thread, _), (rate, cpu, thread, harness) = pair(
+                args, script, Path(tmp), index, against, cores)
+            pairs[against].append({"rate": rate / plain_rate, "cpu": plain_cpu / cpu, "thread": plain_thread / thread})
+            if against == "dlbench":
+                bares.append(plain_rate)
+                unders.append(rate)
+                if harness is not None:
+                    harness_cpu.append(harness)
+            own = f"; dlbench's own process {harness:.2f} % of a core" if harness is not None else ""
+            print(f"pair {index + 1} ({against}): bare {plain_rate:.2f} steps/s {plain_cpu:.1f} µs CPU/step "
+                  f"({plain_thread:.1f} main thread), {against} {rate:.2f} steps/s {cpu:.1f} µs CPU/step "
+                  f"({thread:.1f} main thread); rate ratio {rate / plain_rate:.4f}, CPU ratio {plain_cpu / cpu:.4f}, "
+                  f"main-thread CPU ratio {plain_thread / thread:.4f}{own}; load {os.getloadavg()[0]:.2f}", flush=True)
+        for against, kind_pairs in pairs.items():
+            print("\n".join(summary(against, kind_pairs)), flush=True)
+        print(f"load average at end: {os.getloadavg()[0]:.2f}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+        if "dlbench" not in pairs:
+            return
+        rate_ratios, cpu_ratios = [p["rate"] for p in pairs["dlbench"]], [p["cpu"] for p in pairs["dlbench"]]
         if harness_cpu:
             print(f"dlbench's own process while the program ran, % of one core (one per run): median "
                   f"{statistics.median(harness_cpu):.2f}, max {max(harness_cpu):.2f}")
         print(f"median bare {statistics.median(bares):.2f}, under dlbench {statistics.median(unders):.2f} steps/s; "
-              f"median pair ratios: rate {statistics.median(rate_ratios):.4f}, CPU {statistics.median(cpu_ratios):.4f}; "
-              f"load average at end: {os.getloadavg()[0]:.2f}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+              f"median pair ratios: rate {statistics.median(rate_ratios):.4f}, CPU {statistics.median(cpu_ratios):.4f}")
         print(f"verdict (goal: ratio ≥ {GOAL}): {verdict(rate_ratios, cpu_ratios, harness_cpu)}")
 
 

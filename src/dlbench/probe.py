@@ -13,10 +13,12 @@ environment names a file (``DLBENCH_PROBE``); each call adds one line, the machi
 nanoseconds and the step's samples, and dlbench computes step-time statistics, samples/s (warm-up dropped,
 spread, per rank) from those lines. The first call opens the clock: N calls are N - 1 steps.
 
-A call only takes the clock and keeps the line in memory (about a microsecond); a thread of the probe's writes
-the lines out every :data:`FLUSH_S` seconds, and whatever is left when the program exits. A write per step cost
-5 % of a 0.6 ms step on a 2-core VM (bench/RESULTS.md), the harness's whole budget being 1 %. A process forked
-after its first call (a data loader's worker) does not report its own calls.
+A call only takes the clock and keeps it with the step's samples in memory (a tuple appended, under a
+microsecond); a thread of the probe's makes the lines of them and writes them out every :data:`FLUSH_S` seconds,
+and whatever is left when the program exits. A write per step cost 5 % of a 0.6 ms step on a 2-core VM; the line
+formatted in each call (and a flush every 50 ms) about 2.8 % of the CPU of a 0.34 ms step, the tuple about 1 %
+at most (bench/RESULTS.md, issue 40), the harness's whole budget being 1 %. A process forked after its first call
+(a data loader's worker) does not report its own calls.
 
 On a GPU the work of a step is queued, not done, when the call returns: ``sync=True`` synchronises the
 current CUDA device first (only if your program already imported torch and initialised CUDA), so the time
@@ -36,12 +38,13 @@ import time
 
 #: Environment variable naming the file the probe appends to (set by dlbench for the program it runs).
 ENV = "DLBENCH_PROBE"
-#: How often the kept lines are written out (seconds): dlbench reads the file five times a second.
-FLUSH_S = 0.05
+#: How often the kept steps are written out (seconds): dlbench reads the file five times a second.
+FLUSH_S = 0.2
 
 _file = None
 _opened = False
-_pending: list[str] = []  # lines not yet written; appended by step(), written by the flushing thread or at exit
+_pending: list[tuple[int, float | None]] = []  # (monotonic ns, samples) of the steps not yet written: appended by
+# step(), written by the flushing thread or at exit
 _lock = threading.Lock()  # one writer at a time: the thread, or the exit's last flush
 
 
@@ -65,12 +68,12 @@ def _open():
 
 
 def _flush() -> None:
-    """Write the kept lines out (those added meanwhile wait for the next flush)."""
+    """Write the kept steps out, a line each (those added meanwhile wait for the next flush)."""
     with _lock:
-        count = len(_pending)  # step() only appends: the first ``count`` lines are complete
+        count = len(_pending)  # step() only appends: the first ``count`` steps are complete
         if not count or _file is None:
             return
-        text = "".join(_pending[:count])
+        text = "".join([f"{ns} {'-' if samples is None else repr(samples)}\n" for ns, samples in _pending[:count]])
         del _pending[:count]
         try:
             _file.write(text)
@@ -96,7 +99,8 @@ def step(samples: float | None = None, sync: bool = False) -> None:
         torch = sys.modules.get("torch")  # never imported here: only a program that uses torch has CUDA work queued
         if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
             torch.cuda.synchronize()
-    _pending.append(f"{time.monotonic_ns()} {'-' if samples is None else repr(float(samples))}\n")
+    # float() here, not in the writer: a 0-d tensor's value is read in the training thread, as the caller expects
+    _pending.append((time.monotonic_ns(), None if samples is None else float(samples)))
 
 
 def active() -> bool:

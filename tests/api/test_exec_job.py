@@ -236,3 +236,20 @@ def test_probe_lines_read_in_pieces_keep_every_valid_mark_and_steps_count_only_v
     assert reading.poll_probe() is True
     assert [t for t, _ in reading.marks] == [1.0, 2.0, 3.0, 4.0]
     reading.close()
+
+
+def test_telemetry_covers_the_programs_run_not_the_figures_made_after_it(capsys, tmp_path):
+    """dlbench's own CPU in the record is over the program's run: from the sample marked at its start to the one
+    marked at its end; the probe lines parsed and the figures made after that (and dlbench's start) are outside it."""
+    capsys.readouterr()
+    code = main(["run", "--exec", "--db", str(tmp_path / "runs.db"), "--json", "--telemetry-interval", "0.2", "--",
+                 PY, str(PROGRAMS / "probe_train.py"), "30", "0.03", "4", "1"])
+    record = json.loads(capsys.readouterr().out)
+    assert code == 0, record
+    series = open_store(str(tmp_path / "runs.db")).series(record["id"])
+    marked = {s["mark"]: s["t_s"] for s in series if s.get("mark")}
+    assert marked["program_start"] < marked["program_end"] <= marked["end"]
+    telemetry = record["telemetry"]
+    assert telemetry["window_s"] == pytest.approx(marked["program_end"] - marked["program_start"])
+    assert telemetry["window_s"] >= record["result"]["program"]["wall_s"]  # the program ran inside the window
+    assert telemetry["duration_s"] > telemetry["window_s"] and telemetry["process_cpu_percent_mean"] is not None

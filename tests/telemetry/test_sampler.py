@@ -51,7 +51,9 @@ def test_summary_over_the_whole_series():
     assert s["energy_source"] == "nvml_energy_counter"
     assert s["energy_j"] == pytest.approx(400 + 800)  # 1400-1000 and 5800-5000
     assert s["energy_per_sample_j"] == pytest.approx(1200 / 600)
-    assert s["host_cpu_util_percent_mean"] == pytest.approx((10 + 30 + 50 + 5) / 4)
+    # CPU: each reading is the share since the previous one, weighted by its interval (the first has none)
+    assert s["host_cpu_util_percent_mean"] == pytest.approx((30 * 1 + 50 * 2 + 5 * 1) / 4)
+    assert s["process_cpu_percent_mean"] == pytest.approx((100 * 1 + 100 * 2 + 10 * 1) / 4)
     assert s["process_rss_peak_bytes"] == 400
 
 
@@ -63,8 +65,25 @@ def test_summary_over_the_measured_window_interpolates_the_energy_counter():
     assert s["window_s"] == 1.5
     # only the 1.0 s sample lies inside the window
     assert s["gpu_util_percent_mean"] == 60 and s["gpu_temperature_max_c"] == 60
-    assert s["host_cpu_util_percent_mean"] == 30
+    # CPU: the readings' intervals inside it, 0.5–1.0 s (at 30 %) and 1.0–2.0 s (of the 1.0–3.0 s reading, 50 %)
+    assert s["host_cpu_util_percent_mean"] == pytest.approx((30 * 0.5 + 50 * 1.0) / 1.5)
     assert s["gpu_memory_peak_bytes"] == 5e9 and s["process_rss_peak_bytes"] == 400  # peaks: whole run
+
+
+def test_a_short_reading_weighs_by_its_interval_not_as_a_whole_sample():
+    """The sample marking a window's edge comes milliseconds after a periodic one: a 10 ms tick of cpu_times (or
+    dlbench's own work at the edge) reads as 20 % over 0.05 s. It is 1 % of the window's CPU time, not 1/4 of its
+    samples (as a plain mean had it: 5.75 %, where CPU seconds over seconds are 1.2 %)."""
+    series = [sample(0.0, process={}), sample(1.0, process={"cpu_percent": 1.0}),
+              sample(2.0, process={"cpu_percent": 0.0}), sample(2.05, process={"cpu_percent": 20.0}, mark="end")]
+    s = summarise(series)
+    assert s["process_cpu_percent_mean"] == pytest.approx((1.0 * 1 + 0.0 * 1 + 20.0 * 0.05) / 2.05)
+    # a reading whose interval lies before the window counts for nothing in it, whatever its sample's time
+    edge = [sample(0.0), sample(0.05, process={"cpu_percent": 50.0}, mark="program_start"),
+            sample(1.05, process={"cpu_percent": 2.0}), sample(2.05, process={"cpu_percent": 4.0}, mark="program_end")]
+    assert summarise(edge, window=(0.05, 2.05))["process_cpu_percent_mean"] == pytest.approx(3.0)
+    # one sample: no interval is known, its reading stands
+    assert summarise([sample(0.0, process={"cpu_percent": 7.0})])["process_cpu_percent_mean"] == 7.0
 
 
 def test_summary_integrates_power_without_an_energy_counter():

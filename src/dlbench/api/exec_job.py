@@ -20,6 +20,7 @@ import signal
 import socket
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +44,14 @@ from dlbench.launch.program import ProgramEnd, run_program
 from dlbench.probe import ENV as PROBE_ENV
 from dlbench.spec import ExecSpec
 from dlbench.telemetry.host import HostSource, ProcessSource
-from dlbench.telemetry.session import NoTelemetry, ReportedTelemetry, RunTelemetry, visible_gpus
+from dlbench.telemetry.session import (
+    PROGRAM_END,
+    PROGRAM_START,
+    NoTelemetry,
+    ReportedTelemetry,
+    RunTelemetry,
+    visible_gpus,
+)
 from dlbench.telemetry.training import TrainingState, metrics_dir
 
 #: Lines of the program's output kept in the record (``result.program.output_tail``), and their characters.
@@ -167,9 +175,9 @@ class ExecJob(Job):
 
     def run_here(self, run: ResolvedRun, progress, on_step) -> dict[str, Any]:
         if run.joined is not None and run.joined.world_size > 1:  # one rank of srun/torchrun's job: see gather_ranks
-            return gather_ranks(run.spec, run.joined, on_step)
+            return gather_ranks(run.spec, run.joined, on_step, progress.mark)
         with tempfile.TemporaryDirectory(prefix="dlbench-exec-") as tmp:
-            return run_rank_program(run.spec, Path(tmp), 0, dict(os.environ) | run.spec.env, on_step)
+            return run_rank_program(run.spec, Path(tmp), 0, dict(os.environ) | run.spec.env, on_step, mark=progress.mark)
 
     def run_rank(self, doc, launch, progress, on_joined) -> dict[str, Any]:
         spec = ExecSpec(**doc)
@@ -208,9 +216,12 @@ def node_stop(directory: Path, launch) -> dict[str, Any]:
 
 
 def run_rank_program(spec: ExecSpec, run_dir: Path, rank: int, env: dict[str, str], on_step=None,
-                     stop_markers: tuple[Path, ...] = (), mark_stop: Path | None = None) -> dict[str, Any]:
+                     stop_markers: tuple[Path, ...] = (), mark_stop: Path | None = None,
+                     mark: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Run the program once as rank ``rank`` and return that rank's figures (:func:`rank_figures`). A signal to
-    dlbench stops the program and is re-raised with what was measured so far."""
+    dlbench stops the program and is re-raised with what was measured so far. ``mark`` (the run's telemetry) marks
+    the program's start and end: the telemetry summary covers the program's run, not the figures made after it."""
+    mark = mark or (lambda _name: None)
     metric = parse_metric(spec.metric, spec.metric_scope) if spec.metric else None
     probe_path = run_dir / "probe"
     probe_file = Path(f"{probe_path}.{rank}")
@@ -222,16 +233,19 @@ def run_rank_program(spec: ExecSpec, run_dir: Path, rank: int, env: dict[str, st
             return True  # its node's watcher (or node 0's) measured enough: see node_stop
         return reading.poll_probe()
 
+    mark(PROGRAM_START)
     try:
         end = run_program(list(spec.argv), env, on_line=reading.line, on_tick=on_tick, timeout_s=spec.timeout_s,
                           cwd=spec.cwd, echo=os.environ.get("DLBENCH_DEBUG") == "1")
     except Terminated as exc:
+        mark(PROGRAM_END)
         reading.poll_probe()
         exc.partial = merge_ranks(spec, {rank: rank_figures(spec, reading, None, rank)})
         raise
     except OSError as exc:
         raise RunFailed("failed", f"cannot start {spec.argv[0]!r}: {exc.strerror or exc}") from None
     else:
+        mark(PROGRAM_END)
         reading.poll_probe()  # what the program wrote last (its exit's flush)
     finally:
         reading.close()
@@ -257,7 +271,7 @@ def gather_dir(environ: dict[str, str] | os._Environ) -> Path:
     return root / f"exec-{safe}"
 
 
-def gather_ranks(spec: ExecSpec, joined, on_step=None) -> dict[str, Any]:
+def gather_ranks(spec: ExecSpec, joined, on_step=None, mark: Callable[[str], None] | None = None) -> dict[str, Any]:
     """One rank of a job an outside launcher started (NERSC's ``srun -n N dlbench run --exec -- python train.py``:
     each task runs the program with Slurm's variables as they are). Every rank writes its figures into the job's
     shared directory (:func:`gather_dir`); rank 0 waits for them (bounded) and carries them back, so the record's
@@ -269,7 +283,7 @@ def gather_ranks(spec: ExecSpec, joined, on_step=None) -> dict[str, Any]:
     shared.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="dlbench-exec-") as tmp:
         figures = run_rank_program(spec, Path(tmp), joined.rank, dict(os.environ), on_step if joined.rank == 0 else None,
-                                   **node_stop(shared, joined))
+                                   **node_stop(shared, joined), mark=mark)
     write_json_atomic(shared / f"rank{joined.rank}.json", figures)
     if joined.rank != 0:
         return figures

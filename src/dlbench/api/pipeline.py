@@ -63,7 +63,7 @@ def execute(run: ResolvedRun, store=None, env: dict[str, Any] | None = None, on_
     checked = preflight.here(store, env or {}) if owner and run.kind != "node-check" and not batch else None
     preflight.apply(records, checked)
     telemetry = job.telemetry(run, records[0]) if owner else NoTelemetry()
-    progress = Progress()
+    progress = Progress(mark=telemetry.mark)
     try:
         # no signal handlers here: a library call leaves the caller's (pytest's, a notebook's) in place and
         # a Ctrl-C arrives as KeyboardInterrupt; the CLI entry point (or a caller that opts in with

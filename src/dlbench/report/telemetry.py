@@ -10,6 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from dlbench.telemetry.sampler import measured_window
+
 GIB = 1024**3
 
 # (title, y label, reading key, scale) per GPU panel
@@ -77,12 +79,9 @@ def _host_panels(series: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _measured_window(record: dict[str, Any], series: list[dict[str, Any]]) -> tuple[float, float] | None:
-    """(start_s, end_s) of the timed steps on the series' clock, from the end mark and window_s."""
-    window_s = (record.get("result") or {}).get("window_s")
-    end = next((s["t_s"] for s in reversed(series) if s.get("mark") == "end"), None)
-    if not window_s or end is None:
-        return None
-    return (end - window_s, end)
+    """(start_s, end_s) of the measured part on the series' clock: the summary's own window (a program's run between
+    its marks, else the timed steps, ``window_s`` before the end mark)."""
+    return measured_window(series, (record.get("result") or {}).get("window_s"))
 
 
 def render_timeline(data: dict[str, Any], path: str | Path) -> Path:

@@ -175,11 +175,49 @@ class Sampler:
 # -- summary ------------------------------------------------------------------------------------
 
 
-def _mean_inside(inside: list[dict], series: list[dict], source: str, field: str) -> float | None:
-    """Mean of a CPU reading over the window's samples; over the whole series when none in the window
-    has one (a CPU share needs some time since the previous sample, which a short window may not give)."""
-    values = _mean((s.get(source) or {}).get(field) for s in inside)
-    return values if values is not None else _mean((s.get(source) or {}).get(field) for s in series)
+#: The marks of the samples taken when a program dlbench runs (``run --exec``) starts and when it ends.
+PROGRAM_START, PROGRAM_END = "program_start", "program_end"
+
+
+def measured_window(series: list[dict[str, Any]], window_s: float | None, end_s: float | None = None
+                    ) -> tuple[float, float] | None:
+    """The measured window ``(start_s, end_s)`` on the series' clock: from the :data:`PROGRAM_START` sample to the
+    :data:`PROGRAM_END` one where both are marked (a program's run: dlbench's own start and the figures it makes after
+    the program ended are outside), else the ``window_s`` seconds before the end (``end_s``, default the sample marked
+    ``end``: the engine's timed steps end just before it); None when neither is known (the whole series, then)."""
+    marked = {s["mark"]: s["t_s"] for s in series if s.get("mark")}
+    if PROGRAM_START in marked and PROGRAM_END in marked:
+        return marked[PROGRAM_START], marked[PROGRAM_END]
+    end = end_s if end_s is not None else marked.get("end")
+    return (end - window_s, end) if window_s and end is not None else None
+
+
+def _cpu_mean(series: Sequence[Sample], start: float, end: float, source: str, field: str) -> float | None:
+    """Mean of a CPU share over ``[start, end]``: CPU seconds over seconds. Each reading is the share since the
+    source's previous reading (the first one's since the series began), so it counts by how much of that interval
+    lies in the window. A plain mean of the readings let a short interval weigh as much as a whole second: the sample
+    marking a window's edge, milliseconds after a periodic one, read dlbench's work at that edge (or one 10 ms tick
+    of ``cpu_times``) as 10 % and more (bench/RESULTS.md, issue 40). Over the whole series when no reading's interval
+    meets the window; the readings' plain mean when none has an interval (a single sample)."""
+    def weighted(lo: float, hi: float) -> float | None:
+        total = seconds = 0.0
+        previous = series[0]["t_s"]
+        for sample in series:
+            value = (sample.get(source) or {}).get(field)
+            if value is None:  # no reading (too soon after the last, or a stalled source): the next one covers it
+                continue
+            overlap = min(sample["t_s"], hi) - max(previous, lo)
+            if overlap > 0:
+                total, seconds = total + value * overlap, seconds + overlap
+            previous = sample["t_s"]
+        return total / seconds if seconds > 0 else None
+
+    if not series:
+        return None
+    mean = weighted(start, end)
+    if mean is None:
+        mean = weighted(series[0]["t_s"], series[-1]["t_s"])
+    return mean if mean is not None else _mean((s.get(source) or {}).get(field) for s in series)
 
 
 def summarise(series: Sequence[Sample], samples: int | None = None,
@@ -193,8 +231,9 @@ def summarise(series: Sequence[Sample], samples: int | None = None,
     GPUs, power the mean of the summed power of all GPUs. Energy is the difference of NVML's total
     energy counter across the window, interpolated at its ends, when every GPU has that counter;
     else the integral of power over the window; ``energy_per_sample_j`` divides it by ``samples``
-    (samples processed in the window). Readings a device did not give are simply not in the means;
-    a figure without any reading is None.
+    (samples processed in the window). The host's and the process's CPU are the share of CPU time
+    over the window (each reading weighted by the part of its interval inside it: :func:`_cpu_mean`).
+    Readings a device did not give are simply not in the means; a figure without any reading is None.
     """
     t_first = series[0]["t_s"] if series else 0.0
     t_last = series[-1]["t_s"] if series else 0.0
@@ -217,8 +256,8 @@ def summarise(series: Sequence[Sample], samples: int | None = None,
         "energy_j": energy_j,
         "energy_source": energy_source,
         "energy_per_sample_j": energy_j / samples if energy_j is not None and samples else None,
-        "host_cpu_util_percent_mean": _mean_inside(inside, series, "host", "cpu_util_percent"),
-        "process_cpu_percent_mean": _mean_inside(inside, series, "process", "cpu_percent"),
+        "host_cpu_util_percent_mean": _cpu_mean(series, start, end, "host", "cpu_util_percent"),
+        "process_cpu_percent_mean": _cpu_mean(series, start, end, "process", "cpu_percent"),
         "process_rss_peak_bytes": _max((s.get("process") or {}).get("rss_bytes") for s in series),
     }
 
@@ -277,4 +316,4 @@ def _gpu_energy_j(series: Sequence[Sample], start: float, end: float) -> tuple[f
     return None, None
 
 
-__all__ = ["Sampler", "summarise", "Sample", "STALL_S"]
+__all__ = ["Sampler", "summarise", "measured_window", "Sample", "STALL_S", "PROGRAM_START", "PROGRAM_END"]

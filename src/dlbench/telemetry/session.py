@@ -23,7 +23,7 @@ from typing import Any
 
 from dlbench.telemetry.host import HostSource, ProcessSource
 from dlbench.telemetry.http import exposure_warning
-from dlbench.telemetry.sampler import Sampler, summarise
+from dlbench.telemetry.sampler import PROGRAM_END, PROGRAM_START, Sampler, measured_window, summarise
 from dlbench.telemetry.training import TrainingState, TrainingTracker, metrics_dir, prune_stale, publish
 
 log = logging.getLogger(__name__)
@@ -121,6 +121,11 @@ class RunTelemetry:
 
         return chained
 
+    def mark(self, name: str) -> None:
+        """A sample now, marked ``name`` (:data:`PROGRAM_START` and :data:`PROGRAM_END` bound the measured window of
+        a program's run: see :func:`measured_window`)."""
+        self.sampler.sample_now(name)
+
     def __exit__(self, exc_type, exc, tb) -> None:
         self.sampler.stop()  # first: a tick of the sampler's thread after the end sample would follow it in the series
         sample = self.sampler.sample_now("end")  # both bounded: a hung source cuts the series, not the run
@@ -148,9 +153,7 @@ class RunTelemetry:
     def attach(self, record: dict[str, Any]) -> list[dict[str, Any]]:
         """Set ``record["telemetry"]`` to the summary and return the series to store with the run."""
         result = record.get("result") or {}
-        window = None
-        if result.get("window_s") and self._end_t_s is not None:
-            window = (self._end_t_s - result["window_s"], self._end_t_s)
+        window = measured_window(self.sampler.series, result.get("window_s"), self._end_t_s)
         # all ranks' samples in a distributed run: energy per sample is per sample of the whole job
         batch = result.get("global_batch_size") or result.get("batch_size", 0)
         samples = batch * result.get("steps", 0) if result else None
@@ -203,6 +206,9 @@ class NoTelemetry:
 
     def wrap(self, on_step=None):
         return on_step
+
+    def mark(self, name: str) -> None:
+        return None
 
     def attach(self, record: dict[str, Any]) -> None:
         record["telemetry"] = None
@@ -308,4 +314,5 @@ def _cuda_uuid(index: int) -> str | None:
     return uuid if uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}"
 
 
-__all__ = ["RunTelemetry", "NoTelemetry", "ReportedTelemetry", "combine_nodes", "node_report"]
+__all__ = ["RunTelemetry", "NoTelemetry", "ReportedTelemetry", "combine_nodes", "node_report", "PROGRAM_START",
+           "PROGRAM_END"]
