@@ -32,7 +32,10 @@ def autogroup() -> str:
 def spinning(count: int, sessions: str = "this", settle_s: float = 60.0) -> Iterator[None]:
     """``count`` processes spinning at normal priority, in ``sessions`` (see the module); entered after
     ``settle_s`` (the load average's lag), all killed on exit."""
-    spin = [sys.executable, "-c", "while True: pass"]
+    # each spinner asks the kernel to SIGKILL it when its parent ends (prctl PR_SET_PDEATHSIG): none outlives a
+    # busy.py that was killed
+    spin = [sys.executable, "-c", "import ctypes, os, signal, sys\nctypes.CDLL(None).prctl(1, signal.SIGKILL)\n"
+            "if os.getppid() == 1: sys.exit()  # its parent ended already\nwhile True: pass"]
     if sessions == "one":  # one new session whose leader starts them all and waits
         spin = [sys.executable, "-c", "import subprocess, sys; ps = [subprocess.Popen(sys.argv[2:]) for _ in "
                 "range(int(sys.argv[1]))]; [p.wait() for p in ps]", str(count), *spin]
@@ -66,6 +69,7 @@ def main() -> None:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("give the command to run after --, e.g. -- .venv/bin/python -m pytest -q -m 'not slow' -n 2")
+    signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))  # the spinners killed on the way out
     print(f"# {os.cpu_count()} CPUs, autogroup {autogroup()}, {args.busy} spinning, sessions: {args.sessions}", flush=True)
     with spinning(args.busy, args.sessions):
         stop = threading.Event()
