@@ -127,21 +127,16 @@ def figures(text: str) -> tuple[float, float, float]:
     return float(RATE.search(text).group(1)), float(CPU.search(text).group(1)), float(THREAD_CPU.search(text).group(1))
 
 
-def bare(script: Path, steps: int, size: int) -> tuple[float, float, float, None]:
-    out = subprocess.run(bare_argv(script, steps, size), capture_output=True, text=True, env=bare_env(),
-                         check=True).stdout
+def bare(script: Path, steps: int, size: int, tmp: Path | None = None) -> tuple[float, float, float, None]:
+    """The program alone; with ``tmp``, with the probe on (its file there, nobody reading: :func:`probed_env`)."""
+    out = subprocess.run(bare_argv(script, steps, size), capture_output=True, text=True,
+                         env=bare_env() if tmp is None else probed_env(tmp), check=True).stdout
     return (*figures(out), None)
 
 
 def probed_env(tmp: Path) -> dict[str, str]:
     """The bare program's environment with the probe on: its lines go to a file in ``tmp`` that nobody reads."""
     return bare_env() | {"DLBENCH_PROBE": str(tmp / f"probe-{time.monotonic_ns()}")}
-
-
-def probed(script: Path, steps: int, size: int, tmp: Path) -> tuple[float, float, float, None]:
-    out = subprocess.run(bare_argv(script, steps, size), capture_output=True, text=True, env=probed_env(tmp),
-                         check=True).stdout
-    return (*figures(out), None)
 
 
 def bare_argv(script: Path, steps: int, size: int, extra: tuple[str, ...] = ()) -> list[str]:
@@ -157,8 +152,7 @@ def under_argv(script: Path, steps: int, size: int, extra: tuple[str, ...] = ())
             *bare_argv(script, steps, size, extra)]
 
 
-def under_dlbench(script: Path, steps: int, size: int, _tmp: Path | None = None
-                  ) -> tuple[float, float, float, float | None]:
+def under_dlbench(script: Path, steps: int, size: int, _tmp: Path | None = None) -> tuple[float, float, float, float | None]:
     out = subprocess.run(under_argv(script, steps, size), capture_output=True, text=True, check=True).stdout
     return from_record(out)
 
@@ -221,9 +215,7 @@ def probe_blocks(tmp: Path, pairs: int, block_s: float, size: int, core: int) ->
               f"{thread_ratios[-1]:.4f}; load {os.getloadavg()[0]:.2f}", flush=True)
     for name, values in (("CPU ratios (probe off / on, the process)", cpu_ratios),
                          ("main-thread CPU ratios (probe off / on)", thread_ratios)):
-        interval = median_interval(values)
-        print(spread(name, values) + (f"; median's 95 % interval {interval[0]:.4f}–{interval[1]:.4f}" if interval
-                                      else "; too few pairs for the median's 95 % interval"))
+        print(spread_and_interval(name, values))
 
 
 def median_interval(values: list[float], confidence: float = 0.95) -> tuple[float, float] | None:
@@ -273,6 +265,13 @@ def spread(name: str, values: list[float]) -> str:
             f"{quartiles[2]:.4f}, max {max(values):.4f}")
 
 
+def spread_and_interval(name: str, values: list[float]) -> str:
+    """:func:`spread`'s line with the median's 95 % interval (:func:`median_interval`)."""
+    interval = median_interval(values)
+    return spread(name, values) + (f"; median's 95 % interval {interval[0]:.4f}–{interval[1]:.4f}" if interval
+                                   else "; too few pairs for the median's 95 % interval")
+
+
 def pair(args, script: Path, tmp: Path, index: int, against: str, cores: list[int]):
     """One pair's two runs (bare first, then ``against``): at once with ``--together``, else one after the other
     (ABBA); a kind's pairs take either core, or either order, by turns."""
@@ -280,11 +279,12 @@ def pair(args, script: Path, tmp: Path, index: int, against: str, cores: list[in
     if args.together is not None:
         under_core, bare_core = cores if turn == 0 else cores[::-1]
         return together(script, args.size, args.together, under_core, bare_core, tmp, against)
-    other = under_dlbench if against == "dlbench" else probed
-    first, second = (bare, other) if turn == 0 else (other, bare)
-    a = first(script, args.steps, args.size, *(() if first is bare else (tmp,)))
-    b = second(script, args.steps, args.size, *(() if second is bare else (tmp,)))
-    return (a, b) if first is bare else (b, a)
+    other = under_dlbench if against == "dlbench" else bare  # bare with tmp: the probe on, nobody reading
+    if turn == 0:
+        plain = bare(script, args.steps, args.size)
+        return plain, other(script, args.steps, args.size, tmp)
+    measured = other(script, args.steps, args.size, tmp)
+    return bare(script, args.steps, args.size), measured
 
 
 def summary(against: str, pairs: list[dict[str, float]]) -> list[str]:
@@ -293,10 +293,7 @@ def summary(against: str, pairs: list[dict[str, float]]) -> list[str]:
              f"{len(pairs)} pairs"]
     for key, name in (("rate", "wall-rate ratios (other / bare)"), ("cpu", "CPU ratios (bare CPU per step / other's)"),
                       ("thread", "main-thread CPU ratios (bare / other's)")):
-        values = [p[key] for p in pairs]
-        interval = median_interval(values)
-        lines.append(spread(name, values) + (f"; median's 95 % interval {interval[0]:.4f}–{interval[1]:.4f}"
-                                             if interval else "; too few pairs for the median's 95 % interval"))
+        lines.append(spread_and_interval(name, [p[key] for p in pairs]))
     return lines
 
 
