@@ -2,7 +2,7 @@
 timed by the program itself, run bare (``python work.py``) and under dlbench (probe active, its output read line by
 line, telemetry sampled), alternating. Goal: dlbench's run keeps ≥ 0.99 of the bare rate (a cost ≤ 1 %).
 
-    python bench/exec_overhead.py [--pairs 12] [--steps 4000] [--size 192] [--together SECONDS]
+    python bench/exec_overhead.py [--pairs 12] [--steps 4000] [--size 192] [--together SECONDS [--swap 0.5]]
                                   [--against dlbench|probe|probe,dlbench] [--probe-blocks SECONDS]
 
 The program is a CPU training step of a small MLP (one thread: the ratio is not the machine's threading), calling
@@ -25,7 +25,10 @@ moved ±20 % between runs on the idle machine (2026-12-07), so 60 pairs left the
 ``--together SECONDS`` runs a pair's two programs at once instead, each pinned to a core of its own, stepping over
 the same window of wall time once both are ready (bare and dlbench's by turns on either core): what the VM does
 meanwhile, both see. dlbench's own process is pinned with its program, so every cost of the harness falls on the
-program it runs — as on a node whose every core trains; a real node usually leaves dlbench a core of its own.
+program it runs — as on a node whose every core trains; a real node usually leaves dlbench a core of its own. The
+two cores are not the same speed at any moment either (each vCPU is scheduled by the host apart; pairs pinned for a
+whole window spread ±3 %, quartiles 5.9 % apart on 2026-12-07), so the two programs swap cores every ``--swap``
+seconds (0.5 by default; 0 keeps each on its core): each spends half the window on either core.
 
 What the cost is, apart: ``--against probe`` runs, beside the bare program, the same program with the probe on
 (``DLBENCH_PROBE`` naming a file nobody reads) instead of under dlbench; ``--against probe,dlbench`` the two by turns,
@@ -166,12 +169,55 @@ def from_record(out: str) -> tuple[float, float, float, float | None]:
     return (*figures(record["result"]["program"]["output_tail"]), harness)
 
 
+def tree_threads(pid: int) -> list[int]:
+    """Every thread of ``pid`` and of its descendants (dlbench's process, its program, their threads)."""
+    import psutil
+
+    try:
+        procs = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
+    tids = []
+    for proc in procs:
+        try:
+            tids += [thread.id for thread in proc.threads()]
+        except psutil.NoSuchProcess:
+            pass
+    return tids
+
+
+def pin(pid: int, core: int) -> None:
+    for tid in tree_threads(pid):
+        try:
+            os.sched_setaffinity(tid, {core})
+        except (ProcessLookupError, PermissionError):  # a thread that ended meanwhile
+            pass
+
+
+def swap_cores(first: int, second: int, first_core: int, second_core: int, begin: float, end: float,
+               swap_s: float) -> None:
+    """Swap the two process trees' cores every ``swap_s`` seconds over the window ``begin``–``end`` (wall clock), so
+    each spends the same share of it on either core: the two cores of a VM run at different speeds at any moment
+    (each vCPU is scheduled by the host apart), which pinning for the whole window leaves in every pair's ratio."""
+    swaps = 0
+    while (now := time.time()) < end:
+        next_swap = begin + (swaps + 1) * swap_s
+        if next_swap >= end:
+            break
+        time.sleep(max(0.0, next_swap - now))
+        swaps += 1
+        odd = swaps % 2 == 1
+        pin(first, second_core if odd else first_core)
+        pin(second, first_core if odd else second_core)
+
+
 def together(script: Path, size: int, seconds: float, under_core: int, bare_core: int, tmp: Path,
-             against: str = "dlbench") -> tuple[tuple[float, float, float, None], tuple[float, float, float, float | None]]:
+             against: str = "dlbench", swap_s: float = 0.0,
+             ) -> tuple[tuple[float, float, float, None], tuple[float, float, float, float | None]]:
     """The bare program and the one under dlbench (``against="probe"``: the program with the probe on, no dlbench)
     at once, each pinned to a core of its own (dlbench's process on its program's core: the harness's whole cost
     lands on the program it runs), stepping over the same window of wall time once both are ready: whatever the VM's
-    cores do meanwhile, both see it."""
+    cores do meanwhile, both see it. With ``swap_s``, the two swap cores every ``swap_s`` seconds (:func:`swap_cores`)."""
     go = tmp / f"go-{time.monotonic_ns()}"
     extra = (str(go),)
     bare_proc = subprocess.Popen(["taskset", "-c", str(bare_core), *bare_argv(script, 0, size, extra)],
@@ -188,6 +234,8 @@ def together(script: Path, size: int, seconds: float, under_core: int, bare_core
     partial = go.with_name(go.name + ".tmp")
     partial.write_text(f"{begin} {begin + seconds}")
     partial.rename(go)  # whole, at once: both read the same window
+    if swap_s:
+        swap_cores(bare_proc.pid, under_proc.pid, bare_core, under_core, begin, begin + seconds, swap_s)
     bare_out, _ = bare_proc.communicate()
     under_out, _ = under_proc.communicate()
     if bare_proc.returncode or under_proc.returncode:
@@ -278,7 +326,7 @@ def pair(args, script: Path, tmp: Path, index: int, against: str, cores: list[in
     turn = (index // len(args.against)) % 2
     if args.together is not None:
         under_core, bare_core = cores if turn == 0 else cores[::-1]
-        return together(script, args.size, args.together, under_core, bare_core, tmp, against)
+        return together(script, args.size, args.together, under_core, bare_core, tmp, against, args.swap)
     other = under_dlbench if against == "dlbench" else bare  # bare with tmp: the probe on, nobody reading
     if turn == 0:
         plain = bare(script, args.steps, args.size)
@@ -304,6 +352,9 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=192)
     parser.add_argument("--together", type=float, metavar="SECONDS", default=None,
                         help="run each pair at once, each on a core of its own, over this many seconds (see above)")
+    parser.add_argument("--swap", type=float, metavar="SECONDS", default=0.5,
+                        help="with --together, the two programs swap cores every SECONDS (0: each keeps its core "
+                             "for the whole window); default 0.5")
     parser.add_argument("--probe-blocks", type=float, metavar="SECONDS", default=None,
                         help="measure the probe alone instead: one process, blocks of SECONDS with and without "
                              "probe.step by turns, --pairs pairs (see probe_blocks)")
@@ -326,7 +377,9 @@ def main() -> None:
         script = Path(tmp) / "work.py"
         script.write_text(WORK)
         print(f"load average at start: {os.getloadavg()[0]:.2f}; against {', '.join(args.against)} by turns; "
-              + (f"together, {args.together} s per pair on cores {cores}" if args.together is not None
+              + (f"together, {args.together} s per pair on cores {cores}"
+                 + (f", swapping cores every {args.swap} s" if args.swap else ", each on its core throughout")
+                 if args.together is not None
                  else f"one after the other (ABBA), {args.steps} steps each"), flush=True)
         pairs: dict[str, list[dict[str, float]]] = {kind: [] for kind in args.against}
         harness_cpu, bares, unders = [], [], []
