@@ -26,9 +26,10 @@ moved ±20 % between runs on the idle machine (2026-12-07), so 60 pairs left the
 the same window of wall time once both are ready (bare and dlbench's by turns on either core): what the VM does
 meanwhile, both see. dlbench's own process is pinned with its program, so every cost of the harness falls on the
 program it runs — as on a node whose every core trains; a real node usually leaves dlbench a core of its own. The
-two cores are not the same speed at any moment either (each vCPU is scheduled by the host apart; pairs pinned for a
-whole window spread ±3 %, quartiles 5.9 % apart on 2026-12-07), so the two programs swap cores every ``--swap``
-seconds (0.5 by default; 0 keeps each on its core): each spends half the window on either core.
+two cores are not the same speed at any moment either (each vCPU is scheduled by the host apart), so the two programs
+swap cores every ``--swap`` seconds (0.5 by default; 0 keeps each on its core): each spends half the window on either
+core. That did not narrow the pairs (2026-12-07: quartiles 2.6–3.1 % apart with the swap, 3.0–5.9 % without): their
+spread is each process's own (the same program started twice differs by ±3 %), which only more pairs narrow.
 
 What the cost is, apart: ``--against probe`` runs, beside the bare program, the same program with the probe on
 (``DLBENCH_PROBE`` naming a file nobody reads) instead of under dlbench; ``--against probe,dlbench`` the two by turns,
