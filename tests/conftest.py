@@ -103,15 +103,22 @@ def _cpu_s() -> float:
 
 
 _OUTCOME = pytest.StashKey[str]()
+_WHY = pytest.StashKey[str]()
+#: The most of a failure's message the timeline keeps: a line stays one short append (under PIPE_BUF)
+WHY_CHARS = 600
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item, call):
-    """The test's outcome for the timeline, as it is known (a failed run shows which test while it goes on)."""
+    """The test's outcome for the timeline, as it is known (a failed run shows which test, and why, while it goes on)."""
     report = yield
     outcome = "error" if report.failed and report.when != "call" else report.outcome
     if item.stash.get(_OUTCOME, "passed") == "passed":
         item.stash[_OUTCOME] = outcome
+        if report.failed:
+            crash = getattr(report.longrepr, "reprcrash", None)
+            why = f"{crash.path}:{crash.lineno}: {crash.message}" if crash is not None else str(report.longrepr)
+            item.stash[_WHY] = why[:WHY_CHARS]
     return report
 
 
@@ -119,7 +126,7 @@ def pytest_runtest_makereport(item, call):
 def pytest_runtest_protocol(item, nextitem):
     """With ``DLBENCH_TEST_TIMELINE=FILE``, append one JSON line per test: the worker, the node id, when it
     started and ended (setup to teardown, seconds since the epoch), its CPU seconds, its outcome (passed, failed,
-    error, skipped: a failure is named while the run goes on): ``python tests/timeline.py
+    error, skipped: a failure is named, with its message, while the run goes on): ``python tests/timeline.py
     FILE`` shows each worker's schedule and the time it stood idle at the end (docs/testing.md)."""
     path = os.environ.get("DLBENCH_TEST_TIMELINE")
     start, cpu = time.time(), _cpu_s()
@@ -131,6 +138,8 @@ def pytest_runtest_protocol(item, nextitem):
                     "worker": os.environ.get("PYTEST_XDIST_WORKER", "main"), "test": item.nodeid,
                     "start": start, "end": time.time(), "cpu_s": round(_cpu_s() - cpu, 3),
                     "outcome": item.stash.get(_OUTCOME, "passed")}
+            if _WHY in item.stash:
+                line["why"] = item.stash[_WHY]
             with open(path, "a") as out:  # one short line per write: appends from two workers do not interleave
                 out.write(json.dumps(line) + "\n")
 

@@ -54,7 +54,8 @@ def summary(lines: list[dict], top: int = 12) -> str:
     out += [f"  {folder:28s} {seconds:7.0f} s {folders_cpu[folder]:7.0f} s CPU"
             for folder, seconds in sorted(folders.items(), key=lambda kv: -kv[1])[:top]]
     failed = [x for x in lines if x.get("outcome") in ("failed", "error")]
-    out += [f"{x['outcome']}: {x['test']} ({x['worker']} at {x['start'] - t0:.0f} s)" for x in failed]
+    out += [f"{x['outcome']}: {x['test']} ({x['worker']} at {x['start'] - t0:.0f} s)"
+            + (f"\n    {x['why']}" if x.get("why") else "") for x in failed]
     out.append("longest tests:")
     for x in sorted(lines, key=lambda x: x["start"] - x["end"])[:top]:
         out.append(f"  {x['end'] - x['start']:6.1f} s  {x['worker']} at {x['start'] - t0:6.0f} s  {x['test']}")
