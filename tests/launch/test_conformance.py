@@ -119,7 +119,7 @@ def test_a_crash_is_recorded_failed_with_its_cause(name, tmp_path, faulty):
     run = CASES[name](steps=5, workload="faulty", params={"fault": "crash", "rank": 0}, timeout_s=60)
     store = open_store(str(tmp_path / "runs.db"))
     (record,) = execute(run, store, env={}, launcher=get_launcher(name))
-    assert record["status"] == "failed"
+    assert record["status"] == "failed", record["error"]
     assert "injected crash" in record["error"]
     assert store.get(record["id"])["status"] == "failed"
 
