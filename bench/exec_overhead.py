@@ -175,7 +175,8 @@ def tree_threads(pid: int) -> list[int]:
     import psutil
 
     try:
-        procs = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
     except psutil.NoSuchProcess:
         return []
     tids = []
