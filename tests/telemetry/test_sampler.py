@@ -120,20 +120,32 @@ class Broken(Source):
 
 
 def test_sampler_thread_samples_on_schedule_and_survives_a_failing_source():
+    """What holds at any speed: the thread goes on after a source fails, never takes more samples than its ticks
+    allow, keeps the series in time order, and each sample is published once. (It asserted ~10 samples in 0.5 s
+    and the end mark last: on a loaded machine a tick fell between ``sample_now("end")`` and ``stop()``.)"""
     broken = Broken()
     seen = []
-    sampler = Sampler([HostSource(), broken], interval_s=0.05, on_sample=lambda s: seen.append(s["t_s"]))
+    interval_s = 0.05
+    sampler = Sampler([HostSource(), broken], interval_s=interval_s, on_sample=lambda s: seen.append(s["t_s"]))
+    before = time.monotonic()
     sampler.start()
-    time.sleep(0.5)
+    started_s = time.monotonic() - before
+    deadline = time.monotonic() + 120  # "did not hang": four samples take 0.15 s on a quiet machine
+    while len(sampler.series) < 4 and time.monotonic() < deadline:
+        time.sleep(interval_s)
     sampler.sample_now("end")
     sampler.stop()
+    elapsed_s = time.monotonic() - before
     times = [s["t_s"] for s in sampler.series]
-    assert 7 <= len(times) <= 13  # ~10 ticks in 0.5 s: the thread survived the failing source
     assert [s["broken"] for s in sampler.series[:3]] == [{"calls": 1}, None, {"calls": 3}]
-    assert times == sorted(times) and times[0] < 0.01
-    assert sampler.series[-1]["mark"] == "end"
-    assert all("cpu_util_percent" in s["host"] for s in sampler.series[1:-1])  # ticks 50 ms apart
-    assert seen == times
+    assert len(times) >= 5  # four or more from the thread and the start, then the end: it survived the failure
+    assert len(times) <= elapsed_s / interval_s + 2  # one per tick at most (+ the start's and the end's): no burst
+    assert times == sorted(times) and times[0] <= started_s  # the first sample is taken by start() itself
+    assert [s.get("mark") for s in sampler.series if s.get("mark")] == ["end"]
+    assert all(isinstance(s["host"], dict) and s["host"]["cpu_count"] >= 1 for s in sampler.series)
+    shares = [s["host"]["cpu_util_percent"] for s in sampler.series if "cpu_util_percent" in s["host"]]
+    assert shares and all(0 <= share <= 100 for share in shares)
+    assert sorted(seen) == times  # every sample published once (two threads may publish out of order)
     assert not any(t.name == "dlbench-telemetry" for t in threading.enumerate())
 
 

@@ -136,13 +136,15 @@ class Sampler:
                     log.exception("telemetry source %r failed", source.name)
                     sample[source.name] = None
             self._reading = None
-        if mark:
-            sample["mark"] = mark
-        with self._series_lock:
-            if ticket.abandoned or self.incomplete is not None:
-                return None
-            ticket.sample = sample
-            self.series.append(sample)
+            if mark:
+                sample["mark"] = mark
+            # appended before the next reader starts: the series stays in the order of its t_s (appending after the
+            # read lock let a thread descheduled there append its earlier sample after the next one)
+            with self._series_lock:
+                if ticket.abandoned or self.incomplete is not None:
+                    return None
+                ticket.sample = sample
+                self.series.append(sample)
         self._notify(sample)
         return sample
 
