@@ -6,7 +6,9 @@ figure with a literal bound. A timing figure is a name, attribute or string key 
 ``throughput``, ``speedup``) or a clock read (``time.monotonic()``, ``perf_counter()``, ``time.time()``). A literal
 bound is an expression of numbers and CONSTANT names only (``5 + 60``, ``STOPS_WITHIN_S``, ``REPORT_LAG_S / 2``).
 Comparing with zero is never flagged (``samples_per_s > 0`` holds at any speed), nor is a comparison of two
-measurements (``primed_s < sampled_s``). What is flagged is reviewed once and listed, with its reason, in
+measurements (``primed_s < sampled_s``). In a test that sleeps, a count bounded by a literal is flagged too
+(``len(times) <= 13`` after ``time.sleep(0.5)``: how many ticks a thread makes in a sleep is the machine's speed; CI
+failed on it). What is flagged is reviewed once and listed, with its reason, in
 ``tests/test_speed_lint.py``.
 """
 
@@ -88,13 +90,15 @@ def findings_in(source: str, path: str) -> list[Finding]:
     for parent in ast.walk(tree):
         for child in ast.iter_child_nodes(parent):
             child._parent = parent  # type: ignore[attr-defined]
+    sleeping = {id(node) for function in ast.walk(tree) if isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef)
+                and any(_is_sleep(call) for call in ast.walk(function)) for node in ast.walk(function)}
     found = []
     for node in ast.walk(tree):
         if not isinstance(node, ast.Assert):
             continue
         for compare in (n for n in ast.walk(node.test) if isinstance(n, ast.Compare)):
-            if any(_bounds_a_timing(figure, bound) for left, right in _pairs(compare)
-                   for figure, bound in ((left, right), (right, left))):
+            if any(_bounds_a_timing(figure, bound) or (id(node) in sleeping and _bounds_a_count(figure, bound))
+                   for left, right in _pairs(compare) for figure, bound in ((left, right), (right, left))):
                 found.append(Finding(path, compare.lineno, ast.unparse(compare)))
     return found
 
@@ -102,6 +106,19 @@ def findings_in(source: str, path: str) -> list[Finding]:
 def _bounds_a_timing(figure: ast.AST, bound: ast.AST) -> bool:
     value = _literal(bound)
     return value is not None and value != 0 and _is_timing(figure)
+
+
+def _bounds_a_count(figure: ast.AST, bound: ast.AST) -> bool:
+    value = _literal(bound)
+    return (value is not None and value != 0 and isinstance(figure, ast.Call) and isinstance(figure.func, ast.Name)
+            and figure.func.id == "len")
+
+
+def _is_sleep(node: ast.AST) -> bool:
+    if not isinstance(node, ast.Call):
+        return False
+    func = node.func
+    return (func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else "") == "sleep"
 
 
 def findings(tests: Path) -> list[Finding]:
