@@ -10,6 +10,8 @@ import json
 import time
 from pathlib import Path
 
+import pytest
+
 from dlbench.launch._base import RANKS_DIR
 from dlbench.launch.batch import CANCELLED, RUNNING, JobState
 from dlbench.launch.batch_launcher import POLL_ENDING_S, POLL_S, REPORT_LAG_S, RankWatch
@@ -35,6 +37,33 @@ def test_a_lost_ranks_report_is_not_waited_for(tmp_path):
     outcome = launcher.outcome(entry, JobState(RUNNING), lost="node1 (rank 1) stopped answering", silent=frozenset({1}))
     assert time.monotonic() - started < REPORT_LAG_S / 2  # rank 1 went down with its node: nothing to wait for
     assert list(outcome.statuses) == [0] and outcome.lost == "node1 (rank 1) stopped answering"
+
+
+def test_a_crash_whose_peer_torchrun_stopped_is_a_failure_not_a_stop(tmp_path):
+    """Rank 0 crashed; torchrun SIGTERMed rank 1, whose report said "aborted" when it wrote one in time, and the job
+    ended Failed. It was recorded aborted ("told to stop") on a loaded CI host: the crash is the cause."""
+    from dlbench.api.jobs import job_kind
+    from dlbench.errors import RunFailed
+    from dlbench.launch.batch import FAILED
+
+    workdir = job_dir(tmp_path, reported=[])
+    reports = {0: {"status": "failed", "error": "RuntimeError: injected crash"},
+               1: {"status": "aborted", "error": "stopped by SIGTERM"}}
+    for rank, report in reports.items():
+        (workdir / RANKS_DIR / f"rank{rank}.json").write_text(json.dumps(report | {"rank": rank}))
+    entry = {"job_id": "7", "workdir": str(workdir), "run": {"world_size": 2}}
+    launcher = SlurmLauncher(registry=JobRegistry(tmp_path / "jobs"))
+    crashed = launcher.outcome(entry, JobState(FAILED, "BackoffLimitExceeded"))
+    assert crashed.stopped is None and not crashed.ok
+    with pytest.raises(RunFailed) as failed:
+        job_kind("train").result_of(None, crashed)
+    assert failed.value.status == "failed" and "rank 0 failed: RuntimeError: injected crash" in str(failed.value)
+    # a stop the scheduler made stays one: both ranks told to stop, or one that lost its peer to the stop
+    (workdir / RANKS_DIR / "rank0.json").write_text(json.dumps({"status": "failed", "rank": 0,
+                                                               "error": "DistNetworkError: connection reset by peer"}))
+    assert launcher.outcome(entry, JobState(FAILED)).stopped == "the slurm job 7 was told to stop (SIGTERM: its time limit was near, or it was preempted)"
+    (workdir / RANKS_DIR / "rank0.json").write_text(json.dumps({"status": "failed", "rank": 0, "error": "injected crash"}))
+    assert launcher.outcome(entry, JobState(CANCELLED)).stopped == "the slurm job 7 was cancelled"
 
 
 def test_a_rank_that_may_still_report_is_waited_for(tmp_path, monkeypatch):

@@ -29,6 +29,7 @@ from dlbench.engine.run import ResolvedRun
 from dlbench.errors import Submitted, Terminated, UsageError
 from dlbench.launch._base import NODES_DIR, RANKS_DIR, Launcher, LaunchPlan, Outcome
 from dlbench.launch.batch import CANCELLED, DONE, QUEUED, RUNNING, TIMEOUT, UNKNOWN, JobState, Scheduler
+from dlbench.launch.diagnose import own_failure
 from dlbench.launch.liveness import lost_after, lost_ranks, read_heartbeats, unreachable
 from dlbench.launch.registry import JobRegistry
 from dlbench.record import new_id
@@ -213,8 +214,11 @@ class BatchLauncher(Launcher):
         outcome = Outcome(statuses=statuses, ranks_here=ranks, returncode=0 if state.state == "done" else 1,
                           hosts={rank: str(beat.get("host")) for rank, beat in read_heartbeats(workdir / RANKS_DIR).items()})
         outcome.lost = lost or None
-        # after dlbench's own cancel the ranks it stopped report "aborted": symptoms of the failure, not a stop
-        stopped = state.state in (CANCELLED, TIMEOUT) or any(s.get("status") == "aborted" for s in statuses.values())
+        # after dlbench's own cancel the ranks it stopped report "aborted": symptoms of the failure, not a stop; so
+        # are those torchrun stopped when a rank of theirs failed (the job then ends Failed, and the report of the
+        # rank it SIGTERMed said "aborted" whenever the rank wrote it in time: the crash was recorded aborted)
+        stopped = state.state in (CANCELLED, TIMEOUT) or (
+            any(s.get("status") == "aborted" for s in statuses.values()) and not own_failure(statuses))
         if lost is None and stopped:
             why = {TIMEOUT: f"reached its time limit ({state.reason})", CANCELLED: "was cancelled"}.get(
                 state.state, "was told to stop (SIGTERM: its time limit was near, or it was preempted)")

@@ -17,6 +17,14 @@ _PEER_ERRORS = re.compile(
 _ROOT_CAUSE = re.compile(r"Root Cause.*?rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)", re.DOTALL)
 
 
+def own_failure(statuses: dict[int, dict]) -> bool:
+    """Some rank failed of its own cause (a report ``failed`` or ``oom`` whose error is not about a lost peer): the
+    others' ``aborted`` reports are then the launcher stopping them after it (torchrun SIGTERMs a failed rank's
+    survivors), not a stop the scheduler or the user asked for."""
+    return any(s.get("status") in ("failed", "oom") and not _PEER_ERRORS.search(s.get("error") or "")
+               for s in statuses.values())
+
+
 def diagnose(outcome: Outcome) -> tuple[int | None, str]:
     """The rank that failed first and the cause.
 
