@@ -310,7 +310,9 @@ def verdict(rate_ratios: list[float], cpu_ratios: list[float], harness_cpu: list
 
 
 def spread(name: str, values: list[float]) -> str:
-    quartiles = statistics.quantiles(values, n=4) if len(values) > 1 else [values[0]] * 3
+    # inclusive: the quartiles of the values themselves, within min–max (the default, exclusive, put those of two
+    # pairs outside them)
+    quartiles = statistics.quantiles(values, n=4, method="inclusive") if len(values) > 1 else [values[0]] * 3
     return (f"{name} (one per pair): min {min(values):.4f}, quartiles {quartiles[0]:.4f} / {quartiles[1]:.4f} / "
             f"{quartiles[2]:.4f}, max {max(values):.4f}")
 

@@ -42,3 +42,14 @@ def pairs(centre: float, half_width: float, n: int = 40) -> list[float]:
 ])
 def test_the_verdict_follows_from_the_intervals_of_the_figures_printed_beside_it(rate, cpu, harness, starts):
     assert exec_overhead.verdict(rate, cpu, harness).startswith(starts)
+
+
+@pytest.mark.parametrize("values", [[0.99, 1.01], [1.0, 0.98, 1.02], [0.97, 0.99, 1.0, 1.03], [1.0]])
+def test_the_spread_line_prints_quartiles_within_the_values(values):
+    line = exec_overhead.spread("wall ratio", values)
+    figures = [float(part.split()[-1]) for part in line.replace(" / ", ", x ").split(", ")]
+    low, q1, q2, q3, high = figures
+    assert low == min(values) and high == max(values)
+    assert low <= q1 <= q2 <= q3 <= high  # two pairs' "quartiles" lay outside min–max before
+    assert q2 == pytest.approx(sorted(values)[len(values) // 2] if len(values) % 2 else
+                               sum(sorted(values)[len(values) // 2 - 1:len(values) // 2 + 1]) / 2, abs=1e-4)
