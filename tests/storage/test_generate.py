@@ -53,6 +53,45 @@ def test_generate_resumes_rewriting_only_missing_and_truncated_files(tmp_path):
     assert {n: (tmp_path / n).stat().st_mtime_ns for n in kept} == kept  # untouched
 
 
+@pytest.mark.parametrize("rewrite", [False, True])
+def test_a_signal_just_after_a_file_is_renamed_into_place_counts_that_file(tmp_path, monkeypatch, rewrite):
+    """A loaded CI host: SIGTERM landed after file 79's rename and before its entry, and the message said 78 files
+    were written with 79 on disk. The signal is put there: the file the write made is counted and in the manifest,
+    and a file truncated by an earlier run, whose rewrite was not renamed into place yet, is not."""
+    from dlbench.storage import generate as module
+
+    if rewrite:
+        _write(tmp_path)
+        manifest = read_manifest(tmp_path)
+        with open(tmp_path / manifest.files[3]["name"], "r+b") as f:
+            f.truncate(10)  # file 3 is rewritten; files 0-2 are kept
+    real, calls = module._write_file, []
+
+    def then_a_signal(form, root, name, samples, count):
+        calls.append(name)
+        if len(calls) == 1 and rewrite:  # the signal comes before the rewrite's rename: the old file stays uncounted
+            raise KeyboardInterrupt
+        entry = real(form, root, name, samples, count)
+        if len(calls) == 2:
+            raise KeyboardInterrupt  # renamed into place, not yet listed
+        return entry
+
+    monkeypatch.setattr(module, "_write_file", then_a_signal)
+    with pytest.raises(KeyboardInterrupt) as stopped:
+        _write(tmp_path)
+    expected = 3 if rewrite else 2
+    on_disk = sorted(p.name for p in tmp_path.glob("sample-*"))
+    assert f"; {expected} of 6 files of {tmp_path} are written and kept" in stopped.value.progress
+    listed = {e["name"]: e["bytes"] for e in read_manifest(tmp_path).files}
+    if rewrite:  # the files not reached keep what the first run recorded: file 3's 192 bytes, not its 10 on disk
+        assert listed == dict.fromkeys(on_disk, 192) and (tmp_path / on_disk[3]).stat().st_size == 10
+    else:
+        assert sorted(listed) == on_disk and len(on_disk) == expected  # every file on disk is counted and listed
+    monkeypatch.setattr(module, "_write_file", real)
+    _write(tmp_path)  # and the same generate resumes to a whole data set, file 3 rewritten
+    assert load_data_set(tmp_path).total_bytes == 6 * 192  # 64 bytes of uint8 and the .npy header each
+
+
 def test_generate_refuses_another_data_set_or_a_foreign_directory(tmp_path):
     _write(tmp_path / "a")
     with pytest.raises(UsageError, match="already holds another data set"):

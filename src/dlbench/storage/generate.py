@@ -44,26 +44,31 @@ def generate(root: Path, planned: Manifest, make_samples: MakeSamples, on_file: 
     known = prepare(root, planned) if known is None else known
     files: list[dict[str, Any]] = []
     checkpointed = time.monotonic()
+    writing: tuple[str, int, int | None] | None = None  # (name, samples, the inode under that name before the write)
     try:
         for i in range(planned.file_count):
             name = planned.file_name(i, form.suffix)
             count = planned.samples_in(i)
             entry = _kept(form, root / name, known.get(name), count)
             if entry is None:
+                writing = (name, count, _inode(root / name))
                 try:
                     entry = _write_file(form, root, name, make_samples(i, count), count)
                 except OSError as exc:
-                    _checkpoint(root, planned, files)
+                    _checkpoint(root, planned, files, known)
                     raise _write_error(exc, root, name, len(files), planned.file_count) from None
             files.append(entry)
+            writing = None
             if time.monotonic() - checkpointed > CHECKPOINT_S:
-                _checkpoint(root, planned, files)
+                _checkpoint(root, planned, files, known)
                 checkpointed = time.monotonic()
             if on_file is not None:
                 on_file(i + 1, planned.file_count, sum(e["bytes"] for e in files))
     except BaseException as exc:  # the files renamed into place are whole: the manifest says so, and a signal's message
+        if writing is not None and not (files and files[-1]["name"] == writing[0]):
+            _count_if_renamed(form, root, writing, files)
         if not isinstance(exc, UsageError):
-            _checkpoint(root, planned, files)
+            _checkpoint(root, planned, files, known)
         if not isinstance(exc, Exception):  # Terminated, KeyboardInterrupt: the CLI adds how much is kept
             exc.progress = (f"; {len(files)} of {planned.file_count} files of {root} are written and kept, "  # type: ignore[attr-defined]
                             "and the same 'dlbench io generate' resumes")
@@ -143,6 +148,24 @@ def _write_file(form: Format, root: Path, name: str, samples: list[list[np.ndarr
     return entry
 
 
+def _inode(path: Path) -> int | None:
+    try:
+        return path.stat().st_ino
+    except FileNotFoundError:
+        return None
+
+
+def _count_if_renamed(form: Format, root: Path, writing: tuple[str, int, int | None],
+                      files: list[dict[str, Any]]) -> None:
+    """A signal that came between a file's rename into place and its entry in ``files`` (the message said 78 files
+    written with 79 on disk): the file under its name is the one this write made (a new inode: the rename is the only
+    thing that changes it), so it is whole and counted."""
+    name, count, before = writing
+    now = _inode(root / name)
+    if now is not None and now != before:
+        files.append(_entry(form, root / name, count))
+
+
 def _entry(form: Format, path: Path, count: int) -> dict[str, Any]:
     entry: dict[str, Any] = {"name": path.name, "bytes": path.stat().st_size, "samples": count}
     if form.sharded:
@@ -150,8 +173,15 @@ def _entry(form: Format, path: Path, count: int) -> dict[str, Any]:
     return entry
 
 
-def _checkpoint(root: Path, planned: Manifest, files: list[dict[str, Any]]) -> None:
-    snapshot = Manifest(**{**planned.__dict__, "files": list(files), "complete": False})
+def _checkpoint(root: Path, planned: Manifest, files: list[dict[str, Any]],
+                known: dict[str, dict[str, Any]] | None = None) -> None:
+    """The manifest so far: ``files`` done, and what an earlier run recorded of the files not reached yet (``known``),
+    so that one damaged since is still found by its size after this run is stopped too (without them, a file truncated
+    by hand and not yet rewritten when a signal came was indexed as whole by the next run)."""
+    done = {e["name"] for e in files}
+    rest = [e for name, e in (known or {}).items() if name not in done]
+    snapshot = Manifest(**{**planned.__dict__, "files": sorted([*files, *rest], key=lambda e: e["name"]),
+                           "complete": False})
     try:
         write_manifest(root, snapshot)
     except OSError:
