@@ -143,12 +143,12 @@ def test_a_cut_off_rank_gives_up_even_when_its_beating_thread_hangs(tmp_path):
     done = threading.Event()
     heartbeat = Heartbeat(tmp_path, 1, 2, step, lambda m: (gave_up.append(m), done.set()), lost_after_s=1.0,
                           interval_s=0.2, env=env)
-    try:
-        with heartbeat:
-            started = time.monotonic()
-            del master
+    with heartbeat:
+        started = time.monotonic()
+        del master
+        try:
             assert done.wait(10)
             assert time.monotonic() - started < 1.0 + 0.2 + 3  # the bound, and a loaded machine's slack
-    finally:
-        release.set()
+        finally:
+            release.set()  # before the exit joins the beating thread (it waits interval_s + 10 s for a hung one)
     assert len(gave_up) == 1 and "(rank 1) could not reach the rendezvous store" in gave_up[0] and "at step 7" in gave_up[0]
