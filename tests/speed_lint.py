@@ -47,11 +47,8 @@ def _is_timing(node: ast.AST) -> bool:
         if (isinstance(sub, ast.Constant) and isinstance(sub.value, str) and TIMING.search(sub.value)
                 and isinstance(getattr(sub, "_parent", None), ast.Subscript)):  # summary["duration_s"]
             return True
-        if isinstance(sub, ast.Call):
-            func = sub.func
-            name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
-            if name in CLOCKS:
-                return True
+        if isinstance(sub, ast.Call) and _call_name(sub) in CLOCKS:
+            return True
     return False
 
 
@@ -115,10 +112,13 @@ def _bounds_a_count(figure: ast.AST, bound: ast.AST) -> bool:
 
 
 def _is_sleep(node: ast.AST) -> bool:
-    if not isinstance(node, ast.Call):
-        return False
-    func = node.func
-    return (func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else "") == "sleep"
+    return isinstance(node, ast.Call) and _call_name(node) == "sleep"
+
+
+def _call_name(call: ast.Call) -> str:
+    """``sleep`` of ``time.sleep(…)`` and of ``sleep(…)``; "" for a call of anything else (a subscript, a call)."""
+    func = call.func
+    return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
 
 
 def findings(tests: Path) -> list[Finding]:

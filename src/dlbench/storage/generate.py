@@ -65,7 +65,7 @@ def generate(root: Path, planned: Manifest, make_samples: MakeSamples, on_file: 
             if on_file is not None:
                 on_file(i + 1, planned.file_count, sum(e["bytes"] for e in files))
     except BaseException as exc:  # the files renamed into place are whole: the manifest says so, and a signal's message
-        if writing is not None and not (files and files[-1]["name"] == writing[0]):
+        if writing is not None:
             _count_if_renamed(form, root, writing, files)
         if not isinstance(exc, UsageError):
             _checkpoint(root, planned, files, known)
@@ -161,6 +161,8 @@ def _count_if_renamed(form: Format, root: Path, writing: tuple[str, int, int | N
     written with 79 on disk): the file under its name is the one this write made (a new inode: the rename is the only
     thing that changes it), so it is whole and counted."""
     name, count, before = writing
+    if files and files[-1]["name"] == name:  # the signal came after the entry, before ``writing`` was cleared
+        return
     now = _inode(root / name)
     if now is not None and now != before:
         files.append(_entry(form, root / name, count))
