@@ -15,6 +15,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from timeline import machine_cpu
 
 TESTS = Path(__file__).resolve().parent
 
@@ -129,7 +130,7 @@ def pytest_runtest_protocol(item, nextitem):
     error, skipped: a failure is named, with its message, while the run goes on): ``python tests/timeline.py
     FILE`` shows each worker's schedule and the time it stood idle at the end (docs/testing.md)."""
     path = os.environ.get("DLBENCH_TEST_TIMELINE")
-    start, cpu = time.time(), _cpu_s()
+    start, cpu, machine = time.time(), _cpu_s(), machine_cpu() if path else None
     try:
         return (yield)
     finally:
@@ -138,6 +139,9 @@ def pytest_runtest_protocol(item, nextitem):
                     "worker": os.environ.get("PYTEST_XDIST_WORKER", "main"), "test": item.nodeid,
                     "start": start, "end": time.time(), "cpu_s": round(_cpu_s() - cpu, 3),
                     "outcome": item.stash.get(_OUTCOME, "passed")}
+            ended = machine_cpu()
+            if machine and ended:  # every process's CPU, daemons' too (tests/timeline.py)
+                line["machine"] = [*machine, *ended, os.cpu_count()]
             if _WHY in item.stash:
                 line["why"] = item.stash[_WHY]
             with open(path, "a") as out:  # one short line per write: appends from two workers do not interleave

@@ -42,6 +42,7 @@ WAITS = "def test_waits_{i}({fixture}):\n    assert {fixture} == 42\n\n"
 
 def small_suite(root: Path) -> Path:
     (root / "conftest.py").write_text((TESTS / "conftest.py").read_text() + FIXTURE)
+    (root / "timeline.py").write_text((TESTS / "timeline.py").read_text())  # the conftest's machine CPU reading
     (root / "test_a.py").write_text("".join(USES.format(i=i) + PLAIN.format(i=i) for i in range(6)))
     (root / "test_b.py").write_text("".join(USES.format(i=i) + PLAIN.format(i=i) for i in range(6, 12)))
     (root / "test_c.py").write_text("".join(WAITS.format(i=i, fixture=("cluster2", "cluster4")[i % 2])

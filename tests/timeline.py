@@ -3,13 +3,48 @@ finished, its longest tests and groups, so the suite's critical path shows.
 
     DLBENCH_TEST_TIMELINE=/tmp/t.jsonl pytest -n 2 --dist loadgroup -q
     python tests/timeline.py /tmp/t.jsonl
+
+The workers count their own CPU and that of the children they wait for; a daemon a test starts (slurmd's job
+steps, podman, PostgreSQL) is counted by nobody. So each line also carries the machine's CPU seconds from
+``/proc/stat`` (``machine``: busy and all, summed over its cores, at the test's start, then at its end, then the
+core count), and the summary says how busy the cores were over the whole run: near 100 % on a machine that runs
+nothing else, the suite is CPU-bound and more workers cannot make it quicker. ``.ci/run`` prints the same figure
+(``--machine-cpu`` before the tests, ``--machine-cpu-since`` after).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections import defaultdict
+
+
+def machine_cpu() -> tuple[float, float] | None:
+    """This machine's CPU seconds since it booted, summed over its cores, from the first line of /proc/stat: (busy,
+    all). Busy is user, nice, system, irq, softirq and steal (a hypervisor's steal is time this machine wanted a
+    core); all adds idle and iowait. None where there is no /proc/stat."""
+    try:
+        with open("/proc/stat") as f:
+            fields = f.readline().split()
+    except OSError:
+        return None
+    if len(fields) < 5 or fields[0] != "cpu":
+        return None
+    user, nice, system, idle, iowait, irq, softirq, steal = ([int(x) for x in fields[1:9]] + [0] * 8)[:8]
+    hz = os.sysconf("SC_CLK_TCK")
+    busy = user + nice + system + irq + softirq + steal
+    return busy / hz, (busy + idle + iowait) / hz
+
+
+def busy_share(start: tuple[float, float], end: tuple[float, float], cores: int | None = None) -> str:
+    """One sentence: how busy the machine's cores were between two :func:`machine_cpu` readings."""
+    busy, total = end[0] - start[0], end[1] - start[1]
+    if total <= 0:
+        return "the machine's CPU: no time passed between the two readings"
+    cores = cores or os.cpu_count() or 1
+    return (f"the machine's {cores} cores were {busy / total:.0%} busy over {total / cores:.0f} s: {busy:.0f} of "
+            f"{total:.0f} core-seconds (every process, this run's and any other's)")
 
 
 def summary(lines: list[dict], top: int = 12) -> str:
@@ -41,6 +76,11 @@ def summary(lines: list[dict], top: int = 12) -> str:
     total_cpu = sum(x.get("cpu_s", 0.0) for x in lines)
     out.append(f"CPU: {total_cpu:.0f} s counted by the workers (their own and their waited-for children's)"
                if any("cpu_s" in x for x in lines) else "CPU: not recorded (a timeline from before it was)")
+    read = [x for x in lines if x.get("machine")]
+    if read:
+        first = min(read, key=lambda x: x["start"])["machine"]
+        last = max(read, key=lambda x: x["end"])["machine"]
+        out.append("CPU: " + busy_share(tuple(first[:2]), tuple(last[2:]), cores=first[4] if len(first) > 4 else None))
     out.append("groups (seconds of tests, CPU seconds; span on its worker, from the suite's start):")
     for group, seconds in sorted(groups.items(), key=lambda kv: -kv[1])[:top]:
         s, e, w = spans[group]
@@ -65,6 +105,23 @@ def summary(lines: list[dict], top: int = 12) -> str:
     return "\n".join(out)
 
 
+def main(argv: list[str]) -> int:
+    """``FILE``: the summary; ``--machine-cpu``: the two figures of :func:`machine_cpu` now (for a shell to keep);
+    ``--machine-cpu-since "BUSY ALL"``: :func:`busy_share` from those to now."""
+    if argv[:1] == ["--machine-cpu"]:
+        now = machine_cpu()
+        print(f"{now[0]:.2f} {now[1]:.2f}" if now else "")
+    elif argv[:1] == ["--machine-cpu-since"]:
+        before, now = argv[1].split() if len(argv) > 1 else [], machine_cpu()
+        if len(before) != 2 or now is None:
+            print("the machine's CPU: not read (no /proc/stat)")
+        else:
+            print(busy_share((float(before[0]), float(before[1])), now))
+    else:
+        with open(argv[0]) as f:
+            print(summary([json.loads(line) for line in f if line.strip()]))
+    return 0
+
+
 if __name__ == "__main__":
-    with open(sys.argv[1]) as f:
-        print(summary([json.loads(line) for line in f if line.strip()]))
+    sys.exit(main(sys.argv[1:]))

@@ -80,7 +80,10 @@ def test_a_fio_that_makes_no_progress_is_stopped_and_said_so(tmp_path, monkeypat
     """A stuck filesystem never answers fio's writes: here the real fio is stopped (SIGSTOP on its process
     group, as soon as it starts), which makes no progress the same way. fio_phase gives up after its bound with
     one sentence and leaves no fio process behind (before: it waited for ever)."""
+    # its bound, 1 s + 64 MiB at 64 MB/s = 2 s (the product's: 60 s + 64 MiB at 10 MB/s); the 64 MiB leave fio
+    # writing long after the test sees it start, so the stop lands before fio could end by itself
     monkeypatch.setattr(checkpoint, "FIO_FLOOR_S", 1.0)
+    monkeypatch.setattr(checkpoint, "FIO_SLOWEST_BYTES_PER_S", 64e6)
     directory = tmp_path / "fio"
     out: list[dict] = []
     caller = threading.Thread(target=lambda: out.append(fio_phase(directory, 64 << 20, 1, "write")), daemon=True)
@@ -92,8 +95,8 @@ def test_a_fio_that_makes_no_progress_is_stopped_and_said_so(tmp_path, monkeypat
     assert fio is not None, f"fio was not seen running: {out}"
     assert os.getpgid(fio.pid) == fio.pid, "fio runs in the test's process group: a kill would miss its jobs"
     os.killpg(fio.pid, signal.SIGSTOP)
-    caller.join(120)  # did not hang: the bound is 1 s + 64 MiB at 10 MB/s = 7.7 s
-    assert out and out[0]["error"] == (f"fio's write of {64 << 20:,} bytes in {directory} did not end within 8 s (a stuck "
+    caller.join(120)  # did not hang
+    assert out and out[0]["error"] == (f"fio's write of {64 << 20:,} bytes in {directory} did not end within 2 s (a stuck "
                                        "filesystem?) and was stopped; check that filesystem, or give --no-fio"), out
     assert not fio.is_running() or fio.status() == psutil.STATUS_ZOMBIE
     assert not [c for c in psutil.Process().children(recursive=True) if "fio" in c.name()]

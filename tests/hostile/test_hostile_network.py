@@ -121,13 +121,13 @@ def test_a_silent_kubernetes_api_is_one_sentence_within_the_request_timeout(sile
     from dlbench.launch.k8s import scheduler
 
     _kubeconfig_of_silent_api(tmp_path, silent_server, monkeypatch)
-    monkeypatch.setattr(scheduler, "API_TIMEOUT_S", (1.0, 1.0))
+    monkeypatch.setattr(scheduler, "API_TIMEOUT_S", (0.5, 0.5))
     k8s = scheduler.KubeScheduler()
     started = time.monotonic()
     with pytest.raises(UsageError, match="could not reach the Kubernetes API to read the PyTorchJob CRD") as raised:
         k8s._has_operator()
-    assert "read timeout=1.0" in str(raised.value)  # the timeout set above ended it
-    assert time.monotonic() - started < 4 * 1.0 + SLACK_S  # the client retries a read 3 times: 4 timeouts at most
+    assert "read timeout=0.5" in str(raised.value)  # the timeout set above ended it
+    assert time.monotonic() - started < 4 * 0.5 + SLACK_S  # the client retries a read 3 times: 4 timeouts at most
 
 
 def test_joining_a_silent_ray_address_is_one_sentence_within_the_start_timeout(silent_server, tmp_path, monkeypatch, capsys):
@@ -168,16 +168,16 @@ def test_a_run_on_a_silent_kubernetes_api_is_one_sentence_within_the_bound_and_r
 
     _kubeconfig_of_silent_api(tmp_path, silent_server, monkeypatch)
     monkeypatch.setenv("DLBENCH_METRICS_DIR", str(tmp_path / "metrics"))
-    monkeypatch.setattr(scheduler, "API_TIMEOUT_S", (1.0, 1.0))
+    monkeypatch.setattr(scheduler, "API_TIMEOUT_S", (0.5, 0.5))
     db = tmp_path / "runs.db"
     started = time.monotonic()
     code = main(["run", "lstm", "--steps", "1", "--launcher", "k8s", "--image", "registry.example/dlbench:1",
                  "--workdir", str(tmp_path / "jobs"), "--db", str(db)])
     took_s = time.monotonic() - started
     err = capsys.readouterr().err.strip()
-    assert code == 2 and took_s < 4 * 1.0 + SLACK_S, (code, took_s)  # the client retries a read 3 times: 4 timeouts at most
+    assert code == 2 and took_s < 4 * 0.5 + SLACK_S, (code, took_s)  # the client retries a read 3 times: 4 timeouts at most
     assert err.startswith("dlbench: error: could not reach the Kubernetes API to read the PyTorchJob CRD (")
-    assert "Read timed out. (read timeout=1.0)" in err and err.endswith("check the cluster in your kubeconfig.")
+    assert "Read timed out. (read timeout=0.5)" in err and err.endswith("check the cluster in your kubeconfig.")
     assert len(err.splitlines()) == 1 and "Traceback" not in err
     if db.exists():
         store = open_store(str(db), create=False)
