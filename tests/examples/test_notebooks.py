@@ -15,12 +15,8 @@ from pathlib import Path
 
 import pytest
 
-nbformat = pytest.importorskip("nbformat")
-nbclient = pytest.importorskip("nbclient")
-pytest.importorskip("ipykernel")
-
-from dlbench.spec import RunSpec  # noqa: E402
-from dlbench.store import RunFilter, open_store  # noqa: E402
+from dlbench.spec import RunSpec
+from dlbench.store import RunFilter, open_store
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -29,7 +25,10 @@ KERNEL = "dlbench-test-venv"
 
 @pytest.fixture
 def kernel_env(tmp_path, monkeypatch):
-    """This Python as a Jupyter kernel, the worktree's source first on its path, the store in tmp."""
+    """This Python as a Jupyter kernel, the worktree's source first on its path, the store in tmp. (Jupyter's
+    packages are imported when a test here runs, not when the suite is collected: nbformat's JSON schema checker
+    costs each pytest worker 1.5 s of CPU.)"""
+    pytest.importorskip("ipykernel")
     spec_dir = tmp_path / "jupyter" / "kernels" / KERNEL
     spec_dir.mkdir(parents=True)
     spec_dir.joinpath("kernel.json").write_text(json.dumps({
@@ -45,6 +44,8 @@ def kernel_env(tmp_path, monkeypatch):
 
 
 def execute(name: str, workdir: Path):
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
     book = nbformat.read(EXAMPLES / name, as_version=4)
     assert all(not cell.get("outputs") for cell in book.cells if cell.cell_type == "code"), \
         f"{name} is committed with outputs; clear them (jupyter nbconvert --clear-output)"

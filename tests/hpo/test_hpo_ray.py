@@ -14,13 +14,17 @@ from pathlib import Path
 import psutil
 import pytest
 from optuna.trial import TrialState
-
-ray = pytest.importorskip("ray", reason="Ray cannot be installed here (no ray[tune] wheel for this Python and "
-                          "architecture); the ray engine needs pip install 'dlbench[ray]'")
-pytest.importorskip("ray.tune", reason="Ray is installed without Tune; the ray engine needs pip install 'dlbench[ray]'")
-
 from test_hpo_study import command, records_of
 from test_hpo_workers import load, wait_for
+
+
+@pytest.fixture(autouse=True)
+def _ray_tune():
+    """Ray and Tune, imported when a test here runs (not when the suite is collected: 2–3 s of CPU for each pytest
+    worker, most of which never runs these tests)."""
+    pytest.importorskip("ray", reason="Ray cannot be installed here (no ray[tune] wheel for this Python and "
+                        "architecture); the ray engine needs pip install 'dlbench[ray]'")
+    pytest.importorskip("ray.tune", reason="Ray is installed without Tune; the ray engine needs pip install 'dlbench[ray]'")
 
 
 def test_a_time_budget_that_runs_out_leaves_no_trial_running(hpo, ray_address):
