@@ -13,14 +13,15 @@ read the same installed packages (torch's caches are pip's, in both). Each pair 
 * ``python -c "import dlbench.cli.app, dlbench.api.runs"`` — what each ``dlbench`` and each rank a test starts imports;
 * ``python -m pytest --collect-only -q tests/`` — what each xdist worker and each pytest a test starts does first.
 
-Each figure is the child's CPU seconds (user + system, from ``wait4``), less steady than nothing but steadier than
-wall time on a shared VM; a pair's figure is its cold run's less its warm run's. Printed: each pair, then per command
+Each figure is the child's CPU seconds (user + system), steadier than wall time on a shared VM; a pair's figure is
+its cold run's less its warm run's. Printed: each pair, then per command
 the spread of those differences and the median's distribution-free 95 % interval."""
 
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -46,17 +47,18 @@ def copy_tree(dest: Path) -> Path:
 
 
 def cpu_s(argv: list[str], cwd: Path, write_caches: bool) -> float:
-    """The CPU seconds of ``argv`` run in ``cwd`` with that copy's ``src`` first on the path."""
+    """The CPU seconds of ``argv`` run in ``cwd`` with that copy's ``src`` first on the path (this process's
+    waited-for children's, before and after: the run is the only child in between)."""
     env = dict(os.environ, PYTHONPATH=str(cwd / "src"))
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     if not write_caches:
         env["PYTHONDONTWRITEBYTECODE"] = "1"
-    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode != 0:
-        raise SystemExit(f"{' '.join(argv[:4])} … failed in {cwd}: {proc.stderr.read().decode()[-2000:]}")
-    return usage.ru_utime + usage.ru_stime
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    done = subprocess.run(argv, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=1800)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(argv[:4])} … failed in {cwd}: {done.stderr.decode()[-2000:]}")
+    return after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
 
 
 def caches_in(tree: Path) -> int:
@@ -76,8 +78,8 @@ def main() -> None:
         saved: dict[str, list[float]] = {"import": [], "collect": []}
         for index in range(args.pairs):
             for name, argv in (("import", IMPORT), ("collect", COLLECT)):
-                order = ((cold, False), (warm, False)) if index % 2 == 0 else ((warm, False), (cold, False))
-                figures = {tree: cpu_s(argv, tree, write) for tree, write in order}
+                order = (cold, warm) if index % 2 == 0 else (warm, cold)
+                figures = {tree: cpu_s(argv, tree, write_caches=False) for tree in order}
                 saved[name].append(figures[cold] - figures[warm])
                 print(f"pair {index + 1} {name}: cold {figures[cold]:.2f} s CPU, warm {figures[warm]:.2f} s CPU; "
                       f"load {os.getloadavg()[0]:.2f}", flush=True)

@@ -80,7 +80,7 @@ def summary(lines: list[dict], top: int = 12) -> str:
     if read:
         first = min(read, key=lambda x: x["start"])["machine"]
         last = max(read, key=lambda x: x["end"])["machine"]
-        out.append("CPU: " + busy_share(tuple(first[:2]), tuple(last[2:]), cores=first[4] if len(first) > 4 else None))
+        out.append("CPU: " + busy_share(tuple(first[:2]), tuple(last[2:4]), cores=first[4]))
     out.append("groups (seconds of tests, CPU seconds; span on its worker, from the suite's start):")
     for group, seconds in sorted(groups.items(), key=lambda kv: -kv[1])[:top]:
         s, e, w = spans[group]
